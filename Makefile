@@ -1,0 +1,77 @@
+# weft build. `make` builds build/libweft.a, build/weft, the unit tests and the
+# benchmarks. Knobs (all optional):
+#   CC=clang            another compiler (gcc and clang are both supported)
+#   BUILD=build-x       output folder (default: build, or build-<sanitizer>)
+#   SANITIZE=address,undefined | thread
+#   WERROR=1            warnings are errors (CI sets it)
+#   OPT=-O2             optimisation flags
+CC       ?= cc
+SANITIZE ?=
+WERROR   ?= 0
+OPT      ?= -O2 -g
+ifeq ($(SANITIZE),)
+BUILD    ?= build
+else
+BUILD    ?= build-$(subst $(comma),-,$(SANITIZE))
+endif
+comma := ,
+
+PKGS     := libpcre2-8 jansson libzstd zlib libxxhash
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
+
+WARN := -Wall -Wextra -Wpedantic -Wshadow -Wvla -Wmissing-prototypes \
+        -Wstrict-prototypes -Wold-style-definition -Wformat=2 -Wundef \
+        -Wpointer-arith -Wwrite-strings -Wcast-align -Wno-unused-parameter
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+
+CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE
+CFLAGS   := -std=c11 $(OPT) $(WARN) -pthread $(PKG_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS   := $(PKG_LIBS) -lm -pthread
+ifneq ($(SANITIZE),)
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+LIB_SRC   := $(sort $(wildcard src/*/*.c))
+TOOL_SRC  := $(sort $(wildcard tools/*.c))
+TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+HARNESS   := $(BUILD)/obj/tests/unit/harness.o
+
+.PHONY: all lib tests bench clean
+all: $(BUILD)/weft tests bench
+lib: $(BUILD)/libweft.a
+tests: $(TEST_BIN)
+bench: $(BENCH_BIN)
+
+$(BUILD)/libweft.a: $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/weft: $(TOOL_OBJ) $(BUILD)/libweft.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libweft.a $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(HARNESS) $(BUILD)/libweft.a $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDLIBS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+clean:
+	rm -rf build build-*
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,86 @@
+/* weft: configuration. TOML files plus command-line overrides, bound to a
+ * C struct through a table of options.
+ *
+ * A command declares its options once (key, type, default, range, help) in a
+ * wf_cmd_spec. wf_opts_parse then:
+ *   1. applies every default,
+ *   2. loads `--config FILE` (TOML: tables, dotted keys, strings, integers,
+ *      floats, booleans, arrays) if given,
+ *   3. applies command-line options in order: `--section.key=value`,
+ *      `--section.key value`, the short alias `--flag=value` / `--flag value`,
+ *      and `--flag` / `--no-flag` for booleans.
+ * Unknown keys, wrong types and out-of-range values are errors that name the
+ * file and line (or the command-line argument) and the key.
+ *
+ * Supported TOML: comments, [table] and [a.b] headers, bare/quoted/dotted
+ * keys, basic and literal strings (single and multi-line), integers (with _
+ * and 0x/0o/0b), floats (with exponent, inf, nan), booleans, arrays (nested,
+ * multi-line). Not supported, with a clear error: inline tables, arrays of
+ * tables, dates.
+ */
+#ifndef WEFT_CONFIG_H
+#define WEFT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "weft/status.h"
+
+typedef enum {
+    WF_OPT_INT,   /* int64_t */
+    WF_OPT_FLOAT, /* double */
+    WF_OPT_BOOL,  /* int (0 or 1) */
+    WF_OPT_STR,   /* char * (owned; freed by wf_opts_free); NULL default if def is NULL */
+    WF_OPT_STRS   /* wf_strs (owned); on the command line, comma-separated or a TOML array */
+} wf_opt_type;
+
+typedef struct {
+    char **items;
+    size_t n;
+} wf_strs;
+
+typedef struct {
+    const char *key;  /* "section.key" (the TOML key), or "key" for top level */
+    const char *flag; /* short alias for the command line ("vocab-size"), or NULL */
+    wf_opt_type type;
+    size_t offset;    /* offsetof(struct, field) of the destination */
+    const char *def;  /* default written as on the command line ("8192", "0.5", "true", "out") */
+    double min, max;  /* inclusive range for INT and FLOAT, checked when min <= max */
+    const char *help;
+} wf_opt;
+
+typedef struct {
+    const char *name;            /* "tokenizer train" */
+    const char *usage;           /* "weft tokenizer train [options] INPUT..." */
+    const char *summary;         /* what the command does, a few sentences */
+    const wf_opt *opts;
+    size_t n_opts;
+    int min_positional;          /* required positional arguments */
+    int max_positional;          /* -1: unlimited */
+} wf_cmd_spec;
+
+#define WF_NO_RANGE 1.0, 0.0
+
+/* Parses defaults, --config and argv (argv[0] is the first option, not the
+ * program name) into `dst`. Positional arguments are returned in
+ * `positional` as pointers into argv: free the array with
+ * wf_opts_free_positional, not the strings. Sets *help to 1 and returns
+ * WF_OK without parsing further when -h/--help is present. */
+wf_status wf_opts_parse(const wf_cmd_spec *spec, void *dst, int argc, char **argv,
+                        wf_strs *positional, int *help);
+
+/* Frees the strings wf_opts_parse stored in `dst`. */
+void wf_opts_free(const wf_cmd_spec *spec, void *dst);
+/* Frees the array (not the strings, which belong to argv). */
+void wf_opts_free_positional(wf_strs *positional);
+
+/* Prints usage, summary and every option with its type, default and help. */
+void wf_opts_print_help(const wf_cmd_spec *spec, FILE *out);
+
+/* Writes the effective configuration as TOML (for run records). */
+void wf_opts_write_toml(const wf_cmd_spec *spec, const void *dst, FILE *out);
+
+void wf_strs_free(wf_strs *s);
+
+#endif

@@ -1,0 +1,58 @@
+/* weft: files. Whole-file reads, read-only mappings, directory creation,
+ * checksums, and atomic writes (temporary file, fsync, rename, fsync of the
+ * directory) so that an output is either complete or absent. */
+#ifndef WEFT_FILEIO_H
+#define WEFT_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "weft/status.h"
+
+/* Reads a whole file into a malloc'd buffer with a terminating NUL (not
+ * counted in *len). The caller frees *data. */
+wf_status wf_file_read(const char *path, char **data, size_t *len);
+
+/* A read-only, shared mapping of a whole file. An empty file maps to
+ * data == NULL, size == 0. */
+typedef struct {
+    const unsigned char *data;
+    size_t size;
+} wf_mmap;
+wf_status wf_mmap_open(wf_mmap *m, const char *path);
+void wf_mmap_close(wf_mmap *m); /* accepts a zeroed or closed mapping */
+
+/* mkdir -p. */
+wf_status wf_mkdirs(const char *path);
+int wf_path_exists(const char *path);
+int wf_path_is_dir(const char *path);
+
+/* Atomic file output. wf_afile_open creates `<path>.tmp.<pid>` beside the
+ * target; wf_afile_commit flushes, fsyncs, renames it over `path` and fsyncs
+ * the directory; wf_afile_abort removes it. Exactly one of commit or abort
+ * must be called. */
+typedef struct {
+    FILE *fp;
+    char *path;
+    char *tmp_path;
+} wf_afile;
+wf_status wf_afile_open(wf_afile *f, const char *path);
+wf_status wf_afile_commit(wf_afile *f);
+void wf_afile_abort(wf_afile *f);
+
+/* Writes `len` bytes to `path` atomically. */
+wf_status wf_file_write_atomic(const char *path, const void *data, size_t len);
+
+/* fsyncs a directory (after a rename into it). */
+wf_status wf_fsync_dir(const char *dir);
+
+/* 64-bit XXH3 of a buffer, and a streaming form for large files. */
+uint64_t wf_hash64(const void *data, size_t len);
+typedef struct wf_hasher wf_hasher;
+wf_hasher *wf_hasher_create(void);
+void wf_hasher_update(wf_hasher *h, const void *data, size_t len);
+uint64_t wf_hasher_digest(const wf_hasher *h);
+void wf_hasher_destroy(wf_hasher *h);
+
+#endif

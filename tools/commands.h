@@ -1,0 +1,18 @@
+/* The weft CLI's subcommands. Each takes the arguments after its own name
+ * (argv[0] is the first option) and returns the process exit status. */
+#ifndef WEFT_TOOLS_COMMANDS_H
+#define WEFT_TOOLS_COMMANDS_H
+
+#include "weft/config.h"
+
+/* Parses options for a command. Sets *done when the command should return
+ * at once with the returned status: after printing --help (0) or an error
+ * (1). Otherwise returns 0 with *done == 0. */
+int wf_tool_parse(const wf_cmd_spec *spec, void *opts, int argc, char **argv, wf_strs *pos,
+                  int *done);
+
+/* Prints "weft <cmd>: error: <this thread's message>" and returns 1. */
+int wf_tool_fail(const char *cmd);
+
+
+#endif

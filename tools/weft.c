@@ -1,0 +1,88 @@
+/* weft: the command-line entry point. Dispatches to subcommands; only this
+ * file's main() decides the process exit status. Subcommands use only the
+ * public API in include/weft/. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "weft/weft.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} tool_cmd;
+
+static int cmd_version(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    printf("weft %s\n", WF_VERSION);
+    return 0;
+}
+
+static const tool_cmd commands[] = {
+    {"version", cmd_version, "print weft's version"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "weft %s: train Llama-style language models from raw web text\n\n"
+                 "usage: weft <command> [options]   (weft <command> --help for its options)\n\ncommands:\n",
+            WF_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(out, "  %-20s %s\n", commands[i].name, commands[i].summary);
+}
+
+int wf_tool_parse(const wf_cmd_spec *spec, void *opts, int argc, char **argv, wf_strs *pos,
+                  int *done) {
+    int help = 0;
+    *done = 0;
+    if (wf_opts_parse(spec, opts, argc, argv, pos, &help) != WF_OK) {
+        *done = 1;
+        return wf_tool_fail(spec->name);
+    }
+    if (help) {
+        wf_opts_print_help(spec, stdout);
+        *done = 1;
+    }
+    return 0;
+}
+
+int wf_tool_fail(const char *cmd) {
+    fprintf(stderr, "weft %s: error: %s\n", cmd, wf_error_msg());
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("weft %s\n", WF_VERSION);
+        return 0;
+    }
+    /* Two-word commands ("tokenizer train") are matched before one-word. */
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+        const char *name = commands[i].name, *sp = strchr(name, ' ');
+        if (sp && argc >= 3 && strncmp(argv[1], name, (size_t)(sp - name)) == 0 &&
+            argv[1][sp - name] == '\0' && strcmp(argv[2], sp + 1) == 0)
+            return commands[i].run(argc - 3, argv + 3);
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 2, argv + 2);
+    int group = 0;
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+        const char *name = commands[i].name, *sp = strchr(name, ' ');
+        if (sp && strncmp(argv[1], name, (size_t)(sp - name)) == 0 && argv[1][sp - name] == '\0') {
+            if (!group) fprintf(stderr, "weft %s: needs a subcommand:\n", argv[1]);
+            group = 1;
+            fprintf(stderr, "  weft %-20s %s\n", name, commands[i].summary);
+        }
+    }
+    if (group) return 2;
+    fprintf(stderr, "weft: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
