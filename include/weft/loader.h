@@ -1,0 +1,70 @@
+/* weft: the stateful, data-parallel data loader.
+ *
+ * The training split is one virtual token stream (see shard.h), cut into
+ * samples of T+1 tokens: sample i covers tokens [i*T, i*T + T + 1). Each
+ * epoch visits the samples in an order fixed by (seed, epoch), reshuffled
+ * every epoch. A global batch is `global_batch` consecutive samples of that
+ * order; rank r of W gets the r-th of W equal parts (B = global_batch / W
+ * samples), so the union over ranks is the same global batch for any W.
+ * An epoch ends when fewer than global_batch samples remain (they are
+ * dropped).
+ *
+ * The loader's whole state is a cursor {epoch, sample index into the epoch's
+ * order} that does not depend on W: a run can resume mid-epoch with another
+ * number of ranks and read exactly the tokens it would have read.
+ *
+ * A background thread keeps two batches ready. wf_loader_next reports how
+ * long the caller waited.
+ */
+#ifndef WEFT_LOADER_H
+#define WEFT_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/shard.h"
+#include "weft/status.h"
+
+typedef struct {
+    uint64_t epoch;
+    uint64_t sample; /* index into the epoch's order of the next global batch's first sample */
+} wf_loader_state;
+
+typedef struct {
+    const char *dir;        /* dataset directory */
+    const char *split;      /* "train" (shuffled) or "val" (in order, no shuffle) */
+    uint64_t seed;
+    int seq_len;            /* T */
+    int global_batch;       /* samples per global batch, a multiple of world_size */
+    int rank, world_size;
+    int shuffle;            /* 1 for train; val uses 0 */
+    int prefetch;           /* batches kept ready by the background thread: 0 = synchronous, default 2 */
+    int verify;             /* verify shard checksums on open */
+} wf_loader_opts;
+
+typedef struct {
+    int32_t *tokens;        /* (B, T+1) row-major: inputs are [:, :T], targets [:, 1:] */
+    int batch;              /* B, this rank's samples */
+    int seq_len;            /* T */
+    wf_loader_state state;  /* cursor of this batch (before it was read) */
+    double wait_seconds;    /* how long wf_loader_next blocked for it */
+} wf_batch;
+
+typedef struct wf_loader wf_loader;
+
+wf_status wf_loader_create(wf_loader **out, const wf_loader_opts *o);
+void wf_loader_destroy(wf_loader *l); /* accepts NULL; stops the thread */
+
+/* The next batch. *b points into loader memory valid until the next call. */
+wf_status wf_loader_next(wf_loader *l, const wf_batch **b);
+
+/* The cursor of the next batch wf_loader_next will return: save this. */
+wf_loader_state wf_loader_get_state(const wf_loader *l);
+/* Moves the cursor (drops prefetched batches). */
+wf_status wf_loader_set_state(wf_loader *l, wf_loader_state s);
+
+/* Samples per epoch and global batches per epoch. */
+uint64_t wf_loader_samples_per_epoch(const wf_loader *l);
+uint64_t wf_loader_batches_per_epoch(const wf_loader *l);
+
+#endif

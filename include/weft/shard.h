@@ -1,0 +1,84 @@
+/* weft: token shards and datasets (format: docs/formats/token-shard.md).
+ *
+ * A dataset is a directory written by `weft tokenize`:
+ *   DIR/dataset.json            index: tokenizer, vocab size, dtype, shards
+ *   DIR/train-00000.wfs ...     token shards of the training split
+ *   DIR/val-00000.wfs ...       token shards of the validation split
+ * A shard holds a header (magic, version, dtype, counts, checksum), the
+ * tokens (uint16 when the vocabulary fits, else uint32, little-endian) and a
+ * document index (the start offset of each document). Shards are read
+ * through mmap and verified on open.
+ */
+#ifndef WEFT_SHARD_H
+#define WEFT_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/fileio.h"
+#include "weft/status.h"
+
+/* ----------------------------------------------------------------- writer */
+
+typedef struct wf_dataset_writer wf_dataset_writer;
+
+typedef struct {
+    const char *dir;            /* created if missing */
+    uint32_t vocab_size;        /* decides uint16 vs uint32 tokens */
+    uint64_t shard_tokens;      /* tokens per shard before a new one starts */
+    const char *tokenizer_path; /* recorded in dataset.json (may be NULL) */
+} wf_dataset_writer_opts;
+
+wf_status wf_dataset_writer_create(wf_dataset_writer **out, const wf_dataset_writer_opts *o);
+
+/* Appends one document's tokens (already ending with the end-of-text token
+ * if the caller wants one) to split 0 (train) or 1 (val). A document never
+ * straddles two shards. */
+wf_status wf_dataset_writer_add(wf_dataset_writer *w, int split, const int32_t *ids, size_t n);
+
+/* Finishes the last shards and writes dataset.json. Every file is written
+ * atomically, dataset.json last, so a crashed run leaves no valid dataset. */
+wf_status wf_dataset_writer_finish(wf_dataset_writer *w);
+void wf_dataset_writer_destroy(wf_dataset_writer *w); /* accepts NULL; removes unfinished files */
+
+/* ----------------------------------------------------------------- reader */
+
+typedef struct {
+    char *path;
+    wf_mmap map;
+    int token_bytes;       /* 2 or 4 */
+    uint32_t vocab_size;
+    uint64_t n_tokens;
+    uint64_t n_docs;
+    const unsigned char *tokens;     /* n_tokens little-endian tokens */
+    const unsigned char *doc_starts; /* n_docs little-endian uint64 token offsets */
+} wf_shard;
+
+/* Maps and checks a shard: magic, version, sizes against the file size, and
+ * (with verify) the checksum. Errors name the file and what is wrong. */
+wf_status wf_shard_open(wf_shard *s, const char *path, int verify);
+void wf_shard_close(wf_shard *s); /* accepts a zeroed shard */
+
+/* Copies tokens [start, start+n) of the shard into out. */
+void wf_shard_read(const wf_shard *s, uint64_t start, size_t n, int32_t *out);
+uint64_t wf_shard_doc_start(const wf_shard *s, uint64_t doc);
+
+/* One split of a dataset: its shards as one virtual token stream. */
+typedef struct {
+    wf_shard *shards;
+    size_t n_shards;
+    uint64_t *shard_base;  /* n_shards + 1 prefix sums of n_tokens */
+    uint64_t n_tokens;
+    uint64_t n_docs;
+    uint32_t vocab_size;
+} wf_dataset;
+
+/* Opens split "train" or "val" of a dataset directory (via dataset.json). */
+wf_status wf_dataset_open(wf_dataset *d, const char *dir, const char *split, int verify);
+void wf_dataset_close(wf_dataset *d);
+
+/* Copies tokens [start, start+n) of the virtual stream into out (the range
+ * may span shards). Returns WF_ERR_RANGE past the end. */
+wf_status wf_dataset_read(const wf_dataset *d, uint64_t start, size_t n, int32_t *out);
+
+#endif

@@ -1,0 +1,86 @@
+/* weft: byte-level BPE tokenizer (GPT-2 / Llama 3 style), compatible with
+ * Hugging Face `tokenizer.json`.
+ *
+ * Text is split by a pre-tokenizer regex (PCRE2, Unicode-aware), each piece's
+ * bytes are mapped to the GPT-2 byte-to-unicode alphabet, and merges are
+ * applied by rank. Any byte sequence, invalid UTF-8 included, encodes, and
+ * decoding the ids gives back the exact bytes. Special tokens (begin/end of
+ * text, padding) are added tokens that the pre-tokenizer never produces.
+ *
+ * A loaded tokenizer is immutable: encode and decode are safe to call from
+ * several threads at once on the same tokenizer.
+ */
+#ifndef WEFT_TOKENIZER_H
+#define WEFT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/status.h"
+
+typedef struct wf_tokenizer wf_tokenizer;
+
+/* A growable array of token ids. Zero-initialise; free with wf_ids_free. */
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} wf_ids;
+void wf_ids_free(wf_ids *v);
+wf_status wf_ids_push(wf_ids *v, int32_t id);
+
+/* Loads a Hugging Face tokenizer.json holding a byte-level BPE model (as
+ * written by weft or by the `tokenizers` library). Anything else (WordPiece,
+ * Unigram, normalizers weft does not implement) is WF_ERR_UNSUPPORTED with a
+ * message naming the file and the part. */
+wf_status wf_tokenizer_load(wf_tokenizer **out, const char *path);
+
+/* Writes tokenizer.json atomically, loadable by `tokenizers`. */
+wf_status wf_tokenizer_save(const wf_tokenizer *t, const char *path);
+
+void wf_tokenizer_destroy(wf_tokenizer *t); /* accepts NULL */
+
+/* Number of ids (regular vocabulary plus added/special tokens): every id
+ * the tokenizer can produce is below this. */
+size_t wf_tokenizer_vocab_size(const wf_tokenizer *t);
+
+/* Special token ids, or -1 if the tokenizer has none. */
+int32_t wf_tokenizer_bos(const wf_tokenizer *t); /* begin of text */
+int32_t wf_tokenizer_eos(const wf_tokenizer *t); /* end of text, between documents */
+int32_t wf_tokenizer_pad(const wf_tokenizer *t);
+
+/* Id of a token given as its string form (as in tokenizer.json), or -1. */
+int32_t wf_tokenizer_token_id(const wf_tokenizer *t, const char *token);
+
+/* Encodes `len` bytes of text, appending ids to `out`. With
+ * `parse_special` the text of added tokens ("<|endoftext|>") becomes their
+ * id, as `tokenizers` does; without it (the default for training data) such
+ * text is encoded as ordinary bytes. */
+wf_status wf_tokenizer_encode(const wf_tokenizer *t, const char *text, size_t len, int parse_special,
+                              wf_ids *out);
+
+/* Decodes ids to bytes: *out is malloc'd (NUL-terminated, *len excludes the
+ * NUL); the caller frees it. An id outside the vocabulary is an error. */
+wf_status wf_tokenizer_decode(const wf_tokenizer *t, const int32_t *ids, size_t n, char **out,
+                              size_t *len);
+
+/* The bytes of one id (for streaming decode); NULL if out of range. */
+const char *wf_tokenizer_id_bytes(const wf_tokenizer *t, int32_t id, size_t *len);
+
+typedef struct {
+    size_t vocab_size;      /* total, including the 256 byte tokens and specials */
+    uint64_t min_frequency; /* a pair must occur at least this often to merge (>= 1) */
+    int n_threads;          /* for counting; the result does not depend on it */
+    const char *pattern;    /* pre-tokenizer: "llama3" (default) or "gpt2" */
+    const char *const *special_tokens; /* NULL: "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>" */
+    size_t n_special;
+    const char *const *paths; /* inputs read with wf_docs (see docs.h) */
+    size_t n_paths;
+    int text_mode;            /* wf_text_doc_mode for plain-text inputs */
+    const char *field;        /* JSONL field, NULL for "text" */
+} wf_bpe_train_opts;
+
+/* Learns a byte-level BPE vocabulary from the inputs. Deterministic: the
+ * same inputs and options give the same tokenizer for any thread count. */
+wf_status wf_tokenizer_train(wf_tokenizer **out, const wf_bpe_train_opts *o);
+
+#endif

@@ -1,0 +1,61 @@
+"""Shared pytest fixtures for weft's tests.
+
+The C code is built before pytest starts (scripts/check.sh, or `make`).
+WEFT_BUILD names the main build folder (default: build); WEFT_SAN_BUILDS a
+space-separated list of sanitizer build folders whose unit tests also run.
+"""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / os.environ.get("WEFT_BUILD", "build")
+
+
+@pytest.fixture(scope="session")
+def root():
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def build_dir():
+    return BUILD
+
+
+@pytest.fixture(scope="session")
+def weft_bin():
+    exe = BUILD / "weft"
+    if not exe.exists():
+        pytest.fail(f"{exe} is missing: run `make` first")
+    return exe
+
+
+def run_weft_cmd(args, check=True, input=None, timeout=600, env=None, cwd=None):
+    """Runs build/weft with args; returns the CompletedProcess (text mode).
+    With check=True a non-zero exit fails the test and shows stderr."""
+    exe = BUILD / "weft"
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    p = subprocess.run([str(exe)] + [str(a) for a in args], input=input, capture_output=True,
+                       text=True, timeout=timeout, env=e, cwd=cwd)
+    if check and p.returncode != 0:
+        pytest.fail(f"weft {' '.join(map(str, args))} exited {p.returncode}\n"
+                    f"stdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}")
+    return p
+
+
+@pytest.fixture
+def run_weft(weft_bin):
+    return run_weft_cmd
+
+
+@pytest.fixture(scope="session")
+def corpus_dir():
+    """The default corpus made by scripts/setup.sh (data/corpus/austen)."""
+    d = ROOT / "data" / "corpus" / "austen"
+    if not d.is_dir() or not any(d.iterdir()):
+        pytest.fail(f"{d} is missing: run scripts/setup.sh")
+    return d
