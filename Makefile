@@ -5,6 +5,7 @@
 #   SANITIZE=address,undefined | thread
 #   WERROR=1            warnings are errors (CI sets it)
 #   OPT=-O2             optimisation flags
+#   V=1                 print full compiler command lines
 CC       ?= cc
 SANITIZE ?=
 WERROR   ?= 0
@@ -15,6 +16,11 @@ else
 BUILD    ?= build-$(subst $(comma),-,$(SANITIZE))
 endif
 comma := ,
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
 
 PKGS     := libpcre2-8 jansson libzstd zlib libxxhash
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
@@ -54,22 +60,24 @@ bench: $(BENCH_BIN)
 
 $(BUILD)/libweft.a: $(LIB_OBJ)
 	@rm -f $@
-	$(AR) rcs $@ $^
+	$(Q)$(AR) rcs $@ $^
 
 $(BUILD)/weft: $(TOOL_OBJ) $(BUILD)/libweft.a
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libweft.a $(LDLIBS)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libweft.a $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(HARNESS) $(BUILD)/libweft.a $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(HARNESS) $(BUILD)/libweft.a $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDLIBS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
 clean:
 	rm -rf build build-*

@@ -1,0 +1,382 @@
+/* Unit tests for src/core: config (TOML + overrides + errors), arena
+ * counters, the Philox RNG against the published known-answer vectors,
+ * the permutation, atomic files and error messages. */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "harness.h"
+#include "weft/weft.h"
+
+/* ------------------------------------------------------------ config */
+
+typedef struct {
+    int64_t dim;
+    double lr;
+    int tied;
+    char *name;
+    wf_strs inputs;
+    int64_t top;
+} cfg;
+
+static const wf_opt cfg_opts[] = {
+    {"model.dim", "dim", WF_OPT_INT, offsetof(cfg, dim), "64", 1, 65536, "model width"},
+    {"optim.lr", NULL, WF_OPT_FLOAT, offsetof(cfg, lr), "3e-4", 0, 10, "learning rate"},
+    {"model.tied", NULL, WF_OPT_BOOL, offsetof(cfg, tied), "true", WF_NO_RANGE, "tie embeddings"},
+    {"run.name", "name", WF_OPT_STR, offsetof(cfg, name), "run", WF_NO_RANGE, "run name"},
+    {"data.inputs", NULL, WF_OPT_STRS, offsetof(cfg, inputs), NULL, WF_NO_RANGE, "inputs"},
+    {"top", NULL, WF_OPT_INT, offsetof(cfg, top), "7", WF_NO_RANGE, "a top-level key"},
+};
+static const wf_cmd_spec cfg_spec = {"test", "weft test [options] [ARG...]", "a test command", cfg_opts,
+                                     sizeof cfg_opts / sizeof *cfg_opts, 0, -1};
+
+static wf_status parse_args(cfg *c, int argc, const char **argv, wf_strs *pos) {
+    int help = 0;
+    memset(c, 0, sizeof *c);
+    return wf_opts_parse(&cfg_spec, c, argc, (char **)argv, pos, &help);
+}
+
+static const char *write_cfg(const char *text) {
+    static char path[600];
+    snprintf(path, sizeof path, "%s/run.toml", wf_test_tmpdir());
+    wf_test_write_file(path, text, strlen(text));
+    return path;
+}
+
+WF_TEST(config_defaults) {
+    cfg c;
+    wf_strs pos;
+    WF_CHECK_OK(parse_args(&c, 0, NULL, &pos));
+    WF_CHECK_EQ(c.dim, 64);
+    WF_CHECK_NEAR(c.lr, 3e-4, 0);
+    WF_CHECK_EQ(c.tied, 1);
+    WF_CHECK_STREQ(c.name, "run");
+    WF_CHECK_EQ(c.inputs.n, 0);
+    WF_CHECK_EQ(c.top, 7);
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+}
+
+WF_TEST(config_toml_and_overrides) {
+    const char *path = write_cfg(
+        "# a comment\n"
+        "top = 1_000\n"
+        "[model]\n"
+        "dim = 0x100   # hex\n"
+        "tied = false\n"
+        "[optim]\n"
+        "lr = 1.5e-3\n"
+        "[run]\n"
+        "name = \"caf\\u00e9 \\\"q\\\"\"\n"
+        "[data]\n"
+        "inputs = [\n  'a.txt',\n  \"b.jsonl\", # trailing comma\n]\n");
+    char cfgarg[700];
+    snprintf(cfgarg, sizeof cfgarg, "--config=%s", path);
+    const char *argv[] = {"x.txt", "--model.dim=512", cfgarg, "--name", "mine", "--no-model.tied", "y"};
+    cfg c;
+    wf_strs pos;
+    WF_CHECK_OK(parse_args(&c, 7, argv, &pos));
+    WF_CHECK_EQ(c.top, 1000);
+    WF_CHECK_EQ(c.dim, 512); /* the command line wins over the file, whatever the order */
+    WF_CHECK_NEAR(c.lr, 1.5e-3, 0);
+    WF_CHECK_EQ(c.tied, 0);
+    WF_CHECK_STREQ(c.name, "mine");
+    WF_CHECK_EQ(c.inputs.n, 2);
+    WF_CHECK_STREQ(c.inputs.items[0], "a.txt");
+    WF_CHECK_STREQ(c.inputs.items[1], "b.jsonl");
+    WF_CHECK_EQ(pos.n, 2);
+    WF_CHECK_STREQ(pos.items[0], "x.txt");
+    WF_CHECK_STREQ(pos.items[1], "y");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+
+    /* the file alone */
+    const char *argv2[] = {cfgarg};
+    WF_CHECK_OK(parse_args(&c, 1, argv2, &pos));
+    WF_CHECK_EQ(c.dim, 256);
+    WF_CHECK_STREQ(c.name, "caf\xc3\xa9 \"q\"");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+}
+
+WF_TEST(config_list_override_comma) {
+    const char *argv[] = {"--data.inputs=a,b,c"};
+    cfg c;
+    wf_strs pos;
+    WF_CHECK_OK(parse_args(&c, 1, argv, &pos));
+    WF_CHECK_EQ(c.inputs.n, 3);
+    WF_CHECK_STREQ(c.inputs.items[2], "c");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+}
+
+/* Each bad file must fail with a message naming file:line and the key. */
+static void expect_file_error(const char *text, wf_status st, const char *needle) {
+    const char *path = write_cfg(text);
+    char cfgarg[700];
+    snprintf(cfgarg, sizeof cfgarg, "--config=%s", path);
+    const char *argv[] = {cfgarg};
+    cfg c;
+    wf_strs pos;
+    WF_CHECK_ERR(parse_args(&c, 1, argv, &pos), st, needle);
+    if (!strstr(wf_error_msg(), "run.toml:")) wf_test_fail(__FILE__, __LINE__, "no file in '%s'", wf_error_msg());
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+}
+
+WF_TEST(config_errors_name_file_line_key) {
+    expect_file_error("[model]\ndimm = 3\n", WF_ERR_CONFIG, "run.toml:2: unknown key 'model.dimm' (did you mean 'model.dim'?)");
+    expect_file_error("[model]\n\ndim = \"big\"\n", WF_ERR_CONFIG, "run.toml:3: key 'model.dim' expects an integer, got a string");
+    expect_file_error("[model]\ndim = 0\n", WF_ERR_RANGE, "run.toml:2: key 'model.dim' = 0 is out of range");
+    expect_file_error("[optim]\nlr = 11.0\n", WF_ERR_RANGE, "key 'optim.lr' = 11 is out of range");
+    expect_file_error("[model]\ntied = 1\n", WF_ERR_CONFIG, "key 'model.tied' expects true or false");
+    expect_file_error("top = 1\ntop = 2\n", WF_ERR_CONFIG, "run.toml:2: key 'top' is defined twice (first on line 1)");
+    expect_file_error("[model\n", WF_ERR_CONFIG, "run.toml:1: expected ']'");
+    expect_file_error("top = \"open\n", WF_ERR_CONFIG, "run.toml:1:");
+    expect_file_error("top = 1 2\n", WF_ERR_CONFIG, "unexpected text after value");
+    expect_file_error("a = {x = 1}\n", WF_ERR_CONFIG, "inline tables are not supported");
+    expect_file_error("[[t]]\n", WF_ERR_CONFIG, "arrays of tables");
+    expect_file_error("top = 007\n", WF_ERR_CONFIG, "leading zeros");
+    expect_file_error("[data]\ninputs = [1, 2]\n", WF_ERR_CONFIG, "item 0 is an integer");
+}
+
+WF_TEST(config_cli_errors) {
+    cfg c;
+    wf_strs pos;
+    const char *a1[] = {"--model.dim=abc"};
+    WF_CHECK_ERR(parse_args(&c, 1, a1, &pos), WF_ERR_CONFIG, "command line '--model.dim=abc': key 'model.dim' expects an integer");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+    const char *a2[] = {"--dim=100000"};
+    WF_CHECK_ERR(parse_args(&c, 1, a2, &pos), WF_ERR_RANGE, "out of range");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+    const char *a3[] = {"--bogus=1"};
+    WF_CHECK_ERR(parse_args(&c, 1, a3, &pos), WF_ERR_CONFIG, "unknown key 'bogus'");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+    const char *a4[] = {"--dim"};
+    WF_CHECK_ERR(parse_args(&c, 1, a4, &pos), WF_ERR_CONFIG, "option needs a value");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+    const char *a5[] = {"--config=/nonexistent/x.toml"};
+    WF_CHECK_ERR(parse_args(&c, 1, a5, &pos), WF_ERR_CONFIG, "/nonexistent/x.toml");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+}
+
+WF_TEST(config_help_lists_every_option) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/help.txt", wf_test_tmpdir());
+    FILE *fp = fopen(path, "w");
+    WF_CHECK_TRUE(fp != NULL);
+    wf_opts_print_help(&cfg_spec, fp);
+    fclose(fp);
+    char *text;
+    size_t n;
+    WF_CHECK_OK(wf_file_read(path, &text, &n));
+    for (size_t i = 0; i < cfg_spec.n_opts; i++) WF_CHECK_TRUE(strstr(text, cfg_opts[i].key) != NULL);
+    WF_CHECK_TRUE(strstr(text, "model width (default: 64; range 1..65536)") != NULL);
+    free(text);
+}
+
+WF_TEST(config_write_toml_round_trips) {
+    const char *argv[] = {"--name=a \"b\"", "--data.inputs=x,y", "--optim.lr=0.1"};
+    cfg c, c2;
+    wf_strs pos;
+    WF_CHECK_OK(parse_args(&c, 3, argv, &pos));
+    wf_opts_free_positional(&pos);
+    char path[600];
+    snprintf(path, sizeof path, "%s/eff.toml", wf_test_tmpdir());
+    FILE *fp = fopen(path, "w");
+    wf_opts_write_toml(&cfg_spec, &c, fp);
+    fclose(fp);
+    char cfgarg[700];
+    snprintf(cfgarg, sizeof cfgarg, "--config=%s", path);
+    const char *argv2[] = {cfgarg};
+    WF_CHECK_OK(parse_args(&c2, 1, argv2, &pos));
+    WF_CHECK_STREQ(c2.name, c.name);
+    WF_CHECK_NEAR(c2.lr, 0.1, 0);
+    WF_CHECK_EQ(c2.inputs.n, 2);
+    WF_CHECK_EQ(c2.dim, c.dim);
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free(&cfg_spec, &c2);
+    wf_opts_free_positional(&pos);
+}
+
+/* ------------------------------------------------------------ arena */
+
+WF_TEST(arena_counters_and_alignment) {
+    wf_arena *a;
+    WF_CHECK_OK(wf_arena_create(&a, 1 << 16));
+    float *x = wf_arena_alloc(a, 1000 * sizeof(float), 64);
+    WF_CHECK_TRUE(x && ((uintptr_t)x % 64) == 0);
+    for (int i = 0; i < 1000; i++) WF_CHECK_TRUE(x[i] == 0.0f);
+    wf_arena_stats s = wf_arena_get_stats(a);
+    WF_CHECK_TRUE(s.in_use >= 4000 && s.in_use < 4000 + 64);
+    WF_CHECK_EQ(s.reserved, 1 << 16);
+    wf_arena_mark m = wf_arena_get_mark(a);
+    void *big = wf_arena_alloc(a, 1 << 20, 4096); /* larger than a chunk: its own chunk */
+    WF_CHECK_TRUE(big && ((uintptr_t)big % 4096) == 0);
+    s = wf_arena_get_stats(a);
+    WF_CHECK_TRUE(s.reserved > (1 << 20));
+    size_t peak = s.peak;
+    WF_CHECK_TRUE(peak >= (1 << 20) + 4000);
+    wf_arena_release(a, m);
+    s = wf_arena_get_stats(a);
+    WF_CHECK_TRUE(s.in_use < 4000 + 64);
+    WF_CHECK_EQ(s.peak, peak); /* peak survives releases */
+    wf_arena_reset(a);
+    WF_CHECK_EQ(wf_arena_get_stats(a).in_use, 0);
+    WF_CHECK_TRUE(wf_arena_alloc(a, 10, 3) == NULL); /* not a power of two */
+    WF_CHECK_TRUE(strstr(wf_error_msg(), "alignment 3") != NULL);
+    wf_arena_destroy(a);
+    wf_arena_destroy(NULL);
+}
+
+/* ------------------------------------------------------------ rng */
+
+WF_TEST(rng_philox_known_answers) {
+    /* Known-answer tests from the Random123 distribution (kat_vectors). */
+    uint32_t out[4];
+    uint32_t c0[4] = {0, 0, 0, 0}, k0[2] = {0, 0};
+    wf_philox4x32(c0, k0, out);
+    WF_CHECK_EQ(out[0], 0x6627e8d5u);
+    WF_CHECK_EQ(out[1], 0xe169c58du);
+    WF_CHECK_EQ(out[2], 0xbc57ac4cu);
+    WF_CHECK_EQ(out[3], 0x9b00dbd8u);
+    uint32_t c1[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, k1[2] = {0xffffffffu, 0xffffffffu};
+    wf_philox4x32(c1, k1, out);
+    WF_CHECK_EQ(out[0], 0x408f276du);
+    WF_CHECK_EQ(out[1], 0x41c83b0eu);
+    WF_CHECK_EQ(out[2], 0xa20bc7c6u);
+    WF_CHECK_EQ(out[3], 0x6d5451fdu);
+    uint32_t c2[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, k2[2] = {0xa4093822u, 0x299f31d0u};
+    wf_philox4x32(c2, k2, out);
+    WF_CHECK_EQ(out[0], 0xd16cfe09u);
+    WF_CHECK_EQ(out[1], 0x94fdccebu);
+    WF_CHECK_EQ(out[2], 0x5001e420u);
+    WF_CHECK_EQ(out[3], 0x24126ea1u);
+}
+
+WF_TEST(rng_streams_reproducible_and_distributed) {
+    wf_rng a = wf_rng_make(42, 1), b = wf_rng_make(42, 1), c = wf_rng_make(42, 2);
+    int differ = 0;
+    for (int i = 0; i < 100; i++) {
+        uint64_t x = wf_rng_u64(&a), y = wf_rng_u64(&b), z = wf_rng_u64(&c);
+        WF_CHECK_EQ(x, y);
+        differ += x != z;
+        WF_CHECK_EQ(wf_rng_at(42, 1, (uint64_t)i), x); /* random access */
+    }
+    WF_CHECK_TRUE(differ > 95);
+    /* moments of 100k normals and uniforms */
+    wf_rng r = wf_rng_make(7, 0);
+    double s1 = 0, s2 = 0, u1 = 0;
+    int n = 100000;
+    for (int i = 0; i < n; i++) {
+        double v = wf_rng_normal(&r);
+        s1 += v;
+        s2 += v * v;
+        float u = wf_rng_uniform(&r);
+        WF_CHECK_TRUE(u >= 0.0f && u < 1.0f);
+        u1 += u;
+    }
+    WF_CHECK_NEAR(s1 / n, 0.0, 0.02);
+    WF_CHECK_NEAR(s2 / n, 1.0, 0.02);
+    WF_CHECK_NEAR(u1 / n, 0.5, 0.01);
+    for (int i = 0; i < 1000; i++) WF_CHECK_TRUE(wf_rng_below(&r, 3) < 3);
+}
+
+WF_TEST(rng_permute_is_a_bijection) {
+    uint64_t sizes[] = {1, 2, 3, 10, 17, 1000, 4097};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        uint64_t n = sizes[k];
+        unsigned char *seen = calloc(n, 1);
+        int moved = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t p = wf_rng_permute(i, n, 123, 0);
+            WF_CHECK_TRUE(p < n);
+            WF_CHECK_TRUE(!seen[p]);
+            seen[p] = 1;
+            moved += p != i;
+        }
+        if (n >= 10) WF_CHECK_TRUE(moved > (int)n / 2);
+        free(seen);
+    }
+    /* another round key gives another order */
+    int same = 0;
+    for (uint64_t i = 0; i < 1000; i++) same += wf_rng_permute(i, 1000, 123, 0) == wf_rng_permute(i, 1000, 123, 1);
+    WF_CHECK_TRUE(same < 20);
+}
+
+/* ------------------------------------------------------------ files */
+
+WF_TEST(fileio_atomic_write_and_read) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/sub/dir", wf_test_tmpdir());
+    WF_CHECK_OK(wf_mkdirs(path));
+    WF_CHECK_TRUE(wf_path_is_dir(path));
+    snprintf(path, sizeof path, "%s/sub/dir/f.bin", wf_test_tmpdir());
+    WF_CHECK_OK(wf_file_write_atomic(path, "hello", 5));
+    char *data;
+    size_t n;
+    WF_CHECK_OK(wf_file_read(path, &data, &n));
+    WF_CHECK_EQ(n, 5);
+    WF_CHECK_STREQ(data, "hello");
+    free(data);
+    /* an aborted write leaves the old file and no temporary */
+    wf_afile f;
+    WF_CHECK_OK(wf_afile_open(&f, path));
+    fputs("partial", f.fp);
+    char tmp[700];
+    snprintf(tmp, sizeof tmp, "%s", f.tmp_path);
+    wf_afile_abort(&f);
+    WF_CHECK_TRUE(!wf_path_exists(tmp));
+    WF_CHECK_OK(wf_file_read(path, &data, &n));
+    WF_CHECK_STREQ(data, "hello");
+    free(data);
+    wf_mmap m;
+    WF_CHECK_OK(wf_mmap_open(&m, path));
+    WF_CHECK_EQ(m.size, 5);
+    WF_CHECK_TRUE(memcmp(m.data, "hello", 5) == 0);
+    wf_mmap_close(&m);
+    WF_CHECK_ERR(wf_file_read("/nonexistent/file", &data, &n), WF_ERR_NOTFOUND, "/nonexistent/file");
+    WF_CHECK_EQ(wf_hash64("abc", 3), wf_hash64("abc", 3));
+    WF_CHECK_TRUE(wf_hash64("abc", 3) != wf_hash64("abd", 3));
+    wf_hasher *h = wf_hasher_create();
+    wf_hasher_update(h, "ab", 2);
+    wf_hasher_update(h, "c", 1);
+    WF_CHECK_EQ(wf_hasher_digest(h), wf_hash64("abc", 3));
+    wf_hasher_destroy(h);
+}
+
+/* ------------------------------------------------------------ errors */
+
+static wf_status inner(void) { return wf_error(WF_ERR_FORMAT, "bad magic"); }
+
+WF_TEST(status_messages) {
+    WF_CHECK_STREQ(wf_status_str(WF_ERR_CHECKSUM), "checksum mismatch");
+    WF_CHECK_EQ(inner(), WF_ERR_FORMAT);
+    WF_CHECK_EQ(wf_error_wrap(WF_ERR_FORMAT, "shard %d: ", 3), WF_ERR_FORMAT);
+    WF_CHECK_STREQ(wf_error_msg(), "shard 3: bad magic");
+    wf_error_clear();
+    WF_CHECK_STREQ(wf_error_msg(), "");
+}
+
+typedef struct {
+    int hits[4];
+} par_ctx;
+
+static wf_status par_task(void *ctx, int tid, int n) {
+    par_ctx *p = ctx;
+    p->hits[tid] = n;
+    if (tid == 1) return wf_error(WF_ERR_IO, "thread %d failed", tid);
+    return WF_OK;
+}
+
+WF_TEST(parallel_run_propagates_errors) {
+    par_ctx p = {{0}};
+    WF_CHECK_ERR(wf_parallel_run(3, par_task, &p), WF_ERR_IO, "thread 1 failed");
+    WF_CHECK_EQ(p.hits[0], 3);
+    WF_CHECK_EQ(p.hits[2], 3);
+}
