@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every test: the setup script, the build with
+# gcc and with clang (warnings are errors), the AddressSanitizer +
+# UndefinedBehaviorSanitizer and ThreadSanitizer builds, then pytest, which
+# runs every C unit test in each of those builds and the Python end-to-end and
+# interoperability tests. Ends with pytest's summary line; exits non-zero on
+# any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+
+JOBS=$(nproc 2>/dev/null || echo 2)
+build() {
+  local name=$1; shift
+  echo "[check] build $name"
+  local log
+  if ! log=$(make -j"$JOBS" WERROR=1 "$@" 2>&1); then
+    echo "$log" | tail -60
+    echo "[check] build $name failed"
+    exit 1
+  fi
+}
+build gcc
+build clang CC=clang BUILD=build-clang
+build asan+ubsan SANITIZE=address,undefined
+build tsan SANITIZE=thread
+
+export WEFT_SAN_BUILDS="build-clang build-address-undefined build-thread"
+echo "[check] tests"
+set +e
+.venv/bin/python -m pytest tests/py -q -p no:cacheprovider "$@"
+rc=$?
+set -e
+# pytest exits 5 when it collected nothing: that is a failure here too.
+exit $rc

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# weft setup: installs every Debian package the build, the tests and the main
+# job need, a Python virtual environment (.venv) with the test-only Python
+# packages, and the data made from Debian packages (the default corpus and the
+# multilingual test text). Idempotent: when everything is there it only
+# checks, quietly, in about a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+say() { echo "[setup] $*"; }
+
+APT_PACKAGES=(
+  build-essential clang pkg-config git ca-certificates
+  libpcre2-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev
+  python3 python3-venv python3-pip
+  r-base-core r-cran-janeaustenr
+)
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python virtual environment for tests and benchmarks (never needed by weft).
+REQ=tests/requirements.txt
+STAMP=.venv/.weft-requirements
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  python3 -m venv .venv
+fi
+if [ ! -f "$STAMP" ] || ! cmp -s "$REQ" "$STAMP"; then
+  say "installing Python test packages into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -r "$REQ"
+  cp "$REQ" "$STAMP"
+fi
+
+# The default corpus: Jane Austen's six novels (public domain; packaged in
+# r-cran-janeaustenr, MIT). One plain-text document per chapter.
+CORPUS=data/corpus/austen
+if [ ! -f "$CORPUS/.complete" ]; then
+  say "writing the default corpus to $CORPUS"
+  rm -rf "$CORPUS"
+  mkdir -p "$CORPUS"
+  Rscript --vanilla scripts/austen_corpus.R "$CORPUS" >/dev/null
+  touch "$CORPUS/.complete"
+fi
+
+# Multilingual test text from Debian's translated manual pages, taken from
+# the .deb files themselves (images that exclude /usr/share/man still work).
+ML=data/multilingual
+if [ ! -f "$ML/.complete" ]; then
+  say "extracting multilingual test text to $ML"
+  rm -rf "$ML"
+  mkdir -p "$ML/deb"
+  (cd "$ML/deb" && apt-get download -qq manpages-fr manpages-de manpages-es manpages-ru manpages-pl manpages-ja manpages-zh >/dev/null 2>&1) || {
+    $SUDO apt-get update -qq
+    (cd "$ML/deb" && apt-get download -qq manpages-fr manpages-de manpages-es manpages-ru manpages-pl manpages-ja manpages-zh >/dev/null)
+  }
+  for deb in "$ML"/deb/*.deb; do dpkg-deb -x "$deb" "$ML/root"; done
+  python3 scripts/man_text.py "$ML/root/usr/share/man" "$ML"
+  rm -rf "$ML/deb" "$ML/root"
+  touch "$ML/.complete"
+fi
