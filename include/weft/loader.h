@@ -50,6 +50,9 @@ typedef struct {
     double wait_seconds;    /* how long wf_loader_next blocked for it */
 } wf_batch;
 
+/* The usual prefetch depth (callers that build wf_loader_opts use it). */
+#define WF_LOADER_DEFAULT_PREFETCH 2
+
 typedef struct wf_loader wf_loader;
 
 wf_status wf_loader_create(wf_loader **out, const wf_loader_opts *o);
@@ -66,5 +69,9 @@ wf_status wf_loader_set_state(wf_loader *l, wf_loader_state s);
 /* Samples per epoch and global batches per epoch. */
 uint64_t wf_loader_samples_per_epoch(const wf_loader *l);
 uint64_t wf_loader_batches_per_epoch(const wf_loader *l);
+
+/* Batches ready now (0..prefetch; always 0 when synchronous): a gauge for
+ * metrics, and how tests know the thread is waiting for a free buffer. */
+int wf_loader_ready(wf_loader *l);
 
 #endif
