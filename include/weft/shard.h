@@ -59,8 +59,11 @@ typedef struct {
 wf_status wf_shard_open(wf_shard *s, const char *path, int verify);
 void wf_shard_close(wf_shard *s); /* accepts a zeroed shard */
 
-/* Copies tokens [start, start+n) of the shard into out. */
+/* Copies tokens [start, start+n) of the shard into out. The caller keeps
+ * the range inside [0, n_tokens); nothing is checked here (the hot path). */
 void wf_shard_read(const wf_shard *s, uint64_t start, size_t n, int32_t *out);
+/* Token offset where document `doc` starts; doc == n_docs gives n_tokens,
+ * so document d spans [doc_start(d), doc_start(d + 1)). */
 uint64_t wf_shard_doc_start(const wf_shard *s, uint64_t doc);
 
 /* One split of a dataset: its shards as one virtual token stream. */
@@ -78,7 +81,47 @@ wf_status wf_dataset_open(wf_dataset *d, const char *dir, const char *split, int
 void wf_dataset_close(wf_dataset *d);
 
 /* Copies tokens [start, start+n) of the virtual stream into out (the range
- * may span shards). Returns WF_ERR_RANGE past the end. */
+ * may span shards). Returns WF_ERR_RANGE past the end, and WF_ERR_FORMAT
+ * (naming the shard and offset) for a token outside the vocabulary, so a
+ * corrupt shard opened without verify still never reaches the model. */
 wf_status wf_dataset_read(const wf_dataset *d, uint64_t start, size_t n, int32_t *out);
+
+/* Where document `doc` (0-based, counted over the split's shards in order)
+ * lies in the virtual stream: tokens [*start, *start + *n). WF_ERR_RANGE if
+ * doc >= n_docs. */
+wf_status wf_dataset_doc(const wf_dataset *d, uint64_t doc, uint64_t *start, uint64_t *n);
+
+/* ------------------------------------------------------- dataset.json */
+
+/* dataset.json as parsed and checked, without opening any shard (for
+ * `weft data inspect`). Strings and arrays are owned; free with
+ * wf_dataset_info_free. */
+typedef struct {
+    char *file;            /* shard file name inside the dataset directory */
+    uint64_t n_tokens, n_docs;
+    uint64_t bytes;        /* file size */
+    uint64_t payload_hash; /* XXH3-64 of the payload, as in the shard header */
+    uint64_t header_hash;
+} wf_shard_info;
+
+typedef struct {
+    char *name;            /* "train", "val" */
+    wf_shard_info *shards;
+    size_t n_shards;
+    uint64_t n_tokens, n_docs;
+} wf_split_info;
+
+typedef struct {
+    uint32_t vocab_size;
+    int token_bytes;       /* 2 (dtype "uint16") or 4 ("uint32") */
+    char *tokenizer;       /* as recorded by the writer; NULL if none */
+    wf_split_info *splits;
+    size_t n_splits;
+} wf_dataset_info;
+
+/* Reads DIR/dataset.json. Missing or malformed files are errors naming the
+ * file (and line for JSON syntax). */
+wf_status wf_dataset_info_load(wf_dataset_info *info, const char *dir);
+void wf_dataset_info_free(wf_dataset_info *info); /* accepts a zeroed info */
 
 #endif
