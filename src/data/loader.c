@@ -197,12 +197,15 @@ static wf_status check_opts(const wf_loader_opts *o, const char **split) {
                         o->dir, o->rank, o->world_size, o->world_size - 1);
     if (o->global_batch < 1 || o->global_batch % o->world_size != 0)
         return wf_error(WF_ERR_INVALID, "loader: %s: global_batch %d is not a positive multiple of "
-                                        "world_size %d; pick a global batch that %d ranks can split "
-                                        "evenly (e.g. %d)",
+                                        "world_size %d; pick one that %d ranks can split evenly "
+                                        "(e.g. %d or %d)",
                         o->dir, o->global_batch, o->world_size, o->world_size,
                         o->global_batch > o->world_size
                             ? o->global_batch / o->world_size * o->world_size
-                            : o->world_size);
+                            : o->world_size,
+                        o->global_batch > o->world_size
+                            ? (o->global_batch / o->world_size + 1) * o->world_size
+                            : 2 * o->world_size);
     if (o->prefetch < 0 || o->prefetch > WF_LOADER_MAX_PREFETCH)
         return wf_error(WF_ERR_INVALID, "loader: %s: prefetch is %d; it must be in 0..%d (0 reads "
                                         "synchronously, 2 is the usual choice)",

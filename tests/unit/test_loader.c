@@ -570,3 +570,63 @@ WF_TEST(loader_read_error_reaches_the_caller) {
     free(r.order);
     fixture_free(&f);
 }
+
+WF_TEST(loader_set_state_while_reading) {
+    /* set_state races with a read in progress: a batch read for the old
+     * cursor must never come out after the move. Many random jumps, each
+     * made right after a next (when the thread is most likely reading). */
+    fixture f = make_dataset("d", 20000, 100, 70000, 3000, 1);
+    const int T = 64, gb = 8;
+    ref_order r = ref_make(f.n_train, T, gb, 42, 1);
+    wf_loader_opts o = base_opts(&f, T, gb);
+    wf_loader *l = open_loader(&o);
+    wf_rng rng = wf_rng_make(99, 0);
+    uint64_t g = 0;
+    for (int i = 0; i < 300; i++) {
+        expect_batches(l, &r, f.train, T, g, 1 + wf_rng_below(&rng, 2), 0, 1, "jumping");
+        g = wf_rng_below(&rng, 3 * r.per_epoch);
+        WF_CHECK_OK(wf_loader_set_state(l, (wf_loader_state){g / r.per_epoch,
+                                                              (g % r.per_epoch) * (uint64_t)gb}));
+    }
+    wf_loader_destroy(l);
+    free(r.order);
+    fixture_free(&f);
+}
+
+WF_TEST(loader_corrupt_shard_error_reaches_the_caller) {
+    /* A real read error: a token past the vocabulary in a shard opened
+     * without verify. Stream token 205 is in sample 20 only (T = 10), which
+     * the in-order loader reads in batch 10 (two samples a batch). */
+    fixture f = make_dataset("d", 3000, 100, 5000, 1u << 20, 0);
+    char path[700];
+    snprintf(path, sizeof path, "%s/train-00000.wfs", f.dir);
+    FILE *fp = fopen(path, "r+b");
+    WF_CHECK_TRUE(fp != NULL);
+    WF_CHECK_TRUE(fseek(fp, 4096 + 2 * 205, SEEK_SET) == 0);
+    const unsigned char bad[2] = {0xff, 0xff};
+    WF_CHECK_EQ(fwrite(bad, 1, 2, fp), 2);
+    fclose(fp);
+
+    const int T = 10, gb = 2;
+    ref_order r = ref_make(f.n_train, T, gb, 42, 0);
+    for (int prefetch = 0; prefetch <= 2; prefetch += 2) {
+        wf_loader_opts o = base_opts(&f, T, gb);
+        o.shuffle = 0;
+        o.verify = 0;
+        o.prefetch = prefetch;
+        wf_loader *l = open_loader(&o);
+        expect_batches(l, &r, f.train, T, 0, 10, 0, 1, "before the corrupt token");
+        const wf_batch *b = NULL;
+        WF_CHECK_ERR(wf_loader_next(l, &b), WF_ERR_FORMAT, "train-00000.wfs: token 205 is 65535");
+        WF_CHECK_TRUE(strstr(wf_error_msg(), "reading sample 20 (epoch 0, position 20, rank 0)") != NULL);
+        WF_CHECK_EQ(wf_loader_get_state(l).sample, 20);
+        wf_loader_destroy(l);
+        /* With verify the checksum catches it at create. */
+        o.verify = 1;
+        WF_CHECK_TRUE(wf_loader_create(&l, &o) != WF_OK);
+        WF_CHECK_TRUE(l == NULL);
+        WF_CHECK_TRUE(strstr(wf_error_msg(), "train-00000.wfs") != NULL);
+    }
+    free(r.order);
+    fixture_free(&f);
+}
