@@ -14,5 +14,10 @@ int wf_tool_parse(const wf_cmd_spec *spec, void *opts, int argc, char **argv, wf
 /* Prints "weft <cmd>: error: <this thread's message>" and returns 1. */
 int wf_tool_fail(const char *cmd);
 
+/* tools/cmd_tokenize.c, tools/cmd_data.c */
+int wf_cmd_tokenize(int argc, char **argv);
+int wf_cmd_data_inspect(int argc, char **argv);
+int wf_cmd_data_dump(int argc, char **argv);
+
 
 #endif
