@@ -36,6 +36,7 @@
 
 #define WF_LOADER_MAX_PREFETCH 64
 #define WF_LOADER_MSG_CAP 1024
+#define WF_LOADER_SPIN_SECONDS 50e-6
 
 typedef struct {
     int32_t *tokens;          /* (B, T+1) */
@@ -72,6 +73,7 @@ struct wf_loader {
     /* Generation of the cursor, bumped by set_state; written under mu, also
      * read without it by a running read so it can give up early. */
     atomic_ulong gen;
+    atomic_int n_ready; /* mirror of count for the consumer's spin, written under mu */
 
     pthread_t thread;
     int thread_started;
@@ -150,6 +152,7 @@ static void *producer_main(void *arg) {
             l->next_read = advance(l, s);
         }
         l->count++;
+        atomic_store_explicit(&l->n_ready, l->count, memory_order_relaxed);
         pthread_cond_signal(&l->ready_cv);
     }
     pthread_mutex_unlock(&l->mu);
@@ -224,6 +227,7 @@ wf_status wf_loader_create(wf_loader **out, const wf_loader_opts *o) {
     pthread_cond_init(&l->ready_cv, NULL);
     pthread_cond_init(&l->free_cv, NULL);
     atomic_init(&l->gen, 0);
+    atomic_init(&l->n_ready, 0);
     l->held = -1;
     l->seed = o->seed;
     l->seq_len = o->seq_len;
@@ -325,6 +329,13 @@ wf_status wf_loader_next(wf_loader *l, const wf_batch **b) {
     double waited = 0.0;
     if (l->count == 0) {
         const double t0 = wf_time_now();
+        /* The thread is usually microseconds from done: spin that long
+         * before paying for a sleep and a wake-up. */
+        pthread_mutex_unlock(&l->mu);
+        while (atomic_load_explicit(&l->n_ready, memory_order_relaxed) == 0 &&
+               wf_time_now() - t0 < WF_LOADER_SPIN_SECONDS) {
+        }
+        pthread_mutex_lock(&l->mu);
         while (l->count == 0) pthread_cond_wait(&l->ready_cv, &l->mu);
         waited = wf_time_now() - t0;
     }
@@ -338,6 +349,7 @@ wf_status wf_loader_next(wf_loader *l, const wf_batch **b) {
     l->held = l->head;
     l->head = (l->head + 1) % l->n_slots;
     l->count--;
+    atomic_store_explicit(&l->n_ready, l->count, memory_order_relaxed);
     pthread_cond_signal(&l->free_cv);
     pthread_mutex_unlock(&l->mu);
 
@@ -364,6 +376,7 @@ wf_status wf_loader_set_state(wf_loader *l, wf_loader_state s) {
     pthread_mutex_lock(&l->mu);
     atomic_fetch_add(&l->gen, 1);
     l->count = 0; /* drop what is ready; the held batch stays valid */
+    atomic_store_explicit(&l->n_ready, 0, memory_order_relaxed);
     l->failed = 0;
     l->next_read = s;
     pthread_cond_signal(&l->free_cv);
