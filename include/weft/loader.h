@@ -58,7 +58,10 @@ typedef struct wf_loader wf_loader;
 wf_status wf_loader_create(wf_loader **out, const wf_loader_opts *o);
 void wf_loader_destroy(wf_loader *l); /* accepts NULL; stops the thread */
 
-/* The next batch. *b points into loader memory valid until the next call. */
+/* The next batch. *b points into loader memory valid until the next
+ * wf_loader_next or wf_loader_destroy (set_state keeps it). A read error of the prefetch thread is returned
+ * here, with its message, for the batch that failed, and again on every
+ * call until set_state. A loader is used from one thread. */
 wf_status wf_loader_next(wf_loader *l, const wf_batch **b);
 
 /* The cursor of the next batch wf_loader_next will return: save this. */
