@@ -25,6 +25,7 @@
 #include "weft/loader.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,7 +273,14 @@ wf_status wf_loader_create(wf_loader **out, const wf_loader_opts *o) {
         l->slots[i].tokens = (int32_t *)(void *)((char *)l->mem + (size_t)i * stride);
 
     if (l->prefetch > 0) {
-        if (pthread_create(&l->thread, NULL, producer_main, l) != 0) {
+        /* The thread blocks every signal, so that SIGINT/SIGTERM handlers
+         * (and sigwait) of the trainer run on the trainer's threads. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = pthread_create(&l->thread, NULL, producer_main, l);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc != 0) {
             s = wf_error(WF_ERR_INTERNAL, "loader: cannot start the prefetch thread (out of "
                                           "threads?); set prefetch to 0 to read synchronously");
             wf_loader_destroy(l);
