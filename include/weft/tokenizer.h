@@ -66,6 +66,26 @@ wf_status wf_tokenizer_decode(const wf_tokenizer *t, const int32_t *ids, size_t 
 /* The bytes of one id (for streaming decode); NULL if out of range. */
 const char *wf_tokenizer_id_bytes(const wf_tokenizer *t, int32_t id, size_t *len);
 
+/* A description of a tokenizer, for `weft tokenizer info` and logs. The
+ * strings point into the tokenizer (or the struct) and live as long as
+ * both. */
+typedef struct {
+    size_t vocab_size;     /* as wf_tokenizer_vocab_size */
+    size_t n_model_tokens; /* entries of the BPE model's vocabulary */
+    size_t n_merges;
+    size_t n_added;        /* added tokens (special or not) */
+    const char *pattern;      /* the pre-tokenizer regex, NULL if none */
+    const char *pattern_name; /* "llama3", "gpt2", or NULL for another pattern */
+    int ignore_merges;        /* whole-vocabulary pieces skip the merges */
+    char pretokenizer[160];   /* e.g. "Sequence[Split(Regex), ByteLevel(add_prefix_space=false)]" */
+} wf_tokenizer_info;
+void wf_tokenizer_get_info(const wf_tokenizer *t, wf_tokenizer_info *out);
+
+/* The i-th added token (i < n_added) in file order: its text, id and
+ * whether it is special. */
+void wf_tokenizer_added(const wf_tokenizer *t, size_t i, const char **content, int32_t *id,
+                        int *special);
+
 typedef struct {
     size_t vocab_size;      /* total, including the 256 byte tokens and specials */
     uint64_t min_frequency; /* a pair must occur at least this often to merge (>= 1) */
