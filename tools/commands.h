@@ -19,5 +19,11 @@ int wf_cmd_tokenize(int argc, char **argv);
 int wf_cmd_data_inspect(int argc, char **argv);
 int wf_cmd_data_dump(int argc, char **argv);
 
+/* tools/cmd_tokenizer.c */
+int wf_cmd_tokenizer_train(int argc, char **argv);
+int wf_cmd_tokenizer_encode(int argc, char **argv);
+int wf_cmd_tokenizer_decode(int argc, char **argv);
+int wf_cmd_tokenizer_info(int argc, char **argv);
+
 
 #endif

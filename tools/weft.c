@@ -23,6 +23,10 @@ static int cmd_version(int argc, char **argv) {
 
 static const tool_cmd commands[] = {
     {"version", cmd_version, "print weft's version"},
+    {"tokenizer train", wf_cmd_tokenizer_train, "learn a byte-level BPE tokenizer.json from text"},
+    {"tokenizer encode", wf_cmd_tokenizer_encode, "print the token ids of text"},
+    {"tokenizer decode", wf_cmd_tokenizer_decode, "turn token ids back into text"},
+    {"tokenizer info", wf_cmd_tokenizer_info, "describe a tokenizer.json"},
 };
 
 static void usage(FILE *out) {
