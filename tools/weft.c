@@ -27,6 +27,9 @@ static const tool_cmd commands[] = {
     {"tokenizer encode", wf_cmd_tokenizer_encode, "print the token ids of text"},
     {"tokenizer decode", wf_cmd_tokenizer_decode, "turn token ids back into text"},
     {"tokenizer info", wf_cmd_tokenizer_info, "describe a tokenizer.json"},
+    {"tokenize", wf_cmd_tokenize, "encode text files into a dataset of token shards"},
+    {"data inspect", wf_cmd_data_inspect, "show (and with --verify check) a tokenized dataset"},
+    {"data dump", wf_cmd_data_dump, "print one document of a tokenized dataset"},
 };
 
 static void usage(FILE *out) {
