@@ -321,3 +321,19 @@ def test_existing_dataset_needs_force(run_weft, tok, tmp_path):
               tmp_path / "two.txt"])
     assert read_split(out, "train") == [expected_ids(ref, eos, "another document")]
     assert sorted(os.listdir(out)) == ["dataset.json", "train-00000.wfs"]  # old shards removed
+
+
+def test_with_weft_trained_tokenizer(run_weft, corpus_dir, tmp_path):
+    """The real pipeline: `weft tokenizer train` then `weft tokenize` on Austen
+    chapters, checked against `tokenizers` loading weft's tokenizer.json."""
+    chapters = sorted(corpus_dir.glob("*.txt"))[:8]
+    tok_path = tmp_path / "tok.json"
+    run_weft(["tokenizer", "train", "--vocab-size", "600", "--output", tok_path, *chapters])
+    out = tmp_path / "data"
+    run_weft(["tokenize", "--tokenizer", tok_path, "--output", out, "--val-fraction", "0.25",
+              "--seed", "3", *chapters])
+    ref = Tokenizer.from_file(str(tok_path))
+    ref.encode_special_tokens = True
+    eos = ref.token_to_id("<|end_of_text|>")
+    expected = [ref.encode(p.read_bytes().decode()).ids + [eos] for p in chapters]
+    check_partition(expected, read_split(out, "train"), read_split(out, "val"))
