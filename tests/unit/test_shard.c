@@ -538,3 +538,56 @@ WF_TEST(malformed_dataset_json) {
     wf_test_write_file(json, "", 0);
     WF_CHECK_ERR(wf_dataset_open(&d, dir, "train", 0), WF_ERR_FORMAT, "dataset.json");
 }
+
+/* ------------------------------------------------------------- fuzzing */
+
+/* Random single-bit flips and truncations of a valid shard, with the
+ * checksums re-sealed half the time so the structural checks are reached
+ * too: opening must either fail cleanly or give a shard whose every token
+ * and document can be read in bounds (the sanitizer builds catch the rest). */
+WF_TEST(random_damage_fails_cleanly) {
+    const char *dir = tpath("ds");
+    small_dataset(dir);
+    char *orig;
+    size_t len;
+    WF_CHECK_OK(wf_file_read(tpath("ds/train-00000.wfs"), &orig, &len));
+    unsigned char *buf = malloc(len);
+    int32_t *toks = malloc(len * sizeof *toks);
+    const char *victim = tpath("victim.wfs");
+    uint64_t x = 88172645463325252ull;
+    int opened = 0, refused = 0;
+    for (int it = 0; it < 400; it++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        memcpy(buf, orig, len);
+        size_t n = len;
+        /* half of the flips land in the header, where the checks are densest */
+        size_t pos = (size_t)((x >> 8) % (it % 2 ? 128 : len));
+        if (it % 5 == 4) n = (size_t)((x >> 8) % len); /* truncation */
+        else buf[pos] ^= (unsigned char)(1u << (x & 7));
+        if (it % 4 >= 2 && n >= 128) { /* re-seal, so only the structure can tell */
+            uint64_t to = le64(buf + 40);
+            if (to <= n) put_le64(buf + 64, wf_hash64(buf + to, n - to));
+            put_le64(buf + 120, wf_hash64(buf, 120));
+        }
+        wf_test_write_file(victim, buf, n);
+        for (int verify = 0; verify < 2; verify++) {
+            wf_shard s;
+            if (wf_shard_open(&s, victim, verify) != WF_OK) {
+                WF_CHECK_TRUE(strstr(wf_error_msg(), "victim.wfs") != NULL);
+                refused++;
+                continue;
+            }
+            opened++;
+            wf_shard_read(&s, 0, (size_t)s.n_tokens, toks);
+            for (uint64_t d = 0; d < s.n_docs; d++)
+                WF_CHECK_TRUE(wf_shard_doc_start(&s, d) < wf_shard_doc_start(&s, d + 1));
+            if (verify)
+                for (uint64_t i = 0; i < s.n_tokens; i++) WF_CHECK_TRUE((uint32_t)toks[i] < s.vocab_size);
+            wf_shard_close(&s);
+        }
+    }
+    WF_CHECK_TRUE(opened > 0 && refused > 0);
+    free(toks);
+    free(buf);
+    free(orig);
+}
