@@ -217,7 +217,8 @@ typedef struct {
 } cache_slot;
 
 typedef struct bpe_tls {
-    struct bpe_tls *next, *prev;
+    struct bpe_tls *next;      /* all states of the tokenizer */
+    struct bpe_tls *idle_next;   /* states of exited threads, for reuse */
     wf_bpe_registry *reg;
     wf_regex_state split_st, bl_st;
     cache_slot *slots;
@@ -235,10 +236,13 @@ typedef struct bpe_tls {
     size_t pbuf_cap;
 } bpe_tls;
 
+/* Every thread's state, and a stack of states whose threads have exited:
+ * a new thread takes one of those, warm cache included, so callers that
+ * start fresh threads for each batch (wf_parallel_run) do not start cold. */
 struct wf_bpe_registry {
     pthread_key_t key;
     pthread_mutex_t mu;
-    bpe_tls *head;
+    bpe_tls *head, *idle;
 };
 
 typedef struct heap_ent {
@@ -262,16 +266,15 @@ static void tls_free(bpe_tls *s) {
     free(s);
 }
 
-/* Runs at thread exit for threads that encoded with a live tokenizer. */
+/* Runs at thread exit for threads that encoded with a live tokenizer: the
+ * state goes to the idle stack (freed by wf_tokenizer_destroy). */
 static void tls_exit(void *p) {
     bpe_tls *s = p;
     wf_bpe_registry *r = s->reg;
     pthread_mutex_lock(&r->mu);
-    if (s->prev) s->prev->next = s->next;
-    else r->head = s->next;
-    if (s->next) s->next->prev = s->prev;
+    s->idle_next = r->idle;
+    r->idle = s;
     pthread_mutex_unlock(&r->mu);
-    tls_free(s);
 }
 
 static void cache_clear(bpe_tls *s) {
@@ -282,6 +285,16 @@ static void cache_clear(bpe_tls *s) {
 static bpe_tls *tls_get(const wf_tokenizer *t) {
     bpe_tls *s = pthread_getspecific(t->reg->key);
     if (s) return s;
+    pthread_mutex_lock(&t->reg->mu);
+    s = t->reg->idle;
+    if (s) t->reg->idle = s->idle_next;
+    pthread_mutex_unlock(&t->reg->mu);
+    if (s) {
+        if (pthread_setspecific(t->reg->key, s) == 0) return s;
+        tls_exit(s);
+        wf_error(WF_ERR_NOMEM, "out of memory setting a thread's tokenizer state");
+        return NULL;
+    }
     s = calloc(1, sizeof *s);
     if (!s) goto nomem;
     s->reg = t->reg;
@@ -294,7 +307,6 @@ static bpe_tls *tls_get(const wf_tokenizer *t) {
     if (pthread_setspecific(t->reg->key, s) != 0) goto nomem;
     pthread_mutex_lock(&t->reg->mu);
     s->next = t->reg->head;
-    if (s->next) s->next->prev = s;
     t->reg->head = s;
     pthread_mutex_unlock(&t->reg->mu);
     return s;
@@ -829,7 +841,7 @@ void wf_tokenizer_destroy(wf_tokenizer *t) {
             tls_free(s);
             s = nx;
         }
-        t->reg->head = NULL;
+        t->reg->head = t->reg->idle = NULL;
         pthread_mutex_unlock(&t->reg->mu);
         /* This thread's value would otherwise dangle until the key is
          * reused; other threads' values are unreachable once it is gone. */
