@@ -22,7 +22,7 @@ else
 Q := @
 endif
 
-PKGS     := libpcre2-8 jansson libzstd zlib libxxhash
+PKGS     := libpcre2-8 jansson libzstd zlib libxxhash openblas
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
 
@@ -36,6 +36,14 @@ endif
 CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE
 CFLAGS   := -std=c11 $(OPT) $(WARN) -pthread $(PKG_CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS   := $(PKG_LIBS) -lm -pthread
+# OpenMP for the model's kernels (src/kernels). The ThreadSanitizer build
+# leaves it out: TSan does not see libgomp's synchronisation and reports
+# false races; the pragmas are then ignored and the kernels run on one
+# thread. With gcc, OpenBLAS (Debian's OpenMP build) and the kernels share
+# one libgomp pool; clang links its own libomp beside it (fine for tests).
+ifeq ($(findstring thread,$(SANITIZE)),)
+CFLAGS  += -fopenmp
+endif
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)

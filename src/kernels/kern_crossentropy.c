@@ -1,0 +1,65 @@
+/* Softmax cross-entropy over the vocabulary, fused: the forward computes
+ * each row's log-sum-exp and loss without touching the logits; the backward
+ * turns the logits, in place, into dloss * (softmax - onehot). Rows are
+ * split over threads; each row's exponential sum accumulates in double (V
+ * is tens of thousands of terms). */
+#include <math.h>
+
+#include "kernels/kern_impl.h"
+#include "weft/kernels.h"
+
+void wf_kern_crossentropy_fwd(float *losses, float *lse, const float *logits,
+                              const int32_t *targets, int N, int V) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *restrict z = logits + (size_t)n * V;
+        float mx = -INFINITY;
+        for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) sum += expf(z[v] - mx);
+        double l = mx + log(sum);
+        lse[n] = (float)l;
+        losses[n] = targets[n] < 0 ? 0.0f : (float)(l - z[targets[n]]);
+    }
+}
+
+void wf_kern_crossentropy_bwd(float *logits, const float *lse, const int32_t *targets, int N,
+                              int V, float dloss) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *restrict z = logits + (size_t)n * V;
+        int32_t tgt = targets[n];
+        if (tgt < 0) {
+            for (int v = 0; v < V; v++) z[v] = 0.0f;
+            continue;
+        }
+        float l = lse[n];
+        for (int v = 0; v < V; v++) z[v] = dloss * expf(z[v] - l);
+        z[tgt] -= dloss;
+    }
+}
+
+void wf_kern_crossentropy_fwd_ref(float *losses, float *lse, const float *logits,
+                                  const int32_t *targets, int N, int V) {
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * V;
+        double mx = -INFINITY, sum = 0.0;
+        for (int v = 0; v < V; v++)
+            if (z[v] > mx) mx = z[v];
+        for (int v = 0; v < V; v++) sum += exp(z[v] - mx);
+        double l = mx + log(sum);
+        lse[n] = (float)l;
+        losses[n] = targets[n] < 0 ? 0.0f : (float)(l - z[targets[n]]);
+    }
+}
+
+void wf_kern_crossentropy_bwd_ref(float *logits, const float *lse, const int32_t *targets, int N,
+                                  int V, float dloss) {
+    for (int n = 0; n < N; n++) {
+        float *z = logits + (size_t)n * V;
+        for (int v = 0; v < V; v++) {
+            double g = targets[n] < 0 ? 0.0 : exp((double)z[v] - lse[n]) - (v == targets[n]);
+            z[v] = (float)(dloss * g);
+        }
+    }
+}
