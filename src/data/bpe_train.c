@@ -450,7 +450,7 @@ static wf_status learn_merges(trainer *tr, tokstore *ts, size_t target, uint64_t
             pq_push(tr, (pq_ent){tr->pairs[i].cnt, tr->pairs[i].a, tr->pairs[i].b}) != 0)
             return nomem();
     wf_progress prog;
-    wf_progress_init(&prog, "learning merges", "merges", target > ts->n ? target - ts->n : 0);
+    wf_progress_init(&prog, "learning merges", " merges", target > ts->n ? target - ts->n : 0);
     size_t start_n = ts->n;
     for (uint32_t step = 0; ts->n < target; step++) {
         /* The best pair whose count is current. */

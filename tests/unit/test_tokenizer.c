@@ -1,0 +1,764 @@
+/* Unit tests of the byte-level BPE tokenizer (src/data/bpe*.c, pretok.c,
+ * tokenizer_json.c): the byte alphabet, pre-tokenizer pieces, merge order
+ * against a plain reference, special tokens, exact round trips of any bytes,
+ * tokenizer.json errors, save/load, shared use from threads, and training
+ * determinism across thread counts. Interoperability with the `tokenizers`
+ * library is tested in tests/py/test_tokenizer_interop.py. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/bpe_impl.h"
+#include "harness.h"
+#include "weft/docs.h"
+#include "weft/fileio.h"
+#include "weft/rng.h"
+#include "weft/tokenizer.h"
+
+/* ------------------------------------------------------------ helpers */
+
+static char *tmp_path(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *p = buf[k++ % 8];
+    snprintf(p, 512, "%s/%s", wf_test_tmpdir(), name);
+    return p;
+}
+
+static wf_tokenizer *load_json(const char *json) {
+    const char *path = tmp_path("tok.json");
+    wf_test_write_file(path, json, strlen(json));
+    wf_tokenizer *t = NULL;
+    WF_CHECK_OK(wf_tokenizer_load(&t, path));
+    return t;
+}
+
+static wf_status load_json_status(const char *json) {
+    const char *path = tmp_path("bad.json");
+    wf_test_write_file(path, json, strlen(json));
+    wf_tokenizer *t = NULL;
+    wf_status s = wf_tokenizer_load(&t, path);
+    wf_tokenizer_destroy(t);
+    return s;
+}
+
+/* A tokenizer.json with the 256 byte tokens (ids 0-255 in byte order), the
+ * given extra vocabulary entries and merges (JSON fragments), a
+ * pre-tokenizer and added tokens. */
+static char *make_json(const char *extra_vocab, const char *merges, const char *pretok,
+                       const char *added, const char *model_extra) {
+    size_t cap = 1 << 16;
+    char *buf = malloc(cap), *vocab = malloc(cap);
+    size_t v = 0;
+    for (int b = 0; b < 256; b++) {
+        char s[4];
+        uint8_t byte = (uint8_t)b;
+        wf_bpe_bytes_to_str(&byte, 1, s);
+        const char *esc = strcmp(s, "\"") == 0 ? "\\\"" : strcmp(s, "\\") == 0 ? "\\\\" : s;
+        v += (size_t)snprintf(vocab + v, cap - v, "%s\"%s\": %d", b ? ", " : "", esc, b);
+    }
+    if (extra_vocab && *extra_vocab) v += (size_t)snprintf(vocab + v, cap - v, ", %s", extra_vocab);
+    snprintf(buf, cap,
+             "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null,\n"
+             "\"added_tokens\": [%s],\n\"normalizer\": null,\n\"pre_tokenizer\": %s,\n"
+             "\"post_processor\": null, \"decoder\": {\"type\": \"ByteLevel\"},\n"
+             "\"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, "
+             "\"fuse_unk\": false, \"byte_fallback\": false%s,\n\"vocab\": {%s},\n\"merges\": [%s]}}\n",
+             added ? added : "", pretok, model_extra ? model_extra : "", vocab, merges ? merges : "");
+    free(vocab);
+    return buf;
+}
+
+static const char *PRETOK_LLAMA3_JSON =
+    "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": "
+    "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}, "
+    "\"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", "
+    "\"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}]}";
+
+static const char *PRETOK_GPT2_JSON =
+    "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
+    "\"use_regex\": true}";
+
+static void encode(const wf_tokenizer *t, const char *s, size_t n, int special, wf_ids *out) {
+    out->n = 0;
+    WF_CHECK_OK(wf_tokenizer_encode(t, s, n, special, out));
+}
+
+static void check_ids(const wf_ids *got, const int32_t *want, size_t n) {
+    WF_CHECK_EQ(got->n, n);
+    for (size_t i = 0; i < n; i++)
+        if (got->ids[i] != want[i])
+            wf_test_fail(__FILE__, __LINE__, "id %zu is %d, expected %d", i, got->ids[i], want[i]);
+}
+
+static void check_roundtrip(const wf_tokenizer *t, const char *s, size_t n, int special) {
+    wf_ids ids = {0};
+    encode(t, s, n, special, &ids);
+    char *back = NULL;
+    size_t blen = 0;
+    WF_CHECK_OK(wf_tokenizer_decode(t, ids.ids, ids.n, &back, &blen));
+    WF_CHECK_EQ(blen, n);
+    WF_CHECK_TRUE(memcmp(back, s, n) == 0);
+    free(back);
+    wf_ids_free(&ids);
+}
+
+/* English-like text with some Unicode, from a fixed seed: common words
+ * and made-up ones from a lexicon of 3000 (drawn Zipf-like), separated by
+ * spaces, commas and newlines. */
+static char *make_corpus(uint64_t seed, size_t n_words, size_t *len) {
+    static const char *common[] = {"the", "of", "and", "to", "a", "in", "was", "her", "she", "not",
+                                   "Emma", "Harriet", "could", "would", "be", "had", "very", "it's",
+                                   "Mr.", "Knightley", "café", "naïve", "Москва", "東京", "1815",
+                                   "42", "—", "\"well,\"", "(indeed)", "don't", "I'll", "😀"};
+    static const char *syl[] = {"ka", "ro", "mi", "te", "su", "ne", "lo", "ar", "en", "is",
+                                "th", "qu", "ve", "ha", "do", "ly", "ng", "st", "or", "un"};
+    size_t nc = sizeof common / sizeof *common, cap = n_words * 24 + 16, n = 0;
+    char *buf = malloc(cap);
+    wf_rng r = wf_rng_make(seed, 7);
+    for (size_t i = 0; i < n_words; i++) {
+        if (wf_rng_below(&r, 3) == 0) {
+            size_t k = (size_t)(wf_rng_below(&r, nc) * wf_rng_below(&r, nc) / nc);
+            size_t l = strlen(common[k]);
+            memcpy(buf + n, common[k], l);
+            n += l;
+        } else {
+            /* Lexicon word w: its syllables are a function of w alone. */
+            uint64_t w = wf_rng_below(&r, 3000) * wf_rng_below(&r, 3000) / 3000;
+            uint64_t ns = 1 + w % 4;
+            for (uint64_t k = 0; k < ns; k++) {
+                const char *sy = syl[wf_rng_at(w, k, 0) % 20];
+                memcpy(buf + n, sy, 2);
+                n += 2;
+            }
+        }
+        uint64_t sep = wf_rng_below(&r, 20);
+        buf[n++] = sep == 0 ? '\n' : sep == 1 ? ',' : ' ';
+        if (sep == 0 && wf_rng_below(&r, 3) == 0) buf[n++] = '\n';
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static wf_tokenizer *train_on(const char *const *paths, size_t n_paths, size_t vocab, int threads,
+                              const char *pattern, int mode) {
+    wf_bpe_train_opts o = {.vocab_size = vocab, .min_frequency = 2, .n_threads = threads,
+                           .pattern = pattern, .paths = paths, .n_paths = n_paths,
+                           .text_mode = mode};
+    wf_tokenizer *t = NULL;
+    WF_CHECK_OK(wf_tokenizer_train(&t, &o));
+    return t;
+}
+
+static wf_tokenizer *train_small(const char *pattern) {
+    size_t len;
+    char *text = make_corpus(1, 20000, &len);
+    const char *path = tmp_path("corpus.txt");
+    wf_test_write_file(path, text, len);
+    free(text);
+    const char *paths[] = {path};
+    return train_on(paths, 1, 600, 2, pattern, WF_TEXT_DOC_LINE);
+}
+
+/* -------------------------------------------------------- byte alphabet */
+
+WF_TEST(byte_alphabet_is_gpt2s) {
+    /* Printable bytes map to themselves, the rest to U+0100.. in order. */
+    WF_CHECK_EQ(wf_bpe_byte_cp('A'), 'A');
+    WF_CHECK_EQ(wf_bpe_byte_cp('!'), '!');
+    WF_CHECK_EQ(wf_bpe_byte_cp(0xA1), 0xA1);
+    WF_CHECK_EQ(wf_bpe_byte_cp(0x00), 0x100);
+    WF_CHECK_EQ(wf_bpe_byte_cp(' '), 0x120);  /* "Ġ" */
+    WF_CHECK_EQ(wf_bpe_byte_cp('\n'), 0x10A); /* "Ċ" */
+    WF_CHECK_EQ(wf_bpe_byte_cp(0x7F), 0x121);
+    WF_CHECK_EQ(wf_bpe_byte_cp(0xAD), 0x143);
+    int seen[324] = {0};
+    for (int b = 0; b < 256; b++) {
+        uint32_t cp = wf_bpe_byte_cp((uint8_t)b);
+        WF_CHECK_TRUE(cp < 324);
+        WF_CHECK_EQ(seen[cp]++, 0);
+        WF_CHECK_EQ(wf_bpe_cp_byte(cp), b);
+    }
+    uint8_t all[256], back[256];
+    char str[513];
+    for (int b = 0; b < 256; b++) all[b] = (uint8_t)b;
+    size_t sl = wf_bpe_bytes_to_str(all, 256, str);
+    WF_CHECK_EQ(wf_bpe_str_to_bytes(str, sl, back), 256);
+    WF_CHECK_TRUE(memcmp(all, back, 256) == 0);
+    WF_CHECK_EQ(wf_bpe_str_to_bytes("\xE2\x82\xAC", 3, back), -1); /* "€" is not in it */
+}
+
+/* -------------------------------------------------------- pre-tokenizer */
+
+static void check_pieces(const char *pattern, const char *text, size_t n, const char *const *want,
+                         size_t n_want) {
+    wf_regex re;
+    wf_regex_state st;
+    WF_CHECK_OK(wf_regex_compile(&re, pattern, 0, "test"));
+    WF_CHECK_OK(wf_regex_state_init(&st, &re));
+    wf_split_iter it;
+    wf_split_begin(&it, text, n);
+    size_t off, len, k = 0, covered = 0;
+    int r;
+    while ((r = wf_split_next(&re, &st, &it, &off, &len)) > 0) {
+        WF_CHECK_EQ(off, covered);
+        covered += len;
+        if (k < n_want && (strlen(want[k]) != len || memcmp(want[k], text + off, len) != 0))
+            wf_test_fail(__FILE__, __LINE__, "piece %zu is \"%.*s\", expected \"%s\"", k, (int)len,
+                         text + off, want[k]);
+        k++;
+    }
+    WF_CHECK_EQ(r, 0);
+    WF_CHECK_EQ(k, n_want);
+    WF_CHECK_EQ(covered, n);
+    wf_regex_state_free(&st);
+    wf_regex_free(&re);
+}
+
+WF_TEST(pretok_llama3_pieces) {
+    const char *text = "Hello, world! It's 1234567 ok\n\n  x  ";
+    const char *want[] = {"Hello", ",", " world", "!", " It", "'s", " ", "123", "456", "7",
+                          " ok", "\n\n", " ", " x", "  "};
+    check_pieces(WF_PRETOK_LLAMA3, text, strlen(text), want, sizeof want / sizeof *want);
+}
+
+WF_TEST(pretok_gpt2_pieces) {
+    const char *text = "Hello, world! It's 1234567 ok\n\n  x  ";
+    const char *want[] = {"Hello", ",", " world", "!", " It", "'s", " 1234567", " ok", "\n\n ",
+                          " x", "  "};
+    check_pieces(WF_PRETOK_GPT2, text, strlen(text), want, sizeof want / sizeof *want);
+}
+
+WF_TEST(pretok_invalid_utf8_bytes_are_pieces) {
+    /* 0xFF and a lone continuation byte match nothing: they come back as
+     * pieces of their own, and every byte is covered. */
+    const char text[] = "ab\xff\x80" "cd \xe2\x82";
+    const char *want[] = {"ab", "\xff\x80", "cd", " ", "\xe2\x82"};
+    check_pieces(WF_PRETOK_LLAMA3, text, sizeof text - 1, want, sizeof want / sizeof *want);
+}
+
+WF_TEST(pretok_whitespace_is_oniguruma_s) {
+    /* U+180E is \s for PCRE2 but not for Oniguruma (which `tokenizers`
+     * uses): with the rewrite it is a symbol and goes with the "!"
+     * (PCRE2's own \s would make "\u180e" and "!" two pieces). */
+    const char *text = "a\xe1\xa0\x8e!";
+    const char *want[] = {"a", "\xe1\xa0\x8e!"};
+    check_pieces(WF_PRETOK_LLAMA3, text, strlen(text), want, 2);
+    /* U+3000 (ideographic space) is whitespace in both. */
+    const char *text2 = "a\xe3\x80\x80\xe3\x80\x80" "b";
+    const char *want2[] = {"a", "\xe3\x80\x80", "\xe3\x80\x80\x62"}; /* \x62: "b" */
+    check_pieces(WF_PRETOK_LLAMA3, text2, strlen(text2), want2, 3);
+}
+
+WF_TEST(pretok_long_runs) {
+    /* A megabyte of spaces and one of letters: one piece each (the JIT
+     * stack must cope with the backtracking of \s+(?!\S)). */
+    size_t n = 1 << 20;
+    char *text = malloc(2 * n + 1);
+    memset(text, ' ', n);
+    memset(text + n, 'a', n);
+    text[2 * n] = '\0';
+    wf_regex re;
+    wf_regex_state st;
+    WF_CHECK_OK(wf_regex_compile(&re, WF_PRETOK_LLAMA3, 0, "test"));
+    WF_CHECK_OK(wf_regex_state_init(&st, &re));
+    wf_split_iter it;
+    wf_split_begin(&it, text, 2 * n);
+    size_t off, len;
+    WF_CHECK_EQ(wf_split_next(&re, &st, &it, &off, &len), 1);
+    WF_CHECK_EQ(len, n - 1); /* the last space goes with the letters */
+    WF_CHECK_EQ(wf_split_next(&re, &st, &it, &off, &len), 1);
+    WF_CHECK_EQ(len, n + 1);
+    WF_CHECK_EQ(wf_split_next(&re, &st, &it, &off, &len), 0);
+    wf_regex_state_free(&st);
+    wf_regex_free(&re);
+    free(text);
+}
+
+/* ------------------------------------------------------------- merges */
+
+WF_TEST(merges_apply_by_rank) {
+    /* (b,c) has the lowest rank, so "abc" is a + bc -> abc; without the
+     * (a,bc) merge it would stay [a, bc] even though "ab" exists. */
+    char *json = make_json("\"bc\": 256, \"ab\": 257, \"abc\": 258",
+                           "[\"b\", \"c\"], [\"a\", \"b\"], [\"a\", \"bc\"]", PRETOK_LLAMA3_JSON, NULL,
+                           NULL);
+    wf_tokenizer *t = load_json(json);
+    wf_ids ids = {0};
+    encode(t, "abc", 3, 0, &ids);
+    check_ids(&ids, (int32_t[]){258}, 1);
+    encode(t, "abab", 4, 0, &ids);
+    check_ids(&ids, (int32_t[]){257, 257}, 2);
+    wf_tokenizer_destroy(t);
+    free(json);
+    /* Same vocabulary, (a,b) first: "abc" -> ab + c, and no (ab,c) merge. */
+    json = make_json("\"bc\": 256, \"ab\": 257, \"abc\": 258", "[\"a\", \"b\"], [\"b\", \"c\"]",
+                     PRETOK_LLAMA3_JSON, NULL, NULL);
+    t = load_json(json);
+    encode(t, "abc", 3, 0, &ids);
+    check_ids(&ids, (int32_t[]){257, 'c'}, 2);
+    /* "bcbc" holds two (b,c) pairs: both merge. */
+    encode(t, "bcbc", 4, 0, &ids);
+    check_ids(&ids, (int32_t[]){256, 256}, 2);
+    wf_tokenizer_destroy(t);
+    free(json);
+    wf_ids_free(&ids);
+}
+
+WF_TEST(merges_tie_goes_left) {
+    char *json = make_json("\"aa\": 256", "[\"a\", \"a\"]", PRETOK_LLAMA3_JSON, NULL, NULL);
+    wf_tokenizer *t = load_json(json);
+    wf_ids ids = {0};
+    encode(t, "aaa", 3, 0, &ids);
+    check_ids(&ids, (int32_t[]){256, 'a'}, 2);
+    wf_tokenizer_destroy(t);
+    wf_ids_free(&ids);
+    free(json);
+}
+
+/* The plain reference: symbols are strings; repeatedly merge the adjacent
+ * pair of lowest rank (leftmost on ties). */
+static size_t ref_bpe(char syms[][64], size_t n, const char *const (*merges)[2], size_t n_merges) {
+    for (;;) {
+        size_t best = n_merges, at = 0;
+        for (size_t i = 0; i + 1 < n; i++)
+            for (size_t r = 0; r < best; r++)
+                if (strcmp(syms[i], merges[r][0]) == 0 && strcmp(syms[i + 1], merges[r][1]) == 0) {
+                    best = r;
+                    at = i;
+                    break;
+                }
+        if (best == n_merges) return n;
+        size_t la = strlen(syms[at]), lb = strlen(syms[at + 1]);
+        memcpy(syms[at] + la, syms[at + 1], lb + 1);
+        memmove(syms[at + 1], syms[at + 2], (n - at - 2) * sizeof syms[0]);
+        n--;
+    }
+}
+
+WF_TEST(merges_match_reference_short_and_long_pieces) {
+    /* Letters a-c only, so a piece is the whole string (one \p{L}+ match);
+     * lengths up to 200 cover the linear scan and the heap. */
+    static const char *const merges[][2] = {
+        {"a", "b"}, {"b", "c"}, {"c", "a"}, {"ab", "c"}, {"a", "bc"}, {"a", "a"}, {"b", "b"},
+        {"ca", "b"}, {"aa", "aa"}, {"ab", "ab"}, {"c", "c"}, {"bb", "c"}, {"abc", "abc"},
+        {"cc", "cc"}, {"aa", "b"}, {"cab", "c"}, {"aaaa", "aaaa"}};
+    size_t nm = sizeof merges / sizeof *merges;
+    const char *tokens[] = {"ab", "bc", "ca", "abc", "aa", "bb", "cab", "aaaa", "abab", "cc",
+                            "bbc", "abcabc", "cccc", "aab", "cabc", "aaaaaaaa"};
+    char vocab[2048] = "", merges_json[2048] = "";
+    for (size_t i = 0; i < sizeof tokens / sizeof *tokens; i++)
+        snprintf(vocab + strlen(vocab), sizeof vocab - strlen(vocab), "%s\"%s\": %zu", i ? ", " : "",
+                 tokens[i], 256 + i);
+    for (size_t i = 0; i < nm; i++)
+        snprintf(merges_json + strlen(merges_json), sizeof merges_json - strlen(merges_json),
+                 "%s[\"%s\", \"%s\"]", i ? ", " : "", merges[i][0], merges[i][1]);
+    char *json = make_json(vocab, merges_json, PRETOK_LLAMA3_JSON, NULL, NULL);
+    wf_tokenizer *t = load_json(json);
+    free(json);
+    wf_rng r = wf_rng_make(3, 0);
+    static char syms[256][64];
+    char text[256];
+    wf_ids ids = {0};
+    for (int trial = 0; trial < 400; trial++) {
+        size_t n = 1 + (size_t)wf_rng_below(&r, trial < 200 ? 40 : 200);
+        for (size_t i = 0; i < n; i++) {
+            /* Runs of one letter, so the long merges fire too. */
+            text[i] = i && wf_rng_below(&r, 2) ? text[i - 1] : (char)('a' + wf_rng_below(&r, 3));
+            syms[i][0] = text[i];
+            syms[i][1] = '\0';
+        }
+        size_t k = ref_bpe(syms, n, merges, nm);
+        encode(t, text, n, 0, &ids);
+        WF_CHECK_EQ(ids.n, k);
+        for (size_t i = 0; i < k; i++) WF_CHECK_EQ(ids.ids[i], wf_tokenizer_token_id(t, syms[i]));
+    }
+    wf_ids_free(&ids);
+    wf_tokenizer_destroy(t);
+}
+
+WF_TEST(ignore_merges_takes_whole_vocab_pieces) {
+    /* "abc" is in the vocabulary but no merge makes it. */
+    const char *vocab = "\"ab\": 256, \"abc\": 257";
+    char *json = make_json(vocab, "[\"a\", \"b\"]", PRETOK_LLAMA3_JSON, NULL, NULL);
+    wf_tokenizer *t = load_json(json);
+    wf_ids ids = {0};
+    encode(t, "abc", 3, 0, &ids);
+    check_ids(&ids, (int32_t[]){256, 'c'}, 2);
+    wf_tokenizer_destroy(t);
+    free(json);
+    json = make_json(vocab, "[\"a\", \"b\"]", PRETOK_LLAMA3_JSON, NULL, ", \"ignore_merges\": true");
+    t = load_json(json);
+    encode(t, "abc", 3, 0, &ids);
+    check_ids(&ids, (int32_t[]){257}, 1);
+    encode(t, "abcab", 5, 0, &ids); /* not whole: merges as usual */
+    check_ids(&ids, (int32_t[]){256, 'c', 256}, 3);
+    wf_tokenizer_destroy(t);
+    free(json);
+    wf_ids_free(&ids);
+}
+
+WF_TEST(missing_byte_tokens_are_dropped) {
+    /* A vocabulary without "z": `tokenizers` drops the character when there
+     * is no unk_token, and so does weft. */
+    char vocab[8192] = "";
+    for (int b = 0; b < 256; b++) {
+        if (b == 'z') continue;
+        char s[4];
+        uint8_t byte = (uint8_t)b;
+        wf_bpe_bytes_to_str(&byte, 1, s);
+        const char *esc = strcmp(s, "\"") == 0 ? "\\\"" : strcmp(s, "\\") == 0 ? "\\\\" : s;
+        snprintf(vocab + strlen(vocab), sizeof vocab - strlen(vocab), "%s\"%s\": %d",
+                 *vocab ? ", " : "", esc, b);
+    }
+    char json[16384];
+    snprintf(json, sizeof json,
+             "{\"added_tokens\": [], \"normalizer\": null, \"pre_tokenizer\": %s, \"decoder\": null, "
+             "\"model\": {\"type\": \"BPE\", \"vocab\": {%s}, \"merges\": []}}",
+             PRETOK_GPT2_JSON, vocab);
+    wf_tokenizer *t = load_json(json);
+    wf_ids ids = {0};
+    encode(t, "azb", 3, 0, &ids);
+    check_ids(&ids, (int32_t[]){'a', 'b'}, 2);
+    wf_tokenizer_destroy(t);
+    wf_ids_free(&ids);
+}
+
+/* ------------------------------------------------------- special tokens */
+
+WF_TEST(special_tokens_with_and_without_parse_special) {
+    wf_tokenizer *t = train_small("llama3");
+    int32_t bos = wf_tokenizer_bos(t), eos = wf_tokenizer_eos(t), pad = wf_tokenizer_pad(t);
+    size_t v = wf_tokenizer_vocab_size(t);
+    /* Specials are the last ids, in the default order. */
+    WF_CHECK_EQ(bos, (int32_t)v - 3);
+    WF_CHECK_EQ(eos, (int32_t)v - 2);
+    WF_CHECK_EQ(pad, (int32_t)v - 1);
+    WF_CHECK_EQ(wf_tokenizer_token_id(t, "<|end_of_text|>"), eos);
+    const char *s = "the<|end_of_text|>of<|begin_of_text|>";
+    wf_ids ids = {0}, the = {0}, of = {0};
+    encode(t, "the", 3, 1, &the);
+    encode(t, "of", 2, 1, &of);
+    encode(t, s, strlen(s), 1, &ids);
+    WF_CHECK_EQ(ids.n, the.n + of.n + 2);
+    WF_CHECK_TRUE(memcmp(ids.ids, the.ids, the.n * sizeof *the.ids) == 0);
+    WF_CHECK_EQ(ids.ids[the.n], eos);
+    WF_CHECK_TRUE(memcmp(ids.ids + the.n + 1, of.ids, of.n * sizeof *of.ids) == 0);
+    WF_CHECK_EQ(ids.ids[ids.n - 1], bos);
+    wf_ids_free(&the);
+    wf_ids_free(&of);
+    encode(t, s, strlen(s), 0, &ids);
+    WF_CHECK_TRUE(ids.n > 4);
+    for (size_t i = 0; i < ids.n; i++) WF_CHECK_TRUE(ids.ids[i] < bos);
+    check_roundtrip(t, s, strlen(s), 0);
+    check_roundtrip(t, s, strlen(s), 1);
+    size_t l;
+    const char *b = wf_tokenizer_id_bytes(t, eos, &l);
+    WF_CHECK_TRUE(b && l == strlen("<|end_of_text|>") && memcmp(b, "<|end_of_text|>", l) == 0);
+    wf_ids_free(&ids);
+    wf_tokenizer_destroy(t);
+}
+
+WF_TEST(added_tokens_leftmost_longest) {
+    /* "<x>" and "<x>y" overlap: the longest at the leftmost start wins;
+     * the non-special token is matched even without parse_special. */
+    const char *added =
+        "{\"id\": 300, \"content\": \"<x>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": "
+        "false, \"normalized\": false, \"special\": true}, {\"id\": 301, \"content\": \"<x>y\", "
+        "\"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
+        "\"special\": true}, {\"id\": 302, \"content\": \"hey\", \"single_word\": false, \"lstrip\": "
+        "false, \"rstrip\": false, \"normalized\": true, \"special\": false}";
+    char *json = make_json("", "", PRETOK_LLAMA3_JSON, added, NULL);
+    wf_tokenizer *t = load_json(json);
+    free(json);
+    WF_CHECK_EQ(wf_tokenizer_vocab_size(t), 303);
+    wf_ids ids = {0};
+    encode(t, "a<x>yb<x>hey", 12, 1, &ids);
+    check_ids(&ids, (int32_t[]){'a', 301, 'b', 300, 302}, 5);
+    encode(t, "a<x>hey", 7, 0, &ids);
+    check_ids(&ids, (int32_t[]){'a', '<', 'x', '>', 302}, 5);
+    wf_ids_free(&ids);
+    wf_tokenizer_destroy(t);
+}
+
+/* ------------------------------------------------------------ round trip */
+
+WF_TEST(roundtrip_random_bytes) {
+    const char *patterns[] = {"llama3", "gpt2"};
+    for (int p = 0; p < 2; p++) {
+        wf_tokenizer *t = train_small(patterns[p]);
+        wf_rng r = wf_rng_make(11, (uint64_t)p);
+        char buf[600];
+        for (int trial = 0; trial < 300; trial++) {
+            size_t n = (size_t)wf_rng_below(&r, sizeof buf);
+            int kind = trial % 3;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t x = wf_rng_u64(&r);
+                /* all bytes; mostly ASCII with some high bytes; UTF-8 pieces cut anywhere */
+                buf[i] = kind == 0 ? (char)x
+                         : kind == 1 ? (char)(x % 5 ? 0x20 + x % 95 : 0x80 + (x >> 8) % 128)
+                                     : "\xe6\x9d\xb1\xf0\x9f\x98\x80 a\n\r\t\xff"[x % 14];
+            }
+            check_roundtrip(t, buf, n, 0);
+            check_roundtrip(t, buf, n, 1);
+        }
+        wf_tokenizer_destroy(t);
+    }
+}
+
+WF_TEST(roundtrip_prefix_space_tokenizer) {
+    /* ByteLevel(add_prefix_space=true) adds a space `tokenizers`-style: the
+     * ids then decode to " " + text. */
+    const char *pre = "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, "
+                      "\"use_regex\": true}";
+    char *json = make_json("\"\xc4\xa0h\": 256", "[\"\xc4\xa0\", \"h\"]", pre, NULL, NULL);
+    wf_tokenizer *t = load_json(json);
+    free(json);
+    wf_ids ids = {0};
+    encode(t, "hi", 2, 0, &ids);
+    check_ids(&ids, (int32_t[]){256, 'i'}, 2);
+    encode(t, " hi", 3, 0, &ids); /* already starts with a space: none added */
+    check_ids(&ids, (int32_t[]){256, 'i'}, 2);
+    wf_ids_free(&ids);
+    wf_tokenizer_destroy(t);
+}
+
+WF_TEST(decode_rejects_unknown_ids) {
+    wf_tokenizer *t = train_small("llama3");
+    int32_t bad[] = {1, (int32_t)wf_tokenizer_vocab_size(t)};
+    char *out = NULL;
+    size_t len;
+    WF_CHECK_ERR(wf_tokenizer_decode(t, bad, 2, &out, &len), WF_ERR_RANGE, "position 1");
+    int32_t neg[] = {-1};
+    WF_CHECK_ERR(wf_tokenizer_decode(t, neg, 1, &out, &len), WF_ERR_RANGE, "id -1");
+    WF_CHECK_TRUE(wf_tokenizer_id_bytes(t, -5, &len) == NULL);
+    wf_tokenizer_destroy(t);
+}
+
+/* ------------------------------------------------------------ load errors */
+
+WF_TEST(load_malformed_json_names_line_and_column) {
+    const char *json = "{\n  \"model\": {\n    \"type\": \"BPE\",,\n  }\n}\n";
+    WF_CHECK_ERR(load_json_status(json), WF_ERR_FORMAT, "bad.json:3:");
+    wf_tokenizer *t = NULL;
+    WF_CHECK_ERR(wf_tokenizer_load(&t, tmp_path("missing.json")), WF_ERR_NOTFOUND, "missing.json");
+}
+
+WF_TEST(load_rejects_unsupported_parts) {
+    const char *wordpiece = "{\"normalizer\": null, \"pre_tokenizer\": null, \"model\": {\"type\": "
+                            "\"WordPiece\", \"vocab\": {\"a\": 0}}}";
+    WF_CHECK_ERR(load_json_status(wordpiece), WF_ERR_UNSUPPORTED, "model.type is \"WordPiece\"");
+    const char *fallback = "{\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, "
+                           "\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": "
+                           "{}, \"merges\": []}}";
+    WF_CHECK_ERR(load_json_status(fallback), WF_ERR_UNSUPPORTED, "model.byte_fallback");
+    const char *nfc = "{\"normalizer\": {\"type\": \"NFC\"}, \"pre_tokenizer\": {\"type\": "
+                      "\"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}";
+    WF_CHECK_ERR(load_json_status(nfc), WF_ERR_UNSUPPORTED, "normalizer \"NFC\"");
+    const char *meta = "{\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Metaspace\"}, "
+                       "\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}";
+    WF_CHECK_ERR(load_json_status(meta), WF_ERR_UNSUPPORTED, "pre_tokenizer type \"Metaspace\"");
+    const char *strip = "{\"added_tokens\": [{\"id\": 0, \"content\": \"<s>\", \"lstrip\": true}], "
+                        "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
+                        "\"vocab\": {}, \"merges\": []}}";
+    WF_CHECK_ERR(load_json_status(strip), WF_ERR_UNSUPPORTED, "added_tokens[0]");
+    const char *merged = "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": "
+                         "\"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}";
+    WF_CHECK_ERR(load_json_status(merged), WF_ERR_FORMAT, "model.merges[0]");
+    const char *missing = "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": "
+                          "\"BPE\", \"vocab\": {\"a\": 0, \"ab\": 1}, \"merges\": [[\"a\", \"b\"]]}}";
+    WF_CHECK_ERR(load_json_status(missing), WF_ERR_FORMAT, "the token \"b\" is not in model.vocab");
+    const char *dup = "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": "
+                      "\"BPE\", \"vocab\": {\"a\": 0, \"b\": 0}, \"merges\": []}}";
+    WF_CHECK_ERR(load_json_status(dup), WF_ERR_FORMAT, "id 0");
+    const char *split = "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+                        "\"Split\", \"pattern\": {\"Regex\": \"x\"}, \"behavior\": \"Removed\"}, "
+                        "{\"type\": \"ByteLevel\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, "
+                        "\"merges\": []}}";
+    WF_CHECK_ERR(load_json_status(split), WF_ERR_UNSUPPORTED, "behavior");
+    const char *badre = "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+                        "\"Split\", \"pattern\": {\"Regex\": \"(x\"}, \"behavior\": \"Isolated\"}, "
+                        "{\"type\": \"ByteLevel\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, "
+                        "\"merges\": []}}";
+    WF_CHECK_ERR(load_json_status(badre), WF_ERR_FORMAT, "does not compile");
+    WF_CHECK_ERR(load_json_status("[1, 2]"), WF_ERR_FORMAT, "top level");
+}
+
+/* ------------------------------------------------------ save and reload */
+
+WF_TEST(save_load_roundtrip) {
+    wf_tokenizer *t = train_small("gpt2");
+    const char *path = tmp_path("saved.json");
+    WF_CHECK_OK(wf_tokenizer_save(t, path));
+    wf_tokenizer *u = NULL;
+    WF_CHECK_OK(wf_tokenizer_load(&u, path));
+    WF_CHECK_EQ(wf_tokenizer_vocab_size(u), wf_tokenizer_vocab_size(t));
+    WF_CHECK_EQ(wf_tokenizer_eos(u), wf_tokenizer_eos(t));
+    wf_tokenizer_info a, b;
+    wf_tokenizer_get_info(t, &a);
+    wf_tokenizer_get_info(u, &b);
+    WF_CHECK_EQ(a.n_merges, b.n_merges);
+    WF_CHECK_STREQ(b.pattern_name, "gpt2");
+    size_t len;
+    char *text = make_corpus(99, 3000, &len);
+    wf_ids x = {0}, y = {0};
+    encode(t, text, len, 1, &x);
+    encode(u, text, len, 1, &y);
+    WF_CHECK_EQ(x.n, y.n);
+    WF_CHECK_TRUE(memcmp(x.ids, y.ids, x.n * sizeof *x.ids) == 0);
+    /* Saving the loaded one gives the same file. */
+    const char *path2 = tmp_path("saved2.json");
+    WF_CHECK_OK(wf_tokenizer_save(u, path2));
+    char *f1, *f2;
+    size_t l1, l2;
+    WF_CHECK_OK(wf_file_read(path, &f1, &l1));
+    WF_CHECK_OK(wf_file_read(path2, &f2, &l2));
+    WF_CHECK_TRUE(l1 == l2 && memcmp(f1, f2, l1) == 0);
+    free(f1);
+    free(f2);
+    free(text);
+    wf_ids_free(&x);
+    wf_ids_free(&y);
+    wf_tokenizer_destroy(t);
+    wf_tokenizer_destroy(u);
+}
+
+/* --------------------------------------------------------------- threads */
+
+typedef struct {
+    const wf_tokenizer *t;
+    const char *text;
+    size_t len;
+    wf_ids out;
+    wf_status st;
+} enc_job;
+
+static void *enc_thread(void *arg) {
+    enc_job *j = arg;
+    for (int rep = 0; rep < 3 && j->st == WF_OK; rep++) {
+        j->out.n = 0;
+        j->st = wf_tokenizer_encode(j->t, j->text, j->len, 0, &j->out);
+    }
+    return NULL;
+}
+
+WF_TEST(encode_shared_from_threads) {
+    wf_tokenizer *t = train_small("llama3");
+    size_t len;
+    char *text = make_corpus(5, 20000, &len);
+    wf_ids ref = {0};
+    encode(t, text, len, 0, &ref);
+    enc_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (enc_job){t, text, len, {0}, WF_OK};
+        WF_CHECK_EQ(pthread_create(&th[i], NULL, enc_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    /* Threads that exited left their states for reuse: a second round. */
+    for (int i = 0; i < 2; i++) WF_CHECK_EQ(pthread_create(&th[i], NULL, enc_thread, &jobs[i]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        WF_CHECK_OK(jobs[i].st);
+        WF_CHECK_EQ(jobs[i].out.n, ref.n);
+        WF_CHECK_TRUE(memcmp(jobs[i].out.ids, ref.ids, ref.n * sizeof *ref.ids) == 0);
+        wf_ids_free(&jobs[i].out);
+    }
+    wf_ids_free(&ref);
+    free(text);
+    wf_tokenizer_destroy(t);
+}
+
+/* -------------------------------------------------------------- training */
+
+WF_TEST(train_is_deterministic_across_threads) {
+    /* Several files, one of them a single document over 2 MB (cut into
+     * units for counting). */
+    const char *paths[3] = {tmp_path("c1.txt"), tmp_path("c2.txt"), tmp_path("c3.txt")};
+    size_t lens[3] = {2000, 30000, 400000};
+    for (int i = 0; i < 3; i++) {
+        size_t len;
+        char *text = make_corpus(20 + (uint64_t)i, lens[i], &len);
+        wf_test_write_file(paths[i], text, len);
+        free(text);
+    }
+    char *files[3];
+    size_t flen[3];
+    for (int k = 0; k < 3; k++) {
+        int threads = k + 1;
+        wf_tokenizer *t = train_on(paths, 3, 1000, threads, "llama3", WF_TEXT_DOC_FILE);
+        WF_CHECK_EQ(wf_tokenizer_vocab_size(t), 1000);
+        char name[32];
+        snprintf(name, sizeof name, "t%d.json", threads);
+        WF_CHECK_OK(wf_tokenizer_save(t, tmp_path(name)));
+        WF_CHECK_OK(wf_file_read(tmp_path(name), &files[k], &flen[k]));
+        wf_tokenizer_destroy(t);
+    }
+    for (int k = 1; k < 3; k++) {
+        WF_CHECK_EQ(flen[k], flen[0]);
+        WF_CHECK_TRUE(memcmp(files[k], files[0], flen[0]) == 0);
+    }
+    for (int k = 0; k < 3; k++) free(files[k]);
+}
+
+WF_TEST(train_learns_frequent_words_and_layout) {
+    wf_tokenizer *t = train_small("llama3");
+    WF_CHECK_EQ(wf_tokenizer_vocab_size(t), 600);
+    /* Bytes first, in byte order. */
+    for (int b = 0; b < 256; b++) {
+        size_t l;
+        const char *s = wf_tokenizer_id_bytes(t, b, &l);
+        WF_CHECK_TRUE(s && l == 1 && (uint8_t)s[0] == b);
+    }
+    /* The most frequent word of the corpus is one token, and the first
+     * merge is the most frequent pair. */
+    WF_CHECK_TRUE(wf_tokenizer_token_id(t, "the") >= 256);
+    WF_CHECK_TRUE(wf_tokenizer_token_id(t, "\xc4\xa0the") >= 256); /* " the" */
+    wf_tokenizer_info in;
+    wf_tokenizer_get_info(t, &in);
+    WF_CHECK_EQ(in.n_added, 3);
+    WF_CHECK_STREQ(in.pattern_name, "llama3");
+    wf_tokenizer_destroy(t);
+}
+
+WF_TEST(train_min_frequency_stops_early) {
+    const char *path = tmp_path("tiny.txt");
+    wf_test_write_file(path, "abab abab xyz", 13);
+    const char *paths[] = {path};
+    wf_bpe_train_opts o = {.vocab_size = 5000, .min_frequency = 2, .n_threads = 1,
+                           .pattern = "llama3", .paths = paths, .n_paths = 1};
+    wf_tokenizer *t = NULL;
+    WF_CHECK_OK(wf_tokenizer_train(&t, &o));
+    /* Only pairs seen twice: "ab" (4x), then "abab" (2x), " abab"? (" " + "abab" once: no). */
+    WF_CHECK_TRUE(wf_tokenizer_token_id(t, "ab") == 256);
+    WF_CHECK_TRUE(wf_tokenizer_token_id(t, "abab") >= 256);
+    WF_CHECK_EQ(wf_tokenizer_token_id(t, "xy"), -1);
+    WF_CHECK_TRUE(wf_tokenizer_vocab_size(t) < 300);
+    WF_CHECK_EQ(wf_tokenizer_eos(t), (int32_t)wf_tokenizer_vocab_size(t) - 2);
+    wf_tokenizer_destroy(t);
+}
+
+WF_TEST(train_rejects_bad_options) {
+    const char *path = tmp_path("x.txt");
+    wf_test_write_file(path, "hello", 5);
+    const char *paths[] = {path};
+    wf_bpe_train_opts o = {.vocab_size = 200, .n_threads = 1, .paths = paths, .n_paths = 1};
+    wf_tokenizer *t = NULL;
+    WF_CHECK_ERR(wf_tokenizer_train(&t, &o), WF_ERR_INVALID, "vocab_size 200");
+    o.vocab_size = 1000;
+    o.pattern = "bert";
+    WF_CHECK_ERR(wf_tokenizer_train(&t, &o), WF_ERR_INVALID, "unknown pattern");
+    o.pattern = NULL;
+    const char *dups[] = {"<a>", "<a>"};
+    o.special_tokens = dups;
+    o.n_special = 2;
+    WF_CHECK_ERR(wf_tokenizer_train(&t, &o), WF_ERR_INVALID, "twice");
+    o.special_tokens = NULL;
+    const char *none[] = {tmp_path("nope.txt")};
+    o.paths = none;
+    WF_CHECK_TRUE(wf_tokenizer_train(&t, &o) != WF_OK);
+    WF_CHECK_TRUE(t == NULL);
+}
