@@ -76,18 +76,25 @@ static const wf_cmd_spec tokenize_spec = {
 /* Philox stream of the train/val draw (ASCII "split"). */
 #define SPLIT_STREAM UINT64_C(0x73706c6974)
 
+/* One document's ids on a cache line of its own: two threads encode
+ * neighbouring documents at once, and sharing the line that holds their
+ * lengths made two threads slower than one. */
+typedef struct {
+    _Alignas(64) wf_ids v;
+} doc_ids;
+
 typedef struct {
     char *text;     /* the batch's documents back to back */
     size_t text_len, text_cap;
     size_t *off;    /* document i is text[off[i], off[i] + len[i]) */
     size_t *len;
-    wf_ids *ids;    /* encoded document i; kept across batches for their capacity */
+    doc_ids *ids;   /* encoded document i; kept across batches for their capacity */
     size_t n, cap;
     atomic_size_t next; /* next document to hand out to an encoding thread */
 } batch;
 
 static void batch_free(batch *b) {
-    for (size_t i = 0; i < b->cap; i++) wf_ids_free(&b->ids[i]);
+    for (size_t i = 0; i < b->cap; i++) wf_ids_free(&b->ids[i].v);
     free(b->ids);
     free(b->off);
     free(b->len);
@@ -101,10 +108,12 @@ static wf_status batch_push(batch *b, const char *text, size_t len) {
         if (no) b->off = no;
         size_t *nl = realloc(b->len, cap * sizeof *nl);
         if (nl) b->len = nl;
-        wf_ids *ni = realloc(b->ids, cap * sizeof *ni);
+        doc_ids *ni = aligned_alloc(_Alignof(doc_ids), cap * sizeof *ni);
         if (ni) {
-            b->ids = ni;
+            if (b->cap) memcpy(ni, b->ids, b->cap * sizeof *ni);
             memset(ni + b->cap, 0, (cap - b->cap) * sizeof *ni);
+            free(b->ids);
+            b->ids = ni;
         }
         if (!no || !nl || !ni) return wf_error(WF_ERR_NOMEM, "out of memory batching documents");
         b->cap = cap;
@@ -148,11 +157,11 @@ typedef struct {
 } tokenize_summary;
 
 /* The pipeline. Threads live for the whole run (the tokenizer keeps a warm
- * cache per thread, which new threads per batch would throw away). Thread 0
- * reads batch g+1 while the others encode batch g, then helps encode g,
- * waits for it, and writes it in order. Batch g lives in slot[g % 2]; a
- * slot is refilled only after its batch was written and no thread is
- * inside it any more. */
+ * cache per thread, which new threads per batch would throw away). Batch g
+ * lives in slot[g % 2]. Thread 0 reads, writes and helps encode (see
+ * coordinator); the other threads only encode the current batch, taking
+ * documents one at a time. A slot is refilled only once its batch is
+ * written and no thread is inside it any more. */
 typedef struct {
     const tokenize_opts *o;
     const char *const *inputs;
@@ -187,7 +196,7 @@ static wf_status encode_some(pipeline *p, batch *b) {
         if (i >= b->n) break;
         mine++;
         if (atomic_load(&p->failed)) continue;
-        wf_ids *out = &b->ids[i];
+        wf_ids *out = &b->ids[i].v;
         out->n = 0;
         st = wf_tokenizer_encode(p->tok, b->text + b->off[i], b->len[i], 0, out);
         if (st == WF_OK && p->eos >= 0) st = wf_ids_push(out, p->eos);
@@ -237,44 +246,49 @@ static wf_status write_batch(pipeline *p, const batch *b, uint64_t *doc_index) {
         WF_TRY(wf_dataset_writer_create(&p->w, &wo));
     }
     for (size_t i = 0; i < b->n; i++, (*doc_index)++) {
-        if (b->ids[i].n == 0) continue; /* only with --no-eos and text that encodes to nothing */
+        const wf_ids *ids = &b->ids[i].v;
+        if (ids->n == 0) continue; /* only with --no-eos and text that encodes to nothing */
         int split = is_val((uint64_t)p->o->seed, *doc_index, p->o->val_fraction);
-        WF_TRY(wf_dataset_writer_add(p->w, split, b->ids[i].ids, b->ids[i].n));
+        WF_TRY(wf_dataset_writer_add(p->w, split, ids->ids, ids->n));
         p->sum->docs[split]++;
-        p->sum->tokens[split] += b->ids[i].n;
+        p->sum->tokens[split] += ids->n;
     }
     return WF_OK;
 }
 
-static wf_status coordinator(pipeline *p) {
-    uint64_t doc_index = 0;
-    wf_status s = batch_fill(&p->slot[1], p->docs);
+static void publish(pipeline *p, uint64_t g) {
     pthread_mutex_lock(&p->mu);
-    if (s == WF_OK && p->slot[1].n > 0) {
-        p->gen = 1;
-        p->n_done = 0;
-        pthread_cond_broadcast(&p->work_cv);
-    }
+    p->gen = g;
+    p->n_done = 0;
+    pthread_cond_broadcast(&p->work_cv);
     pthread_mutex_unlock(&p->mu);
-    while (s == WF_OK && p->gen > 0) {
-        uint64_t g = p->gen;
-        batch *b = &p->slot[g % 2], *nb = &p->slot[(g + 1) % 2];
-        wf_status rs = batch_fill(nb, p->docs); /* overlaps the workers' encoding */
-        s = encode_some(p, b);
-        pthread_mutex_lock(&p->mu);
-        while (p->n_done < b->n || p->active > 0) pthread_cond_wait(&p->done_cv, &p->mu);
-        p->closed = g; /* from here no worker enters batch g */
-        pthread_mutex_unlock(&p->mu);
-        if (s != WF_OK || atomic_load(&p->failed)) break; /* a worker returns its own error */
-        s = write_batch(p, b, &doc_index);
-        if (s == WF_OK) s = rs;
-        if (s != WF_OK || nb->n == 0) break;
-        wf_progress_update(&p->prog, wf_docs_progress(p->docs));
-        pthread_mutex_lock(&p->mu);
-        p->gen = g + 1;
-        p->n_done = 0;
-        pthread_cond_broadcast(&p->work_cv);
-        pthread_mutex_unlock(&p->mu);
+}
+
+/* Thread 0. While the workers encode batch g+1 it writes batch g and reads
+ * batch g+2, then joins in encoding g+1; so with two or more threads only
+ * the first read is not overlapped with encoding. */
+static wf_status coordinator(pipeline *p) {
+    uint64_t doc_index = 0, g = 1;
+    wf_status s = batch_fill(&p->slot[1], p->docs), rs = WF_OK;
+    if (s == WF_OK && p->slot[1].n > 0) {
+        publish(p, 1);
+        rs = batch_fill(&p->slot[0], p->docs);
+        for (;;) {
+            batch *b = &p->slot[g % 2], *nb = &p->slot[(g + 1) % 2]; /* nb: batch g+1, read */
+            s = encode_some(p, b);
+            pthread_mutex_lock(&p->mu);
+            while (p->n_done < b->n || p->active > 0) pthread_cond_wait(&p->done_cv, &p->mu);
+            p->closed = g; /* from here no worker enters batch g, so its slot can be refilled */
+            pthread_mutex_unlock(&p->mu);
+            if (s != WF_OK || atomic_load(&p->failed)) break; /* a failed worker returns its own error */
+            if (rs == WF_OK && nb->n > 0) publish(p, g + 1);
+            s = write_batch(p, b, &doc_index);
+            if (s == WF_OK) s = rs;
+            if (s != WF_OK || nb->n == 0) break;
+            wf_progress_update(&p->prog, wf_docs_progress(p->docs));
+            rs = batch_fill(b, p->docs); /* batch g+2 */
+            g++;
+        }
     }
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
