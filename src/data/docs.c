@@ -259,6 +259,7 @@ static wf_status next_line(wf_docs *d, const char **line, size_t *n) {
 }
 
 static wf_status doc_append(wf_docs *d, const char *s, size_t n) {
+    if (n == 0) return WF_OK;
     if (d->doc_len + n + 1 > d->doc_cap) {
         size_t cap = d->doc_cap ? d->doc_cap * 2 : 1 << 16;
         while (cap < d->doc_len + n + 1) cap *= 2;

@@ -13,6 +13,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / os.environ.get("WEFT_BUILD", "build")
 
+# Sanitizer findings must fail the run that hits them, in C unit tests and in
+# CLI runs against a sanitizer build (WEFT_BUILD=build-address-undefined).
+os.environ.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+os.environ.setdefault("ASAN_OPTIONS", "detect_leaks=1")
+os.environ.setdefault("TSAN_OPTIONS", "halt_on_error=1:second_deadlock_stack=1")
+
 
 @pytest.fixture(scope="session")
 def root():
