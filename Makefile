@@ -53,17 +53,19 @@ LIB_SRC   := $(sort $(wildcard src/*/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
+TTOOL_SRC := $(sort $(wildcard tests/tools/*.c))
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+TTOOL_BIN := $(TTOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 HARNESS   := $(BUILD)/obj/tests/unit/harness.o
 
 .PHONY: all lib tests bench clean
 all: $(BUILD)/weft tests bench
 lib: $(BUILD)/libweft.a
-tests: $(TEST_BIN)
+tests: $(TEST_BIN) $(TTOOL_BIN)
 bench: $(BENCH_BIN)
 
 $(BUILD)/libweft.a: $(LIB_OBJ)
@@ -77,6 +79,11 @@ $(BUILD)/weft: $(TOOL_OBJ) $(BUILD)/libweft.a
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(HARNESS) $(BUILD)/libweft.a $(LDLIBS)
+
+# Helper programs of the Python tests (tests/tools/*.c), e.g. model_dump.
+$(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)

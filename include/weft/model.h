@@ -1,0 +1,137 @@
+/* weft: the Llama model on the CPU, fp32.
+ *
+ * Architecture: token embedding; n_layers blocks of
+ *   x = x + attention(rmsnorm(x))   causal, RoPE, grouped-query heads
+ *   x = x + swiglu_ffn(rmsnorm(x))  w2(silu(w1 x) * w3 x)
+ * a final RMSNorm and the output projection (tied to the embedding or not).
+ * No biases, no dropout.
+ *
+ * Memory is planned: wf_model_create takes the parameters and gradients
+ * from an arena, wf_model_plan the activations for the largest batch, and
+ * nothing is allocated during forward or backward. The logits buffer is
+ * reused for the logits' gradient.
+ *
+ * Parameters live in one contiguous buffer, as named tensors in Hugging
+ * Face's Llama naming ("model.layers.0.self_attn.q_proj.weight") and shapes
+ * (linear weights are (out_features, in_features)), so that an export to
+ * Hugging Face is a copy. Within a layer q_proj, k_proj, v_proj are
+ * adjacent (one fused (QKV, C) matrix) and so are gate_proj and up_proj.
+ * RoPE pairs element i of a head with element i + head_dim/2, as Hugging
+ * Face's Llama does (see include/weft/kernels.h).
+ *
+ * This module does not do: optimizers, mixed precision, KV caches for
+ * sampling, or parallelism beyond the kernels' threads.
+ */
+#ifndef WEFT_MODEL_H
+#define WEFT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/arena.h"
+#include "weft/status.h"
+
+typedef struct {
+    int dim;                /* C: model width */
+    int n_layers;
+    int n_heads;            /* query heads; head_dim = dim / n_heads, even */
+    int n_kv_heads;         /* key/value heads; divides n_heads (== n_heads: no GQA) */
+    int vocab_size;
+    int ffn_hidden_dim;     /* H; 0 derives it: see wf_model_config_hidden_dim */
+    double ffn_multiplier;  /* used when ffn_hidden_dim is 0; 1.0 = none */
+    int ffn_multiple_of;    /* used when ffn_hidden_dim is 0 */
+    int max_seq_len;        /* longest sequence T the model accepts */
+    double norm_eps;        /* RMSNorm epsilon */
+    double rope_theta;      /* RoPE base */
+    int tied_embeddings;    /* 1: the output projection is the token embedding */
+    double init_std;        /* std of the normal init of weight matrices */
+} wf_model_config;
+
+/* Fills `cfg` with a named preset:
+ *   "tiny"        dim 64, 2 layers, 4 heads, 2 kv heads, vocab 512, seq 64 (tests)
+ *   "stories15M"  llama2.c's stories15M: dim 288, 6 layers, 6 heads, vocab
+ *                 32000, seq 256, hidden 768, tied (15.2M parameters)
+ *   "gpt2-small"  dim 768, 12 layers, 12 heads, vocab 50257, seq 1024,
+ *                 hidden 2048, tied (123.6M parameters, near GPT-2 small)
+ * Unknown names fail with WF_ERR_CONFIG and the list of presets. */
+wf_status wf_model_config_preset(wf_model_config *cfg, const char *name);
+
+/* Checks every size and says which values are wrong and why (dim not
+ * divisible by n_heads, n_heads not divisible by n_kv_heads, odd head_dim,
+ * non-positive sizes, ...). WF_ERR_CONFIG on failure. */
+wf_status wf_model_config_validate(const wf_model_config *cfg);
+
+/* The feed-forward width: ffn_hidden_dim if set, else Llama's rule
+ * H = multiple_of * ceil(floor(multiplier * floor(8 * dim / 3)) / multiple_of). */
+int wf_model_config_hidden_dim(const wf_model_config *cfg);
+
+/* Parameter count of a valid config. */
+size_t wf_model_config_num_params(const wf_model_config *cfg);
+
+/* One named tensor of the parameter (and gradient) buffer. */
+#define WF_TENSOR_NAME_MAX 64
+typedef struct {
+    char name[WF_TENSOR_NAME_MAX]; /* Hugging Face name */
+    size_t offset;                 /* in floats from the start of the buffer */
+    size_t numel;
+    int ndim;                      /* 1 or 2 */
+    int64_t shape[2];
+} wf_tensor_info;
+
+typedef struct wf_model wf_model;
+
+/* Validates `cfg` and creates a model whose parameters and gradients (both
+ * zero) come from `arena`, which must outlive the model. Free the model
+ * with wf_model_destroy; the arena's memory goes with the arena. */
+wf_status wf_model_create(wf_model **out, const wf_model_config *cfg, wf_arena *arena);
+void wf_model_destroy(wf_model *m); /* accepts NULL */
+
+const wf_model_config *wf_model_get_config(const wf_model *m);
+size_t wf_model_num_params(const wf_model *m);
+int wf_model_num_tensors(const wf_model *m);
+const wf_tensor_info *wf_model_tensor(const wf_model *m, int i); /* i in [0, num_tensors) */
+const wf_tensor_info *wf_model_find_tensor(const wf_model *m, const char *name); /* or NULL */
+float *wf_model_params(wf_model *m); /* (num_params), owned by the model */
+float *wf_model_grads(wf_model *m);  /* (num_params), same layout */
+
+/* Initialises the parameters from `seed`: RMSNorm weights 1; every other
+ * weight normal(0, init_std), except the projections into the residual
+ * stream (o_proj, down_proj), whose std is divided by sqrt(2 * n_layers).
+ * Each tensor draws from its own Philox stream (the hash of its name),
+ * element i from counter 2i, so the result depends only on seed, name and
+ * shape: not on thread count or on the other tensors. */
+void wf_model_init(wf_model *m, uint64_t seed);
+
+/* Sets every gradient to zero. */
+void wf_model_zero_grad(wf_model *m);
+
+/* Plans the activations for batches of up to B x T tokens (T <= max_seq_len)
+ * from the model's arena, once. A second call with a larger shape fails. */
+wf_status wf_model_plan(wf_model *m, int B, int T);
+
+/* Forward pass on tokens (B, T), with B and T at most the planned shape.
+ * With targets (B, T) it also computes the mean cross-entropy over the
+ * targets >= 0 into *loss (0 when all are ignored; loss may be NULL);
+ * targets may be NULL for logits only. Token ids outside [0, vocab) and
+ * targets >= vocab are errors that say where they are. */
+wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *targets, int B,
+                           int T, float *loss);
+
+/* The logits (B, T, vocab) of the last forward; after wf_model_backward the
+ * same buffer holds their gradient. */
+const float *wf_model_logits(const wf_model *m);
+
+/* Backward of the last forward (which must have had targets): ADDS
+ * loss_scale * d(mean loss)/d(parameter) to every gradient, so gradients of
+ * several micro-batches accumulate (use loss_scale = 1/n_micro for their
+ * mean). Overwrites the logits with their gradient. */
+wf_status wf_model_backward(wf_model *m, float loss_scale);
+
+/* Bytes of the model's planned buffers: parameters, gradients, activations
+ * (with the backward's scratch). */
+typedef struct {
+    size_t param_bytes, grad_bytes, activation_bytes;
+} wf_model_memory;
+wf_model_memory wf_model_get_memory(const wf_model *m);
+
+#endif

@@ -1,0 +1,69 @@
+/* Internal layout of wf_model, shared by the files of src/model. */
+#ifndef WEFT_MODEL_IMPL_H
+#define WEFT_MODEL_IMPL_H
+
+#include "weft/model.h"
+
+/* Pointers into the parameter buffer (or, at the same offsets, the gradient
+ * buffer) for one block. */
+typedef struct {
+    float *ln1;  /* (C)       input_layernorm */
+    float *wqkv; /* (QKV, C)  q_proj, k_proj, v_proj stacked */
+    float *wo;   /* (C, C)    o_proj */
+    float *ln2;  /* (C)       post_attention_layernorm */
+    float *w13;  /* (2H, C)   gate_proj (w1), up_proj (w3) stacked */
+    float *w2;   /* (C, H)    down_proj */
+} model_layer_params_;
+
+/* Saved activations of one block, for up to the planned N = B*T rows. */
+typedef struct {
+    float *xn1;   /* (N, C)        rmsnorm(input) */
+    float *rstd1; /* (N) */
+    float *qkv;   /* (N, QKV)      projections, q and k after RoPE */
+    float *att;   /* (N, C)        attention output, before o_proj */
+    float *lse;   /* (B, NH, T)    attention log-sum-exp */
+    float *mid;   /* (N, C)        input + o_proj(att) */
+    float *xn2;   /* (N, C)        rmsnorm(mid) */
+    float *rstd2; /* (N) */
+    float *h13;   /* (N, 2H)       w1 x | w3 x */
+    float *g;     /* (N, H)        silu(w1 x) * w3 x */
+} model_layer_acts_;
+
+struct wf_model {
+    wf_model_config cfg;
+    int C, L, NH, NKV, HD, H, V, QKV;
+    wf_arena *arena;
+
+    size_t n_params;
+    float *params, *grads;
+    wf_tensor_info *tensors;
+    int n_tensors;
+    float *wte;     /* (V, C) */
+    float *norm_f;  /* (C) */
+    float *lm_head; /* (V, C); == wte when tied */
+    model_layer_params_ *lp; /* (L) */
+
+    /* The plan (wf_model_plan). */
+    int plan_B, plan_T, n_threads;
+    size_t act_floats;
+    float *rope_cos, *rope_sin; /* (plan_T, HD/2) */
+    float *attn_scratch;        /* wf_kern_attention_scratch(plan_T, n_threads) */
+    float **res;                /* (L+1) of (N, C): residual stream before each block, and after the last */
+    model_layer_acts_ *la;      /* (L) */
+    float *xf, *rstdf;          /* (N, C), (N): final norm */
+    float *logits;              /* (N, V); dlogits after backward */
+    float *losses, *ce_lse;     /* (N), (N) */
+    int32_t *tokens, *targets;  /* (N) copies of the last forward's inputs */
+    float *dres, *dxn, *datt, *dqkv, *dh13, *dg; /* backward scratch, shared by all blocks */
+
+    /* The last forward. */
+    int B, T, has_targets, logits_are_grads;
+    size_t n_valid;
+};
+
+/* Gradient pointer for a parameter pointer. */
+static inline float *model_grad_of_(const struct wf_model *m, const float *p) {
+    return m->grads + (p - m->params);
+}
+
+#endif

@@ -1,0 +1,138 @@
+/* The model's parameters: the named tensor table over one contiguous
+ * buffer (Hugging Face Llama names and order), the gradient buffer with the
+ * same layout, and initialisation from a seed. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_impl.h"
+#include "weft/fileio.h"
+#include "weft/rng.h"
+
+/* Appends a tensor at the current end of the layout. With m->params still
+ * NULL (the counting pass) it only sizes the table and the buffer. */
+static float *add_tensor(wf_model *m, size_t *cursor, int ndim, int64_t s0, int64_t s1,
+                         const char *fmt, int layer) {
+    size_t numel = (size_t)s0 * (size_t)(ndim == 2 ? s1 : 1);
+    if (m->tensors) {
+        wf_tensor_info *t = &m->tensors[m->n_tensors];
+        snprintf(t->name, sizeof t->name, fmt, layer);
+        t->offset = *cursor;
+        t->numel = numel;
+        t->ndim = ndim;
+        t->shape[0] = s0;
+        t->shape[1] = ndim == 2 ? s1 : 0;
+    }
+    m->n_tensors++;
+    float *p = m->params ? m->params + *cursor : NULL;
+    *cursor += numel;
+    return p;
+}
+
+/* Lays out every tensor; called twice (count, then fill). */
+static void layout(wf_model *m) {
+    size_t cur = 0;
+    m->n_tensors = 0;
+    int C = m->C, H = m->H, V = m->V, QKV = m->QKV, KV = m->NKV * m->HD;
+    m->wte = add_tensor(m, &cur, 2, V, C, "model.embed_tokens.weight", 0);
+    for (int l = 0; l < m->L; l++) {
+        model_layer_params_ *lp = m->lp ? &m->lp[l] : &(model_layer_params_){0};
+        lp->ln1 = add_tensor(m, &cur, 1, C, 0, "model.layers.%d.input_layernorm.weight", l);
+        lp->wqkv = add_tensor(m, &cur, 2, C, C, "model.layers.%d.self_attn.q_proj.weight", l);
+        add_tensor(m, &cur, 2, KV, C, "model.layers.%d.self_attn.k_proj.weight", l);
+        add_tensor(m, &cur, 2, KV, C, "model.layers.%d.self_attn.v_proj.weight", l);
+        lp->wo = add_tensor(m, &cur, 2, C, C, "model.layers.%d.self_attn.o_proj.weight", l);
+        lp->ln2 = add_tensor(m, &cur, 1, C, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        lp->w13 = add_tensor(m, &cur, 2, H, C, "model.layers.%d.mlp.gate_proj.weight", l);
+        add_tensor(m, &cur, 2, H, C, "model.layers.%d.mlp.up_proj.weight", l);
+        lp->w2 = add_tensor(m, &cur, 2, C, H, "model.layers.%d.mlp.down_proj.weight", l);
+    }
+    (void)QKV;
+    m->norm_f = add_tensor(m, &cur, 1, C, 0, "model.norm.weight", 0);
+    m->lm_head = m->cfg.tied_embeddings ? m->wte : add_tensor(m, &cur, 2, V, C, "lm_head.weight", 0);
+    m->n_params = cur;
+}
+
+wf_status wf_model_create(wf_model **out, const wf_model_config *cfg, wf_arena *arena) {
+    *out = NULL;
+    WF_TRY(wf_model_config_validate(cfg));
+    wf_model *m = calloc(1, sizeof *m);
+    if (!m) return wf_error(WF_ERR_NOMEM, "model: cannot allocate the model header");
+    m->cfg = *cfg;
+    m->arena = arena;
+    m->C = cfg->dim, m->L = cfg->n_layers, m->NH = cfg->n_heads, m->NKV = cfg->n_kv_heads;
+    m->HD = cfg->dim / cfg->n_heads, m->H = wf_model_config_hidden_dim(cfg);
+    m->V = cfg->vocab_size, m->QKV = (m->NH + 2 * m->NKV) * m->HD;
+
+    layout(m); /* counting pass */
+    m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
+    m->lp = calloc((size_t)m->L, sizeof *m->lp);
+    if (!m->tensors || !m->lp) {
+        wf_model_destroy(m);
+        return wf_error(WF_ERR_NOMEM, "model: cannot allocate the tensor table");
+    }
+    size_t bytes = m->n_params * sizeof(float);
+    m->params = wf_arena_alloc(arena, bytes, 64);
+    m->grads = m->params ? wf_arena_alloc(arena, bytes, 64) : NULL;
+    if (!m->params || !m->grads) {
+        wf_model_destroy(m);
+        return wf_error_wrap(WF_ERR_NOMEM, "model: parameters and gradients (2 x %zu bytes): ",
+                             bytes);
+    }
+    layout(m); /* filling pass */
+    *out = m;
+    return WF_OK;
+}
+
+void wf_model_destroy(wf_model *m) {
+    if (!m) return;
+    free(m->tensors);
+    free(m->lp);
+    free(m->res);
+    free(m->la);
+    free(m);
+}
+
+const wf_model_config *wf_model_get_config(const wf_model *m) { return &m->cfg; }
+size_t wf_model_num_params(const wf_model *m) { return m->n_params; }
+int wf_model_num_tensors(const wf_model *m) { return m->n_tensors; }
+const wf_tensor_info *wf_model_tensor(const wf_model *m, int i) {
+    return i >= 0 && i < m->n_tensors ? &m->tensors[i] : NULL;
+}
+const wf_tensor_info *wf_model_find_tensor(const wf_model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    return NULL;
+}
+float *wf_model_params(wf_model *m) { return m->params; }
+float *wf_model_grads(wf_model *m) { return m->grads; }
+
+void wf_model_zero_grad(wf_model *m) { memset(m->grads, 0, m->n_params * sizeof *m->grads); }
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+void wf_model_init(wf_model *m, uint64_t seed) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        const wf_tensor_info *t = &m->tensors[i];
+        float *p = m->params + t->offset;
+        long long numel = (long long)t->numel;
+        if (t->ndim == 1) { /* RMSNorm weights */
+            for (long long j = 0; j < numel; j++) p[j] = 1.0f;
+            continue;
+        }
+        double std = m->cfg.init_std;
+        if (ends_with(t->name, "o_proj.weight") || ends_with(t->name, "down_proj.weight"))
+            std /= sqrt(2.0 * m->L);
+        uint64_t stream = wf_hash64(t->name, strlen(t->name));
+        float fstd = (float)std;
+#pragma omp parallel for schedule(static)
+        for (long long j = 0; j < numel; j++) {
+            wf_rng r = {seed, stream, 2 * (uint64_t)j};
+            p[j] = fstd * wf_rng_normal(&r);
+        }
+    }
+}
