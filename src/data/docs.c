@@ -283,7 +283,7 @@ static int is_blank(const char *s, size_t n) {
 /* Reads the rest of the open file as one document. */
 static wf_status read_whole(wf_docs *d) {
     d->doc_len = 0;
-    WF_TRY(doc_append(d, d->buf + d->pos, d->len - d->pos));
+    if (d->len > d->pos) WF_TRY(doc_append(d, d->buf + d->pos, d->len - d->pos));
     d->pos = d->len;
     for (;;) {
         if (d->doc_cap - d->doc_len < DOCS_READ_CHUNK) {
