@@ -30,6 +30,7 @@ static const tool_cmd commands[] = {
     {"tokenize", wf_cmd_tokenize, "encode text files into a dataset of token shards"},
     {"data inspect", wf_cmd_data_inspect, "show (and with --verify check) a tokenized dataset"},
     {"data dump", wf_cmd_data_dump, "print one document of a tokenized dataset"},
+    {"data batch", wf_cmd_data_batch, "print a batch as the data loader serves it"},
 };
 
 static void usage(FILE *out) {
