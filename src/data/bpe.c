@@ -206,9 +206,9 @@ static inline wf_status ids_append(wf_ids *v, const int32_t *ids, size_t n) {
 
 /* Pieces up to this many bytes are cached. */
 #define CACHE_MAX_PIECE 64
-#define CACHE_SLOTS (1u << 16)
-#define CACHE_BYTES (1u << 21)
-#define CACHE_IDS (1u << 19)
+#define CACHE_SLOTS (1u << 17)
+#define CACHE_BYTES (1u << 22)
+#define CACHE_IDS (1u << 20)
 
 typedef struct {
     uint64_t hash;
@@ -339,7 +339,7 @@ static int scratch_reserve(bpe_tls *s, size_t n) {
 
 /* Pieces up to this many symbols merge by linear scans; longer ones by a
  * heap (O(n log n)). Both give the lowest-rank, leftmost order. */
-#define MERGE_LINEAR_MAX 48
+#define MERGE_LINEAR_MAX 16
 
 static inline void pair_lookup(const wf_tokenizer *t, int32_t a, int32_t b, int32_t *rank,
                                int32_t *id) {
@@ -576,8 +576,16 @@ static wf_status encode_added(const wf_tokenizer *t, bpe_tls *s, const char *p, 
                               int parse_special, wf_ids *out) {
     if (pass > 1) return encode_segment(t, s, p, n, out);
     size_t gap = 0;
+    int single = t->added_single_first[pass];
     for (size_t i = 0; i < n; i++) {
-        if (!(t->added_first[(unsigned char)p[i]] & (1u << pass))) continue;
+        if (single >= 0) {
+            /* All tokens of this pass start with one byte: jump to it. */
+            const char *q = memchr(p + i, single, n - i);
+            if (!q) break;
+            i = (size_t)(q - p);
+        } else if (!(t->added_first[(unsigned char)p[i]] & (1u << pass))) {
+            continue;
+        }
         size_t best_len = 0;
         int32_t best_id = -1;
         for (size_t a = 0; a < t->n_added; a++) {
@@ -777,6 +785,15 @@ wf_status wf_bpe_build(wf_tokenizer *t, const char *where) {
     t->has_added = t->n_added > 0;
     for (size_t a = 0; a < t->n_added; a++)
         t->added_first[(unsigned char)t->added[a].content[0]] |= (uint8_t)(1u << (t->added[a].normalized ? 1 : 0));
+    for (int pass = 0; pass < 2; pass++) {
+        int n_first = 0, first = -1;
+        for (int b = 0; b < 256; b++)
+            if (t->added_first[b] & (1u << pass)) {
+                n_first++;
+                first = b;
+            }
+        t->added_single_first[pass] = n_first == 1 ? first : -1;
+    }
 
     for (int b = 0; b < 256; b++) {
         char s[4];
@@ -802,9 +819,17 @@ wf_status wf_bpe_build(wf_tokenizer *t, const char *where) {
     if (!t->pairs) return wf_error(WF_ERR_NOMEM, "%s: out of memory for %zu merges", where, t->n_merges);
     for (size_t i = 0; i < cap; i++) t->pairs[i].key = UINT64_MAX;
     t->pairs_cap = cap;
+    /* About 16 bits per merge (a few percent of false positives), at least
+     * 2^16 bits. */
+    unsigned log2_bits = 16;
+    while (log2_bits < 30 && ((size_t)1 << log2_bits) < t->n_merges * 16) log2_bits++;
+    t->filter_shift = 64 - log2_bits;
+    t->pair_filter = calloc(((size_t)1 << log2_bits) / 64, sizeof *t->pair_filter);
+    if (!t->pair_filter) return wf_error(WF_ERR_NOMEM, "%s: out of memory for %zu merges", where, t->n_merges);
     for (size_t r = 0; r < t->n_merges; r++) {
         uint64_t key = (uint64_t)(uint32_t)t->merges[r][0] << 32 | (uint32_t)t->merges[r][1];
-        uint64_t h = key * 0x9E3779B97F4A7C15ull;
+        uint64_t h = key * 0x9E3779B97F4A7C15ull, bit = h >> t->filter_shift;
+        t->pair_filter[bit >> 6] |= (uint64_t)1 << (bit & 63);
         size_t i = (size_t)(h >> 32) & (cap - 1);
         while (t->pairs[i].key != UINT64_MAX && t->pairs[i].key != key) i = (i + 1) & (cap - 1);
         t->pairs[i] = (wf_pair_slot){key, (int32_t)r, t->merges[r][2]};
@@ -862,6 +887,7 @@ void wf_tokenizer_destroy(wf_tokenizer *t) {
     wf_strmap_free(&t->str_ids);
     wf_strmap_free(&t->byte_ids);
     free(t->pairs);
+    free(t->pair_filter);
     free(t->kind);
     free(t->dec_off);
     free(t->dec);

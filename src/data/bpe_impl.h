@@ -167,6 +167,11 @@ struct wf_tokenizer {
     int32_t byte_id[256];       /* id of each byte's token, -1 if missing */
     wf_pair_slot *pairs;        /* merge lookup */
     size_t pairs_cap;
+    /* One bit per merge, at a hash of its pair: most pairs a piece holds
+     * are not merges, and this small bitmap (it stays in cache, unlike the
+     * table) turns those lookups away without touching the table. */
+    uint64_t *pair_filter;
+    unsigned filter_shift;      /* 64 - log2(bits) */
     wf_strmap str_ids;          /* string form -> id (model vocabulary) */
     wf_strmap byte_ids;         /* token bytes -> id (model vocabulary) */
     uint64_t *dec_off;          /* [n_ids + 1] offsets of each id's bytes in dec */
@@ -174,6 +179,7 @@ struct wf_tokenizer {
     uint8_t *kind;              /* [n_ids]: WF_ID_* */
     int has_added;
     uint8_t added_first[256];   /* bit p: an added token of pass p starts with this byte */
+    int added_single_first[2];  /* the one first byte of pass p's tokens, or -1 */
     wf_regex split_re, bl_re;
     wf_bpe_registry *reg;       /* per-thread scratch states */
 };
@@ -188,6 +194,8 @@ wf_status wf_bpe_build(wf_tokenizer *t, const char *where);
 static inline const wf_pair_slot *wf_bpe_pair_find(const wf_tokenizer *t, int32_t a, int32_t b) {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     uint64_t h = key * 0x9E3779B97F4A7C15ull;
+    uint64_t bit = h >> t->filter_shift;
+    if (!(t->pair_filter[bit >> 6] >> (bit & 63) & 1)) return NULL;
     size_t mask = t->pairs_cap - 1, i = (size_t)(h >> 32) & mask;
     for (;;) {
         const wf_pair_slot *s = &t->pairs[i];
