@@ -43,6 +43,8 @@ LDLIBS   := $(PKG_LIBS) -lm -pthread
 # one libgomp pool; clang links its own libomp beside it (fine for tests).
 ifeq ($(findstring thread,$(SANITIZE)),)
 CFLAGS  += -fopenmp
+else
+CFLAGS  += -Wno-unknown-pragmas
 endif
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer

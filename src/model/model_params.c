@@ -10,14 +10,19 @@
 #include "weft/fileio.h"
 #include "weft/rng.h"
 
-/* Appends a tensor at the current end of the layout. With m->params still
- * NULL (the counting pass) it only sizes the table and the buffer. */
+/* Appends a tensor at the current end of the layout, named
+ * "model.layers.<layer>.<name>" for layer >= 0, else "<name>". With
+ * m->params still NULL (the counting pass) it only sizes the table and the
+ * buffer. */
 static float *add_tensor(wf_model *m, size_t *cursor, int ndim, int64_t s0, int64_t s1,
-                         const char *fmt, int layer) {
+                         const char *name, int layer) {
     size_t numel = (size_t)s0 * (size_t)(ndim == 2 ? s1 : 1);
     if (m->tensors) {
         wf_tensor_info *t = &m->tensors[m->n_tensors];
-        snprintf(t->name, sizeof t->name, fmt, layer);
+        if (layer >= 0)
+            snprintf(t->name, sizeof t->name, "model.layers.%d.%s", layer, name);
+        else
+            snprintf(t->name, sizeof t->name, "%s", name);
         t->offset = *cursor;
         t->numel = numel;
         t->ndim = ndim;
@@ -35,22 +40,22 @@ static void layout(wf_model *m) {
     size_t cur = 0;
     m->n_tensors = 0;
     int C = m->C, H = m->H, V = m->V, QKV = m->QKV, KV = m->NKV * m->HD;
-    m->wte = add_tensor(m, &cur, 2, V, C, "model.embed_tokens.weight", 0);
+    m->wte = add_tensor(m, &cur, 2, V, C, "model.embed_tokens.weight", -1);
     for (int l = 0; l < m->L; l++) {
         model_layer_params_ *lp = m->lp ? &m->lp[l] : &(model_layer_params_){0};
-        lp->ln1 = add_tensor(m, &cur, 1, C, 0, "model.layers.%d.input_layernorm.weight", l);
-        lp->wqkv = add_tensor(m, &cur, 2, C, C, "model.layers.%d.self_attn.q_proj.weight", l);
-        add_tensor(m, &cur, 2, KV, C, "model.layers.%d.self_attn.k_proj.weight", l);
-        add_tensor(m, &cur, 2, KV, C, "model.layers.%d.self_attn.v_proj.weight", l);
-        lp->wo = add_tensor(m, &cur, 2, C, C, "model.layers.%d.self_attn.o_proj.weight", l);
-        lp->ln2 = add_tensor(m, &cur, 1, C, 0, "model.layers.%d.post_attention_layernorm.weight", l);
-        lp->w13 = add_tensor(m, &cur, 2, H, C, "model.layers.%d.mlp.gate_proj.weight", l);
-        add_tensor(m, &cur, 2, H, C, "model.layers.%d.mlp.up_proj.weight", l);
-        lp->w2 = add_tensor(m, &cur, 2, C, H, "model.layers.%d.mlp.down_proj.weight", l);
+        lp->ln1 = add_tensor(m, &cur, 1, C, 0, "input_layernorm.weight", l);
+        lp->wqkv = add_tensor(m, &cur, 2, C, C, "self_attn.q_proj.weight", l);
+        add_tensor(m, &cur, 2, KV, C, "self_attn.k_proj.weight", l);
+        add_tensor(m, &cur, 2, KV, C, "self_attn.v_proj.weight", l);
+        lp->wo = add_tensor(m, &cur, 2, C, C, "self_attn.o_proj.weight", l);
+        lp->ln2 = add_tensor(m, &cur, 1, C, 0, "post_attention_layernorm.weight", l);
+        lp->w13 = add_tensor(m, &cur, 2, H, C, "mlp.gate_proj.weight", l);
+        add_tensor(m, &cur, 2, H, C, "mlp.up_proj.weight", l);
+        lp->w2 = add_tensor(m, &cur, 2, C, H, "mlp.down_proj.weight", l);
     }
     (void)QKV;
-    m->norm_f = add_tensor(m, &cur, 1, C, 0, "model.norm.weight", 0);
-    m->lm_head = m->cfg.tied_embeddings ? m->wte : add_tensor(m, &cur, 2, V, C, "lm_head.weight", 0);
+    m->norm_f = add_tensor(m, &cur, 1, C, 0, "model.norm.weight", -1);
+    m->lm_head = m->cfg.tied_embeddings ? m->wte : add_tensor(m, &cur, 2, V, C, "lm_head.weight", -1);
     m->n_params = cur;
 }
 
