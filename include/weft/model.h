@@ -127,6 +127,33 @@ const float *wf_model_logits(const wf_model *m);
  * mean). Overwrites the logits with their gradient. */
 wf_status wf_model_backward(wf_model *m, float loss_scale);
 
+/* Where a step's time goes: seconds spent in each kind of op, forward and
+ * backward, summed since the model was created or the last reset. Kept by
+ * every forward and backward (two clock reads per kernel call); for
+ * benchmarks and profiles. "copy" is the residual copies and the clearing
+ * of gradient buffers. */
+#define WF_MODEL_OPS(X)                   \
+    X(WF_OP_EMBEDDING, "embedding")       \
+    X(WF_OP_RMSNORM, "rmsnorm")           \
+    X(WF_OP_MATMUL, "matmul")             \
+    X(WF_OP_ROPE, "rope")                 \
+    X(WF_OP_ATTENTION, "attention")       \
+    X(WF_OP_SWIGLU, "swiglu")             \
+    X(WF_OP_CROSSENTROPY, "crossentropy") \
+    X(WF_OP_COPY, "copy")
+typedef enum {
+#define WF_MODEL_OP_ENUM_(name, str) name,
+    WF_MODEL_OPS(WF_MODEL_OP_ENUM_)
+#undef WF_MODEL_OP_ENUM_
+    WF_OP_COUNT
+} wf_model_op;
+const char *wf_model_op_name(wf_model_op op);
+typedef struct {
+    double fwd[WF_OP_COUNT], bwd[WF_OP_COUNT]; /* seconds */
+} wf_model_op_times;
+wf_model_op_times wf_model_get_op_times(const wf_model *m);
+void wf_model_reset_op_times(wf_model *m);
+
 /* Bytes of the model's planned buffers: parameters, gradients, activations
  * (with the backward's scratch). */
 typedef struct {

@@ -16,6 +16,7 @@
 
 #include "model/model_impl.h"
 #include "weft/kernels.h"
+#include "weft/thread.h"
 
 /* Carves float buffers out of one block: a first pass with base NULL
  * counts, a second assigns. Every buffer starts on a 64-byte boundary. */
@@ -36,7 +37,8 @@ static void plan_layout(wf_model *m, carver_ *cv) {
     m->rope_cos = carve(cv, T * (size_t)(m->HD / 2));
     m->rope_sin = carve(cv, T * (size_t)(m->HD / 2));
     m->attn_scratch = carve(cv, wf_kern_attention_scratch(m->plan_T, m->n_threads));
-    for (int l = 0; l <= m->L; l++) m->res[l] = carve(cv, N * C);
+    for (int l = 0; l <= m->L; l++)
+        m->res[l] = carve(cv, N * C);
     for (int l = 0; l < m->L; l++) {
         model_layer_acts_ *a = &m->la[l];
         a->xn1 = carve(cv, N * C);
@@ -65,6 +67,14 @@ static void plan_layout(wf_model *m, carver_ *cv) {
     m->dg = carve(cv, N * H);
 }
 
+/* Runs one kernel call and adds its time to m->times.dir[op]. */
+#define TIMED_(dir, op, ...)                     \
+    do {                                         \
+        double t0_ = wf_time_now();              \
+        __VA_ARGS__;                             \
+        m->times.dir[op] += wf_time_now() - t0_; \
+    } while (0)
+
 static wf_status check_seq_len(const wf_model *m, int T) {
     if (T > m->cfg.max_seq_len)
         return wf_error(WF_ERR_CONFIG,
@@ -77,11 +87,12 @@ static wf_status check_seq_len(const wf_model *m, int T) {
 
 wf_status wf_model_plan(wf_model *m, int B, int T) {
     if (B < 1 || T < 1)
-        return wf_error(WF_ERR_INVALID, "model: cannot plan for batch B = %d x T = %d; both must be >= 1",
-                        B, T);
+        return wf_error(WF_ERR_INVALID,
+                        "model: cannot plan for batch B = %d x T = %d; both must be >= 1", B, T);
     WF_TRY(check_seq_len(m, T));
     if (m->plan_B) {
-        if (B <= m->plan_B && T <= m->plan_T) return WF_OK;
+        if (B <= m->plan_B && T <= m->plan_T)
+            return WF_OK;
         return wf_error(WF_ERR_INVALID,
                         "model: already planned for B x T = %d x %d; cannot grow to %d x %d "
                         "(memory is planned once: plan the largest shape first)",
@@ -101,8 +112,9 @@ wf_status wf_model_plan(wf_model *m, int B, int T) {
     float *base = wf_arena_alloc(m->arena, cv.used * sizeof(float), 64);
     if (!base) {
         m->plan_B = 0;
-        return wf_error_wrap(WF_ERR_NOMEM, "model: activations for B x T = %d x %d (%zu bytes): ",
-                             B, T, cv.used * sizeof(float));
+        return wf_error_wrap(WF_ERR_NOMEM,
+                             "model: activations for B x T = %d x %d (%zu bytes): ", B, T,
+                             cv.used * sizeof(float));
     }
     m->act_floats = cv.used;
     cv = (carver_){base, 0};
@@ -117,16 +129,15 @@ static wf_status check_ids(const int32_t *ids, int B, int T, int V, const char *
         for (int t = 0; t < T; t++) {
             int32_t id = ids[(size_t)b * T + t];
             if (id >= V || (id < 0 && !allow_negative))
-                return wf_error(WF_ERR_RANGE,
-                                "model: %s[%d][%d] = %d is outside the vocabulary [0, %d)%s", what,
-                                b, t, id, V,
-                                allow_negative ? " (negative targets are ignored)" : "");
+                return wf_error(
+                    WF_ERR_RANGE, "model: %s[%d][%d] = %d is outside the vocabulary [0, %d)%s",
+                    what, b, t, id, V, allow_negative ? " (negative targets are ignored)" : "");
         }
     return WF_OK;
 }
 
-wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *targets, int B,
-                           int T, float *loss) {
+wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                           float *loss) {
     if (!m->plan_B)
         return wf_error(WF_ERR_INVALID, "model: forward before wf_model_plan");
     WF_TRY(check_seq_len(m, T));
@@ -135,7 +146,8 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
                         "model: batch B x T = %d x %d does not fit the plan %d x %d", B, T,
                         m->plan_B, m->plan_T);
     WF_TRY(check_ids(tokens, B, T, m->V, "tokens", 0));
-    if (targets) WF_TRY(check_ids(targets, B, T, m->V, "targets", 1));
+    if (targets)
+        WF_TRY(check_ids(targets, B, T, m->V, "targets", 1));
 
     const int N = B * T, C = m->C, H = m->H, QKV = m->QKV;
     const float eps = (float)m->cfg.norm_eps;
@@ -144,43 +156,53 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
     m->logits_are_grads = 0;
     memcpy(m->tokens, tokens, (size_t)N * sizeof *tokens);
 
-    wf_kern_embedding_fwd(m->res[0], tokens, m->wte, N, C);
+    TIMED_(fwd, WF_OP_EMBEDDING, wf_kern_embedding_fwd(m->res[0], tokens, m->wte, N, C));
     for (int l = 0; l < m->L; l++) {
         const model_layer_params_ *p = &m->lp[l];
         const model_layer_acts_ *a = &m->la[l];
-        wf_kern_rmsnorm_fwd(a->xn1, a->rstd1, m->res[l], p->ln1, N, C, eps);
-        wf_kern_matmul_fwd(a->qkv, a->xn1, p->wqkv, N, C, QKV, 0);
-        wf_kern_rope_fwd(a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV);
-        wf_kern_attention_fwd(a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->HD, m->attn_scratch,
-                              m->n_threads);
-        memcpy(a->mid, m->res[l], (size_t)N * C * sizeof(float));
-        wf_kern_matmul_fwd(a->mid, a->att, p->wo, N, C, C, 1);
-        wf_kern_rmsnorm_fwd(a->xn2, a->rstd2, a->mid, p->ln2, N, C, eps);
-        wf_kern_matmul_fwd(a->h13, a->xn2, p->w13, N, C, 2 * H, 0);
-        wf_kern_swiglu_fwd(a->g, a->h13, N, H);
-        memcpy(m->res[l + 1], a->mid, (size_t)N * C * sizeof(float));
-        wf_kern_matmul_fwd(m->res[l + 1], a->g, p->w2, N, H, C, 1);
+        TIMED_(fwd, WF_OP_RMSNORM,
+               wf_kern_rmsnorm_fwd(a->xn1, a->rstd1, m->res[l], p->ln1, N, C, eps));
+        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->qkv, a->xn1, p->wqkv, N, C, QKV, 0));
+        TIMED_(
+            fwd, WF_OP_ROPE,
+            wf_kern_rope_fwd(a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
+        TIMED_(fwd, WF_OP_ATTENTION,
+               wf_kern_attention_fwd(a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->HD,
+                                     m->attn_scratch, m->n_threads));
+        TIMED_(fwd, WF_OP_COPY, memcpy(a->mid, m->res[l], (size_t)N * C * sizeof(float)));
+        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->mid, a->att, p->wo, N, C, C, 1));
+        TIMED_(fwd, WF_OP_RMSNORM,
+               wf_kern_rmsnorm_fwd(a->xn2, a->rstd2, a->mid, p->ln2, N, C, eps));
+        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->h13, a->xn2, p->w13, N, C, 2 * H, 0));
+        TIMED_(fwd, WF_OP_SWIGLU, wf_kern_swiglu_fwd(a->g, a->h13, N, H));
+        TIMED_(fwd, WF_OP_COPY, memcpy(m->res[l + 1], a->mid, (size_t)N * C * sizeof(float)));
+        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->res[l + 1], a->g, p->w2, N, H, C, 1));
     }
-    wf_kern_rmsnorm_fwd(m->xf, m->rstdf, m->res[m->L], m->norm_f, N, C, eps);
-    wf_kern_matmul_fwd(m->logits, m->xf, m->lm_head, N, C, m->V, 0);
+    TIMED_(fwd, WF_OP_RMSNORM,
+           wf_kern_rmsnorm_fwd(m->xf, m->rstdf, m->res[m->L], m->norm_f, N, C, eps));
+    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->logits, m->xf, m->lm_head, N, C, m->V, 0));
 
     if (!targets) {
-        if (loss) *loss = 0.0f;
+        if (loss)
+            *loss = 0.0f;
         return WF_OK;
     }
     memcpy(m->targets, targets, (size_t)N * sizeof *targets);
-    wf_kern_crossentropy_fwd(m->losses, m->ce_lse, m->logits, m->targets, N, m->V);
+    TIMED_(fwd, WF_OP_CROSSENTROPY,
+           wf_kern_crossentropy_fwd(m->losses, m->ce_lse, m->logits, m->targets, N, m->V));
     /* The mean, summed in row order in double: the same on any thread count. */
     double sum = 0.0;
     size_t n_valid = 0;
     for (int n = 0; n < N; n++) {
-        if (m->targets[n] < 0) continue;
+        if (m->targets[n] < 0)
+            continue;
         sum += m->losses[n];
         n_valid++;
     }
     m->n_valid = n_valid;
     m->has_targets = 1;
-    if (loss) *loss = n_valid ? (float)(sum / (double)n_valid) : 0.0f;
+    if (loss)
+        *loss = n_valid ? (float)(sum / (double)n_valid) : 0.0f;
     return WF_OK;
 }
 
@@ -194,35 +216,50 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
     const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
     float dloss = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
 
-    wf_kern_crossentropy_bwd(m->logits, m->ce_lse, m->targets, N, m->V, dloss);
+    TIMED_(bwd, WF_OP_CROSSENTROPY,
+           wf_kern_crossentropy_bwd(m->logits, m->ce_lse, m->targets, N, m->V, dloss));
     m->has_targets = 0;
     m->logits_are_grads = 1;
-    wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, m->lm_head), m->logits, m->xf, m->lm_head, N, C,
-                       m->V, 0);
-    memset(m->dres, 0, (size_t)N * C * sizeof(float));
-    wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, m->norm_f), m->dxn, m->res[m->L], m->norm_f,
-                        m->rstdf, N, C);
+    TIMED_(bwd, WF_OP_MATMUL,
+           wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, m->lm_head), m->logits, m->xf, m->lm_head,
+                              N, C, m->V, 0));
+    TIMED_(bwd, WF_OP_COPY, memset(m->dres, 0, (size_t)N * C * sizeof(float)));
+    TIMED_(bwd, WF_OP_RMSNORM,
+           wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, m->norm_f), m->dxn, m->res[m->L],
+                               m->norm_f, m->rstdf, N, C));
     for (int l = m->L - 1; l >= 0; l--) {
         const model_layer_params_ *p = &m->lp[l];
         const model_layer_acts_ *a = &m->la[l];
         /* res[l+1] = mid + g @ w2^T: dres reaches mid unchanged and g through w2. */
-        wf_kern_matmul_bwd(m->dg, model_grad_of_(m, p->w2), m->dres, a->g, p->w2, N, H, C, 0);
-        wf_kern_swiglu_bwd(m->dh13, m->dg, a->h13, N, H);
-        wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->w13), m->dh13, a->xn2, p->w13, N, C,
-                           2 * H, 0);
-        wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln2), m->dxn, a->mid, p->ln2, a->rstd2,
-                            N, C);
+        TIMED_(
+            bwd, WF_OP_MATMUL,
+            wf_kern_matmul_bwd(m->dg, model_grad_of_(m, p->w2), m->dres, a->g, p->w2, N, H, C, 0));
+        TIMED_(bwd, WF_OP_SWIGLU, wf_kern_swiglu_bwd(m->dh13, m->dg, a->h13, N, H));
+        TIMED_(bwd, WF_OP_MATMUL,
+               wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->w13), m->dh13, a->xn2, p->w13, N, C,
+                                  2 * H, 0));
+        TIMED_(bwd, WF_OP_RMSNORM,
+               wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln2), m->dxn, a->mid, p->ln2,
+                                   a->rstd2, N, C));
         /* mid = res[l] + att @ wo^T */
-        wf_kern_matmul_bwd(m->datt, model_grad_of_(m, p->wo), m->dres, a->att, p->wo, N, C, C, 0);
-        wf_kern_attention_bwd(m->dqkv, m->datt, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
-                              m->HD, m->attn_scratch, m->n_threads);
-        wf_kern_rope_bwd(m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV);
-        wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->wqkv), m->dqkv, a->xn1, p->wqkv, N, C,
-                           QKV, 0);
-        wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln1), m->dxn, m->res[l], p->ln1,
-                            a->rstd1, N, C);
+        TIMED_(bwd, WF_OP_MATMUL,
+               wf_kern_matmul_bwd(m->datt, model_grad_of_(m, p->wo), m->dres, a->att, p->wo, N, C,
+                                  C, 0));
+        TIMED_(bwd, WF_OP_ATTENTION,
+               wf_kern_attention_bwd(m->dqkv, m->datt, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
+                                     m->HD, m->attn_scratch, m->n_threads));
+        TIMED_(
+            bwd, WF_OP_ROPE,
+            wf_kern_rope_bwd(m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
+        TIMED_(bwd, WF_OP_MATMUL,
+               wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->wqkv), m->dqkv, a->xn1, p->wqkv, N,
+                                  C, QKV, 0));
+        TIMED_(bwd, WF_OP_RMSNORM,
+               wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln1), m->dxn, m->res[l], p->ln1,
+                                   a->rstd1, N, C));
     }
-    wf_kern_embedding_bwd(model_grad_of_(m, m->wte), m->dres, m->tokens, N, C);
+    TIMED_(bwd, WF_OP_EMBEDDING,
+           wf_kern_embedding_bwd(model_grad_of_(m, m->wte), m->dres, m->tokens, N, C));
     return WF_OK;
 }
 
@@ -233,3 +270,17 @@ wf_model_memory wf_model_get_memory(const wf_model *m) {
     r.activation_bytes = m->act_floats * sizeof(float);
     return r;
 }
+
+static const char *const model_op_names_[] = {
+#define WF_MODEL_OP_NAME_(name, str) str,
+    WF_MODEL_OPS(WF_MODEL_OP_NAME_)
+#undef WF_MODEL_OP_NAME_
+};
+
+const char *wf_model_op_name(wf_model_op op) {
+    return op >= 0 && op < WF_OP_COUNT ? model_op_names_[op] : "?";
+}
+
+wf_model_op_times wf_model_get_op_times(const wf_model *m) { return m->times; }
+
+void wf_model_reset_op_times(wf_model *m) { memset(&m->times, 0, sizeof m->times); }

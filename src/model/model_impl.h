@@ -56,6 +56,8 @@ struct wf_model {
     int32_t *tokens, *targets;  /* (N) copies of the last forward's inputs */
     float *dres, *dxn, *datt, *dqkv, *dh13, *dg; /* backward scratch, shared by all blocks */
 
+    wf_model_op_times times; /* see wf_model_get_op_times */
+
     /* The last forward. */
     int B, T, has_targets, logits_are_grads;
     size_t n_valid;
