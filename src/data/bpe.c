@@ -541,7 +541,7 @@ static wf_status encode_bytelevel(const wf_tokenizer *t, bpe_tls *s, const char 
     }
     if (!t->bl_use_regex) return encode_piece(t, s, (const uint8_t *)p, n, out);
     wf_split_iter it;
-    wf_split_begin(&it, p, n);
+    wf_split_begin(&it, &t->bl_re, p, n);
     size_t off, len;
     int r;
     while ((r = wf_split_next(&t->bl_re, &s->bl_st, &it, &off, &len)) > 0)
@@ -555,7 +555,7 @@ static wf_status encode_segment(const wf_tokenizer *t, bpe_tls *s, const char *p
     if (n == 0) return WF_OK;
     if (!t->split_pattern) return encode_bytelevel(t, s, p, n, out);
     wf_split_iter it;
-    wf_split_begin(&it, p, n);
+    wf_split_begin(&it, &t->split_re, p, n);
     size_t off, len;
     int r;
     while ((r = wf_split_next(&t->split_re, &s->split_st, &it, &off, &len)) > 0) {

@@ -48,16 +48,20 @@ const char *wf_pretok_named(const char *name);
 /* Pattern -> "gpt2" / "llama3", or NULL for any other pattern. */
 const char *wf_pretok_name_of(const char *pattern);
 
-/* A compiled pattern; immutable once compiled, shared by threads. */
+/* A compiled pattern; immutable once compiled, shared by threads. `code`
+ * is exact; `fast` (or NULL) is the pattern without the Unicode 15-16
+ * widening of \p{L}/\p{N}, equal to `code` on text without those code
+ * points (see pretok.c). */
 typedef struct {
-    pcre2_code *code;
-    int jit; /* JIT compiled */
+    pcre2_code *code, *fast;
+    int jit, fast_jit; /* JIT compiled */
 } wf_regex;
 
 /* Compiles a pattern written in the dialect of `tokenizers` (Oniguruma):
  * \s and \S are rewritten to Oniguruma's Unicode White_Space set, which
- * differs from PCRE2's. `literal` quotes the whole pattern (Split with a
- * String pattern). `where` prefixes error messages. */
+ * differs from PCRE2's, and \p{L}/\p{N} widened to Unicode 16 when
+ * PCRE2's tables are older. `literal` quotes the whole pattern (Split with
+ * a String pattern). `where` prefixes error messages. */
 wf_status wf_regex_compile(wf_regex *r, const char *pattern, int literal, const char *where);
 void wf_regex_free(wf_regex *r);
 
@@ -75,12 +79,14 @@ void wf_regex_state_free(wf_regex_state *st);
  * matches) as a piece of its own, like `tokenizers`' Split with the
  * "Isolated" behaviour. Empty matches are skipped. */
 typedef struct {
+    const pcre2_code *code; /* the variant of the regex used for this subject */
+    int jit;
     const char *s;
     size_t n, pos;
     size_t m_off, m_len; /* a match found after a gap, returned next */
     int pending;
 } wf_split_iter;
-void wf_split_begin(wf_split_iter *it, const char *s, size_t n);
+void wf_split_begin(wf_split_iter *it, const wf_regex *r, const char *s, size_t n);
 /* Returns 1 and the next piece, 0 at the end, -1 on a matching error
  * (message set). */
 int wf_split_next(const wf_regex *r, wf_regex_state *st, wf_split_iter *it, size_t *off,

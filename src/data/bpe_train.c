@@ -58,7 +58,7 @@ static wf_status count_task(void *arg, int tid, int n_threads) {
         const char *s = c->buf + c->unit_off[u];
         size_t n = c->unit_off[u + 1] - c->unit_off[u], off, len;
         wf_split_iter it;
-        wf_split_begin(&it, s, n);
+        wf_split_begin(&it, c->re, s, n);
         int r;
         while ((r = wf_split_next(c->re, &c->st[tid], &it, &off, &len)) > 0) {
             int64_t *v = wf_strmap_upsert(m, s + off, len, wf_bpe_hash(s + off, len), 0, NULL);

@@ -3,14 +3,25 @@
  * iterated so that every byte of the input belongs to exactly one piece.
  *
  * `tokenizers` runs these patterns with Oniguruma. The two engines agree on
- * the patterns weft uses except for \s: PCRE2's also matches U+180E and
- * some other code points Oniguruma leaves out, so \s and \S are rewritten
- * to Oniguruma's set (Unicode White_Space) before compiling.
+ * the patterns weft uses except for two things, which are rewritten before
+ * compiling: \s (PCRE2's also matches U+180E, Oniguruma's is the Unicode
+ * White_Space set), and the Unicode version behind \p{L} and \p{N}
+ * (Debian's PCRE2 10.42 has Unicode 14 tables, the Oniguruma inside
+ * `tokenizers` 0.23 Unicode 16: the letters and digits assigned in 15 and
+ * 16 are added to the classes when the PCRE2 at hand lacks them).
+ *
+ * The widened classes cost PCRE2's JIT its fast path for \p{L} (text
+ * encodes 30% slower), so such a pattern is compiled twice: as written, and
+ * widened. A subject none of whose characters is one of the added code
+ * points matches the same with either, and almost all text is like that;
+ * wf_split_begin looks (a byte scan) and picks the fast one when it can.
  *
  * Invalid UTF-8 never breaks matching: PCRE2_MATCH_INVALID_UTF makes an
  * invalid sequence match nothing, and the iterator returns the bytes
  * between matches as pieces of their own.
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,41 +54,162 @@ static const char ONIG_SPACE_ITEMS[] =
     "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
     "\\x{202F}\\x{205F}\\x{3000}";
 
+/* Letters (\p{L}) and digits (\p{N}) of Unicode 15.0 and 16.0 that PCRE2
+ * builds with Unicode 14 tables do not know. Found by classifying every
+ * code point with both engines (PCRE2 10.42 against the Oniguruma of
+ * `tokenizers` 0.23); Oniguruma knew every PCRE2 member, nothing else
+ * differed. Sorted, inclusive. */
+static const uint32_t EXTRA_L[][2] = {
+    {0x1C89, 0x1C8A},   {0xA7CB, 0xA7CD},   {0xA7DA, 0xA7DC},   {0x105C0, 0x105F3},
+    {0x10D4A, 0x10D65}, {0x10D6F, 0x10D85}, {0x10EC2, 0x10EC4}, {0x1123F, 0x11240},
+    {0x11380, 0x11389}, {0x1138B, 0x1138B}, {0x1138E, 0x1138E}, {0x11390, 0x113B5},
+    {0x113B7, 0x113B7}, {0x113D1, 0x113D1}, {0x113D3, 0x113D3}, {0x11BC0, 0x11BE0},
+    {0x11F02, 0x11F02}, {0x11F04, 0x11F10}, {0x11F12, 0x11F33}, {0x1342F, 0x1342F},
+    {0x13441, 0x13446}, {0x13460, 0x143FA}, {0x16100, 0x1611D}, {0x16D40, 0x16D6C},
+    {0x18CFF, 0x18CFF}, {0x1B132, 0x1B132}, {0x1B155, 0x1B155}, {0x1DF25, 0x1DF2A},
+    {0x1E030, 0x1E06D}, {0x1E4D0, 0x1E4EB}, {0x1E5D0, 0x1E5ED}, {0x1E5F0, 0x1E5F0},
+    {0x2B739, 0x2B739}, {0x2EBF0, 0x2EE5D}, {0x31350, 0x323AF}};
+static const uint32_t EXTRA_N[][2] = {
+    {0x10D40, 0x10D49}, {0x116D0, 0x116E3}, {0x11BF0, 0x11BF9}, {0x11F50, 0x11F59},
+    {0x16130, 0x16139}, {0x16D70, 0x16D79}, {0x1CCF0, 0x1CCF9}, {0x1D2C0, 0x1D2D3},
+    {0x1E4F0, 0x1E4F9}, {0x1E5F1, 0x1E5FA}};
+#define N_EXTRA_L (sizeof EXTRA_L / sizeof *EXTRA_L)
+#define N_EXTRA_N (sizeof EXTRA_N / sizeof *EXTRA_N)
+
+static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < r[mid][0]) hi = mid;
+        else if (cp > r[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+/* Whether the text holds one of the added code points. They are all
+ * U+1C89.. (3-byte UTF-8 led by E1 or EA) or U+10000.. (4-byte). */
+static int has_extra(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            if (!(w & 0x8080808080808080ull)) {
+                i += 8;
+                continue;
+            }
+        }
+        unsigned b = p[i];
+        uint32_t cp;
+        if ((b == 0xE1 || b == 0xEA) && i + 2 < n) {
+            cp = (b & 0x0Fu) << 12 | (p[i + 1] & 0x3Fu) << 6 | (p[i + 2] & 0x3Fu);
+        } else if (b >= 0xF0 && b <= 0xF4 && i + 3 < n) {
+            cp = (b & 0x07u) << 18 | (p[i + 1] & 0x3Fu) << 12 | (p[i + 2] & 0x3Fu) << 6 |
+                 (p[i + 3] & 0x3Fu);
+        } else {
+            i++;
+            continue;
+        }
+        /* An invalid sequence decodes to garbage here: at worst the exact
+         * pattern is used where the fast one would have done. */
+        if (in_ranges(EXTRA_L, N_EXTRA_L, cp) || in_ranges(EXTRA_N, N_EXTRA_N, cp)) return 1;
+        i++;
+    }
+    return 0;
+}
+
+/* Whether PCRE2's tables lack the Unicode 16 letters and digits. */
+static int pcre2_lacks_extra;
+static pthread_once_t lacks_once = PTHREAD_ONCE_INIT;
+
+static void probe_pcre2(void) {
+    static const char *const probes[][2] = {{"\\p{L}", "\xf0\x9e\x97\x90"},  /* U+1E5D0 */
+                                            {"\\p{N}", "\xf0\x9e\x97\xb1"}}; /* U+1E5F1 */
+    for (int k = 0; k < 2; k++) {
+        int err;
+        PCRE2_SIZE at;
+        pcre2_code *c = pcre2_compile((PCRE2_SPTR)probes[k][0], PCRE2_ZERO_TERMINATED,
+                                      PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
+        pcre2_match_data *md = c ? pcre2_match_data_create(1, NULL) : NULL;
+        int rc = md ? pcre2_match(c, (PCRE2_SPTR)probes[k][1], 4, 0, 0, md, NULL) : -1;
+        if (rc < 0) pcre2_lacks_extra = 1;
+        if (md) pcre2_match_data_free(md);
+        if (c) pcre2_code_free(c);
+    }
+}
+
+typedef struct {
+    char *o;
+} outbuf;
+
+static void put(outbuf *b, const char *s, size_t n) {
+    memcpy(b->o, s, n);
+    b->o += n;
+}
+
+/* Writes class items, bracketed (negated with neg) when outside a class. */
+static void put_items(outbuf *b, int in_class, int neg, const char *a, size_t an) {
+    if (!in_class) put(b, neg ? "[^" : "[", neg ? 2 : 1);
+    put(b, a, an);
+    if (!in_class) put(b, "]", 1);
+}
+
+/* Writes "\x{A}-\x{B}..." for ranges. */
+static void put_ranges(outbuf *b, const uint32_t (*r)[2], size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int k = r[i][0] == r[i][1] ? sprintf(b->o, "\\x{%X}", (unsigned)r[i][0])
+                                   : sprintf(b->o, "\\x{%X}-\\x{%X}", (unsigned)r[i][0],
+                                             (unsigned)r[i][1]);
+        b->o += k;
+    }
+}
+
 /* Rewrites \s (in and out of brackets) and \S (outside brackets) to the
- * Oniguruma set. Returns a malloc'd pattern or NULL when out of memory. */
-static char *translate_pattern(const char *p) {
-    size_t n = strlen(p), cap = n * (sizeof ONIG_SPACE_ITEMS + 3) + 1;
-    char *out = malloc(cap), *o = out;
+ * Oniguruma set and, with `widen`, \p{L} / \p{N} (also \pL, \pN, and
+ * \P{..} outside brackets) to include the Unicode 15-16 additions. Returns
+ * a malloc'd pattern or NULL when out of memory. */
+static char *translate_pattern(const char *p, int widen) {
+    size_t n = strlen(p), item = sizeof ONIG_SPACE_ITEMS + (N_EXTRA_L + N_EXTRA_N) * 24 + 16;
+    char *out = malloc(n * item + 1);
     if (!out) return NULL;
+    outbuf b = {out};
     int in_class = 0;
     for (size_t i = 0; i < n; i++) {
         char c = p[i];
         if (c == '\\' && i + 1 < n) {
             char e = p[i + 1];
             i++;
-            if (e == 's') {
-                if (!in_class) *o++ = '[';
-                memcpy(o, ONIG_SPACE_ITEMS, sizeof ONIG_SPACE_ITEMS - 1);
-                o += sizeof ONIG_SPACE_ITEMS - 1;
-                if (!in_class) *o++ = ']';
-            } else if (e == 'S' && !in_class) {
-                *o++ = '[';
-                *o++ = '^';
-                memcpy(o, ONIG_SPACE_ITEMS, sizeof ONIG_SPACE_ITEMS - 1);
-                o += sizeof ONIG_SPACE_ITEMS - 1;
-                *o++ = ']';
-            } else {
-                *o++ = '\\';
-                *o++ = e;
+            if (e == 's' || (e == 'S' && !in_class)) {
+                put_items(&b, in_class, e == 'S', ONIG_SPACE_ITEMS, sizeof ONIG_SPACE_ITEMS - 1);
+                continue;
             }
+            if ((e == 'p' || (e == 'P' && !in_class)) && i + 1 < n) {
+                /* \p{L}, \p{N}, \pL, \pN (and \P outside brackets) */
+                const char *rest = p + i + 1;
+                size_t len = strncmp(rest, "{L}", 3) == 0 || strncmp(rest, "{N}", 3) == 0 ? 3
+                             : (rest[0] == 'L' || rest[0] == 'N')                      ? 1
+                                                                                        : 0;
+                if (len && widen) {
+                    int letter = rest[len == 3 ? 1 : 0] == 'L';
+                    if (!in_class) put(&b, e == 'P' ? "[^" : "[", e == 'P' ? 2 : 1);
+                    put(&b, letter ? "\\p{L}" : "\\p{N}", 5);
+                    put_ranges(&b, letter ? EXTRA_L : EXTRA_N, letter ? N_EXTRA_L : N_EXTRA_N);
+                    if (!in_class) put(&b, "]", 1);
+                    i += len;
+                    continue;
+                }
+            }
+            put(&b, p + i - 1, 2);
             continue;
         }
         if (!in_class && c == '[') {
             in_class = 1;
-            *o++ = c;
+            put(&b, &c, 1);
             /* A ']' right after '[' or '[^' is a literal. */
-            if (i + 1 < n && p[i + 1] == '^') *o++ = p[++i];
-            if (i + 1 < n && p[i + 1] == ']') *o++ = p[++i];
+            if (i + 1 < n && p[i + 1] == '^') put(&b, p + ++i, 1);
+            if (i + 1 < n && p[i + 1] == ']') put(&b, p + ++i, 1);
             continue;
         }
         if (in_class && c == '[' && i + 1 < n && p[i + 1] == ':') {
@@ -85,29 +217,25 @@ static char *translate_pattern(const char *p) {
             const char *end = strstr(p + i + 2, ":]");
             if (end) {
                 size_t k = (size_t)(end - (p + i)) + 2;
-                memcpy(o, p + i, k);
-                o += k;
+                put(&b, p + i, k);
                 i += k - 1;
                 continue;
             }
         }
         if (in_class && c == ']') in_class = 0;
-        *o++ = c;
+        put(&b, &c, 1);
     }
-    *o = '\0';
+    *b.o = '\0';
     return out;
 }
 
-wf_status wf_regex_compile(wf_regex *r, const char *pattern, int literal, const char *where) {
-    memset(r, 0, sizeof *r);
-    char *pat = literal ? strdup(pattern) : translate_pattern(pattern);
-    if (!pat) return wf_error(WF_ERR_NOMEM, "%s: out of memory compiling a pattern", where);
+static wf_status compile_one(pcre2_code **code, int *jit, const char *pat, int literal,
+                             const char *pattern, const char *where) {
     uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
     int err = 0;
     PCRE2_SIZE at = 0;
-    r->code = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opts, &err, &at, NULL);
-    free(pat);
-    if (!r->code) {
+    *code = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opts, &err, &at, NULL);
+    if (!*code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
         return wf_error(WF_ERR_FORMAT,
@@ -115,12 +243,33 @@ wf_status wf_regex_compile(wf_regex *r, const char *pattern, int literal, const 
                         "rewritten pattern): %s",
                         where, (const char *)msg, (size_t)at, pattern);
     }
-    r->jit = pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE) == 0;
+    *jit = pcre2_jit_compile(*code, PCRE2_JIT_COMPLETE) == 0;
     return WF_OK;
+}
+
+wf_status wf_regex_compile(wf_regex *r, const char *pattern, int literal, const char *where) {
+    memset(r, 0, sizeof *r);
+    pthread_once(&lacks_once, probe_pcre2);
+    if (literal) return compile_one(&r->code, &r->jit, pattern, 1, pattern, where);
+    char *exact = translate_pattern(pattern, pcre2_lacks_extra);
+    char *fast = pcre2_lacks_extra ? translate_pattern(pattern, 0) : NULL;
+    wf_status st = WF_OK;
+    if (!exact || (pcre2_lacks_extra && !fast)) {
+        st = wf_error(WF_ERR_NOMEM, "%s: out of memory compiling a pattern", where);
+    } else {
+        st = compile_one(&r->code, &r->jit, exact, 0, pattern, where);
+        if (st == WF_OK && fast && strcmp(fast, exact) != 0)
+            st = compile_one(&r->fast, &r->fast_jit, fast, 0, pattern, where);
+    }
+    free(exact);
+    free(fast);
+    if (st != WF_OK) wf_regex_free(r);
+    return st;
 }
 
 void wf_regex_free(wf_regex *r) {
     if (r->code) pcre2_code_free(r->code);
+    if (r->fast) pcre2_code_free(r->fast);
     memset(r, 0, sizeof *r);
 }
 
@@ -129,7 +278,7 @@ wf_status wf_regex_state_init(wf_regex_state *st, const wf_regex *r) {
     st->md = pcre2_match_data_create(1, NULL);
     st->mc = pcre2_match_context_create(NULL);
     if (!st->md || !st->mc) goto nomem;
-    if (r->jit) {
+    if (r->jit || r->fast_jit) {
         /* Backtracking on long runs of one class needs little stack; 1 MiB
          * is far more than the built-in patterns ever use. */
         st->js = pcre2_jit_stack_create(32 * 1024, 1024 * 1024, NULL);
@@ -149,7 +298,10 @@ void wf_regex_state_free(wf_regex_state *st) {
     memset(st, 0, sizeof *st);
 }
 
-void wf_split_begin(wf_split_iter *it, const char *s, size_t n) {
+void wf_split_begin(wf_split_iter *it, const wf_regex *r, const char *s, size_t n) {
+    int fast = r->fast && !has_extra(s, n);
+    it->code = fast ? r->fast : r->code;
+    it->jit = fast ? r->fast_jit : r->jit;
     it->s = s;
     it->n = n;
     it->pos = 0;
@@ -169,8 +321,8 @@ int wf_split_next(const wf_regex *r, wf_regex_state *st, wf_split_iter *it, size
     if (it->pos >= it->n) return 0;
     size_t start = it->pos;
     for (;;) {
-        int rc = r->jit ? pcre2_jit_match(r->code, (PCRE2_SPTR)it->s, it->n, start, 0, st->md, st->mc)
-                        : pcre2_match(r->code, (PCRE2_SPTR)it->s, it->n, start, 0, st->md, st->mc);
+        int rc = it->jit ? pcre2_jit_match(it->code, (PCRE2_SPTR)it->s, it->n, start, 0, st->md, st->mc)
+                         : pcre2_match(it->code, (PCRE2_SPTR)it->s, it->n, start, 0, st->md, st->mc);
         if (rc == PCRE2_ERROR_NOMATCH) {
             *off = it->pos;
             *len = it->n - it->pos;

@@ -98,6 +98,26 @@ def random_codepoint_lines(rng, n=1500):
     return out
 
 
+# Letters and digits assigned in Unicode 15 and 16, which Oniguruma (in
+# `tokenizers`) knows and PCRE2's Unicode 14 tables do not (weft adds them).
+RECENT = [(0x105C0, 0x105F3), (0x1E5D0, 0x1E5ED), (0x31350, 0x323AF), (0x1E4D0, 0x1E4EB),
+          (0x10D40, 0x10D49), (0x1E5F1, 0x1E5FA), (0x11F50, 0x11F59), (0x1CCF0, 0x1CCF9)]
+
+
+def recent_unicode_lines(rng, n=300):
+    out = []
+    for _ in range(n):
+        s = []
+        for _ in range(rng.randint(1, 20)):
+            if rng.random() < 0.6:
+                a, b = rng.choice(RECENT)
+                s.append(chr(rng.randint(a, b)))
+            else:
+                s.append(rng.choice(["a", "Z", "1", "7", " ", "!", "'s", "é"]))
+        out.append("".join(s))
+    return out
+
+
 def random_bytes(rng, n):
     # Mostly ASCII with newlines, plus high bytes that make invalid UTF-8.
     b = bytearray()
@@ -165,6 +185,7 @@ def check_all_texts(run_weft, weft_bin, tmp_path, tok_path, corpus_dir, multi, w
         "emoji": emoji_lines(rng),
         "codepoints": random_codepoint_lines(rng),
         "random bytes (replace)": random_bytes_lines(rng),
+        "unicode 15-16": recent_unicode_lines(rng),
     }
     for name, lines in texts.items():
         ids = weft_encode_lines(run_weft, tmp_path, tok_path, lines)
@@ -306,6 +327,40 @@ def test_tokenizers_trained_loads_in_weft(form, hf_tokenizers, run_weft, weft_bi
         assert weft_decode_whole(weft_bin, tmp_path, path, ids) == b" " + text.encode()
         return
     check_all_texts(run_weft, weft_bin, tmp_path, path, corpus_dir, multilingual_lines, form)
+
+
+@pytest.fixture(scope="module")
+def hf_no_alphabet(tmp_path_factory, corpus_dir):
+    """Byte-level BPE trained on English without the full byte alphabet:
+    bytes it never saw have no token. `tokenizers` drops them (no
+    unk_token), or maps them to unk_token (fused or not)."""
+    d = tmp_path_factory.mktemp("hf_noalpha")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=2000, special_tokens=["<unk>"], show_progress=False)
+    tok.train([str(f) for f in sorted(corpus_dir.glob("*.txt"))[:20]], tr)
+    out = {"drop": d / "drop.json"}
+    tok.save(str(out["drop"]))
+    j = json.loads(out["drop"].read_text(encoding="utf-8"))
+    for fuse in [False, True]:
+        j["model"]["unk_token"] = "<unk>"
+        j["model"]["fuse_unk"] = fuse
+        out[f"unk_fuse_{fuse}"] = d / f"unk_{fuse}.json"
+        out[f"unk_fuse_{fuse}"].write_text(json.dumps(j, ensure_ascii=False), encoding="utf-8")
+    return out
+
+
+@pytest.mark.parametrize("variant", ["drop", "unk_fuse_False", "unk_fuse_True"])
+def test_missing_bytes_like_tokenizers(variant, hf_no_alphabet, run_weft, tmp_path,
+                                       multilingual_lines):
+    path = hf_no_alphabet[variant]
+    hf = Tokenizer.from_file(str(path))
+    assert hf.get_vocab_size() < 2000 + 256  # not all bytes are there
+    rng = random.Random(9)
+    lines = (multilingual_lines[:2000] + random_codepoint_lines(rng, 500) + emoji_lines(rng, 200)
+             + recent_unicode_lines(rng))
+    compare(hf, weft_encode_lines(run_weft, tmp_path, path, lines), lines, variant)
 
 
 def test_weft_resaves_tokenizers_file_equivalently(hf_tokenizers, run_weft, tmp_path, corpus_dir):

@@ -200,7 +200,7 @@ static void check_pieces(const char *pattern, const char *text, size_t n, const 
     WF_CHECK_OK(wf_regex_compile(&re, pattern, 0, "test"));
     WF_CHECK_OK(wf_regex_state_init(&st, &re));
     wf_split_iter it;
-    wf_split_begin(&it, text, n);
+    wf_split_begin(&it, &re, text, n);
     size_t off, len, k = 0, covered = 0;
     int r;
     while ((r = wf_split_next(&re, &st, &it, &off, &len)) > 0) {
@@ -240,7 +240,7 @@ WF_TEST(pretok_invalid_utf8_bytes_are_pieces) {
     check_pieces(WF_PRETOK_LLAMA3, text, sizeof text - 1, want, sizeof want / sizeof *want);
 }
 
-WF_TEST(pretok_whitespace_is_oniguruma_s) {
+WF_TEST(pretok_classes_are_oniguruma_s) {
     /* U+180E is \s for PCRE2 but not for Oniguruma (which `tokenizers`
      * uses): with the rewrite it is a symbol and goes with the "!"
      * (PCRE2's own \s would make "\u180e" and "!" two pieces). */
@@ -251,6 +251,83 @@ WF_TEST(pretok_whitespace_is_oniguruma_s) {
     const char *text2 = "a\xe3\x80\x80\xe3\x80\x80" "b";
     const char *want2[] = {"a", "\xe3\x80\x80", "\xe3\x80\x80\x62"}; /* \x62: "b" */
     check_pieces(WF_PRETOK_LLAMA3, text2, strlen(text2), want2, 3);
+    /* U+1E5D0 is a letter and U+1E5F1 a digit since Unicode 16 (Ol Onal),
+     * which Oniguruma knows and PCRE2 10.42's tables do not: "a" + letter
+     * is one piece, four digits are pieces of 3 and 1. */
+    const char *text3 = "a\xf0\x9e\x97\x90 \xf0\x9e\x97\xb1\xf0\x9e\x97\xb1\xf0\x9e\x97\xb1\xf0\x9e\x97\xb1";
+    const char *want3[] = {"a\xf0\x9e\x97\x90", " ", "\xf0\x9e\x97\xb1\xf0\x9e\x97\xb1\xf0\x9e\x97\xb1",
+                           "\xf0\x9e\x97\xb1"};
+    check_pieces(WF_PRETOK_LLAMA3, text3, strlen(text3), want3, 4);
+}
+
+static size_t utf8_put(char *o, uint32_t cp) {
+    if (cp < 0x80) return (size_t)(o[0] = (char)cp, 1);
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12);
+        o[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | cp >> 18);
+    o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+WF_TEST(pretok_fast_variant_agrees_without_new_code_points) {
+    /* The pattern as written (fast) and widened to Unicode 16 (exact) cut
+     * text without Unicode 15-16 letters/digits the same way: random text
+     * from many scripts, split with each variant forced. */
+    wf_regex re;
+    wf_regex_state st;
+    WF_CHECK_OK(wf_regex_compile(&re, WF_PRETOK_LLAMA3, 0, "test"));
+    WF_CHECK_OK(wf_regex_state_init(&st, &re));
+    if (!re.fast) {
+        /* PCRE2 already has Unicode 16 tables: one variant only. */
+        wf_regex_state_free(&st);
+        wf_regex_free(&re);
+        return;
+    }
+    static const uint32_t pool[][2] = {{0x20, 0x7E}, {0x09, 0x0D}, {0xA0, 0x24F}, {0x370, 0x52F},
+                                       {0x600, 0x6FF}, {0x900, 0x97F}, {0x1C80, 0x1C88},
+                                       {0x3000, 0x30FF}, {0x4E00, 0x4E80}, {0xA700, 0xA7CA},
+                                       {0x1F300, 0x1F64F}, {0x20000, 0x20100}, {0x2028, 0x202F}};
+    wf_rng r = wf_rng_make(17, 0);
+    char text[1024];
+    for (int trial = 0; trial < 2000; trial++) {
+        size_t n = 0, k = 1 + (size_t)wf_rng_below(&r, 60);
+        for (size_t i = 0; i < k; i++) {
+            const uint32_t *pr = pool[wf_rng_below(&r, sizeof pool / sizeof *pool)];
+            n += utf8_put(text + n, pr[0] + (uint32_t)wf_rng_below(&r, pr[1] - pr[0] + 1));
+        }
+        wf_split_iter a, b;
+        wf_split_begin(&a, &re, text, n);
+        WF_CHECK_TRUE(a.code == re.fast); /* nothing new in this text */
+        wf_split_begin(&b, &re, text, n);
+        b.code = re.code;
+        b.jit = re.jit;
+        size_t ao, al, bo, bl;
+        for (;;) {
+            int ra = wf_split_next(&re, &st, &a, &ao, &al);
+            int rb = wf_split_next(&re, &st, &b, &bo, &bl);
+            WF_CHECK_EQ(ra, rb);
+            if (ra <= 0) break;
+            WF_CHECK_EQ(ao, bo);
+            WF_CHECK_EQ(al, bl);
+        }
+    }
+    /* With a Unicode 16 letter in it, the exact variant is picked. */
+    wf_split_iter c;
+    wf_split_begin(&c, &re, "ab\xf0\x9e\x97\x90", 6);
+    WF_CHECK_TRUE(c.code == re.code);
+    wf_regex_state_free(&st);
+    wf_regex_free(&re);
 }
 
 WF_TEST(pretok_long_runs) {
@@ -266,7 +343,7 @@ WF_TEST(pretok_long_runs) {
     WF_CHECK_OK(wf_regex_compile(&re, WF_PRETOK_LLAMA3, 0, "test"));
     WF_CHECK_OK(wf_regex_state_init(&st, &re));
     wf_split_iter it;
-    wf_split_begin(&it, text, 2 * n);
+    wf_split_begin(&it, &re, text, 2 * n);
     size_t off, len;
     WF_CHECK_EQ(wf_split_next(&re, &st, &it, &off, &len), 1);
     WF_CHECK_EQ(len, n - 1); /* the last space goes with the letters */
