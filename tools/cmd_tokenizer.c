@@ -134,6 +134,7 @@ typedef struct {
     char *tokenizer;
     int special;
     int whole;
+    int pieces;
 } encode_opts;
 
 static const wf_opt encode_opt_table[] = {
@@ -143,11 +144,14 @@ static const wf_opt encode_opt_table[] = {
      "turn the text of special tokens (\"<|end_of_text|>\") into their ids"},
     {"whole", NULL, WF_OPT_BOOL, offsetof(encode_opts, whole), "false", WF_NO_RANGE,
      "encode the whole input as one text (newlines included) and print one line of ids"},
+    {"pieces", NULL, WF_OPT_BOOL, offsetof(encode_opts, pieces), "false", WF_NO_RANGE,
+     "print the pre-tokenizer's pieces instead of ids (space-separated, in the tokenizer.json "
+     "alphabet where \" \" is \"\u0120\"; no added tokens, no merges)"},
 };
 
 static const wf_cmd_spec encode_spec = {
     "tokenizer encode",
-    "weft tokenizer encode --tokenizer tok.json [--special] [--whole] [INPUT]",
+    "weft tokenizer encode --tokenizer tok.json [--special] [--whole] [--pieces] [INPUT]",
     "Encodes INPUT (or stdin) and prints token ids: by default one line of space-separated ids "
     "for each input line (the newline itself is not encoded); with --whole, the ids of the "
     "entire input on one line.",
@@ -164,6 +168,44 @@ static void print_ids(FILE *out, const int32_t *ids, size_t n) {
         fwrite(buf, 1, (size_t)len, out);
     }
     fputc('\n', out);
+}
+
+typedef struct {
+    FILE *out;
+    int first;
+    char *buf;
+    size_t cap;
+} piece_printer;
+
+static wf_status print_piece(void *ctx, const char *piece, size_t len) {
+    piece_printer *pp = ctx;
+    if (2 * len + 1 > pp->cap) {
+        size_t nc = 2 * len + 1 + 256;
+        char *nb = realloc(pp->buf, nc);
+        if (!nb) return wf_error(WF_ERR_NOMEM, "out of memory printing a %zu-byte piece", len);
+        pp->buf = nb;
+        pp->cap = nc;
+    }
+    size_t l = wf_tokenizer_bytes_to_str(piece, len, pp->buf);
+    if (!pp->first) fputc(' ', pp->out);
+    fwrite(pp->buf, 1, l, pp->out);
+    pp->first = 0;
+    return WF_OK;
+}
+
+/* Encodes (or with --pieces, pre-tokenizes) one text and prints a line. */
+static wf_status encode_one(const wf_tokenizer *t, const encode_opts *o, const char *text,
+                            size_t len, wf_ids *ids, piece_printer *pp) {
+    if (o->pieces) {
+        pp->first = 1;
+        WF_TRY(wf_tokenizer_pretokenize(t, text, len, print_piece, pp));
+        fputc('\n', stdout);
+        return WF_OK;
+    }
+    ids->n = 0;
+    WF_TRY(wf_tokenizer_encode(t, text, len, o->special, ids));
+    print_ids(stdout, ids->ids, ids->n);
+    return WF_OK;
 }
 
 static wf_status load_tokenizer(wf_tokenizer **t, const char *path) {
@@ -185,35 +227,27 @@ int wf_cmd_tokenizer_encode(int argc, char **argv) {
     char *text = NULL;
     size_t len = 0;
     wf_ids ids = {0};
+    piece_printer pp = {stdout, 1, NULL, 0};
     if (load_tokenizer(&t, o.tokenizer) != WF_OK ||
         read_input(pos.n ? pos.items[0] : NULL, &text, &len) != WF_OK) {
         rc = wf_tool_fail(encode_spec.name);
         goto out;
     }
-    if (o.whole) {
-        if (wf_tokenizer_encode(t, text, len, o.special, &ids) != WF_OK) {
+    for (size_t at = 0; at < len || (o.whole && at == 0);) {
+        const char *nl = o.whole ? NULL : memchr(text + at, '\n', len - at);
+        size_t end = nl ? (size_t)(nl - text) : len;
+        if (encode_one(t, &o, text + at, end - at, &ids, &pp) != WF_OK) {
             rc = wf_tool_fail(encode_spec.name);
             goto out;
         }
-        print_ids(stdout, ids.ids, ids.n);
-    } else {
-        for (size_t at = 0; at < len;) {
-            const char *nl = memchr(text + at, '\n', len - at);
-            size_t end = nl ? (size_t)(nl - text) : len;
-            ids.n = 0;
-            if (wf_tokenizer_encode(t, text + at, end - at, o.special, &ids) != WF_OK) {
-                rc = wf_tool_fail(encode_spec.name);
-                goto out;
-            }
-            print_ids(stdout, ids.ids, ids.n);
-            at = end + 1;
-        }
+        at = end + 1;
     }
     if (fflush(stdout) != 0) {
         wf_error(WF_ERR_IO, "<stdout>: write failed");
         rc = wf_tool_fail(encode_spec.name);
     }
 out:
+    free(pp.buf);
     wf_ids_free(&ids);
     free(text);
     wf_tokenizer_destroy(t);

@@ -58,6 +58,20 @@ int32_t wf_tokenizer_token_id(const wf_tokenizer *t, const char *token);
 wf_status wf_tokenizer_encode(const wf_tokenizer *t, const char *text, size_t len, int parse_special,
                               wf_ids *out);
 
+/* Runs only the pre-tokenizer (no added tokens, no merges) and calls fn
+ * for each piece with its bytes (a prefix space included, if the
+ * tokenizer adds one). For seeing how text is split (`weft tokenizer
+ * encode --pieces`); `tokenizers`' pre_tokenize_str gives the same pieces.
+ * Stops at the first status other than WF_OK that fn returns. */
+typedef wf_status (*wf_piece_fn)(void *ctx, const char *piece, size_t len);
+wf_status wf_tokenizer_pretokenize(const wf_tokenizer *t, const char *text, size_t len,
+                                   wf_piece_fn fn, void *ctx);
+
+/* Writes the tokenizer.json string form of n bytes (the GPT-2 byte
+ * alphabet: " the" -> "Ġthe") to out, which has room for 2n+1 bytes, NUL
+ * included; returns its length. */
+size_t wf_tokenizer_bytes_to_str(const void *bytes, size_t n, char *out);
+
 /* Decodes ids to bytes: *out is malloc'd (NUL-terminated, *len excludes the
  * NUL); the caller frees it. An id outside the vocabulary is an error. */
 wf_status wf_tokenizer_decode(const wf_tokenizer *t, const int32_t *ids, size_t n, char **out,

@@ -234,6 +234,8 @@ typedef struct bpe_tls {
     size_t heap_cap;
     char *pbuf; /* prefix-space copy of a segment */
     size_t pbuf_cap;
+    wf_piece_fn sink; /* wf_tokenizer_pretokenize: pieces go here, not to merges */
+    void *sink_ctx;
 } bpe_tls;
 
 /* Every thread's state, and a stack of states whose threads have exited:
@@ -539,13 +541,18 @@ static wf_status encode_bytelevel(const wf_tokenizer *t, bpe_tls *s, const char 
         p = s->pbuf;
         n++;
     }
-    if (!t->bl_use_regex) return encode_piece(t, s, (const uint8_t *)p, n, out);
+    if (!t->bl_use_regex) {
+        if (s->sink) return s->sink(s->sink_ctx, p, n);
+        return encode_piece(t, s, (const uint8_t *)p, n, out);
+    }
     wf_split_iter it;
     wf_split_begin(&it, &t->bl_re, p, n);
     size_t off, len;
     int r;
-    while ((r = wf_split_next(&t->bl_re, &s->bl_st, &it, &off, &len)) > 0)
-        WF_TRY(encode_piece(t, s, (const uint8_t *)p + off, len, out));
+    while ((r = wf_split_next(&t->bl_re, &s->bl_st, &it, &off, &len)) > 0) {
+        if (s->sink) WF_TRY(s->sink(s->sink_ctx, p + off, len));
+        else WF_TRY(encode_piece(t, s, (const uint8_t *)p + off, len, out));
+    }
     return r < 0 ? WF_ERR_INTERNAL : WF_OK;
 }
 
@@ -613,6 +620,23 @@ wf_status wf_tokenizer_encode(const wf_tokenizer *t, const char *text, size_t le
     if (!s) return WF_ERR_NOMEM;
     if (!t->has_added) return encode_segment(t, s, text, len, out);
     return encode_added(t, s, text, len, 0, parse_special, out);
+}
+
+wf_status wf_tokenizer_pretokenize(const wf_tokenizer *t, const char *text, size_t len,
+                                   wf_piece_fn fn, void *ctx) {
+    if (!t || !fn || (!text && len))
+        return wf_error(WF_ERR_INVALID, "wf_tokenizer_pretokenize: NULL argument");
+    bpe_tls *s = tls_get(t);
+    if (!s) return WF_ERR_NOMEM;
+    s->sink = fn;
+    s->sink_ctx = ctx;
+    wf_status st = encode_segment(t, s, text, len, NULL);
+    s->sink = NULL;
+    return st;
+}
+
+size_t wf_tokenizer_bytes_to_str(const void *bytes, size_t n, char *out) {
+    return wf_bpe_bytes_to_str(bytes, n, out);
 }
 
 /* ---------------------------------------------------------------- decode */

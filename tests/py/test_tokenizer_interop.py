@@ -146,6 +146,28 @@ def weft_encode_lines(run_weft, tmp_path, tok, lines, special=False):
     return [[int(x) for x in line.split()] for line in out[:-1]]
 
 
+def weft_pieces_lines(run_weft, tmp_path, tok, lines):
+    """The pre-tokenizer's pieces of each line (`encode --pieces`), in the
+    tokenizer.json alphabet."""
+    f = tmp_path / "in.txt"
+    f.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+    out = run_weft(["tokenizer", "encode", "--tokenizer", tok, "--pieces", f]).stdout.split("\n")
+    assert len(out) == len(lines) + 1
+    return [line.split(" ") if line else [] for line in out[:-1]]
+
+
+def compare_pieces(hf, weft_pieces, lines, what):
+    bad = []
+    for line, w in zip(lines, weft_pieces):
+        h = [p for p, _ in hf.pre_tokenizer.pre_tokenize_str(line)]
+        if h != w:
+            bad.append((line, h, w))
+    if bad:
+        line, h, w = bad[0]
+        pytest.fail(f"{what}: pieces of {len(bad)} of {len(lines)} lines differ; first: "
+                    f"{line[:80]!r}\ntokenizers: {h[:20]}\nweft:       {w[:20]}")
+
+
 def weft_encode_whole(run_weft, tmp_path, tok, data):
     f = tmp_path / "whole.bin"
     f.write_bytes(data)
@@ -190,6 +212,9 @@ def check_all_texts(run_weft, weft_bin, tmp_path, tok_path, corpus_dir, multi, w
     for name, lines in texts.items():
         ids = weft_encode_lines(run_weft, tmp_path, tok_path, lines)
         compare(hf, ids, lines, f"{what}, {name}")
+        # The pre-tokenizer alone, where merges cannot hide a different cut.
+        compare_pieces(hf, weft_pieces_lines(run_weft, tmp_path, tok_path, lines), lines,
+                       f"{what}, {name}")
     # Whole multi-line texts (newlines inside pieces), and decode equality.
     whole = "\n".join(texts["english"][:400]) + "\n\n" + "\n".join(multi[:400]) + "\n"
     ids = weft_encode_whole(run_weft, tmp_path, tok_path, whole.encode("utf-8"))
@@ -321,6 +346,8 @@ def test_tokenizers_trained_loads_in_weft(form, hf_tokenizers, run_weft, weft_bi
                             "emoji": emoji_lines(rng)}.items():
             compare(hf, weft_encode_lines(run_weft, tmp_path, path, lines), lines,
                     f"{form}, {name}")
+            compare_pieces(hf, weft_pieces_lines(run_weft, tmp_path, path, lines), lines,
+                           f"{form}, {name}")
         text = "Hello there\n\nGeneral Kenobi"
         ids = weft_encode_whole(run_weft, tmp_path, path, text.encode())
         assert ids == hf.encode(text, add_special_tokens=False).ids
