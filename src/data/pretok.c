@@ -231,7 +231,8 @@ static char *translate_pattern(const char *p, int widen) {
 
 static wf_status compile_one(pcre2_code **code, int *jit, const char *pat, int literal,
                              const char *pattern, const char *where) {
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
+    /* PCRE2_LITERAL allows no UCP (nor needs it). */
+    uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     int err = 0;
     PCRE2_SIZE at = 0;
     *code = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opts, &err, &at, NULL);

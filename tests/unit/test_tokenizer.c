@@ -839,3 +839,70 @@ WF_TEST(train_rejects_bad_options) {
     WF_CHECK_TRUE(wf_tokenizer_train(&t, &o) != WF_OK);
     WF_CHECK_TRUE(t == NULL);
 }
+
+/* ------------------------------------------- other accepted file shapes */
+
+typedef struct {
+    char pieces[16][32];
+    size_t n;
+} piece_list;
+
+static wf_status collect_piece(void *ctx, const char *piece, size_t len) {
+    piece_list *l = ctx;
+    if (l->n < 16 && len < 32) {
+        memcpy(l->pieces[l->n], piece, len);
+        l->pieces[l->n][len] = '\0';
+    }
+    l->n++;
+    return WF_OK;
+}
+
+WF_TEST(split_with_string_pattern_and_kept_post_processor) {
+    /* Split on a literal "ab" (a String pattern, regex characters quoted),
+     * then ByteLevel with the GPT-2 regex; a TemplateProcessing
+     * post-processor is kept for saving but not applied. */
+    const char *pre = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+                      "\"pattern\": {\"String\": \"a.\"}, \"behavior\": \"Isolated\", \"invert\": "
+                      "false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                      "\"use_regex\": true}]}";
+    char *json = make_json("", "", pre, NULL, NULL);
+    const char *tp = "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [], "
+                     "\"pair\": [], \"special_tokens\": {}}";
+    char *at = strstr(json, "\"post_processor\": null");
+    WF_CHECK_TRUE(at != NULL);
+    size_t head = (size_t)(at - json), tail = strlen(at + strlen("\"post_processor\": null"));
+    char *json2 = malloc(head + strlen(tp) + tail + 1);
+    memcpy(json2, json, head);
+    strcpy(json2 + head, tp);
+    strcat(json2, at + strlen("\"post_processor\": null"));
+    wf_tokenizer *t = load_json(json2);
+    piece_list l = {0};
+    WF_CHECK_OK(wf_tokenizer_pretokenize(t, "xa.y ab a.", 10, collect_piece, &l));
+    /* Split: "x" | "a." | "y ab " | "a." (the "." is not "any character");
+     * then the GPT-2 regex on each, as `tokenizers` gives:
+     * ['x', 'a', '.', 'y', 'Ġab', 'Ġ', 'a', '.'] */
+    WF_CHECK_EQ(l.n, 8);
+    const char *want[] = {"x", "a", ".", "y", " ab", " ", "a", "."};
+    for (size_t i = 0; i < 8; i++) WF_CHECK_STREQ(l.pieces[i], want[i]);
+    wf_ids ids = {0};
+    encode(t, "ab", 2, 1, &ids);
+    check_ids(&ids, (int32_t[]){'a', 'b'}, 2); /* nothing added around the text */
+    const char *path = tmp_path("resaved.json");
+    WF_CHECK_OK(wf_tokenizer_save(t, path));
+    char *saved;
+    size_t sl;
+    WF_CHECK_OK(wf_file_read(path, &saved, &sl));
+    WF_CHECK_TRUE(strstr(saved, "\"TemplateProcessing\"") != NULL);
+    WF_CHECK_TRUE(strstr(saved, "\"String\": \"a.\"") != NULL);
+    wf_tokenizer *u = NULL;
+    WF_CHECK_OK(wf_tokenizer_load(&u, path));
+    wf_tokenizer_info in;
+    wf_tokenizer_get_info(u, &in);
+    WF_CHECK_STREQ(in.pretokenizer, "Sequence[Split(String), ByteLevel(add_prefix_space=false, use_regex=true)]");
+    free(saved);
+    free(json);
+    free(json2);
+    wf_ids_free(&ids);
+    wf_tokenizer_destroy(t);
+    wf_tokenizer_destroy(u);
+}
