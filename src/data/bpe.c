@@ -410,9 +410,9 @@ static heap_ent heap_pop(heap_ent *h, size_t *n) {
 
 /* The algorithm of `tokenizers` (word.rs merge_all): a heap of candidate
  * merges ordered by (rank, position), entries checked for staleness when
- * popped. Live entries never exceed the number of symbols, and each merge
- * pushes at most two, so the heap needs at most 3n slots over a run; stale
- * entries are popped as they surface. */
+ * popped. It starts with at most n-1 entries and each merge pops one and
+ * pushes at most two, over at most n-1 merges: never more than 2n entries,
+ * which the scratch (2 * scratch_cap >= 2(n+1)) holds. */
 static size_t merge_heap(const wf_tokenizer *t, bpe_tls *s, size_t n) {
     int32_t *sym = s->sym, *prv = s->prv, *nxt = s->nxt;
     heap_ent *h = s->heap;
@@ -436,8 +436,8 @@ static size_t merge_heap(const wf_tokenizer *t, bpe_tls *s, size_t n) {
         nxt[pos] = nxt[nx];
         if (nxt[nx] >= 0) prv[nxt[nx]] = pos;
         if (hn + 2 > s->heap_cap) {
-            /* Cannot happen with 2n slots unless stale entries pile up;
-             * compact by dropping stale ones would be needed. Grow instead. */
+            /* Not reached (see above); kept so a wrong bound cannot write
+             * past the array. */
             heap_ent *nh = realloc(s->heap, s->heap_cap * 2 * sizeof *nh);
             if (!nh) return (size_t)-1;
             s->heap = h = nh;
