@@ -52,9 +52,12 @@ int32_t wf_tokenizer_pad(const wf_tokenizer *t);
 int32_t wf_tokenizer_token_id(const wf_tokenizer *t, const char *token);
 
 /* Encodes `len` bytes of text, appending ids to `out`. With
- * `parse_special` the text of added tokens ("<|endoftext|>") becomes their
+ * `parse_special` the text of special tokens ("<|endoftext|>") becomes their
  * id, as `tokenizers` does; without it (the default for training data) such
- * text is encoded as ordinary bytes. */
+ * text is encoded as ordinary bytes. Added tokens that are not special
+ * (weft never makes any; some `tokenizers` files have them) are always
+ * matched, as in `tokenizers`. No special tokens are added around the text:
+ * the post-processor of a loaded file is not applied. */
 wf_status wf_tokenizer_encode(const wf_tokenizer *t, const char *text, size_t len, int parse_special,
                               wf_ids *out);
 
