@@ -13,7 +13,8 @@ say() { echo "[setup] $*"; }
 APT_PACKAGES=(
   build-essential clang pkg-config git ca-certificates
   libpcre2-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev
-  python3 python3-venv python3-pip
+  python3 python3-venv python3-pip python3-numpy python3-torch
+  libopenblas-openmp-dev
   r-base-core r-cran-janeaustenr
 )
 
@@ -34,11 +35,17 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Python virtual environment for tests and benchmarks (never needed by weft).
+# It is made from Debian's python3 and sees its packages, so that PyTorch
+# comes from Debian (python3-torch) and the rest from PyPI.
 REQ=tests/requirements.txt
 STAMP=.venv/.weft-requirements
+if [ -f .venv/pyvenv.cfg ] && ! grep -q "include-system-site-packages = true" .venv/pyvenv.cfg; then
+  say "recreating .venv with Debian's system packages visible"
+  rm -rf .venv
+fi
 if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
-  python3 -m venv .venv
+  /usr/bin/python3 -m venv --system-site-packages .venv
 fi
 if [ ! -f "$STAMP" ] || ! cmp -s "$REQ" "$STAMP"; then
   say "installing Python test packages into .venv"
