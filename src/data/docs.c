@@ -230,7 +230,7 @@ static wf_status window_fill(wf_docs *d, int *eof) {
 static wf_status next_line(wf_docs *d, const char **line, size_t *n) {
     size_t scan = d->pos;
     for (;;) {
-        char *nl = memchr(d->buf + scan, '\n', d->len - scan);
+        char *nl = d->len > scan ? memchr(d->buf + scan, '\n', d->len - scan) : NULL;
         if (nl) {
             *line = d->buf + d->pos;
             *n = (size_t)(nl - (d->buf + d->pos));
