@@ -36,15 +36,20 @@ endif
 CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE
 CFLAGS   := -std=c11 $(OPT) $(WARN) -pthread $(PKG_CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS   := $(PKG_LIBS) -lm -pthread
-# OpenMP for the model's kernels (src/kernels). The ThreadSanitizer build
-# leaves it out: TSan does not see libgomp's synchronisation and reports
-# false races; the pragmas are then ignored and the kernels run on one
-# thread. With gcc, OpenBLAS (Debian's OpenMP build) and the kernels share
-# one libgomp pool; clang links its own libomp beside it (fine for tests).
-ifeq ($(findstring thread,$(SANITIZE)),)
-CFLAGS  += -fopenmp
-else
+# OpenMP for the model's kernels (src/kernels), one runtime per process:
+# gcc's libgomp, which Debian's OpenMP build of OpenBLAS also uses, so the
+# kernels' loops and sgemm share one thread pool. Two builds run the loops
+# on one thread instead (OpenBLAS still threads): ThreadSanitizer, which
+# does not see libgomp's synchronisation and reports false races, and
+# clang, whose OpenMP code needs its own runtime (libomp) beside OpenBLAS's
+# libgomp: two pools, the oversubscription to avoid. -fopenmp=libgomp makes
+# clang link libgomp and ignore the pragmas.
+ifneq ($(findstring thread,$(SANITIZE)),)
 CFLAGS  += -Wno-unknown-pragmas
+else ifneq ($(findstring clang,$(CC)),)
+CFLAGS  += -fopenmp=libgomp
+else
+CFLAGS  += -fopenmp
 endif
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer

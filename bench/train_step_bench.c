@@ -91,8 +91,11 @@ int main(int argc, char **argv) {
     const int HD = C / NH, H = wf_model_config_hidden_dim(&cfg);
     const int QKV = (NH + 2 * cfg.n_kv_heads) * HD;
 
-    printf("train_step_bench: %s, B x T = %d x %d, %d threads, %zu parameters\n", preset, B, T,
-           threads, wf_model_num_params(m));
+    printf("train_step_bench: %s, B x T = %d x %d, %d threads, %zu parameters, OpenBLAS %s "
+           "kernels\n",
+           preset, B, T, threads, wf_model_num_params(m), wf_kern_blas_core());
+    char advice[256];
+    if (wf_kern_blas_check(advice, sizeof advice)) printf("  warning: %s\n", advice);
     double peak = 0;
     const int sq[] = {1024, 1536, 2048};
     for (size_t i = 0; i < sizeof sq / sizeof *sq; i++) {

@@ -40,6 +40,16 @@ int wf_kern_threads(void);
 /* Sets the threads of both the OpenMP loops and OpenBLAS. n >= 1. */
 void wf_kern_set_threads(int n);
 
+/* The kernel set OpenBLAS chose for this CPU ("SkylakeX", "Haswell", ...). */
+const char *wf_kern_blas_core(void);
+/* OpenBLAS 0.3.21 (Debian 12) does not recognise some newer or virtualised
+ * x86 CPUs and falls back to its SSE3 "Prescott" kernels, several times
+ * slower than the AVX2/AVX-512 ones the CPU could run. The environment
+ * variable OPENBLAS_CORETYPE (SkylakeX, Haswell), set before the program
+ * starts, overrides the choice. Returns 1 and writes advice into msg when
+ * the chosen kernels are slower than the CPU allows, else 0. */
+int wf_kern_blas_check(char *msg, size_t size);
+
 /* ---------------------------------------------------------------- matmul
  * A linear layer without bias, through cblas_sgemm. */
 
@@ -124,8 +134,9 @@ void wf_kern_rope_bwd_ref(float *dx, const float *cos_tab, const float *sin_tab,
  *
  * Only the log-sum-exp of each score row is kept for the backward, which
  * recomputes the probabilities: O(B*NH*T) memory instead of O(B*NH*T*T).
- * `scratch` is n_threads * T floats (one score row per thread); the kernel
- * runs on at most n_threads threads. */
+ * `scratch` holds wf_kern_attention_scratch(T, n_threads) floats (two
+ * blocks of score rows per thread); the kernel runs on at most n_threads
+ * threads. */
 
 /* Floats of scratch the attention kernels need. */
 size_t wf_kern_attention_scratch(int T, int n_threads);
@@ -134,7 +145,7 @@ void wf_kern_attention_fwd(float *out,       /* (B, T, NH*HD) */
                            float *lse,       /* (B, NH, T), saved for backward */
                            const float *qkv, /* (B, T, QKV) */
                            int B, int T, int NH, int NKV, int HD,
-                           float *scratch,   /* (n_threads, T) */
+                           float *scratch,   /* wf_kern_attention_scratch(T, n_threads) */
                            int n_threads);
 /* Writes the q, k and v gradients into dqkv (all of it is overwritten). */
 void wf_kern_attention_bwd(float *dqkv,       /* (B, T, QKV) */
@@ -143,7 +154,7 @@ void wf_kern_attention_bwd(float *dqkv,       /* (B, T, QKV) */
                            const float *out,  /* (B, T, NH*HD) from the forward */
                            const float *lse,  /* (B, NH, T) from the forward */
                            int B, int T, int NH, int NKV, int HD,
-                           float *scratch,    /* (n_threads, T) */
+                           float *scratch,    /* wf_kern_attention_scratch(T, n_threads) */
                            int n_threads);
 void wf_kern_attention_fwd_ref(float *out, float *lse, const float *qkv, int B, int T, int NH,
                                int NKV, int HD, float *scratch, int n_threads);

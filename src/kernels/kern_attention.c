@@ -7,16 +7,35 @@
  *   dP_j = dout_t . v_j,  dS_j = p_j (dP_j - D_t),
  *   dq_t = sum_j dS_j k_j / sqrt(HD),  dk_j += dS_j q_t / sqrt(HD),
  *   dv_j += p_j dout_t.
- * The forward splits work over (batch, query head); the backward over
- * (batch, kv head), so that the query heads sharing a kv head add into its
- * dk and dv on one thread, in a fixed order. */
+ * Query rows go in blocks of ATT_ROWS_; a block's scores against the keys
+ * up to its last row, and the products with V, dout, K and Q, are sgemm
+ * calls made from inside the OpenMP region, where OpenBLAS (same libgomp
+ * runtime, see the Makefile) runs them on the calling thread. The forward
+ * splits work over (batch, query head); the backward over (batch, kv head),
+ * so that the query heads sharing a kv head add into its dk and dv on one
+ * thread, in a fixed order. */
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "kernels/kern_impl.h"
 #include "weft/kernels.h"
 
-size_t wf_kern_attention_scratch(int T, int n_threads) { return (size_t)T * (size_t)n_threads; }
+/* Query rows per block: a block's scores are one (rows x keys) sgemm. */
+#define ATT_ROWS_ 64
+
+size_t wf_kern_attention_scratch(int T, int n_threads) {
+    int rows = T < ATT_ROWS_ ? T : ATT_ROWS_;
+    return 2 * (size_t)rows * (size_t)T * (size_t)n_threads;
+}
+
+/* S (rows, keys) = scale * Q[r0:r1] @ K[0:keys]^T, keys = r1: the causal
+ * part of a block of query rows (entries with j > t are ignored later). */
+static void att_scores(float *S, int ldS, const float *q, const float *k, int rows, int keys,
+                       int HD, size_t QKV, float scale) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, HD, scale, q, (int)QKV, k,
+                (int)QKV, 0.0f, S, ldS);
+}
 
 void wf_kern_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH,
                            int NKV, int HD, float *scratch, int n_threads) {
@@ -26,35 +45,39 @@ void wf_kern_attention_fwd(float *out, float *lse, const float *qkv, int B, int 
     const int n_tasks = B * NH;
 #pragma omp parallel num_threads(n_threads)
     {
-        float *restrict s = scratch + (size_t)kern_thread_num_() * T;
+        float *restrict P = scratch + wf_kern_attention_scratch(T, 1) * (size_t)kern_thread_num_();
 #pragma omp for schedule(static)
         for (int task = 0; task < n_tasks; task++) {
             int b = task / NH, h = task % NH, g = h / group;
             const float *qkv_b = qkv + (size_t)b * T * QKV;
-            for (int t = 0; t < T; t++) {
-                const float *restrict q = qkv_b + t * QKV + (size_t)h * HD;
-                float mx = -INFINITY;
-                for (int j = 0; j <= t; j++) {
-                    const float *restrict k = qkv_b + j * QKV + (size_t)(NH + g) * HD;
-                    float dot = 0.0f;
-                    for (int d = 0; d < HD; d++) dot += q[d] * k[d];
-                    s[j] = dot * scale;
-                    if (s[j] > mx) mx = s[j];
+            const float *q = qkv_b + (size_t)h * HD;
+            const float *k = qkv_b + (size_t)(NH + g) * HD;
+            const float *v = qkv_b + (size_t)(NH + NKV + g) * HD;
+            for (int r0 = 0; r0 < T; r0 += ATT_ROWS_) {
+                int r1 = r0 + ATT_ROWS_ < T ? r0 + ATT_ROWS_ : T, rows = r1 - r0, keys = r1;
+                att_scores(P, T, q + r0 * QKV, k, rows, keys, HD, QKV, scale);
+                for (int i = 0; i < rows; i++) {
+                    int t = r0 + i;
+                    float *restrict p = P + (size_t)i * T;
+                    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+                    for (int j = 0; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
+                    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                    for (int j = 0; j <= t; j++) {
+                        p[j] = kern_expf_(p[j] - mx);
+                        sum += p[j];
+                    }
+                    float inv = 1.0f / sum;
+#pragma omp simd
+                    for (int j = 0; j <= t; j++) p[j] *= inv;
+                    for (int j = t + 1; j < keys; j++) p[j] = 0.0f;
+                    lse[((size_t)b * NH + h) * T + t] = mx + logf(sum);
                 }
-                double sum = 0.0;
-                for (int j = 0; j <= t; j++) {
-                    s[j] = expf(s[j] - mx);
-                    sum += s[j];
-                }
-                float inv = (float)(1.0 / sum);
-                float *restrict o = out + ((size_t)b * T + t) * OW + (size_t)h * HD;
-                memset(o, 0, (size_t)HD * sizeof *o);
-                for (int j = 0; j <= t; j++) {
-                    const float *restrict v = qkv_b + j * QKV + (size_t)(NH + NKV + g) * HD;
-                    float p = s[j] * inv;
-                    for (int d = 0; d < HD; d++) o[d] += p * v[d];
-                }
-                lse[((size_t)b * NH + h) * T + t] = mx + (float)log(sum);
+                /* out[r0:r1] = P @ V[0:keys] */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HD, keys, 1.0f, P, T,
+                            v, (int)QKV, 0.0f, out + ((size_t)b * T + r0) * OW + (size_t)h * HD,
+                            (int)OW);
             }
         }
     }
@@ -67,49 +90,57 @@ void wf_kern_attention_bwd(float *dqkv, const float *dout, const float *qkv, con
     const int group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)HD);
     const int n_tasks = B * NKV;
+    const size_t half = wf_kern_attention_scratch(T, 1) / 2;
 #pragma omp parallel num_threads(n_threads)
     {
-        float *restrict p = scratch + (size_t)kern_thread_num_() * T;
+        float *restrict P = scratch + 2 * half * (size_t)kern_thread_num_();
+        float *restrict dS = P + half;
 #pragma omp for schedule(static)
         for (int task = 0; task < n_tasks; task++) {
             int b = task / NKV, g = task % NKV;
             const float *qkv_b = qkv + (size_t)b * T * QKV;
             float *dqkv_b = dqkv + (size_t)b * T * QKV;
             const size_t k_off = (size_t)(NH + g) * HD, v_off = (size_t)(NH + NKV + g) * HD;
+            const float *k = qkv_b + k_off, *v = qkv_b + v_off;
+            float *dk = dqkv_b + k_off, *dv = dqkv_b + v_off;
             for (int t = 0; t < T; t++) {
-                memset(dqkv_b + t * QKV + k_off, 0, (size_t)HD * sizeof(float));
-                memset(dqkv_b + t * QKV + v_off, 0, (size_t)HD * sizeof(float));
+                memset(dk + t * QKV, 0, (size_t)HD * sizeof(float));
+                memset(dv + t * QKV, 0, (size_t)HD * sizeof(float));
             }
             for (int h = g * group; h < (g + 1) * group; h++) {
-                for (int t = 0; t < T; t++) {
-                    const float *restrict q = qkv_b + t * QKV + (size_t)h * HD;
-                    float *restrict dq = dqkv_b + t * QKV + (size_t)h * HD;
-                    const float *restrict dy = dout + ((size_t)b * T + t) * OW + (size_t)h * HD;
-                    const float *restrict y = out + ((size_t)b * T + t) * OW + (size_t)h * HD;
-                    const float L = lse[((size_t)b * NH + h) * T + t];
-                    float D = 0.0f;
-                    for (int d = 0; d < HD; d++) D += dy[d] * y[d];
-                    for (int j = 0; j <= t; j++) {
-                        const float *restrict k = qkv_b + j * QKV + k_off;
-                        float dot = 0.0f;
-                        for (int d = 0; d < HD; d++) dot += q[d] * k[d];
-                        p[j] = expf(dot * scale - L);
-                    }
-                    memset(dq, 0, (size_t)HD * sizeof *dq);
-                    for (int j = 0; j <= t; j++) {
-                        const float *restrict k = qkv_b + j * QKV + k_off;
-                        const float *restrict v = qkv_b + j * QKV + v_off;
-                        float *restrict dk = dqkv_b + j * QKV + k_off;
-                        float *restrict dv = dqkv_b + j * QKV + v_off;
-                        float dp = 0.0f;
-                        for (int d = 0; d < HD; d++) dp += dy[d] * v[d];
-                        float ds = p[j] * (dp - D) * scale;
-                        for (int d = 0; d < HD; d++) {
-                            dq[d] += ds * k[d];
-                            dk[d] += ds * q[d];
-                            dv[d] += p[j] * dy[d];
+                const float *q = qkv_b + (size_t)h * HD;
+                float *dq = dqkv_b + (size_t)h * HD;
+                const float *dy = dout + (size_t)b * T * OW + (size_t)h * HD;
+                const float *y = out + (size_t)b * T * OW + (size_t)h * HD;
+                for (int r0 = 0; r0 < T; r0 += ATT_ROWS_) {
+                    int r1 = r0 + ATT_ROWS_ < T ? r0 + ATT_ROWS_ : T, rows = r1 - r0, keys = r1;
+                    att_scores(P, T, q + r0 * QKV, k, rows, keys, HD, QKV, scale);
+                    /* dP = dout[r0:r1] @ V[0:keys]^T */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, HD, 1.0f,
+                                dy + r0 * OW, (int)OW, v, (int)QKV, 0.0f, dS, T);
+                    for (int i = 0; i < rows; i++) {
+                        int t = r0 + i;
+                        float *restrict p = P + (size_t)i * T, *restrict ds = dS + (size_t)i * T;
+                        const float *restrict dy_t = dy + t * OW, *restrict y_t = y + t * OW;
+                        const float L = lse[((size_t)b * NH + h) * T + t];
+                        float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+                        for (int d = 0; d < HD; d++) D += dy_t[d] * y_t[d];
+#pragma omp simd
+                        for (int j = 0; j <= t; j++) {
+                            p[j] = kern_expf_(p[j] - L);
+                            ds[j] = p[j] * (ds[j] - D) * scale;
                         }
+                        for (int j = t + 1; j < keys; j++) p[j] = ds[j] = 0.0f;
                     }
+                    /* dq[r0:r1] = dS @ K[0:keys]; dK[0:keys] += dS^T @ Q[r0:r1];
+                     * dV[0:keys] += P^T @ dout[r0:r1] */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HD, keys, 1.0f, dS,
+                                T, k, (int)QKV, 0.0f, dq + r0 * QKV, (int)QKV);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, HD, rows, 1.0f, dS, T,
+                                q + r0 * QKV, (int)QKV, 1.0f, dk, (int)QKV);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, HD, rows, 1.0f, P, T,
+                                dy + r0 * OW, (int)OW, 1.0f, dv, (int)QKV);
                 }
             }
         }

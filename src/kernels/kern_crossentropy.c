@@ -1,12 +1,15 @@
 /* Softmax cross-entropy over the vocabulary, fused: the forward computes
  * each row's log-sum-exp and loss without touching the logits; the backward
  * turns the logits, in place, into dloss * (softmax - onehot). Rows are
- * split over threads; each row's exponential sum accumulates in double (V
- * is tens of thousands of terms). */
+ * split over threads, the vocabulary over vector lanes (kern_expf_). */
 #include <math.h>
 
 #include "kernels/kern_impl.h"
 #include "weft/kernels.h"
+
+/* Exponentials are summed in fp32 vector lanes over chunks of CE_CHUNK_
+ * and the chunk sums in double: a relative error of ~1e-7 for V = 50k. */
+#define CE_CHUNK_ 512
 
 void wf_kern_crossentropy_fwd(float *losses, float *lse, const float *logits,
                               const int32_t *targets, int N, int V) {
@@ -14,9 +17,16 @@ void wf_kern_crossentropy_fwd(float *losses, float *lse, const float *logits,
     for (int n = 0; n < N; n++) {
         const float *restrict z = logits + (size_t)n * V;
         float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
         for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
         double sum = 0.0;
-        for (int v = 0; v < V; v++) sum += expf(z[v] - mx);
+        for (int v0 = 0; v0 < V; v0 += CE_CHUNK_) {
+            int v1 = v0 + CE_CHUNK_ < V ? v0 + CE_CHUNK_ : V;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int v = v0; v < v1; v++) s += kern_expf_(z[v] - mx);
+            sum += s;
+        }
         double l = mx + log(sum);
         lse[n] = (float)l;
         losses[n] = targets[n] < 0 ? 0.0f : (float)(l - z[targets[n]]);
@@ -34,7 +44,8 @@ void wf_kern_crossentropy_bwd(float *logits, const float *lse, const int32_t *ta
             continue;
         }
         float l = lse[n];
-        for (int v = 0; v < V; v++) z[v] = dloss * expf(z[v] - l);
+#pragma omp simd
+        for (int v = 0; v < V; v++) z[v] = dloss * kern_expf_(z[v] - l);
         z[tgt] -= dloss;
     }
 }

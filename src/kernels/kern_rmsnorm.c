@@ -2,7 +2,8 @@
  * per row, and its backward. Rows are independent and split over threads;
  * the weight gradient, a sum over rows, is split over column blocks so that
  * each element is summed by one thread in row order (deterministic for any
- * thread count). Sums of squares and dot products accumulate in double. */
+ * thread count). Sums run in fp32 vector lanes: rows are at most a few
+ * thousand wide, and the weight gradient's N rows are summed per lane. */
 #include <math.h>
 
 #include "kernels/kern_impl.h"
@@ -14,9 +15,11 @@ void wf_kern_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float 
     for (int n = 0; n < N; n++) {
         const float *restrict x = inp + (size_t)n * C;
         float *restrict y = out + (size_t)n * C;
-        double ss = 0.0;
-        for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
-        float r = (float)(1.0 / sqrt(ss / C + (double)eps));
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        float r = (float)(1.0 / sqrt((double)ss / C + (double)eps));
+#pragma omp simd
         for (int c = 0; c < C; c++) y[c] = x[c] * r * weight[c];
         rstd[n] = r;
     }
@@ -35,22 +38,25 @@ void wf_kern_rmsnorm_bwd(float *dinp, float *dweight, const float *dout, const f
             const float *restrict x = inp + (size_t)n * C;
             const float *restrict dy = dout + (size_t)n * C;
             float *restrict dx = dinp + (size_t)n * C;
-            double dot = 0.0;
-            for (int c = 0; c < C; c++) dot += (double)weight[c] * dy[c] * x[c];
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int c = 0; c < C; c++) dot += weight[c] * dy[c] * x[c];
             float r = rstd[n];
             float k = (float)((double)r * r * r * dot / C);
+#pragma omp simd
             for (int c = 0; c < C; c++) dx[c] += r * weight[c] * dy[c] - k * x[c];
         }
 #pragma omp for schedule(static)
         for (int blk = 0; blk < n_blocks; blk++) {
             int c0 = blk * KERN_COL_BLOCK_;
             int c1 = c0 + KERN_COL_BLOCK_ < C ? c0 + KERN_COL_BLOCK_ : C;
-            double acc[KERN_COL_BLOCK_] = {0};
+            float acc[KERN_COL_BLOCK_] = {0};
             for (int n = 0; n < N; n++) {
-                const float *x = inp + (size_t)n * C;
-                const float *dy = dout + (size_t)n * C;
-                double r = rstd[n];
-                for (int c = c0; c < c1; c++) acc[c - c0] += (double)dy[c] * x[c] * r;
+                const float *restrict x = inp + (size_t)n * C;
+                const float *restrict dy = dout + (size_t)n * C;
+                float r = rstd[n];
+#pragma omp simd
+                for (int c = c0; c < c1; c++) acc[c - c0] += dy[c] * x[c] * r;
             }
             for (int c = c0; c < c1; c++) dweight[c] += (float)acc[c - c0];
         }

@@ -13,7 +13,8 @@ void wf_kern_swiglu_fwd(float *out, const float *h13, int N, int H) {
         const float *restrict a = h13 + (size_t)n * 2 * H;
         const float *restrict b = a + H;
         float *restrict o = out + (size_t)n * H;
-        for (int i = 0; i < H; i++) o[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+#pragma omp simd
+        for (int i = 0; i < H; i++) o[i] = a[i] / (1.0f + kern_expf_(-a[i])) * b[i];
     }
 }
 
@@ -25,8 +26,9 @@ void wf_kern_swiglu_bwd(float *dh13, const float *dout, const float *h13, int N,
         float *restrict da = dh13 + (size_t)n * 2 * H;
         float *restrict db = da + H;
         const float *restrict dy = dout + (size_t)n * H;
+#pragma omp simd
         for (int i = 0; i < H; i++) {
-            float sig = 1.0f / (1.0f + expf(-a[i]));
+            float sig = 1.0f / (1.0f + kern_expf_(-a[i]));
             float silu = a[i] * sig;
             da[i] = dy[i] * b[i] * sig * (1.0f + a[i] * (1.0f - sig));
             db[i] = dy[i] * silu;

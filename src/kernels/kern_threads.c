@@ -1,8 +1,11 @@
 /* Thread count of the kernels: one number for the OpenMP loops and for
- * OpenBLAS, which in Debian's OpenMP build shares the same thread pool. */
+ * OpenBLAS, which in Debian's OpenMP build shares the same thread pool.
+ * And a check of the kernels OpenBLAS picked for this CPU. */
 #include "weft/kernels.h"
 
 #include <cblas.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "kernels/kern_impl.h"
 
@@ -20,4 +23,33 @@ void wf_kern_set_threads(int n) {
     omp_set_num_threads(n);
 #endif
     openblas_set_num_threads(n);
+}
+
+const char *wf_kern_blas_core(void) {
+    const char *name = openblas_get_corename();
+    return name ? name : "unknown";
+}
+
+int wf_kern_blas_check(char *msg, size_t size) {
+    static const char *const sse_only[] = {"Prescott", "Core2", "Penryn", "Dunnington",
+                                           "Nehalem", "Atom", "Katmai", "Coppermine",
+                                           "Northwood", "Banias"};
+    const char *core = wf_kern_blas_core();
+    int slow = 0;
+    for (size_t i = 0; i < sizeof sse_only / sizeof *sse_only; i++)
+        if (strcmp(core, sse_only[i]) == 0) slow = 1;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    const char *better = __builtin_cpu_supports("avx512f") ? "SkylakeX"
+                         : __builtin_cpu_supports("avx2")  ? "Haswell"
+                                                           : NULL;
+#else
+    const char *better = NULL;
+#endif
+    if (!slow || !better) return 0;
+    snprintf(msg, size,
+             "OpenBLAS chose its %s (SSE) kernels on a CPU with %s: sgemm runs several times "
+             "slower than it could; start the program with OPENBLAS_CORETYPE=%s",
+             core, strcmp(better, "SkylakeX") == 0 ? "AVX-512" : "AVX2", better);
+    return 1;
 }

@@ -579,7 +579,7 @@ WF_TEST(crossentropy_matches_ref_and_threads) {
     wf_kern_set_threads(1);
     float *l3 = zeros((size_t)N), *s3 = zeros((size_t)N), *g3 = copy_of(logits, n);
     wf_kern_crossentropy_fwd(l3, s3, logits, targets, N, V);
-    wf_kern_crossentropy_bwd(g3, s3, targets, N, V, 0.25f);
+    wf_kern_crossentropy_bwd(g3, s2, targets, N, V, 0.25f);
     wf_kern_set_threads(nt_);
     check_same_bits("crossentropy_fwd 1 thread vs default", l3, l1, (size_t)N);
     check_same_bits("crossentropy_bwd 1 thread vs default", g3, g1, n);
