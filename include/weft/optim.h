@@ -1,0 +1,77 @@
+/* weft: the optimizer and learning-rate schedules.
+ *
+ * AdamW with decoupled weight decay (Loshchilov & Hutter), as
+ * torch.optim.AdamW computes it:
+ *   p -= lr * wd * p                    (only for tensors with decay)
+ *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+ *   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ * Weight decay applies to matrices (2-D tensors) only; norms and, unless
+ * asked, embeddings are not decayed. Gradients are clipped to a global L2
+ * norm before the update.
+ *
+ * The optimizer state (m, v: two floats per parameter, plus the step) comes
+ * from an arena at create; a step allocates nothing.
+ */
+#ifndef WEFT_OPTIM_H
+#define WEFT_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/arena.h"
+#include "weft/model.h"
+#include "weft/status.h"
+
+typedef struct {
+    double beta1, beta2, eps;
+    double weight_decay;
+    int decay_embeddings;  /* 1: also decay the token embedding (and an untied lm_head) */
+    double grad_clip;      /* max global L2 norm; <= 0 disables clipping */
+} wf_adamw_config;
+
+typedef struct wf_adamw wf_adamw;
+
+/* State for every parameter of `m`, from `arena` (zeroed). */
+wf_status wf_adamw_create(wf_adamw **out, const wf_adamw_config *cfg, wf_model *m, wf_arena *arena);
+void wf_adamw_destroy(wf_adamw *o); /* accepts NULL */
+
+/* Global L2 norm of the model's gradients (computed in double). */
+double wf_grad_norm(wf_model *m);
+
+/* Clips (if configured) and applies one update with learning rate `lr` to
+ * the model's parameters from its gradients. Returns the gradient norm
+ * before clipping in *grad_norm (may be NULL). A non-finite gradient norm
+ * is WF_ERR_RANGE and leaves parameters and state untouched. */
+wf_status wf_adamw_step(wf_adamw *o, double lr, double *grad_norm);
+
+/* Steps taken so far (the t of bias correction). */
+uint64_t wf_adamw_steps(const wf_adamw *o);
+
+/* The moments (num_params floats each), for checkpoints. */
+float *wf_adamw_m(wf_adamw *o);
+float *wf_adamw_v(wf_adamw *o);
+void wf_adamw_set_steps(wf_adamw *o, uint64_t t);
+
+/* Learning-rate schedules, as a pure function of the step (0-based). */
+typedef enum { WF_LR_COSINE = 0, WF_LR_WSD, WF_LR_CONSTANT } wf_lr_kind;
+
+typedef struct {
+    wf_lr_kind kind;
+    double lr;            /* peak learning rate */
+    double min_lr;        /* floor reached at the end of the decay */
+    uint64_t warmup;      /* linear warmup steps from lr/warmup to lr */
+    uint64_t total;       /* total steps of the run */
+    double decay_frac;    /* WSD: fraction of `total` spent in the final decay */
+} wf_lr_schedule;
+
+/* Parses "cosine", "wsd" or "constant"; -1 otherwise. */
+int wf_lr_parse_kind(const char *name);
+/* Learning rate at `step`:
+ *   warmup (all kinds): lr * (step + 1) / warmup for step < warmup;
+ *   cosine: min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2 with p the
+ *           progress from the end of warmup to `total`, clamped to [0, 1];
+ *   wsd:    lr until total - decay_frac * total, then linear to min_lr at total;
+ *   constant: lr. */
+double wf_lr_at(const wf_lr_schedule *s, uint64_t step);
+
+#endif
