@@ -31,6 +31,7 @@ static const tool_cmd commands[] = {
     {"data inspect", wf_cmd_data_inspect, "show (and with --verify check) a tokenized dataset"},
     {"data dump", wf_cmd_data_dump, "print one document of a tokenized dataset"},
     {"data batch", wf_cmd_data_batch, "print a batch as the data loader serves it"},
+    {"train", wf_cmd_train, "train a Llama-style model on a tokenized dataset"},
 };
 
 static void usage(FILE *out) {

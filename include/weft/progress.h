@@ -19,5 +19,8 @@ typedef struct {
 void wf_progress_init(wf_progress *p, const char *label, const char *unit, uint64_t total);
 void wf_progress_update(wf_progress *p, uint64_t done);
 void wf_progress_done(wf_progress *p);
+/* Erases the bar from the terminal so that a line can be printed; the next
+ * update draws it again below that line. */
+void wf_progress_clear(wf_progress *p);
 
 #endif

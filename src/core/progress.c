@@ -25,7 +25,8 @@ static void fmt_amount(char *buf, size_t n, double v, const char *unit) {
         v /= base;
         i++;
     }
-    snprintf(buf, n, i ? "%.1f%s%s" : "%.0f%s%s", v, sfx[i], unit);
+    int bytes = strcmp(unit, "B") == 0;
+    snprintf(buf, n, i ? "%.1f%s%s%s" : "%.0f%s%s%s", v, sfx[i], bytes ? "" : " ", unit);
 }
 
 static void progress_draw(wf_progress *p, int final) {
@@ -68,4 +69,11 @@ void wf_progress_done(wf_progress *p) {
     char done[32];
     fmt_amount(done, sizeof done, (double)p->done, p->unit);
     WF_INFO("%s: %s in %.1f s", p->label, done, wf_time_now() - p->t_start);
+}
+
+void wf_progress_clear(wf_progress *p) {
+    if (!p->tty) return;
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+    p->t_last_draw = 0;
 }

@@ -1,0 +1,39 @@
+/* weft: model weights as safetensors (docs/formats/model-safetensors.md).
+ *
+ * The file is the safetensors format (an 8-byte little-endian header
+ * length, a JSON header naming each tensor's dtype, shape and byte range,
+ * then the raw little-endian data), so the `safetensors` library and
+ * Hugging Face tools read it directly. weft stores its model config in the
+ * header's __metadata__ ("weft.model_config", a JSON object as a string), so
+ * a file is enough to rebuild the model it came from.
+ */
+#ifndef WEFT_SAFETENSORS_H
+#define WEFT_SAFETENSORS_H
+
+#include "weft/model.h"
+#include "weft/status.h"
+
+typedef struct {
+    const char *key;
+    const char *value;
+} wf_kv;
+
+/* Writes every parameter of `m` as F32 in the model's tensor order,
+ * atomically, with the model config and `n_meta` extra string pairs in
+ * __metadata__. */
+wf_status wf_safetensors_save(const wf_model *m, const char *path, const wf_kv *meta, size_t n_meta);
+
+/* Reads the model config stored in a weft safetensors file. Files without
+ * "weft.model_config" are WF_ERR_FORMAT naming the file. */
+wf_status wf_safetensors_read_config(const char *path, wf_model_config *cfg);
+
+/* Loads the tensors of `path` into the parameters of `m`: every tensor of
+ * the model must be present with the same shape (F32, or BF16 widened), and
+ * nothing else may be. Errors name the file and the tensor. */
+wf_status wf_safetensors_load(wf_model *m, const char *path);
+
+/* The value of a __metadata__ key as a malloc'd string (caller frees), or
+ * NULL with WF_ERR_NOTFOUND. */
+wf_status wf_safetensors_read_meta(const char *path, const char *key, char **value);
+
+#endif

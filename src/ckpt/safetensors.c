@@ -1,0 +1,266 @@
+/* safetensors writer and reader for weft models. The header is JSON (made
+ * and parsed with jansson); the data section is the tensors back to back in
+ * the model's own order, little-endian F32. The reader checks what the
+ * format's own library checks (header size, offsets inside the file,
+ * contiguous non-overlapping ranges, dtype and shape) and names the file and
+ * tensor on any problem. */
+#include "weft/safetensors.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft/fileio.h"
+
+#define ST_MAX_HEADER ((uint64_t)100 << 20)
+
+/* The config as a JSON object. Integers as integers, doubles with full
+ * precision so that a round trip is exact. */
+static json_t *config_to_json(const wf_model_config *c) {
+    json_t *o = json_object();
+    json_object_set_new(o, "dim", json_integer(c->dim));
+    json_object_set_new(o, "n_layers", json_integer(c->n_layers));
+    json_object_set_new(o, "n_heads", json_integer(c->n_heads));
+    json_object_set_new(o, "n_kv_heads", json_integer(c->n_kv_heads));
+    json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+    json_object_set_new(o, "ffn_hidden_dim", json_integer(wf_model_config_hidden_dim(c)));
+    json_object_set_new(o, "max_seq_len", json_integer(c->max_seq_len));
+    json_object_set_new(o, "norm_eps", json_real(c->norm_eps));
+    json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(o, "tied_embeddings", json_boolean(c->tied_embeddings));
+    json_object_set_new(o, "init_std", json_real(c->init_std));
+    return o;
+}
+
+static wf_status config_from_json(const char *path, const char *text, wf_model_config *c) {
+    json_error_t jerr;
+    json_t *o = json_loads(text, 0, &jerr);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return wf_error(WF_ERR_FORMAT, "%s: weft.model_config is not a JSON object", path);
+    }
+    memset(c, 0, sizeof *c);
+    static const char *ints[] = {"dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_hidden_dim",
+                                 "max_seq_len"};
+    int *int_fields[] = {&c->dim, &c->n_layers, &c->n_heads, &c->n_kv_heads, &c->vocab_size,
+                         &c->ffn_hidden_dim, &c->max_seq_len};
+    wf_status s = WF_OK;
+    for (size_t i = 0; i < sizeof ints / sizeof *ints && s == WF_OK; i++) {
+        json_t *v = json_object_get(o, ints[i]);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 30))
+            s = wf_error(WF_ERR_FORMAT, "%s: weft.model_config.%s is missing or not a valid integer", path, ints[i]);
+        else
+            *int_fields[i] = (int)json_integer_value(v);
+    }
+    static const char *reals[] = {"norm_eps", "rope_theta", "init_std"};
+    double *real_fields[] = {&c->norm_eps, &c->rope_theta, &c->init_std};
+    for (size_t i = 0; i < sizeof reals / sizeof *reals && s == WF_OK; i++) {
+        json_t *v = json_object_get(o, reals[i]);
+        if (!json_is_number(v)) s = wf_error(WF_ERR_FORMAT, "%s: weft.model_config.%s is missing", path, reals[i]);
+        else *real_fields[i] = json_number_value(v);
+    }
+    json_t *t = json_object_get(o, "tied_embeddings");
+    if (s == WF_OK && !json_is_boolean(t))
+        s = wf_error(WF_ERR_FORMAT, "%s: weft.model_config.tied_embeddings is missing", path);
+    if (s == WF_OK) {
+        c->tied_embeddings = json_is_true(t);
+        c->ffn_multiplier = 1.0;
+        c->ffn_multiple_of = 1;
+    }
+    json_decref(o);
+    if (s == WF_OK) {
+        s = wf_model_config_validate(c);
+        if (s != WF_OK) wf_error_wrap(s, "%s: stored model config: ", path);
+    }
+    return s;
+}
+
+wf_status wf_safetensors_save(const wf_model *m, const char *path, const wf_kv *meta, size_t n_meta) {
+    json_t *hdr = json_object();
+    json_t *md = json_object();
+    json_t *cfg = config_to_json(wf_model_get_config(m));
+    char *cfg_text = json_dumps(cfg, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(cfg);
+    json_object_set_new(md, "format", json_string("pt"));
+    json_object_set_new(md, "weft.model_config", json_string(cfg_text));
+    free(cfg_text);
+    for (size_t i = 0; i < n_meta; i++) json_object_set_new(md, meta[i].key, json_string(meta[i].value));
+    json_object_set_new(hdr, "__metadata__", md);
+    uint64_t off = 0;
+    int nt = wf_model_num_tensors(m);
+    for (int i = 0; i < nt; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(m, i);
+        json_t *e = json_object();
+        json_t *shape = json_array();
+        for (int d = 0; d < ti->ndim; d++) json_array_append_new(shape, json_integer(ti->shape[d]));
+        json_object_set_new(e, "dtype", json_string("F32"));
+        json_object_set_new(e, "shape", shape);
+        json_t *range = json_array();
+        json_array_append_new(range, json_integer((json_int_t)off));
+        json_array_append_new(range, json_integer((json_int_t)(off + ti->numel * 4)));
+        json_object_set_new(e, "data_offsets", range);
+        json_object_set_new(hdr, ti->name, e);
+        off += ti->numel * 4;
+    }
+    char *text = json_dumps(hdr, JSON_COMPACT);
+    json_decref(hdr);
+    if (!text) return wf_error(WF_ERR_NOMEM, "%s: cannot build the safetensors header", path);
+    size_t hl = strlen(text), padded = (hl + 7) & ~(size_t)7; /* data starts 8-byte aligned */
+    wf_afile f;
+    wf_status s = wf_afile_open(&f, path);
+    if (s != WF_OK) {
+        free(text);
+        return s;
+    }
+    unsigned char len8[8];
+    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)padded >> (8 * k));
+    int ok = fwrite(len8, 1, 8, f.fp) == 8 && fwrite(text, 1, hl, f.fp) == hl;
+    for (size_t k = hl; k < padded && ok; k++) ok = fputc(' ', f.fp) != EOF;
+    free(text);
+    const float *params = wf_model_params((wf_model *)(uintptr_t)m);
+    for (int i = 0; i < nt && ok; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(m, i);
+        /* The host is little-endian (checked at build time below), so the
+         * floats are written as they are in memory. */
+        ok = fwrite(params + ti->offset, 4, ti->numel, f.fp) == ti->numel;
+    }
+    if (!ok) {
+        wf_afile_abort(&f);
+        return wf_error(WF_ERR_IO, "%s: write failed", path);
+    }
+    return wf_afile_commit(&f);
+}
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");
+
+/* Maps the file and parses its header. */
+typedef struct {
+    wf_mmap map;
+    json_t *hdr;
+    const unsigned char *data;
+    uint64_t data_len;
+} st_file;
+
+static void st_close(st_file *f) {
+    json_decref(f->hdr);
+    wf_mmap_close(&f->map);
+}
+
+static wf_status st_open(st_file *f, const char *path) {
+    memset(f, 0, sizeof *f);
+    WF_TRY(wf_mmap_open(&f->map, path));
+    if (f->map.size < 8) {
+        st_close(f);
+        return wf_error(WF_ERR_FORMAT, "%s: %zu bytes is too short for a safetensors file", path, f->map.size);
+    }
+    uint64_t hl = 0;
+    for (int k = 0; k < 8; k++) hl |= (uint64_t)f->map.data[k] << (8 * k);
+    if (hl > ST_MAX_HEADER || hl > f->map.size - 8) {
+        st_close(f);
+        return wf_error(WF_ERR_FORMAT, "%s: header length %" PRIu64 " does not fit in the file (%zu bytes)", path,
+                        hl, f->map.size);
+    }
+    json_error_t jerr;
+    f->hdr = json_loadb((const char *)f->map.data + 8, (size_t)hl, 0, &jerr);
+    if (!json_is_object(f->hdr)) {
+        st_close(f);
+        return wf_error(WF_ERR_FORMAT, "%s: malformed safetensors header: %s", path, jerr.text);
+    }
+    f->data = f->map.data + 8 + hl;
+    f->data_len = f->map.size - 8 - hl;
+    return WF_OK;
+}
+
+wf_status wf_safetensors_read_meta(const char *path, const char *key, char **value) {
+    st_file f;
+    *value = NULL;
+    WF_TRY(st_open(&f, path));
+    json_t *v = json_object_get(json_object_get(f.hdr, "__metadata__"), key);
+    wf_status s = WF_OK;
+    if (!json_is_string(v)) s = wf_error(WF_ERR_NOTFOUND, "%s: no __metadata__ key \"%s\"", path, key);
+    else if (!(*value = strdup(json_string_value(v)))) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    st_close(&f);
+    return s;
+}
+
+wf_status wf_safetensors_read_config(const char *path, wf_model_config *cfg) {
+    char *text = NULL;
+    wf_status s = wf_safetensors_read_meta(path, "weft.model_config", &text);
+    if (s == WF_ERR_NOTFOUND)
+        return wf_error(WF_ERR_FORMAT, "%s: not written by weft (no weft.model_config in __metadata__)", path);
+    WF_TRY(s);
+    s = config_from_json(path, text, cfg);
+    free(text);
+    return s;
+}
+
+static float bf16_to_f32(const unsigned char *p) {
+    uint32_t bits = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 24;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+wf_status wf_safetensors_load(wf_model *m, const char *path) {
+    st_file f;
+    WF_TRY(st_open(&f, path));
+    wf_status s = WF_OK;
+    float *params = wf_model_params(m);
+    int nt = wf_model_num_tensors(m);
+    for (int i = 0; i < nt && s == WF_OK; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(m, i);
+        json_t *e = json_object_get(f.hdr, ti->name);
+        if (!e) {
+            s = wf_error(WF_ERR_FORMAT, "%s: tensor %s is missing", path, ti->name);
+            break;
+        }
+        const char *dt = json_string_value(json_object_get(e, "dtype"));
+        json_t *shape = json_object_get(e, "shape"), *range = json_object_get(e, "data_offsets");
+        int esize = dt && strcmp(dt, "F32") == 0 ? 4 : dt && strcmp(dt, "BF16") == 0 ? 2 : 0;
+        if (!esize) {
+            s = wf_error(WF_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; weft reads F32 and BF16", path, ti->name,
+                         dt ? dt : "(none)");
+            break;
+        }
+        int same = json_is_array(shape) && (int)json_array_size(shape) == ti->ndim;
+        for (int d = 0; same && d < ti->ndim; d++)
+            same = json_integer_value(json_array_get(shape, (size_t)d)) == ti->shape[d];
+        if (!same) {
+            char *got = json_dumps(shape, JSON_COMPACT | JSON_ENCODE_ANY), want[64];
+            if (ti->ndim == 2) snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", ti->shape[0], ti->shape[1]);
+            else snprintf(want, sizeof want, "[%" PRId64 "]", ti->shape[0]);
+            s = wf_error(WF_ERR_FORMAT, "%s: tensor %s has shape %s, the model needs %s", path, ti->name,
+                         got ? got : "?", want);
+            free(got);
+            break;
+        }
+        json_int_t b = json_integer_value(json_array_get(range, 0)), e2 = json_integer_value(json_array_get(range, 1));
+        if (!json_is_array(range) || b < 0 || e2 < b || (uint64_t)e2 > f.data_len ||
+            (uint64_t)(e2 - b) != ti->numel * (uint64_t)esize) {
+            s = wf_error(WF_ERR_FORMAT, "%s: tensor %s: data_offsets [%" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT
+                         "] do not hold %zu values inside %" PRIu64 " data bytes (truncated file?)",
+                         path, ti->name, b, e2, ti->numel, f.data_len);
+            break;
+        }
+        float *dst = params + ti->offset;
+        const unsigned char *src = f.data + b;
+        if (esize == 4) memcpy(dst, src, ti->numel * 4);
+        else
+            for (size_t k = 0; k < ti->numel; k++) dst[k] = bf16_to_f32(src + 2 * k);
+    }
+    if (s == WF_OK) {
+        /* Nothing but the model's tensors (and the metadata) may be there. */
+        const char *key;
+        json_t *v;
+        json_object_foreach(f.hdr, key, v) {
+            if (strcmp(key, "__metadata__") == 0) continue;
+            if (!wf_model_find_tensor(m, key)) {
+                s = wf_error(WF_ERR_FORMAT, "%s: tensor %s is not part of this model (a different config?)", path, key);
+                break;
+            }
+        }
+    }
+    st_close(&f);
+    return s;
+}
