@@ -32,6 +32,7 @@ static const tool_cmd commands[] = {
     {"data dump", wf_cmd_data_dump, "print one document of a tokenized dataset"},
     {"data batch", wf_cmd_data_batch, "print a batch as the data loader serves it"},
     {"train", wf_cmd_train, "train a Llama-style model on a tokenized dataset"},
+    {"sample", wf_cmd_sample, "generate text from a trained model"},
 };
 
 static void usage(FILE *out) {
