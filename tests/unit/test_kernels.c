@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "kernels/kern_impl.h"
 #include "weft/kernels.h"
 #include "weft/rng.h"
 
@@ -585,4 +586,28 @@ WF_TEST(crossentropy_matches_ref_and_threads) {
     check_same_bits("crossentropy_bwd 1 thread vs default", g3, g1, n);
     free(logits), free(l1), free(l2), free(s1), free(s2), free(g1), free(g2), free(l3), free(s3),
         free(g3);
+}
+
+/* ------------------------------------------------------- the vector exp */
+
+WF_TEST(vector_exp_is_within_two_ulp) {
+    double worst = 0;
+    float worst_x = 0;
+    for (int i = 0; i <= 400000; i++) {
+        float x = -87.0f + 175.0f * (float)i / 400000.0f;
+        double want = exp((double)x);
+        float wf = (float)want;
+        double ulp = (double)nextafterf(wf, INFINITY) - wf;
+        double err = fabs((double)kern_expf_(x) - want) / ulp;
+        if (err > worst) worst = err, worst_x = x;
+    }
+    if (!(worst <= 2.0))
+        wf_test_fail(__FILE__, __LINE__, "kern_expf_(%.9g) is %.2f ulp off", worst_x, worst);
+    WF_CHECK_TRUE(kern_expf_(0.0f) == 1.0f);
+    WF_CHECK_TRUE(kern_expf_(-88.0f) == 0.0f);
+    WF_CHECK_TRUE(kern_expf_(-1e30f) == 0.0f);
+    WF_CHECK_TRUE(kern_expf_(-1e3f) == 0.0f);
+    WF_CHECK_TRUE(kern_expf_(-INFINITY) == 0.0f);
+    WF_CHECK_TRUE(isinf(kern_expf_(100.0f)) && isinf(kern_expf_(INFINITY)));
+    WF_CHECK_TRUE(isnan(kern_expf_(NAN)));
 }
