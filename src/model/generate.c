@@ -1,0 +1,516 @@
+/* Inference with a key/value cache, the sampler and the generation loop
+ * (include/weft/generate.h).
+ *
+ * The forward of a chunk of n new positions p0 .. p0+n-1 (batch 1) is the
+ * model's forward (src/model/model.c) with two differences: the keys and
+ * values go straight into the cache rows of those positions, and attention
+ * reads every cached position up to its own instead of the chunk alone.
+ * Per block:
+ *   xn = rmsnorm(x);  q = xn wq^T;  K[p0:p0+n] = xn wk^T;  V[p0:p0+n] = xn wv^T
+ *   rope(q), rope(K rows) at their positions
+ *   att = attention(q, K[0:p+1], V[0:p+1]) for the row at position p
+ *   x += att wo^T;  xn = rmsnorm(x);  x += swiglu(xn w13^T) w2^T
+ * and the final norm and lm_head for the last row only. Everything but the
+ * attention is a call of include/weft/kernels.h; the parameters are found
+ * by their Hugging Face names, so this file depends on the model's public
+ * layout only (plus the documented adjacency of gate_proj and up_proj,
+ * checked at creation).
+ *
+ * This file does not: batch several sequences, or touch the model's
+ * training buffers (wf_model_plan is not needed). */
+#include "weft/generate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "weft/arena.h"
+#include "weft/kernels.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#define GEN_THREAD_NUM_() omp_get_thread_num()
+#else
+#define GEN_THREAD_NUM_() 0
+#endif
+
+/* Positions per prefill chunk: the rows of one pass through the matmuls. */
+#define GEN_CHUNK_ 64
+/* Attention work (multiply-adds) below which one thread does it all: a
+ * fork-join costs more than a few microseconds of arithmetic. */
+#define GEN_ATT_PARALLEL_MIN_ 32768
+
+typedef struct {
+    const float *ln1; /* (C) */
+    const float *wq;  /* (NH*HD, C) */
+    const float *wk;  /* (NKV*HD, C) */
+    const float *wv;  /* (NKV*HD, C) */
+    const float *wo;  /* (C, NH*HD) */
+    const float *ln2; /* (C) */
+    const float *w13; /* (2H, C): gate_proj then up_proj */
+    const float *w2;  /* (C, H) */
+} gen_layer_;
+
+struct wf_generator {
+    wf_model *m;
+    wf_arena *arena;
+    int C, L, NH, NKV, HD, H, V, KVD; /* KVD = NKV*HD */
+    int cap, pos, chunk, n_threads;
+    float eps;
+
+    gen_layer_ *lp;                      /* (L) */
+    const float *wte, *norm_f, *lm_head; /* (V, C), (C), (V, C) */
+
+    float *k_cache, *v_cache;   /* (L, cap, NKV, HD) each, keys after RoPE */
+    float *rope_cos, *rope_sin; /* (cap, HD/2) */
+    float *x;                   /* (chunk, C) residual stream */
+    float *xn;                  /* (chunk, C) normed input of a sublayer */
+    float *rstd;                /* (chunk) */
+    float *q;                   /* (chunk, NH*HD) */
+    float *att;                 /* (chunk, NH*HD) */
+    float *h13;                 /* (chunk, 2H) */
+    float *gate;                /* (chunk, H) */
+    float *scores;              /* (n_threads, cap) attention rows */
+    float *logits;              /* (V) */
+    float *sample_w;            /* (V) wf_sample's scratch for wf_generate */
+    int32_t *sample_idx;        /* (V) */
+};
+
+/* ------------------------------------------------------------ creation */
+
+static wf_status find_param(wf_model *m, int layer, const char *name, int64_t rows,
+                            int64_t cols, const float **out) {
+    char full[WF_TENSOR_NAME_MAX];
+    if (layer >= 0)
+        snprintf(full, sizeof full, "model.layers.%d.%s", layer, name);
+    else
+        snprintf(full, sizeof full, "%s", name);
+    const wf_tensor_info *t = wf_model_find_tensor(m, full);
+    int ok = t && t->shape[0] == rows && (cols ? t->ndim == 2 && t->shape[1] == cols : t->ndim == 1);
+    if (!ok)
+        return wf_error(WF_ERR_INTERNAL,
+                        "generate: the model has no tensor %s of shape (%lld%s%lld) (%s); the "
+                        "generator and the model's layout disagree",
+                        full, (long long)rows, cols ? ", " : "", (long long)cols,
+                        t ? "the shape differs" : "missing");
+    *out = wf_model_params(m) + t->offset;
+    return WF_OK;
+}
+
+static wf_status find_params(wf_generator *g) {
+    wf_model *m = g->m;
+    const int C = g->C, H = g->H, KVD = g->KVD, QD = g->NH * g->HD;
+    WF_TRY(find_param(m, -1, "model.embed_tokens.weight", g->V, C, &g->wte));
+    WF_TRY(find_param(m, -1, "model.norm.weight", C, 0, &g->norm_f));
+    if (wf_model_get_config(m)->tied_embeddings)
+        g->lm_head = g->wte;
+    else
+        WF_TRY(find_param(m, -1, "lm_head.weight", g->V, C, &g->lm_head));
+    for (int l = 0; l < g->L; l++) {
+        gen_layer_ *p = &g->lp[l];
+        const float *up;
+        WF_TRY(find_param(m, l, "input_layernorm.weight", C, 0, &p->ln1));
+        WF_TRY(find_param(m, l, "self_attn.q_proj.weight", QD, C, &p->wq));
+        WF_TRY(find_param(m, l, "self_attn.k_proj.weight", KVD, C, &p->wk));
+        WF_TRY(find_param(m, l, "self_attn.v_proj.weight", KVD, C, &p->wv));
+        WF_TRY(find_param(m, l, "self_attn.o_proj.weight", C, QD, &p->wo));
+        WF_TRY(find_param(m, l, "post_attention_layernorm.weight", C, 0, &p->ln2));
+        WF_TRY(find_param(m, l, "mlp.gate_proj.weight", H, C, &p->w13));
+        WF_TRY(find_param(m, l, "mlp.up_proj.weight", H, C, &up));
+        WF_TRY(find_param(m, l, "mlp.down_proj.weight", C, H, &p->w2));
+        /* SwiGLU reads gate|up rows of one product: the two weights must be
+         * one (2H, C) matrix, as include/weft/model.h promises. */
+        if (up != p->w13 + (size_t)H * C)
+            return wf_error(WF_ERR_INTERNAL,
+                            "generate: layer %d: mlp.up_proj.weight does not follow "
+                            "mlp.gate_proj.weight in the parameter buffer",
+                            l);
+    }
+    return WF_OK;
+}
+
+/* Carves the buffers out of one block: a first pass with base NULL counts
+ * floats, the second assigns. Every buffer starts 64-byte aligned. */
+typedef struct {
+    float *base;
+    size_t used;
+} gen_carver_;
+
+static float *gen_carve(gen_carver_ *cv, size_t n) {
+    float *p = cv->base ? cv->base + cv->used : NULL;
+    cv->used += (n + 15) & ~(size_t)15;
+    return p;
+}
+
+static void gen_layout(wf_generator *g, gen_carver_ *cv) {
+    size_t P = (size_t)g->chunk, C = (size_t)g->C, H = (size_t)g->H, V = (size_t)g->V;
+    size_t QD = (size_t)g->NH * (size_t)g->HD, cache = (size_t)g->L * g->cap * g->KVD;
+    size_t half = (size_t)g->HD / 2;
+    g->k_cache = gen_carve(cv, cache);
+    g->v_cache = gen_carve(cv, cache);
+    g->rope_cos = gen_carve(cv, (size_t)g->cap * half);
+    g->rope_sin = gen_carve(cv, (size_t)g->cap * half);
+    g->x = gen_carve(cv, P * C);
+    g->xn = gen_carve(cv, P * C);
+    g->rstd = gen_carve(cv, P);
+    g->q = gen_carve(cv, P * QD);
+    g->att = gen_carve(cv, P * QD);
+    g->h13 = gen_carve(cv, P * 2 * H);
+    g->gate = gen_carve(cv, P * H);
+    g->scores = gen_carve(cv, (size_t)g->n_threads * g->cap);
+    g->logits = gen_carve(cv, V);
+    g->sample_w = gen_carve(cv, V);
+    g->sample_idx = (int32_t *)(void *)gen_carve(cv, V);
+}
+
+wf_status wf_generator_create(wf_generator **out, wf_model *m, int max_tokens) {
+    *out = NULL;
+    const wf_model_config *cfg = wf_model_get_config(m);
+    if (max_tokens <= 0) max_tokens = cfg->max_seq_len;
+    if (max_tokens > cfg->max_seq_len)
+        return wf_error(WF_ERR_RANGE,
+                        "generate: max_tokens = %d is more than model.max_seq_len = %d (RoPE "
+                        "positions past it were never trained); ask for at most %d",
+                        max_tokens, cfg->max_seq_len, cfg->max_seq_len);
+    wf_arena *arena;
+    WF_TRY(wf_arena_create(&arena, 0));
+    wf_generator *g = wf_arena_alloc(arena, sizeof *g, 0);
+    if (!g) {
+        wf_arena_destroy(arena);
+        return wf_error_wrap(WF_ERR_NOMEM, "generate: the generator header: ");
+    }
+    g->m = m;
+    g->arena = arena;
+    g->C = cfg->dim, g->L = cfg->n_layers, g->NH = cfg->n_heads, g->NKV = cfg->n_kv_heads;
+    g->HD = cfg->dim / cfg->n_heads, g->H = wf_model_config_hidden_dim(cfg);
+    g->V = cfg->vocab_size, g->KVD = g->NKV * g->HD;
+    g->cap = max_tokens;
+    g->chunk = max_tokens < GEN_CHUNK_ ? max_tokens : GEN_CHUNK_;
+    g->n_threads = wf_kern_threads();
+    g->eps = (float)cfg->norm_eps;
+    g->lp = wf_arena_alloc(arena, (size_t)g->L * sizeof *g->lp, 0);
+    wf_status s = g->lp ? find_params(g) : wf_error(WF_ERR_NOMEM, "generate: layer table");
+    if (s != WF_OK) {
+        wf_arena_destroy(arena);
+        return s;
+    }
+    gen_carver_ cv = {NULL, 0};
+    gen_layout(g, &cv);
+    float *base = wf_arena_alloc(arena, cv.used * sizeof(float), 64);
+    if (!base) {
+        wf_arena_destroy(arena);
+        return wf_error_wrap(WF_ERR_NOMEM, "generate: cache and scratch for %d tokens (%zu bytes): ",
+                             max_tokens, cv.used * sizeof(float));
+    }
+    cv = (gen_carver_){base, 0};
+    gen_layout(g, &cv);
+    wf_kern_rope_table(g->rope_cos, g->rope_sin, g->cap, g->HD, cfg->rope_theta);
+    *out = g;
+    return WF_OK;
+}
+
+void wf_generator_destroy(wf_generator *g) {
+    if (g) wf_arena_destroy(g->arena); /* the generator lives in its arena */
+}
+
+void wf_generator_reset(wf_generator *g) { g->pos = 0; }
+int wf_generator_pos(const wf_generator *g) { return g->pos; }
+int wf_generator_capacity(const wf_generator *g) { return g->cap; }
+
+/* ------------------------------------------------------------- forward */
+
+/* att (n, NH*HD) for the n rows of q at positions p0 .. p0+n-1, against the
+ * cached keys and values of layer l up to each row's own position. Each
+ * (row, head) is one task on one thread, its sums in a fixed order, so the
+ * result does not depend on the thread count. */
+static void gen_attention(wf_generator *g, int l, int p0, int n) {
+    const int NH = g->NH, HD = g->HD, KVD = g->KVD, group = g->NH / g->NKV, cap = g->cap;
+    const size_t QD = (size_t)NH * HD;
+    const float scale = 1.0f / sqrtf((float)HD);
+    const float *K = g->k_cache + (size_t)l * cap * KVD; /* (cap, KVD) */
+    const float *V = g->v_cache + (size_t)l * cap * KVD; /* (cap, KVD) */
+    const int n_tasks = n * NH;
+    const long long work = (long long)n_tasks * (p0 + n) * HD;
+    (void)work;
+#pragma omp parallel for schedule(static) num_threads(g->n_threads) \
+    if (work >= GEN_ATT_PARALLEL_MIN_)
+    for (int task = 0; task < n_tasks; task++) {
+        int i = task / NH, h = task % NH, t = p0 + i, kvh = h / group;
+        float *restrict s = g->scores + (size_t)GEN_THREAD_NUM_() * cap; /* (t+1) */
+        const float *restrict q_ih = g->q + (size_t)i * QD + (size_t)h * HD;
+        float mx = -INFINITY;
+        for (int j = 0; j <= t; j++) {
+            const float *restrict k_j = K + (size_t)j * KVD + (size_t)kvh * HD;
+            float dot = 0.0f;
+            for (int d = 0; d < HD; d++) dot += q_ih[d] * k_j[d];
+            s[j] = dot * scale;
+            mx = s[j] > mx ? s[j] : mx;
+        }
+        float sum = 0.0f;
+        for (int j = 0; j <= t; j++) {
+            s[j] = expf(s[j] - mx);
+            sum += s[j];
+        }
+        float *restrict out = g->att + (size_t)i * QD + (size_t)h * HD;
+        for (int d = 0; d < HD; d++) out[d] = 0.0f;
+        for (int j = 0; j <= t; j++) {
+            const float *restrict v_j = V + (size_t)j * KVD + (size_t)kvh * HD;
+            float pj = s[j];
+            for (int d = 0; d < HD; d++) out[d] += pj * v_j[d];
+        }
+        float inv = 1.0f / sum;
+        for (int d = 0; d < HD; d++) out[d] *= inv;
+    }
+}
+
+/* Runs positions p0 .. p0+n-1 (n <= chunk) through every block, filling
+ * their cache rows; with `want_logits`, the logits of the last row. */
+static void gen_forward_chunk(wf_generator *g, const int32_t *tokens, int n, int want_logits) {
+    const int C = g->C, H = g->H, KVD = g->KVD, QD = g->NH * g->HD, half = g->HD / 2;
+    const int p0 = g->pos;
+    const float *cos_p0 = g->rope_cos + (size_t)p0 * half, *sin_p0 = g->rope_sin + (size_t)p0 * half;
+    wf_kern_embedding_fwd(g->x, tokens, g->wte, n, C);
+    for (int l = 0; l < g->L; l++) {
+        const gen_layer_ *p = &g->lp[l];
+        float *k_rows = g->k_cache + ((size_t)l * g->cap + p0) * KVD; /* (n, KVD) */
+        float *v_rows = g->v_cache + ((size_t)l * g->cap + p0) * KVD; /* (n, KVD) */
+        wf_kern_rmsnorm_fwd(g->xn, g->rstd, g->x, p->ln1, n, C, g->eps);
+        wf_kern_matmul_fwd(g->q, g->xn, p->wq, n, C, QD, 0);
+        wf_kern_matmul_fwd(k_rows, g->xn, p->wk, n, C, KVD, 0);
+        wf_kern_matmul_fwd(v_rows, g->xn, p->wv, n, C, KVD, 0);
+        /* Rows are consecutive positions from p0: tables from row p0, T = n. */
+        wf_kern_rope_fwd(g->q, cos_p0, sin_p0, 1, n, g->NH, g->HD, QD);
+        wf_kern_rope_fwd(k_rows, cos_p0, sin_p0, 1, n, g->NKV, g->HD, KVD);
+        gen_attention(g, l, p0, n);
+        wf_kern_matmul_fwd(g->x, g->att, p->wo, n, QD, C, 1); /* x += att wo^T */
+        wf_kern_rmsnorm_fwd(g->xn, g->rstd, g->x, p->ln2, n, C, g->eps);
+        wf_kern_matmul_fwd(g->h13, g->xn, p->w13, n, C, 2 * H, 0);
+        wf_kern_swiglu_fwd(g->gate, g->h13, n, H);
+        wf_kern_matmul_fwd(g->x, g->gate, p->w2, n, H, C, 1); /* x += g w2^T */
+    }
+    g->pos = p0 + n;
+    if (!want_logits) return;
+    const float *x_last = g->x + (size_t)(n - 1) * C;
+    wf_kern_rmsnorm_fwd(g->xn, g->rstd, x_last, g->norm_f, 1, C, g->eps);
+    wf_kern_matmul_fwd(g->logits, g->xn, g->lm_head, 1, C, g->V, 0);
+}
+
+wf_status wf_generator_prefill(wf_generator *g, const int32_t *tokens, int n,
+                               const float **logits) {
+    if (n < 1)
+        return wf_error(WF_ERR_INVALID, "generate: prefill of %d tokens; give at least one", n);
+    if (n > g->cap - g->pos) {
+        const wf_model_config *cfg = wf_model_get_config(g->m);
+        return wf_error(WF_ERR_RANGE,
+                        "generate: %d more tokens at position %d would pass the cache's %d "
+                        "positions (max_tokens; model.max_seq_len = %d); reset the generator, "
+                        "shorten the text, or create it with a larger max_tokens",
+                        n, g->pos, g->cap, cfg->max_seq_len);
+    }
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= g->V)
+            return wf_error(WF_ERR_RANGE,
+                            "generate: token %d (position %d) = %d is outside the vocabulary "
+                            "[0, %d)",
+                            i, g->pos + i, tokens[i], g->V);
+    for (int i = 0; i < n; i += g->chunk) {
+        int len = n - i < g->chunk ? n - i : g->chunk;
+        gen_forward_chunk(g, tokens + i, len, i + len == n);
+    }
+    if (logits) *logits = g->logits;
+    return WF_OK;
+}
+
+wf_status wf_generator_step(wf_generator *g, int32_t token, const float **logits) {
+    return wf_generator_prefill(g, &token, 1, logits);
+}
+
+/* ------------------------------------------------------------ sampling */
+
+wf_sampler_config wf_sampler_config_default(void) {
+    return (wf_sampler_config){.temperature = 1.0, .top_k = 0, .top_p = 1.0};
+}
+
+wf_status wf_sampler_config_validate(const wf_sampler_config *c) {
+    if (!(isfinite(c->temperature) && c->temperature >= 0))
+        return wf_error(WF_ERR_CONFIG,
+                        "sampler: temperature = %g; it must be a finite number >= 0 (0 is "
+                        "greedy)",
+                        c->temperature);
+    if (c->top_k < 0)
+        return wf_error(WF_ERR_CONFIG, "sampler: top_k = %d; it must be >= 0 (0 is off)",
+                        c->top_k);
+    if (!(c->top_p >= 0 && c->top_p <= 1))
+        return wf_error(WF_ERR_CONFIG, "sampler: top_p = %g; it must be in [0, 1] (1 is off)",
+                        c->top_p);
+    return WF_OK;
+}
+
+/* The sampler's order on tokens: a before b when its logit is larger, or
+ * equal with the lower id; NaN counts as -inf. A total order, so every sort
+ * and selection below has one answer. */
+static float sample_key(const float *logits, int32_t i) {
+    float x = logits[i];
+    return isnan(x) ? -INFINITY : x;
+}
+
+static int sample_before(const float *logits, int32_t a, int32_t b) {
+    float ka = sample_key(logits, a), kb = sample_key(logits, b);
+    return ka > kb || (ka == kb && a < b);
+}
+
+/* Restores the heap property below `root` of a heap whose root is the
+ * token that comes LAST in the sampler's order (so the heap keeps the
+ * best ones and evicts its root). */
+static void sample_sift(int32_t *heap, int n, int root, const float *logits) {
+    for (;;) {
+        int worst = root, c1 = 2 * root + 1, c2 = c1 + 1;
+        if (c1 < n && sample_before(logits, heap[worst], heap[c1])) worst = c1;
+        if (c2 < n && sample_before(logits, heap[worst], heap[c2])) worst = c2;
+        if (worst == root) return;
+        int32_t tmp = heap[root];
+        heap[root] = heap[worst], heap[worst] = tmp;
+        root = worst;
+    }
+}
+
+/* Sorts idx (n) into the sampler's order: heap sort, in place. */
+static void sample_sort(int32_t *idx, int n, const float *logits) {
+    for (int i = n / 2 - 1; i >= 0; i--) sample_sift(idx, n, i, logits);
+    for (int end = n - 1; end > 0; end--) {
+        int32_t tmp = idx[0];
+        idx[0] = idx[end], idx[end] = tmp; /* the worst goes to the back */
+        sample_sift(idx, end, 0, logits);
+    }
+}
+
+/* The k best tokens of `vocab`, sorted, into idx; returns k. A heap of the
+ * best k seen so far, whose root is the worst of them: O(vocab log k). */
+static int sample_top_k(int32_t *idx, int k, const float *logits, int vocab) {
+    for (int i = 0; i < k; i++) idx[i] = i;
+    for (int i = k / 2 - 1; i >= 0; i--) sample_sift(idx, k, i, logits);
+    for (int32_t i = k; i < vocab; i++)
+        if (sample_before(logits, i, idx[0])) {
+            idx[0] = i;
+            sample_sift(idx, k, 0, logits);
+        }
+    sample_sort(idx, k, logits);
+    return k;
+}
+
+int32_t wf_sample(const float *logits, int vocab, const wf_sampler_config *c, wf_rng *rng,
+                  float *scratch, int32_t *scratch_idx) {
+    /* The best token in the sampler's order: greedy's answer, and the
+     * softmax's shift. */
+    int32_t best = -1;
+    for (int32_t i = 0; i < vocab; i++)
+        if (!isnan(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+    if (best < 0 || logits[best] == -INFINITY) return -1;
+    if (c->temperature <= 0 || logits[best] == INFINITY) return best;
+
+    /* w = exp((logit - max) / temperature): softmax without its sum,
+     * computed for the tokens that can still be drawn. */
+    const double inv_t = 1.0 / c->temperature, mx = logits[best];
+    float *w = scratch;
+#define SAMPLE_W_(i) (isnan(logits[i]) ? 0.0f : (float)exp(((double)logits[i] - mx) * inv_t))
+    const int top_k = c->top_k > 0 && c->top_k < vocab ? c->top_k : 0;
+    const int top_p = c->top_p < 1.0;
+    const double u = wf_rng_uniform_double(rng); /* exactly one draw per call */
+    double total = 0.0;
+    int32_t *idx = scratch_idx; /* the kept set, in the sampler's order */
+    int n;
+    if (top_k) {
+        n = sample_top_k(idx, top_k, logits, vocab);
+        for (int i = 0; i < n; i++) total += w[idx[i]] = SAMPLE_W_(idx[i]);
+    } else {
+        for (int32_t i = 0; i < vocab; i++) total += w[i] = SAMPLE_W_(i);
+        if (!top_p) {
+            /* Everything is kept: walk in id order up to u * total. */
+            double target = u * total, cum = 0.0;
+            int32_t last = best;
+            for (int32_t i = 0; i < vocab; i++) {
+                if (w[i] <= 0.0f) continue;
+                cum += w[i];
+                last = i;
+                if (target < cum) return i;
+            }
+            return last; /* u * total rounded up to the sum */
+        }
+        /* Only tokens with w >= (1 - p) total / vocab can be in the nucleus:
+         * if token j is in it, the tokens from j on (each at most w_j, at
+         * most vocab of them) hold more than 1 - p of the total. Half that
+         * bound is the cutoff, as margin for rounding; the tokens below it
+         * need no sort. */
+        double cutoff = 0.5 * (1.0 - c->top_p) * total / vocab;
+        n = 0;
+        for (int32_t i = 0; i < vocab; i++)
+            if (w[i] > 0.0f && w[i] >= cutoff) idx[n++] = i;
+        sample_sort(idx, n, logits);
+    }
+#undef SAMPLE_W_
+    if (top_p) {
+        /* The shortest prefix whose share of `total` reaches top_p (all of
+         * the kept set if rounding keeps the sum just short of it). */
+        double need = c->top_p * total, cum = 0.0;
+        int keep = 0;
+        while (keep < n) {
+            cum += w[idx[keep++]];
+            if (cum >= need) break;
+        }
+        n = keep, total = cum;
+    }
+    double target = u * total, cum = 0.0;
+    int32_t last = idx[0];
+    for (int i = 0; i < n; i++) {
+        if (w[idx[i]] <= 0.0f) continue;
+        cum += w[idx[i]];
+        last = idx[i];
+        if (target < cum) return idx[i];
+    }
+    return last;
+}
+
+/* ---------------------------------------------------------- generation */
+
+wf_status wf_generate(wf_generator *g, const int32_t *prompt, int n_prompt, int max_new,
+                      const wf_sampler_config *cfg, uint64_t seed, int32_t stop_token,
+                      wf_generate_fn on_token, void *user, int *n_generated) {
+    if (n_generated) *n_generated = 0;
+    WF_TRY(wf_sampler_config_validate(cfg));
+    if (n_prompt < 1)
+        return wf_error(WF_ERR_INVALID,
+                        "generate: the prompt is empty; give at least one token (e.g. the "
+                        "tokenizer's beginning-of-text token)");
+    if (max_new < 0)
+        return wf_error(WF_ERR_INVALID, "generate: max_new = %d; it must be >= 0", max_new);
+    if (stop_token < -1 || stop_token >= g->V)
+        return wf_error(WF_ERR_RANGE,
+                        "generate: stop_token = %d is outside the vocabulary [0, %d) (-1 is "
+                        "none)",
+                        stop_token, g->V);
+    if ((long long)n_prompt + max_new > g->cap)
+        return wf_error(WF_ERR_RANGE,
+                        "generate: %d prompt tokens + %d new ones = %lld is more than the %d "
+                        "positions of the generator (at most model.max_seq_len = %d); ask for "
+                        "at most %d new tokens",
+                        n_prompt, max_new, (long long)n_prompt + max_new, g->cap,
+                        wf_model_get_config(g->m)->max_seq_len,
+                        g->cap - n_prompt > 0 ? g->cap - n_prompt : 0);
+    wf_generator_reset(g);
+    const float *logits;
+    WF_TRY(wf_generator_prefill(g, prompt, n_prompt, &logits));
+    wf_rng rng = wf_rng_make(seed, WF_GENERATE_RNG_STREAM);
+    for (int i = 0; i < max_new; i++) {
+        int32_t tok = wf_sample(logits, g->V, cfg, &rng, g->sample_w, g->sample_idx);
+        if (tok < 0)
+            return wf_error(WF_ERR_RANGE,
+                            "generate: no logit at position %d is a number above -inf (the "
+                            "model produced NaN or -inf everywhere; check its parameters)",
+                            g->pos - 1);
+        if (tok == stop_token) break;
+        if (n_generated) *n_generated = i + 1;
+        if (on_token && on_token(user, tok)) break;
+        if (i + 1 < max_new) WF_TRY(wf_generator_step(g, tok, &logits));
+    }
+    return WF_OK;
+}

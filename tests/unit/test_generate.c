@@ -1,0 +1,486 @@
+/* Unit tests for src/model/generate.c: the key/value-cache logits against
+ * the model's full forward at every position (GQA or not, tied or not,
+ * prompts in one or several chunks), greedy generation against the argmax
+ * of full forwards, the sampler's rules (greedy ties, top-k = 1 and a tiny
+ * top-p are greedy, excluded tokens never drawn, frequencies matching the
+ * softmax), reproducibility from a seed, and the errors.
+ * Greedy generation against PyTorch is tests/py/test_generate_vs_torch.py. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "weft/generate.h"
+#include "weft/model.h"
+#include "weft/rng.h"
+
+/* Tolerance of the cache against the full forward, for each position's
+ * logits: max |cached - full| / max |full| <= KV_TOL. Both are fp32 runs of
+ * the same arithmetic in a different order (sgemm on one row or on T rows,
+ * attention summed row by row here, in sgemm blocks there, libm's expf
+ * against the kernels' polynomial), so they differ by a few ulps of the
+ * logits' scale: measured at most ~1e-6 (16 u, u = 2^-24) on these
+ * configs. A wrong position, a missing RoPE on the cached keys, a wrong kv
+ * head, or reading a stale row gives errors of 1e-2 and more. */
+#define KV_TOL 1e-5
+
+typedef struct {
+    wf_arena *arena;
+    wf_model *m;
+} fixture;
+
+static fixture make_model(const wf_model_config *cfg, uint64_t seed) {
+    fixture f = {0};
+    WF_CHECK_OK(wf_arena_create(&f.arena, 1 << 20));
+    WF_CHECK_OK(wf_model_create(&f.m, cfg, f.arena));
+    wf_model_init(f.m, seed);
+    WF_CHECK_OK(wf_model_plan(f.m, 1, cfg->max_seq_len));
+    return f;
+}
+
+static void free_model(fixture *f) {
+    wf_model_destroy(f->m);
+    wf_arena_destroy(f->arena);
+}
+
+static wf_model_config tiny(void) {
+    wf_model_config c;
+    WF_CHECK_OK(wf_model_config_preset(&c, "tiny"));
+    return c;
+}
+
+static void random_tokens(int32_t *tokens, int n, int V, uint64_t seed) {
+    wf_rng r = wf_rng_make(seed, 11);
+    for (int i = 0; i < n; i++) tokens[i] = (int32_t)wf_rng_below(&r, (uint64_t)V);
+}
+
+static double rel_err(const float *x, const float *ref, int n) {
+    double scale = 0.0, err = 0.0;
+    for (int i = 0; i < n; i++) {
+        scale = fmax(scale, fabs(ref[i]));
+        err = fmax(err, fabs((double)x[i] - ref[i]));
+    }
+    return scale > 0 ? err / scale : err;
+}
+
+/* The configs the cache is checked on. */
+static wf_model_config kv_config(int which) {
+    wf_model_config c = tiny(); /* dim 64, 4 heads, 2 kv heads (GQA), tied */
+    c.max_seq_len = 150;        /* longer than a prefill chunk (64) */
+    switch (which) {
+    case 0:
+        break;
+    case 1: /* no GQA, untied, odd sizes */
+        c.dim = 48, c.n_heads = 3, c.n_kv_heads = 3, c.vocab_size = 97, c.ffn_hidden_dim = 80;
+        c.tied_embeddings = 0, c.n_layers = 3;
+        break;
+    case 2: /* one kv head for all (MQA), untied, other theta */
+        c.dim = 36, c.n_heads = 6, c.n_kv_heads = 1, c.vocab_size = 53, c.ffn_hidden_dim = 70;
+        c.tied_embeddings = 0, c.rope_theta = 500.0;
+        break;
+    default: /* GQA 4:1, tied, larger init so logits are far from uniform */
+        c.dim = 64, c.n_heads = 8, c.n_kv_heads = 2, c.vocab_size = 131, c.init_std = 0.2;
+        break;
+    }
+    return c;
+}
+
+/* Checks the cached logits of every position of `tokens` (T) against row t
+ * of the full forward, for a first prefill of `n_first` tokens followed by
+ * single steps. Returns the worst relative error. */
+static double check_cache(fixture *f, wf_generator *g, const int32_t *tokens, int T, int n_first) {
+    int V = wf_model_get_config(f->m)->vocab_size;
+    WF_CHECK_OK(wf_model_forward(f->m, tokens, NULL, 1, T, NULL));
+    const float *full = wf_model_logits(f->m);
+    const float *logits = NULL;
+    wf_generator_reset(g);
+    WF_CHECK_OK(wf_generator_prefill(g, tokens, n_first, &logits));
+    WF_CHECK_EQ(wf_generator_pos(g), n_first);
+    double worst = rel_err(logits, full + (size_t)(n_first - 1) * V, V);
+    for (int t = n_first; t < T; t++) {
+        WF_CHECK_OK(wf_generator_step(g, tokens[t], &logits));
+        double e = rel_err(logits, full + (size_t)t * V, V);
+        if (!(e <= KV_TOL))
+            wf_test_fail(__FILE__, __LINE__, "position %d (prefill %d): error %.3g > %.0e", t,
+                         n_first, e, KV_TOL);
+        worst = fmax(worst, e);
+    }
+    WF_CHECK_EQ(wf_generator_pos(g), T);
+    return worst;
+}
+
+WF_TEST(kv_cache_logits_equal_the_full_forward) {
+    for (int which = 0; which < 4; which++) {
+        wf_model_config cfg = kv_config(which);
+        fixture f = make_model(&cfg, 100 + (uint64_t)which);
+        const int T = cfg.max_seq_len;
+        int32_t *tokens = malloc((size_t)T * sizeof *tokens);
+        random_tokens(tokens, T, cfg.vocab_size, 7 + (uint64_t)which);
+        wf_generator *g;
+        WF_CHECK_OK(wf_generator_create(&g, f.m, 0));
+        WF_CHECK_EQ(wf_generator_capacity(g), T);
+        /* one token then steps; a prompt in one chunk; in three chunks */
+        const int firsts[] = {1, 5, 64, 130, T};
+        double worst = 0.0;
+        for (size_t i = 0; i < sizeof firsts / sizeof *firsts; i++)
+            worst = fmax(worst, check_cache(&f, g, tokens, T, firsts[i]));
+        WF_CHECK_TRUE(worst <= KV_TOL);
+        printf("config %d: worst relative error %.3g (%.1f u)\n", which, worst,
+               worst / ldexp(1.0, -24));
+        /* A shorter sequence after a reset reuses the cache from position 0. */
+        WF_CHECK_TRUE(check_cache(&f, g, tokens + 3, 20, 4) <= KV_TOL);
+        wf_generator_destroy(g);
+        free(tokens);
+        free_model(&f);
+    }
+}
+
+WF_TEST(cache_of_fewer_positions_than_the_model) {
+    wf_model_config cfg = kv_config(1);
+    fixture f = make_model(&cfg, 5);
+    int32_t tokens[12];
+    random_tokens(tokens, 12, cfg.vocab_size, 9);
+    wf_generator *g;
+    WF_CHECK_OK(wf_generator_create(&g, f.m, 12));
+    WF_CHECK_EQ(wf_generator_capacity(g), 12);
+    WF_CHECK_TRUE(check_cache(&f, g, tokens, 12, 3) <= KV_TOL);
+    wf_generator_destroy(g);
+    free_model(&f);
+}
+
+/* Collects generated tokens through wf_generate's callback. */
+typedef struct {
+    int32_t buf[256];
+    int n;
+    int stop_after; /* return nonzero after this many; 0: never */
+} collector;
+
+static int collect(void *user, int32_t token) {
+    collector *c = user;
+    if (c->n < 256) c->buf[c->n] = token;
+    c->n++;
+    return c->stop_after && c->n >= c->stop_after;
+}
+
+static int32_t argmax_ref(const float *x, int n) {
+    int32_t best = 0;
+    for (int32_t v = 1; v < n; v++)
+        if (x[v] > x[best]) best = v;
+    return best;
+}
+
+/* Greedy generation equals taking the argmax of a full forward over the
+ * growing sequence: the definition, without any cache. (The margin between
+ * the two best logits is far above the cache's error here: init_std 0.2.) */
+WF_TEST(greedy_generation_follows_the_full_forward_argmax) {
+    wf_model_config cfg = kv_config(3);
+    fixture f = make_model(&cfg, 21);
+    int32_t seq[150];
+    random_tokens(seq, 4, cfg.vocab_size, 3);
+    wf_generator *g;
+    WF_CHECK_OK(wf_generator_create(&g, f.m, 0));
+    wf_sampler_config greedy = {0.0, 0, 1.0};
+    collector out = {.n = 0};
+    int n_gen = -1;
+    WF_CHECK_OK(wf_generate(g, seq, 4, 100, &greedy, 1, -1, collect, &out, &n_gen));
+    WF_CHECK_EQ(n_gen, 100);
+    WF_CHECK_EQ(out.n, 100);
+    WF_CHECK_EQ(wf_generator_pos(g), 4 + 99); /* the last token is not fed */
+    int T = 4;
+    for (int i = 0; i < 100; i++) {
+        WF_CHECK_OK(wf_model_forward(f.m, seq, NULL, 1, T, NULL));
+        int32_t best = argmax_ref(wf_model_logits(f.m) + (size_t)(T - 1) * cfg.vocab_size,
+                                  cfg.vocab_size);
+        if (out.buf[i] != best)
+            wf_test_fail(__FILE__, __LINE__, "token %d: generated %d, full-forward argmax %d", i,
+                         out.buf[i], best);
+        seq[T++] = best;
+    }
+    wf_generator_destroy(g);
+    free_model(&f);
+}
+
+/* ------------------------------------------------------------- sampler */
+
+static const wf_sampler_config GREEDY = {0.0, 0, 1.0};
+
+WF_TEST(greedy_takes_the_argmax_and_the_lowest_id_on_ties) {
+    float scratch[8];
+    int32_t idx[8];
+    wf_rng r = wf_rng_make(1, 1);
+    float a[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f, 2.0f};
+    WF_CHECK_EQ(wf_sample(a, 6, &GREEDY, &r, scratch, idx), 1);
+    WF_CHECK_EQ(r.offset, 0); /* greedy draws nothing */
+    float b[4] = {NAN, -3.0f, NAN, -2.5f}; /* NaN is never chosen */
+    WF_CHECK_EQ(wf_sample(b, 4, &GREEDY, &r, scratch, idx), 3);
+    float c[3] = {-INFINITY, -INFINITY, NAN}; /* nothing to choose */
+    WF_CHECK_EQ(wf_sample(c, 3, &GREEDY, &r, scratch, idx), -1);
+    wf_sampler_config t1 = wf_sampler_config_default();
+    WF_CHECK_EQ(wf_sample(c, 3, &t1, &r, scratch, idx), -1);
+    float d[4] = {1.0f, INFINITY, 3.0f, INFINITY}; /* +inf wins, lowest id */
+    WF_CHECK_EQ(wf_sample(d, 4, &t1, &r, scratch, idx), 1);
+    /* A -inf logit is never drawn at any temperature. */
+    float e[3] = {0.0f, -INFINITY, 0.0f};
+    wf_sampler_config hot = {50.0, 0, 1.0};
+    for (int i = 0; i < 1000; i++) WF_CHECK_TRUE(wf_sample(e, 3, &hot, &r, scratch, idx) != 1);
+}
+
+static void random_logits(float *x, int n, double scale, wf_rng *r) {
+    for (int i = 0; i < n; i++) x[i] = (float)(scale * wf_rng_normal(r));
+}
+
+WF_TEST(top_k_one_and_a_tiny_top_p_are_greedy) {
+    enum { V = 300 };
+    float x[V], scratch[V];
+    int32_t idx[V];
+    wf_rng data = wf_rng_make(5, 2), r = wf_rng_make(6, 3);
+    const double temps[] = {0.3, 1.0, 7.0};
+    for (int trial = 0; trial < 200; trial++) {
+        random_logits(x, V, 2.0, &data);
+        if (trial % 4 == 0) x[trial % V] = x[(trial * 7 + 1) % V] = 50.0f; /* a tie at the top */
+        int32_t want = wf_sample(x, V, &GREEDY, &r, scratch, idx);
+        for (size_t t = 0; t < 3; t++) {
+            wf_sampler_config k1 = {temps[t], 1, 1.0}, p0 = {temps[t], 0, 1e-9},
+                              pz = {temps[t], 0, 0.0}, both = {temps[t], 5, 1e-9};
+            WF_CHECK_EQ(wf_sample(x, V, &k1, &r, scratch, idx), want);
+            WF_CHECK_EQ(wf_sample(x, V, &p0, &r, scratch, idx), want);
+            WF_CHECK_EQ(wf_sample(x, V, &pz, &r, scratch, idx), want);
+            WF_CHECK_EQ(wf_sample(x, V, &both, &r, scratch, idx), want);
+        }
+    }
+}
+
+/* The kept set by the rules, computed the slow way: rank every token by
+ * (logit desc, id asc), probabilities in double. keep[v] = 1 if kept. */
+static void kept_set_ref(const float *x, int V, const wf_sampler_config *c, int *keep,
+                         double *prob) {
+    int32_t *order = malloc((size_t)V * sizeof *order);
+    for (int i = 0; i < V; i++) order[i] = i;
+    for (int i = 0; i < V; i++) /* selection sort: obviously right */
+        for (int j = i + 1; j < V; j++)
+            if (x[order[j]] > x[order[i]] || (x[order[j]] == x[order[i]] && order[j] < order[i])) {
+                int32_t t = order[i];
+                order[i] = order[j], order[j] = t;
+            }
+    double mx = x[order[0]], sum = 0.0;
+    for (int i = 0; i < V; i++) sum += prob[i] = exp((x[i] - mx) / c->temperature);
+    for (int i = 0; i < V; i++) prob[i] /= sum;
+    int n = c->top_k > 0 && c->top_k < V ? c->top_k : V;
+    double mass = 0.0;
+    for (int i = 0; i < n; i++) mass += prob[order[i]];
+    if (c->top_p < 1.0) {
+        double cum = 0.0;
+        int k = 0;
+        while (k < n && cum < c->top_p * mass - 1e-12) cum += prob[order[k++]];
+        n = k > 0 ? k : 1;
+    }
+    memset(keep, 0, (size_t)V * sizeof *keep);
+    for (int i = 0; i < n; i++) keep[order[i]] = 1;
+    free(order);
+}
+
+WF_TEST(top_k_and_top_p_never_draw_an_excluded_token) {
+    enum { V = 64 };
+    float x[V], scratch[V];
+    int32_t idx[V];
+    int keep[V], hit[V];
+    double prob[V];
+    wf_rng data = wf_rng_make(8, 2), r = wf_rng_make(9, 3);
+    const wf_sampler_config cfgs[] = {{1.0, 5, 1.0},  {0.7, 0, 0.5},  {2.0, 0, 0.9},
+                                      {1.0, 10, 0.6}, {0.5, 63, 0.95}, {3.0, 2, 0.99}};
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
+        const wf_sampler_config *c = &cfgs[ci];
+        for (int trial = 0; trial < 20; trial++) {
+            random_logits(x, V, 1.5, &data);
+            kept_set_ref(x, V, c, keep, prob);
+            memset(hit, 0, sizeof hit);
+            for (int i = 0; i < 2000; i++) {
+                int32_t t = wf_sample(x, V, c, &r, scratch, idx);
+                WF_CHECK_TRUE(t >= 0 && t < V);
+                if (!keep[t])
+                    wf_test_fail(__FILE__, __LINE__,
+                                 "config %zu trial %d: drew %d, outside the kept set", ci, trial,
+                                 t);
+                hit[t]++;
+            }
+            /* and the kept set is all reachable: every kept token of
+             * probability >= 1% (renormalised) shows up in 2000 draws */
+            double mass = 0.0;
+            for (int v = 0; v < V; v++) mass += keep[v] ? prob[v] : 0.0;
+            for (int v = 0; v < V; v++)
+                if (keep[v] && prob[v] / mass >= 0.01) WF_CHECK_TRUE(hit[v] > 0);
+        }
+    }
+}
+
+/* Pearson's chi-square of `n` draws against probabilities p (k cells). */
+static double chi_square(const int *count, const double *p, int k, int n) {
+    double chi = 0.0;
+    for (int i = 0; i < k; i++) {
+        double e = p[i] * n;
+        if (e > 0) chi += (count[i] - e) * (count[i] - e) / e;
+        else if (count[i] > 0) return INFINITY;
+    }
+    return chi;
+}
+
+/* Frequencies of 200000 draws match softmax(logits / temperature) (after
+ * top-k / top-p, renormalised). With k <= 6 cells (5 degrees of freedom)
+ * the chi-square exceeds 40 with probability below 1e-7 for a correct
+ * sampler, while a sampler that ignored the temperature, or drew from the
+ * wrong cell, gives values in the thousands. The seed is fixed, so the run
+ * is deterministic anyway. */
+WF_TEST(sampled_frequencies_match_the_softmax) {
+    enum { V = 6, N = 200000 };
+    const float x[V] = {1.0f, 2.0f, 0.5f, 2.0f, -1.0f, 0.0f};
+    const wf_sampler_config cfgs[] = {{1.0, 0, 1.0}, {0.5, 0, 1.0}, {2.5, 0, 1.0},
+                                      {1.0, 3, 1.0}, {1.0, 0, 0.8}, {1.5, 4, 0.9}};
+    float scratch[V];
+    int32_t idx[V];
+    int keep[V];
+    double prob[V];
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
+        kept_set_ref(x, V, &cfgs[ci], keep, prob);
+        double mass = 0.0;
+        for (int v = 0; v < V; v++) mass += keep[v] ? prob[v] : 0.0;
+        for (int v = 0; v < V; v++) prob[v] = keep[v] ? prob[v] / mass : 0.0;
+        int count[V] = {0};
+        wf_rng r = wf_rng_make(1234, ci);
+        for (int i = 0; i < N; i++) count[wf_sample(x, V, &cfgs[ci], &r, scratch, idx)]++;
+        WF_CHECK_EQ(r.offset, N); /* one draw per sample */
+        double chi = chi_square(count, prob, V, N);
+        if (!(chi < 40.0))
+            wf_test_fail(__FILE__, __LINE__, "config %zu: chi-square %.1f >= 40", ci, chi);
+    }
+}
+
+WF_TEST(the_same_seed_gives_the_same_text) {
+    wf_model_config cfg = kv_config(0);
+    fixture f = make_model(&cfg, 3);
+    wf_generator *g;
+    WF_CHECK_OK(wf_generator_create(&g, f.m, 0));
+    int32_t prompt[3] = {1, 2, 3};
+    const wf_sampler_config c = {0.9, 40, 0.95};
+    collector a = {.n = 0}, b = {.n = 0}, d = {.n = 0};
+    WF_CHECK_OK(wf_generate(g, prompt, 3, 120, &c, 77, -1, collect, &a, NULL));
+    WF_CHECK_OK(wf_generate(g, prompt, 3, 120, &c, 77, -1, collect, &b, NULL));
+    WF_CHECK_OK(wf_generate(g, prompt, 3, 120, &c, 78, -1, collect, &d, NULL));
+    WF_CHECK_EQ(a.n, 120);
+    WF_CHECK_TRUE(memcmp(a.buf, b.buf, sizeof(int32_t) * 120) == 0);
+    WF_CHECK_TRUE(memcmp(a.buf, d.buf, sizeof(int32_t) * 120) != 0);
+    /* The documented stream: wf_sample with wf_rng_make(seed,
+     * WF_GENERATE_RNG_STREAM) over the generator's logits gives the same. */
+    wf_rng r = wf_rng_make(77, WF_GENERATE_RNG_STREAM);
+    float *scratch = malloc((size_t)cfg.vocab_size * sizeof *scratch);
+    int32_t *idx = malloc((size_t)cfg.vocab_size * sizeof *idx);
+    const float *logits;
+    wf_generator_reset(g);
+    WF_CHECK_OK(wf_generator_prefill(g, prompt, 3, &logits));
+    for (int i = 0; i < 120; i++) {
+        int32_t t = wf_sample(logits, cfg.vocab_size, &c, &r, scratch, idx);
+        WF_CHECK_EQ(t, a.buf[i]);
+        if (i + 1 < 120) WF_CHECK_OK(wf_generator_step(g, t, &logits));
+    }
+    free(scratch);
+    free(idx);
+    wf_generator_destroy(g);
+    free_model(&f);
+}
+
+WF_TEST(generation_stops_at_the_stop_token_or_when_the_callback_says) {
+    wf_model_config cfg = kv_config(3);
+    fixture f = make_model(&cfg, 21);
+    wf_generator *g;
+    WF_CHECK_OK(wf_generator_create(&g, f.m, 0));
+    int32_t prompt[2] = {5, 6};
+    collector all = {.n = 0};
+    WF_CHECK_OK(wf_generate(g, prompt, 2, 50, &GREEDY, 0, -1, collect, &all, NULL));
+    /* Stop at the 10th token's value: the first occurrence ends it. */
+    int32_t stop = all.buf[9];
+    int first = 0;
+    while (all.buf[first] != stop) first++;
+    collector some = {.n = 0};
+    int n_gen = -1;
+    WF_CHECK_OK(wf_generate(g, prompt, 2, 50, &GREEDY, 0, stop, collect, &some, &n_gen));
+    WF_CHECK_EQ(n_gen, first);
+    WF_CHECK_EQ(some.n, first);
+    WF_CHECK_TRUE(memcmp(some.buf, all.buf, sizeof(int32_t) * (size_t)first) == 0);
+    collector three = {.n = 0, .stop_after = 3};
+    WF_CHECK_OK(wf_generate(g, prompt, 2, 50, &GREEDY, 0, -1, collect, &three, &n_gen));
+    WF_CHECK_EQ(n_gen, 3);
+    WF_CHECK_EQ(three.n, 3);
+    /* max_new = 0 generates nothing */
+    WF_CHECK_OK(wf_generate(g, prompt, 2, 0, &GREEDY, 0, -1, NULL, NULL, &n_gen));
+    WF_CHECK_EQ(n_gen, 0);
+    wf_generator_destroy(g);
+    free_model(&f);
+}
+
+/* -------------------------------------------------------------- errors */
+
+WF_TEST(overflowing_the_cache_is_an_error_that_changes_nothing) {
+    wf_model_config cfg = kv_config(0);
+    fixture f = make_model(&cfg, 3);
+    wf_generator *g;
+    WF_CHECK_ERR(wf_generator_create(&g, f.m, cfg.max_seq_len + 1), WF_ERR_RANGE,
+                 "model.max_seq_len = 150");
+    WF_CHECK_OK(wf_generator_create(&g, f.m, 10));
+    int32_t tokens[12];
+    random_tokens(tokens, 12, cfg.vocab_size, 4);
+    const float *logits;
+    WF_CHECK_OK(wf_generator_prefill(g, tokens, 8, &logits));
+    float saved[512];
+    memcpy(saved, logits, sizeof(float) * (size_t)cfg.vocab_size);
+    WF_CHECK_ERR(wf_generator_prefill(g, tokens, 3, &logits), WF_ERR_RANGE,
+                 "3 more tokens at position 8 would pass the cache's 10 positions");
+    WF_CHECK_EQ(wf_generator_pos(g), 8);
+    int32_t bad[2] = {1, cfg.vocab_size};
+    WF_CHECK_ERR(wf_generator_prefill(g, bad, 2, &logits), WF_ERR_RANGE,
+                 "token 1 (position 9) = 512 is outside the vocabulary [0, 512)");
+    WF_CHECK_ERR(wf_generator_step(g, -1, &logits), WF_ERR_RANGE, "outside the vocabulary");
+    WF_CHECK_ERR(wf_generator_prefill(g, tokens, 0, &logits), WF_ERR_INVALID, "at least one");
+    WF_CHECK_EQ(wf_generator_pos(g), 8);
+    /* The failed calls left the cache as it was: the next step is right. */
+    WF_CHECK_OK(wf_generator_step(g, tokens[8], &logits));
+    WF_CHECK_OK(wf_model_forward(f.m, tokens, NULL, 1, 9, NULL));
+    WF_CHECK_TRUE(rel_err(logits, wf_model_logits(f.m) + 8 * (size_t)cfg.vocab_size,
+                          cfg.vocab_size) <= KV_TOL);
+    WF_CHECK_OK(wf_generator_step(g, tokens[9], &logits));
+    WF_CHECK_ERR(wf_generator_step(g, tokens[10], &logits), WF_ERR_RANGE,
+                 "at position 10 would pass the cache's 10 positions");
+    wf_generator_reset(g);
+    WF_CHECK_OK(wf_generator_prefill(g, tokens, 10, &logits));
+    (void)saved;
+
+    wf_sampler_config c = GREEDY;
+    int n_gen = -1;
+    WF_CHECK_ERR(wf_generate(g, tokens, 4, 7, &c, 0, -1, NULL, NULL, &n_gen), WF_ERR_RANGE,
+                 "ask for at most 6 new tokens");
+    WF_CHECK_EQ(n_gen, 0);
+    WF_CHECK_OK(wf_generate(g, tokens, 4, 6, &c, 0, -1, NULL, NULL, &n_gen));
+    WF_CHECK_EQ(n_gen, 6);
+    WF_CHECK_ERR(wf_generate(g, tokens, 0, 6, &c, 0, -1, NULL, NULL, NULL), WF_ERR_INVALID,
+                 "prompt is empty");
+    WF_CHECK_ERR(wf_generate(g, tokens, 2, 3, &c, 0, 512, NULL, NULL, NULL), WF_ERR_RANGE,
+                 "stop_token = 512");
+    c.temperature = -1;
+    WF_CHECK_ERR(wf_generate(g, tokens, 2, 3, &c, 0, -1, NULL, NULL, NULL), WF_ERR_CONFIG,
+                 "temperature = -1");
+    wf_generator_destroy(g);
+    free_model(&f);
+}
+
+WF_TEST(sampler_configs_are_checked) {
+    wf_sampler_config c = wf_sampler_config_default();
+    WF_CHECK_OK(wf_sampler_config_validate(&c));
+    c.temperature = NAN;
+    WF_CHECK_ERR(wf_sampler_config_validate(&c), WF_ERR_CONFIG, "temperature = nan");
+    c = wf_sampler_config_default();
+    c.top_k = -2;
+    WF_CHECK_ERR(wf_sampler_config_validate(&c), WF_ERR_CONFIG, "top_k = -2");
+    c = wf_sampler_config_default();
+    c.top_p = 1.5;
+    WF_CHECK_ERR(wf_sampler_config_validate(&c), WF_ERR_CONFIG, "top_p = 1.5");
+    c.top_p = 0.0;
+    WF_CHECK_OK(wf_sampler_config_validate(&c));
+}
