@@ -101,6 +101,8 @@ wf_status wf_model_plan(wf_model *m, int B, int T) {
     if ((size_t)B * (size_t)T > (size_t)INT32_MAX / 2)
         return wf_error(WF_ERR_RANGE, "model: B x T = %d x %d rows is too many", B, T);
     m->plan_B = B, m->plan_T = T, m->n_threads = wf_kern_threads();
+    free(m->res); /* from an earlier call that failed */
+    free(m->la);
     m->res = calloc((size_t)m->L + 1, sizeof *m->res);
     m->la = calloc((size_t)m->L, sizeof *m->la);
     if (!m->res || !m->la) {

@@ -39,7 +39,7 @@ static float *add_tensor(wf_model *m, size_t *cursor, int ndim, int64_t s0, int6
 static void layout(wf_model *m) {
     size_t cur = 0;
     m->n_tensors = 0;
-    int C = m->C, H = m->H, V = m->V, QKV = m->QKV, KV = m->NKV * m->HD;
+    int C = m->C, H = m->H, V = m->V, KV = m->NKV * m->HD;
     m->wte = add_tensor(m, &cur, 2, V, C, "model.embed_tokens.weight", -1);
     for (int l = 0; l < m->L; l++) {
         model_layer_params_ *lp = m->lp ? &m->lp[l] : &(model_layer_params_){0};
@@ -53,7 +53,6 @@ static void layout(wf_model *m) {
         add_tensor(m, &cur, 2, H, C, "mlp.up_proj.weight", l);
         lp->w2 = add_tensor(m, &cur, 2, C, H, "mlp.down_proj.weight", l);
     }
-    (void)QKV;
     m->norm_f = add_tensor(m, &cur, 1, C, 0, "model.norm.weight", -1);
     m->lm_head = m->cfg.tied_embeddings ? m->wte : add_tensor(m, &cur, 2, V, C, "lm_head.weight", -1);
     m->n_params = cur;
