@@ -31,7 +31,19 @@ typedef struct {
 
 typedef struct wf_adamw wf_adamw;
 
-/* State for every parameter of `m`, from `arena` (zeroed). */
+/* The usual pre-training values: beta1 0.9, beta2 0.95, eps 1e-8,
+ * weight_decay 0.1, no decay of embeddings, grad_clip 1.0. */
+wf_adamw_config wf_adamw_config_default(void);
+
+/* 1 if `t` gets weight decay under `cfg`: a 2-D tensor that is not the
+ * token embedding ("model.embed_tokens.weight") or an untied output
+ * projection ("lm_head.weight"), or is one of those with decay_embeddings. */
+int wf_adamw_decays(const wf_adamw_config *cfg, const wf_tensor_info *t);
+
+/* State for every parameter of `m`, from `arena` (zeroed); `m` and `arena`
+ * must outlive the optimizer. Out-of-range values in `cfg` (a beta outside
+ * [0, 1), eps <= 0, negative weight_decay) are WF_ERR_CONFIG naming the
+ * optim.* key. */
 wf_status wf_adamw_create(wf_adamw **out, const wf_adamw_config *cfg, wf_model *m, wf_arena *arena);
 void wf_adamw_destroy(wf_adamw *o); /* accepts NULL */
 
@@ -41,7 +53,10 @@ double wf_grad_norm(wf_model *m);
 /* Clips (if configured) and applies one update with learning rate `lr` to
  * the model's parameters from its gradients. Returns the gradient norm
  * before clipping in *grad_norm (may be NULL). A non-finite gradient norm
- * is WF_ERR_RANGE and leaves parameters and state untouched. */
+ * is WF_ERR_RANGE (naming the first tensor with a non-finite gradient) and
+ * leaves parameters and state untouched; so does a negative or non-finite
+ * lr. Clipping scales the gradients as they are read: the gradient buffer
+ * itself is not modified. The result does not depend on the thread count. */
 wf_status wf_adamw_step(wf_adamw *o, double lr, double *grad_norm);
 
 /* Steps taken so far (the t of bias correction). */
@@ -66,12 +81,18 @@ typedef struct {
 
 /* Parses "cosine", "wsd" or "constant"; -1 otherwise. */
 int wf_lr_parse_kind(const char *name);
+const char *wf_lr_kind_name(wf_lr_kind kind);
+/* WF_ERR_CONFIG, naming the optim.* key, unless lr > 0, 0 <= min_lr <= lr
+ * and (for wsd) decay_frac in [0, 1]. */
+wf_status wf_lr_validate(const wf_lr_schedule *s);
 /* Learning rate at `step`:
  *   warmup (all kinds): lr * (step + 1) / warmup for step < warmup;
  *   cosine: min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2 with p the
- *           progress from the end of warmup to `total`, clamped to [0, 1];
+ *           progress from the end of warmup to `total`, clamped to [0, 1]
+ *           (p = 1 after warmup when warmup >= total);
  *   wsd:    lr until total - decay_frac * total, then linear to min_lr at total;
- *   constant: lr. */
+ *   constant: lr.
+ * Past `total`, cosine and wsd stay at min_lr. Formulas: docs/optim.md. */
 double wf_lr_at(const wf_lr_schedule *s, uint64_t step);
 
 #endif
