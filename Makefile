@@ -69,6 +69,9 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 TTOOL_BIN := $(TTOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 HARNESS   := $(BUILD)/obj/tests/unit/harness.o
 
+# The AdamW update's sqrtf vectorises only without errno (~3x faster step).
+$(BUILD)/obj/src/optim/adamw.o: CFLAGS += -fno-math-errno
+
 .PHONY: all lib tests bench clean
 all: $(BUILD)/weft tests bench
 lib: $(BUILD)/libweft.a
