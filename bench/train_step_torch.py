@@ -39,6 +39,13 @@ def main():
     torch.manual_seed(0)
     cfg = dict(PRESETS[a.preset], norm_eps=1e-5, rope_theta=10000.0, tied_embeddings=1)
     model = LlamaRef(cfg).float()
+    with torch.no_grad():  # weft's init: normal(0, 0.02), residual projections scaled down
+        for name, p in model.named_parameters():
+            if p.ndim == 2:
+                std = 0.02
+                if name.endswith(("o_proj.weight", "down_proj.weight")):
+                    std /= (2 * cfg["n_layers"]) ** 0.5
+                p.normal_(0.0, std)
     V = cfg["vocab_size"]
     tokens = torch.randint(0, V, (a.batch, a.seq))
     targets = torch.randint(0, V, (a.batch, a.seq))
