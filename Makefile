@@ -41,9 +41,10 @@ LDLIBS   := $(PKG_LIBS) -lm -pthread
 # kernels' loops and sgemm share one thread pool. Two builds run the loops
 # on one thread instead (OpenBLAS still threads): ThreadSanitizer, which
 # does not see libgomp's synchronisation and reports false races, and
-# clang, whose OpenMP code needs its own runtime (libomp) beside OpenBLAS's
-# libgomp: two pools, the oversubscription to avoid. -fopenmp=libgomp makes
-# clang link libgomp and ignore the pragmas.
+# clang, whose OpenMP code needs its own runtime, libomp: OpenBLAS's libgomp
+# calls would then be served by libomp's compatibility layer, a mix OpenBLAS
+# does not support (it ran sgemm on one thread when tried). -fopenmp=libgomp
+# makes clang link libgomp and ignore the pragmas.
 ifneq ($(findstring thread,$(SANITIZE)),)
 CFLAGS  += -Wno-unknown-pragmas
 else ifneq ($(findstring clang,$(CC)),)

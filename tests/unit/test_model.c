@@ -1,9 +1,12 @@
 /* Unit tests for src/model: presets and their sizes, config errors that
  * name the values, the tensor table, seeded init, the plan (no allocation
  * during a step), errors for bad inputs, gradient accumulation and loss
- * scaling, and run-to-run determinism. Numerical agreement with PyTorch is
+ * scaling, run-to-run determinism, and one thread pool. Numerical agreement with PyTorch is
  * tests/py/test_model_vs_torch.py. */
+#include <cblas.h>
+#include <dirent.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -361,4 +364,50 @@ WF_TEST(same_seed_same_bits_and_smaller_batches) {
     const float *x = wf_model_logits(a.m), *y = wf_model_logits(s.m);
     for (int i = 0; i < 5 * c.vocab_size; i++) WF_CHECK_NEAR(x[i], y[i], 1e-6);
     free_model(&a), free_model(&b), free_model(&s);
+}
+
+/* ------------------------------------------------------------- threads */
+
+static int count_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) wf_test_fail(__FILE__, __LINE__, "cannot open /proc/self/task");
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+static void *idle_thread(void *arg) { return arg; }
+
+WF_TEST(a_step_uses_one_thread_pool) {
+    /* The kernels' OpenMP loops and OpenBLAS share one pool: after a step
+     * the process has at most (pool size - 1) threads more than it started
+     * with. A second pool, e.g. the pthreads build of OpenBLAS (Debian's
+     * libopenblas0-pthread, which the libopenblas.so.0 alternative may
+     * select) beside the kernels' libgomp, adds its own workers and fails
+     * this. One thread is started and joined
+     * first, so that helpers that start with the first pthread_create
+     * (ThreadSanitizer's) are counted in `before`. */
+    pthread_t th;
+    WF_CHECK_TRUE(pthread_create(&th, NULL, idle_thread, NULL) == 0);
+    WF_CHECK_TRUE(pthread_join(th, NULL) == 0);
+    int before = count_threads();
+    wf_model_config c = tiny();
+    fixture f = make_model(&c, 1, 2, 32);
+    int32_t tok[64], tgt[64];
+    random_batch(tok, tgt, 64, c.vocab_size, 2);
+    float loss;
+    for (int step = 0; step < 2; step++) {
+        WF_CHECK_OK(wf_model_forward(f.m, tok, tgt, 2, 32, &loss));
+        WF_CHECK_OK(wf_model_backward(f.m, 1.0f));
+    }
+    int pool = wf_kern_threads();
+    if (openblas_get_num_threads() > pool) pool = openblas_get_num_threads();
+    int extra = count_threads() - before;
+    if (extra > pool - 1)
+        wf_test_fail(__FILE__, __LINE__, "a step added %d threads; one pool of %d adds at most %d",
+                     extra, pool, pool - 1);
+    free_model(&f);
 }
