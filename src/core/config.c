@@ -537,7 +537,7 @@ static wf_status opt_assign(const wf_opt *o, void *dst, const tvalue *v, const c
             return wf_error(WF_ERR_CONFIG, "%s: key '%s' expects an integer, got %s", where, o->key,
                             tv_kind_name(v->kind));
         if (o->min <= o->max && ((double)v->i < o->min || (double)v->i > o->max))
-            return wf_error(WF_ERR_RANGE, "%s: key '%s' = %lld is out of range [%.17g, %.17g]", where,
+            return wf_error(WF_ERR_RANGE, "%s: key '%s' = %lld is out of range [%.10g, %.10g]", where,
                             o->key, (long long)v->i, o->min, o->max);
         *(int64_t *)f = v->i;
         return WF_OK;
@@ -549,7 +549,7 @@ static wf_status opt_assign(const wf_opt *o, void *dst, const tvalue *v, const c
             return wf_error(WF_ERR_CONFIG, "%s: key '%s' expects a number, got %s", where, o->key,
                             tv_kind_name(v->kind));
         if (o->min <= o->max && !(d >= o->min && d <= o->max))
-            return wf_error(WF_ERR_RANGE, "%s: key '%s' = %g is out of range [%.17g, %.17g]", where,
+            return wf_error(WF_ERR_RANGE, "%s: key '%s' = %g is out of range [%.10g, %.10g]", where,
                             o->key, d, o->min, o->max);
         *(double *)f = d;
         return WF_OK;
@@ -842,7 +842,7 @@ void wf_opts_print_help(const wf_cmd_spec *spec, FILE *out) {
         else snprintf(names, sizeof names, "--%s", o->key);
         fprintf(out, "  %s <%s>\n      %s", names, opt_type_name(o->type), o->help);
         fprintf(out, " (default: %s", o->def ? (o->def[0] ? o->def : "\"\"") : "none");
-        if (o->min <= o->max) fprintf(out, "; range %.17g..%.17g", o->min, o->max);
+        if (o->min <= o->max) fprintf(out, "; range %.10g..%.10g", o->min, o->max);
         fprintf(out, ")\n");
     }
     fprintf(out, "  --config <file>\n      TOML file with the options above, as [section] key = value\n");
