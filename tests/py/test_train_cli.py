@@ -140,3 +140,12 @@ def test_sample_rejects_a_corrupt_model(dataset, tmp_path):
     path.write_bytes(data[: len(data) // 2])
     p = run_weft_cmd(["sample", "--model", path], check=False)
     assert p.returncode == 1 and "model.safetensors" in p.stderr and "truncated" in p.stderr
+
+
+def test_docs_list_every_train_key(root):
+    text = (root / "docs" / "train.md").read_text()
+    help_text = run_weft_cmd(["train", "--help"]).stdout
+    keys = re.findall(r"^  --(?:[a-z-]+, --)?([a-z_]+)\.([a-z_0-9]+) <", help_text, re.M)
+    assert len(keys) > 30
+    missing = [f"{s}.{k}" for s, k in keys if f"`{k}`" not in text]
+    assert not missing, f"docs/train.md does not describe {missing}"
