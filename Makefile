@@ -22,7 +22,7 @@ else
 Q := @
 endif
 
-PKGS     := libpcre2-8 jansson libzstd zlib libxxhash openblas
+PKGS     := libpcre2-8 jansson libzstd zlib libxxhash openblas gumbo libutf8proc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
 
@@ -35,7 +35,8 @@ endif
 
 CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE
 CFLAGS   := -std=c11 $(OPT) $(WARN) -pthread $(PKG_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS   := $(PKG_LIBS) -lm -pthread
+# CLD2 (language id in src/prep/langid.c) ships no pkg-config file.
+LDLIBS   := $(PKG_LIBS) -lcld2 -lm -pthread
 # OpenMP for the model's kernels (src/kernels), one runtime per process:
 # gcc's libgomp, which Debian's OpenMP build of OpenBLAS also uses, so the
 # kernels' loops and sgemm share one thread pool. Two builds run the loops

@@ -15,6 +15,7 @@ APT_PACKAGES=(
   libpcre2-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev
   python3 python3-venv python3-pip python3-numpy python3-torch
   libopenblas-openmp-dev
+  libgumbo-dev libutf8proc-dev libcld2-dev wget r-doc-html
   r-base-core r-cran-janeaustenr
 )
 
