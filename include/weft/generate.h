@@ -81,7 +81,10 @@ wf_status wf_sampler_config_validate(const wf_sampler_config *c);
  *     what is left and renormalised, the shortest prefix in order of
  *     decreasing p (ties to the lower id) whose sum reaches top_p (always at
  *     least one token); one token is drawn from what is kept, in proportion
- *     to p, with exactly one value of `rng` (wf_rng_uniform_double).
+ *     to p, with exactly one value u of `rng` (wf_rng_uniform_double): the
+ *     first at which the running sum of p passes u times the kept sum,
+ *     walking in id order when top_k and top_p are both off, else in the
+ *     order above.
  * NaN and -inf logits are never chosen; if some logits are +inf, the lowest
  * such id is. Returns -1 only when no logit is a number above -inf.
  * `c` must be valid (wf_sampler_config_validate). scratch and scratch_idx

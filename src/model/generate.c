@@ -20,6 +20,7 @@
  * training buffers (wf_model_plan is not needed). */
 #include "weft/generate.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -263,6 +264,20 @@ static void gen_attention(wf_generator *g, int l, int p0, int n) {
     }
 }
 
+/* out (n, OC) = inp (n, C) @ weight (OC, C)^T, or += with `accumulate`.
+ * One row, the decoding step, goes to sgemv: OpenBLAS's sgemm packs the
+ * whole weight matrix into its panel layout on every call, which for a
+ * single row costs 3..10x the product itself (measured for stories15M's
+ * shapes: lm_head 1.7 ms by sgemm, 0.6 ms by sgemv). */
+static void gen_linear(float *out, const float *inp, const float *weight, int n, int C, int OC,
+                       int accumulate) {
+    if (n == 1 && C > 0 && OC > 0)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1,
+                    accumulate ? 1.0f : 0.0f, out, 1);
+    else
+        wf_kern_matmul_fwd(out, inp, weight, n, C, OC, accumulate);
+}
+
 /* Runs positions p0 .. p0+n-1 (n <= chunk) through every block, filling
  * their cache rows; with `want_logits`, the logits of the last row. */
 static void gen_forward_chunk(wf_generator *g, const int32_t *tokens, int n, int want_logits) {
@@ -275,24 +290,24 @@ static void gen_forward_chunk(wf_generator *g, const int32_t *tokens, int n, int
         float *k_rows = g->k_cache + ((size_t)l * g->cap + p0) * KVD; /* (n, KVD) */
         float *v_rows = g->v_cache + ((size_t)l * g->cap + p0) * KVD; /* (n, KVD) */
         wf_kern_rmsnorm_fwd(g->xn, g->rstd, g->x, p->ln1, n, C, g->eps);
-        wf_kern_matmul_fwd(g->q, g->xn, p->wq, n, C, QD, 0);
-        wf_kern_matmul_fwd(k_rows, g->xn, p->wk, n, C, KVD, 0);
-        wf_kern_matmul_fwd(v_rows, g->xn, p->wv, n, C, KVD, 0);
+        gen_linear(g->q, g->xn, p->wq, n, C, QD, 0);
+        gen_linear(k_rows, g->xn, p->wk, n, C, KVD, 0);
+        gen_linear(v_rows, g->xn, p->wv, n, C, KVD, 0);
         /* Rows are consecutive positions from p0: tables from row p0, T = n. */
         wf_kern_rope_fwd(g->q, cos_p0, sin_p0, 1, n, g->NH, g->HD, QD);
         wf_kern_rope_fwd(k_rows, cos_p0, sin_p0, 1, n, g->NKV, g->HD, KVD);
         gen_attention(g, l, p0, n);
-        wf_kern_matmul_fwd(g->x, g->att, p->wo, n, QD, C, 1); /* x += att wo^T */
+        gen_linear(g->x, g->att, p->wo, n, QD, C, 1); /* x += att wo^T */
         wf_kern_rmsnorm_fwd(g->xn, g->rstd, g->x, p->ln2, n, C, g->eps);
-        wf_kern_matmul_fwd(g->h13, g->xn, p->w13, n, C, 2 * H, 0);
+        gen_linear(g->h13, g->xn, p->w13, n, C, 2 * H, 0);
         wf_kern_swiglu_fwd(g->gate, g->h13, n, H);
-        wf_kern_matmul_fwd(g->x, g->gate, p->w2, n, H, C, 1); /* x += g w2^T */
+        gen_linear(g->x, g->gate, p->w2, n, H, C, 1); /* x += g w2^T */
     }
     g->pos = p0 + n;
     if (!want_logits) return;
     const float *x_last = g->x + (size_t)(n - 1) * C;
     wf_kern_rmsnorm_fwd(g->xn, g->rstd, x_last, g->norm_f, 1, C, g->eps);
-    wf_kern_matmul_fwd(g->logits, g->xn, g->lm_head, 1, C, g->V, 0);
+    gen_linear(g->logits, g->xn, g->lm_head, 1, C, g->V, 0);
 }
 
 wf_status wf_generator_prefill(wf_generator *g, const int32_t *tokens, int n,
@@ -359,43 +374,69 @@ static int sample_before(const float *logits, int32_t a, int32_t b) {
     return ka > kb || (ka == kb && a < b);
 }
 
-/* Restores the heap property below `root` of a heap whose root is the
- * token that comes LAST in the sampler's order (so the heap keeps the
- * best ones and evicts its root). */
-static void sample_sift(int32_t *heap, int n, int root, const float *logits) {
+/* Restores the heap property below `root`. With best_on_top the root is
+ * the token that comes first in the sampler's order; without, the one that
+ * comes last (a heap that keeps the best ones and evicts its root). */
+static void sample_sift(int32_t *heap, int n, int root, const float *logits, int best_on_top) {
     for (;;) {
-        int worst = root, c1 = 2 * root + 1, c2 = c1 + 1;
-        if (c1 < n && sample_before(logits, heap[worst], heap[c1])) worst = c1;
-        if (c2 < n && sample_before(logits, heap[worst], heap[c2])) worst = c2;
-        if (worst == root) return;
+        int top = root, c1 = 2 * root + 1, c2 = c1 + 1;
+        for (int c = c1; c <= c2 && c < n; c++)
+            if (best_on_top ? sample_before(logits, heap[c], heap[top])
+                            : sample_before(logits, heap[top], heap[c]))
+                top = c;
+        if (top == root) return;
         int32_t tmp = heap[root];
-        heap[root] = heap[worst], heap[worst] = tmp;
-        root = worst;
-    }
-}
-
-/* Sorts idx (n) into the sampler's order: heap sort, in place. */
-static void sample_sort(int32_t *idx, int n, const float *logits) {
-    for (int i = n / 2 - 1; i >= 0; i--) sample_sift(idx, n, i, logits);
-    for (int end = n - 1; end > 0; end--) {
-        int32_t tmp = idx[0];
-        idx[0] = idx[end], idx[end] = tmp; /* the worst goes to the back */
-        sample_sift(idx, end, 0, logits);
+        heap[root] = heap[top], heap[top] = tmp;
+        root = top;
     }
 }
 
 /* The k best tokens of `vocab`, sorted, into idx; returns k. A heap of the
- * best k seen so far, whose root is the worst of them: O(vocab log k). */
+ * best k seen so far, whose root is the worst of them: O(vocab log k); then
+ * heap sort, popping the worst to the back. */
 static int sample_top_k(int32_t *idx, int k, const float *logits, int vocab) {
     for (int i = 0; i < k; i++) idx[i] = i;
-    for (int i = k / 2 - 1; i >= 0; i--) sample_sift(idx, k, i, logits);
+    for (int i = k / 2 - 1; i >= 0; i--) sample_sift(idx, k, i, logits, 0);
     for (int32_t i = k; i < vocab; i++)
         if (sample_before(logits, i, idx[0])) {
             idx[0] = i;
-            sample_sift(idx, k, 0, logits);
+            sample_sift(idx, k, 0, logits, 0);
         }
-    sample_sort(idx, k, logits);
+    for (int end = k - 1; end > 0; end--) {
+        int32_t tmp = idx[0];
+        idx[0] = idx[end], idx[end] = tmp;
+        sample_sift(idx, end, 0, logits, 0);
+    }
     return k;
+}
+
+/* The nucleus of the candidates idx (n): pops them best first from a heap
+ * whose root is the best until their weights w sum to `need` (or all are
+ * popped), and moves the popped ones, best first, to the front of idx.
+ * Returns their count and their sum in *sum. O(n + m log n) for a nucleus
+ * of m tokens, which for a trained model is a few dozen of the vocabulary:
+ * no full sort. */
+static int sample_nucleus(int32_t *idx, int n, const float *logits, const float *w, double need,
+                          double *sum) {
+    for (int i = n / 2 - 1; i >= 0; i--) sample_sift(idx, n, i, logits, 1);
+    int end = n;
+    double cum = 0.0;
+    while (end > 0) {
+        int32_t best = idx[0];
+        idx[0] = idx[end - 1], idx[end - 1] = best; /* popped ones collect at the back */
+        end--;
+        sample_sift(idx, end, 0, logits, 1);
+        cum += w[best];
+        if (cum >= need) break;
+    }
+    int m = n - end;
+    for (int i = 0; i < m / 2; i++) { /* idx[end..n) is worst first: reverse */
+        int32_t tmp = idx[end + i];
+        idx[end + i] = idx[n - 1 - i], idx[n - 1 - i] = tmp;
+    }
+    memmove(idx, idx + end, (size_t)m * sizeof *idx);
+    *sum = cum;
+    return m;
 }
 
 int32_t wf_sample(const float *logits, int vocab, const wf_sampler_config *c, wf_rng *rng,
@@ -412,7 +453,7 @@ int32_t wf_sample(const float *logits, int vocab, const wf_sampler_config *c, wf
      * computed for the tokens that can still be drawn. */
     const double inv_t = 1.0 / c->temperature, mx = logits[best];
     float *w = scratch;
-#define SAMPLE_W_(i) (isnan(logits[i]) ? 0.0f : (float)exp(((double)logits[i] - mx) * inv_t))
+#define SAMPLE_W_(i) (isnan(logits[i]) ? 0.0f : expf((float)(((double)logits[i] - mx) * inv_t)))
     const int top_k = c->top_k > 0 && c->top_k < vocab ? c->top_k : 0;
     const int top_p = c->top_p < 1.0;
     const double u = wf_rng_uniform_double(rng); /* exactly one draw per call */
@@ -440,17 +481,17 @@ int32_t wf_sample(const float *logits, int vocab, const wf_sampler_config *c, wf
          * if token j is in it, the tokens from j on (each at most w_j, at
          * most vocab of them) hold more than 1 - p of the total. Half that
          * bound is the cutoff, as margin for rounding; the tokens below it
-         * need no sort. */
+         * stay out of the heap. */
         double cutoff = 0.5 * (1.0 - c->top_p) * total / vocab;
         n = 0;
         for (int32_t i = 0; i < vocab; i++)
             if (w[i] > 0.0f && w[i] >= cutoff) idx[n++] = i;
-        sample_sort(idx, n, logits);
+        n = sample_nucleus(idx, n, logits, w, c->top_p * total, &total);
     }
 #undef SAMPLE_W_
-    if (top_p) {
-        /* The shortest prefix whose share of `total` reaches top_p (all of
-         * the kept set if rounding keeps the sum just short of it). */
+    if (top_k && top_p) {
+        /* The shortest prefix of the sorted top k whose share of their sum
+         * reaches top_p (all k if rounding keeps the sum just short). */
         double need = c->top_p * total, cum = 0.0;
         int keep = 0;
         while (keep < n) {

@@ -269,10 +269,10 @@ WF_TEST(top_k_one_and_a_tiny_top_p_are_greedy) {
 }
 
 /* The kept set by the rules, computed the slow way: rank every token by
- * (logit desc, id asc), probabilities in double. keep[v] = 1 if kept. */
-static void kept_set_ref(const float *x, int V, const wf_sampler_config *c, int *keep,
-                         double *prob) {
-    int32_t *order = malloc((size_t)V * sizeof *order);
+ * (logit desc, id asc) into order (V), probabilities in double into prob.
+ * keep[v] = 1 if kept; returns how many are, order[0 .. n) in rank. */
+static int kept_set_ref_ordered(const float *x, int V, const wf_sampler_config *c, int *keep,
+                                double *prob, int32_t *order) {
     for (int i = 0; i < V; i++) order[i] = i;
     for (int i = 0; i < V; i++) /* selection sort: obviously right */
         for (int j = i + 1; j < V; j++)
@@ -294,6 +294,13 @@ static void kept_set_ref(const float *x, int V, const wf_sampler_config *c, int 
     }
     memset(keep, 0, (size_t)V * sizeof *keep);
     for (int i = 0; i < n; i++) keep[order[i]] = 1;
+    return n;
+}
+
+static void kept_set_ref(const float *x, int V, const wf_sampler_config *c, int *keep,
+                         double *prob) {
+    int32_t *order = malloc((size_t)V * sizeof *order);
+    kept_set_ref_ordered(x, V, c, keep, prob, order);
     free(order);
 }
 
@@ -341,6 +348,81 @@ static double chi_square(const int *count, const double *p, int k, int n) {
     }
     return chi;
 }
+
+/* The draw itself: with u the draw's uniform, the token is the first at
+ * which the running sum of the kept probabilities (id order when top-k and
+ * top-p are off, rank order otherwise) passes u times their sum. Checked
+ * draw by draw against the reference, skipping the rare u that falls
+ * within 1e-6 of a boundary (where fp32 and double may round apart). */
+WF_TEST(each_draw_walks_the_kept_tokens_in_the_documented_order) {
+    enum { V = 40 };
+    float x[V], scratch[V];
+    int32_t idx[V], order[V];
+    int keep[V];
+    double prob[V];
+    wf_rng data = wf_rng_make(12, 2), r = wf_rng_make(13, 3);
+    const wf_sampler_config cfgs[] = {{1.0, 0, 1.0}, {0.8, 7, 1.0}, {1.3, 0, 0.7},
+                                      {1.0, 12, 0.8}};
+    int compared = 0;
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
+        const wf_sampler_config *c = &cfgs[ci];
+        for (int trial = 0; trial < 10; trial++) {
+            random_logits(x, V, 1.5, &data);
+            int n = kept_set_ref_ordered(x, V, c, keep, prob, order);
+            if (c->top_k == 0 && c->top_p >= 1.0) /* id order */
+                for (int i = 0; i < V; i++) order[i] = i;
+            double mass = 0.0;
+            for (int i = 0; i < n; i++) mass += prob[order[i]];
+            for (int i = 0; i < 500; i++) {
+                wf_rng peek = r;
+                double target = wf_rng_uniform_double(&peek) * mass, cum = 0.0, gap = 1.0;
+                int32_t want = -1;
+                for (int j = 0; j < n; j++) {
+                    cum += prob[order[j]];
+                    gap = fmin(gap, fabs(cum - target));
+                    if (want < 0 && target < cum) want = order[j];
+                }
+                int32_t got = wf_sample(x, V, c, &r, scratch, idx);
+                if (gap < 1e-6 * mass) continue;
+                compared++;
+                if (got != want)
+                    wf_test_fail(__FILE__, __LINE__, "config %zu trial %d draw %d: %d, expected %d",
+                                 ci, trial, i, got, want);
+            }
+        }
+    }
+    WF_CHECK_TRUE(compared > 19000); /* of 20000 */
+}
+
+/* A nucleus that reaches into a flat tail: one token holds 99% and 63
+ * tied ones share the rest. top_p 0.995 needs the big one and the 32
+ * lowest-id tail tokens (ties go to the lower id), which the cheap
+ * pre-filter of wf_sample must not drop: each of them is only 2x above
+ * (1 - p) / vocab. */
+WF_TEST(a_nucleus_can_reach_into_a_flat_tail) {
+    enum { V = 64, N = 100000 };
+    float x[V], scratch[V];
+    int32_t idx[V];
+    for (int i = 0; i < V; i++) x[i] = 0.0f;
+    x[20] = (float)log(0.99 * 63 / 0.01);
+    const wf_sampler_config c = {1.0, 0, 0.995};
+    int keep[V], count[V] = {0};
+    double prob[V];
+    kept_set_ref(x, V, &c, keep, prob);
+    int n_keep = 0;
+    for (int i = 0; i < V; i++) n_keep += keep[i];
+    WF_CHECK_EQ(n_keep, 1 + 32);
+    WF_CHECK_TRUE(keep[20] && keep[0] && keep[32] && !keep[33]); /* ids 0..32 but 20, and 20 */
+    wf_rng r = wf_rng_make(3, 4);
+    for (int i = 0; i < N; i++) count[wf_sample(x, V, &c, &r, scratch, idx)]++;
+    double mass = 0.0;
+    for (int v = 0; v < V; v++) mass += keep[v] ? prob[v] : 0.0;
+    for (int v = 0; v < V; v++) prob[v] = keep[v] ? prob[v] / mass : 0.0;
+    double chi = chi_square(count, prob, V, N);
+    if (!(chi < 120.0)) /* 32 degrees of freedom: P(chi > 120) < 1e-11 */
+        wf_test_fail(__FILE__, __LINE__, "chi-square %.1f >= 120", chi);
+}
+
 
 /* Frequencies of 200000 draws match softmax(logits / temperature) (after
  * top-k / top-p, renormalised). With k <= 6 cells (5 degrees of freedom)
