@@ -1,0 +1,304 @@
+/* weft: observability of a training run. What one step measured, the sinks
+ * that record it (metrics.jsonl and TensorBoard event files), the FLOP count
+ * and the peak that MFU is measured against, host memory and the memory
+ * watchdog, the loss-spike detector, the reproducibility record (run.json),
+ * and the HTML report made from all of it.
+ *
+ * The trainer owns the loop: it fills one wf_metrics_step per step, asks
+ * the spike detector and the watchdog what they think, carries out what
+ * they decide (warn, skip, roll back, save and stop), and hands the record
+ * to wf_metrics_log. Nothing here touches the model or the data.
+ *
+ * Formats: docs/formats/metrics-jsonl.md, docs/formats/tensorboard.md,
+ * docs/formats/run-json.md; what every field means: docs/metrics.md.
+ *
+ * Not thread-safe: each object belongs to one thread (the step loop's).
+ */
+#ifndef WEFT_METRICS_H
+#define WEFT_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/arena.h"
+#include "weft/model.h"
+#include "weft/status.h"
+
+/* ------------------------------------------------------------ one step
+ * Doubles that were not measured this step are NaN (val_loss on most
+ * steps, mfu_pct without a peak); integers that are not known are -1. A NaN
+ * field is left out of metrics.jsonl and of the event file.
+ *
+ * Times are seconds of wall clock. step_s is the whole step, from asking for
+ * its first batch to the end of its update and of any checkpoint it waited
+ * for; it is data_s + fwd_bwd_s + optim_s + ckpt_s + the rest (logging,
+ * spike checks), which the report shows as "other". Validation (eval_s) is
+ * not part of step_s or of tokens_per_s. */
+typedef struct {
+    int64_t step;          /* optimizer step, 1-based */
+    double time;           /* Unix time (s) when the step ended; 0: filled by wf_metrics_log */
+    double elapsed_s;      /* seconds since the run (or resume) started */
+    double loss;           /* mean training loss of the step (over its micro-batches) */
+    double val_loss;       /* validation loss, NaN when not computed at this step */
+    double lr;             /* learning rate the update used */
+    double grad_norm;      /* global L2 norm of the gradient, before clipping */
+    int64_t tokens;        /* tokens the step trained on (all ranks) */
+    double tokens_per_s;   /* tokens / step_s */
+    double step_s;         /* whole step */
+    double data_s;         /* waiting for the data loader */
+    double fwd_bwd_s;      /* forward and backward, data wait excluded */
+    double optim_s;        /* gradient clipping and the optimizer update */
+    double ckpt_s;         /* blocked on a checkpoint save (0 when none) */
+    double eval_s;         /* validation, NaN when not computed; not in step_s */
+    double tflops;         /* model FLOPs / step_s / 1e12 (per process) */
+    double mfu_pct;        /* 100 * tflops / peak TFLOP/s, NaN without a peak */
+    int64_t arena_in_use;  /* bytes: wf_arena_stats of the run's arena */
+    int64_t arena_reserved;
+    int64_t arena_peak;
+    int64_t host_rss;      /* bytes: this process's resident set (VmRSS) */
+    int64_t host_rss_peak; /* bytes: its high-water mark (VmHWM) */
+    int64_t host_available;/* bytes: MemAvailable of the machine */
+    double loss_z;         /* loss z-score against the spike window, NaN in warmup */
+    double grad_norm_z;    /* same for the gradient norm */
+    int spike;             /* 1: the spike detector flagged this step */
+    int64_t data_pos;      /* index of the step's first micro-batch in the data order, -1 unknown */
+} wf_metrics_step;
+
+/* Sets every field to "not measured": NaN, -1, and spike 0. */
+void wf_metrics_step_init(wf_metrics_step *r);
+
+/* Fills tokens_per_s, tflops and mfu_pct from tokens, step_s, the FLOPs
+ * per token (wf_model_flops_per_token) and a peak in TFLOP/s (<= 0: no
+ * MFU). */
+void wf_metrics_step_derive(wf_metrics_step *r, double flops_per_token, double peak_tflops);
+
+/* Fills the arena_* fields from `arena` (NULL: left as they are) and the
+ * host_* fields from /proc (left as they are if /proc cannot be read). */
+void wf_metrics_step_memory(wf_metrics_step *r, const wf_arena *arena);
+
+/* The fields as one table: JSON key, TensorBoard tag ("" for none), the
+ * factor from the JSON unit to the TensorBoard unit, and the unit.
+ * X(key, member, type, tag, tb_scale, unit); type is D (double) or I
+ * (int64_t); `step` and `time` are the event's own step and wall time. */
+#define WF_METRICS_FIELDS(X)                                                         \
+    X("step", step, I, "", 1.0, "step")                                              \
+    X("time", time, D, "", 1.0, "s (Unix)")                                          \
+    X("elapsed_s", elapsed_s, D, "", 1.0, "s")                                       \
+    X("loss", loss, D, "train/loss", 1.0, "nats/token")                              \
+    X("val_loss", val_loss, D, "train/val_loss", 1.0, "nats/token")                  \
+    X("lr", lr, D, "train/lr", 1.0, "")                                              \
+    X("grad_norm", grad_norm, D, "train/grad_norm", 1.0, "")                         \
+    X("tokens", tokens, I, "", 1.0, "tokens")                                        \
+    X("tokens_per_s", tokens_per_s, D, "perf/tokens_per_s", 1.0, "tokens/s")         \
+    X("tflops", tflops, D, "perf/tflops", 1.0, "TFLOP/s")                            \
+    X("mfu_pct", mfu_pct, D, "perf/mfu_pct", 1.0, "%")                               \
+    X("step_s", step_s, D, "time/step_s", 1.0, "s")                                  \
+    X("data_s", data_s, D, "time/data_s", 1.0, "s")                                  \
+    X("fwd_bwd_s", fwd_bwd_s, D, "time/fwd_bwd_s", 1.0, "s")                         \
+    X("optim_s", optim_s, D, "time/optim_s", 1.0, "s")                               \
+    X("ckpt_s", ckpt_s, D, "time/ckpt_s", 1.0, "s")                                  \
+    X("eval_s", eval_s, D, "time/eval_s", 1.0, "s")                                  \
+    X("arena_in_use", arena_in_use, I, "memory/arena_in_use_gib", 0x1p-30, "bytes")  \
+    X("arena_reserved", arena_reserved, I, "memory/arena_reserved_gib", 0x1p-30, "bytes") \
+    X("arena_peak", arena_peak, I, "memory/arena_peak_gib", 0x1p-30, "bytes")        \
+    X("host_rss", host_rss, I, "memory/host_rss_gib", 0x1p-30, "bytes")              \
+    X("host_rss_peak", host_rss_peak, I, "memory/host_rss_peak_gib", 0x1p-30, "bytes") \
+    X("host_available", host_available, I, "memory/host_available_gib", 0x1p-30, "bytes") \
+    X("loss_z", loss_z, D, "spike/loss_z", 1.0, "")                                  \
+    X("grad_norm_z", grad_norm_z, D, "spike/grad_norm_z", 1.0, "")                   \
+    X("spike", spike, B, "spike/flag", 1.0, "0 or 1")                                \
+    X("data_pos", data_pos, I, "", 1.0, "micro-batch")
+
+/* --------------------------------------------------------------- sinks
+ * metrics.jsonl (one JSON object a step) and a TensorBoard event file in
+ * DIR/tb/. Records are kept in memory and written when flush_every_s has
+ * passed since the last write, when the buffer passes 1 MiB, on
+ * wf_metrics_flush and on wf_metrics_close. A run that resumes appends to
+ * metrics.jsonl and starts a new event file; after a rollback the same
+ * steps appear again, later lines replacing earlier ones (the report
+ * stitches them). */
+typedef struct {
+    const char *dir;      /* run directory; must exist */
+    int jsonl;            /* write DIR/metrics.jsonl */
+    int tensorboard;      /* write DIR/tb/events.out.tfevents.* */
+    double flush_every_s; /* seconds between writes; 0: write every record at once */
+} wf_metrics_options;
+
+typedef struct wf_metrics wf_metrics;
+
+wf_status wf_metrics_open(wf_metrics **out, const wf_metrics_options *opt);
+/* Records one step. `time` 0 is replaced by the current Unix time. */
+wf_status wf_metrics_log(wf_metrics *m, const wf_metrics_step *r);
+/* A scalar of the caller's own, to TensorBoard only (e.g. "eval/ppl"). */
+wf_status wf_metrics_scalar(wf_metrics *m, const char *tag, double value, int64_t step);
+/* Writes what is buffered and flushes the files to the kernel. */
+wf_status wf_metrics_flush(wf_metrics *m);
+/* Flushes, fsyncs and closes; frees `m` even on error. Accepts NULL. */
+wf_status wf_metrics_close(wf_metrics *m);
+/* The event file's path (for the log), or NULL without TensorBoard. */
+const char *wf_metrics_tb_path(const wf_metrics *m);
+
+/* The TensorBoard writer alone (the one wf_metrics uses): an event file
+ * with a file_version event first, then one event per step whose summary
+ * holds scalar values (simple_value). */
+typedef struct wf_tb_writer wf_tb_writer;
+/* Creates DIR (mkdir -p) and DIR/events.out.tfevents.<unix time>.<host>.<pid>.<n>. */
+wf_status wf_tb_open(wf_tb_writer **out, const char *dir, double flush_every_s);
+/* Starts an event at `step` (wall time: now); the scalars added until the
+ * next begin, flush or close go into its summary. */
+wf_status wf_tb_begin(wf_tb_writer *w, int64_t step, double wall_time);
+wf_status wf_tb_add(wf_tb_writer *w, const char *tag, float value);
+/* Buffers one event with a single scalar: add_scalar(tag, value, step). */
+wf_status wf_tb_add_scalar(wf_tb_writer *w, const char *tag, double value, int64_t step);
+wf_status wf_tb_flush(wf_tb_writer *w);
+wf_status wf_tb_close(wf_tb_writer *w); /* accepts NULL; frees even on error */
+const char *wf_tb_path(const wf_tb_writer *w);
+
+/* CRC-32C (Castagnoli), as TFRecord framing uses it; `crc` is 0 to start
+ * or a previous result to continue. */
+uint32_t wf_crc32c(uint32_t crc, const void *data, size_t len);
+/* TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+uint32_t wf_crc32c_mask(uint32_t crc);
+
+/* ------------------------------------------------------------------ MFU */
+
+/* Training FLOPs (forward + backward) per token of a model at sequence
+ * length T, as docs/train.md "FLOPs per token" defines it:
+ * 6 * N_mm + 6 * L * T * C, N_mm = L * (2*C*C + 2*C*KV + 3*C*H) + V*C. */
+double wf_model_flops_per_token(const wf_model_config *cfg, int T);
+
+/* The peak MFU is measured against. */
+typedef enum { WF_PEAK_CONFIG, WF_PEAK_MEASURED, WF_PEAK_CACHED } wf_peak_source;
+typedef struct {
+    double tflops;          /* TFLOP/s */
+    wf_peak_source source;
+    char key[256];          /* what the cache is keyed by: CPU, threads, BLAS core */
+    char cache_path[1024];  /* "" when no cache was used */
+    double measured_at;     /* Unix time of the measurement, 0 for a configured peak */
+} wf_peak;
+
+typedef struct {
+    double configured_tflops; /* > 0: use it, measure nothing */
+    const char *cache_path;   /* NULL: $XDG_CACHE_HOME/weft/peak.json or ~/.cache/weft/peak.json;
+                                 "": no cache */
+    double budget_s;          /* time the benchmark may take; 0: 0.3 s */
+    int max_n;                /* largest square size tried; 0: 2048 */
+    int refresh;              /* 1: measure even when the cache has an entry */
+} wf_peak_options;
+
+/* The peak: the configured one, else the cached measurement for this
+ * machine's key, else a short benchmark of square cblas_sgemm on
+ * wf_kern_threads() threads, whose best rate is stored in the cache
+ * (atomically; a cache that cannot be written is a warning, not an error). */
+wf_status wf_peak_get(wf_peak *out, const wf_peak_options *opt);
+/* "config", "measured" or "cached". */
+const char *wf_peak_source_name(wf_peak_source s);
+/* One line for the log: "peak 1.23 TFLOP/s (measured: sgemm on 8 threads of
+ * <cpu>, cached in <path>)". */
+void wf_peak_describe(const wf_peak *p, char *buf, size_t size);
+
+/* --------------------------------------------------------------- memory */
+
+typedef struct {
+    int64_t rss;            /* bytes, VmRSS of /proc/self/status */
+    int64_t rss_peak;       /* bytes, VmHWM */
+    int64_t mem_total;      /* bytes, MemTotal of /proc/meminfo */
+    int64_t mem_available;  /* bytes, MemAvailable */
+} wf_host_mem;
+
+/* Reads /proc/self/status and /proc/meminfo. Fields it cannot find are -1. */
+wf_status wf_host_mem_read(wf_host_mem *out);
+/* Parses the two files' text (either may be NULL); for tests. */
+void wf_host_mem_parse(const char *status_text, const char *meminfo_text, wf_host_mem *out);
+
+/* The watchdog's thresholds; 0 turns one off. */
+typedef struct {
+    double max_used_frac;   /* machine: 1 - MemAvailable/MemTotal above this trips (e.g. 0.95) */
+    double max_rss_frac;    /* process: VmRSS / MemTotal above this trips */
+    int64_t max_rss_bytes;  /* process: VmRSS above this trips */
+} wf_mem_limits;
+
+/* 1 when a threshold is passed, with the reason and advice in msg (the
+ * trainer then saves and stops); 0 otherwise. Unknown values never trip. */
+int wf_mem_watchdog_check(const wf_mem_limits *lim, const wf_host_mem *mem, char *msg, size_t size);
+
+/* --------------------------------------------------------- loss spikes
+ * A step is a spike when its loss or its gradient norm lies more than
+ * `z` standard deviations above the mean of the last `window` steps that
+ * were not spikes, or is not finite. Only rises count. Spikes are kept out
+ * of the window, so one bad step does not raise the bar for the next. The
+ * first `warmup` steps only fill the window (a non-finite value is still a
+ * spike). The standard deviation is floored at `min_rel_std` times the
+ * mean's magnitude, so a flat series does not make noise a spike. */
+typedef enum { WF_SPIKE_WARN, WF_SPIKE_SKIP, WF_SPIKE_ROLLBACK } wf_spike_action;
+
+typedef struct {
+    int window;          /* steps in the rolling statistics (>= 2) */
+    double z;            /* threshold in standard deviations (> 0) */
+    int warmup;          /* steps before any check, >= 2 and <= window; 0: window */
+    int use_grad_norm;   /* 1: the gradient norm can also make a spike */
+    double min_rel_std;  /* floor of the std relative to |mean|; 0: 1e-3 */
+} wf_spike_config;
+
+typedef struct {
+    wf_spike_config cfg;
+    double *loss_win, *gn_win; /* (window) ring buffers */
+    int n, head;               /* values held, next slot */
+} wf_spike_detector;
+
+typedef struct {
+    int spike;              /* 1: this step is a spike */
+    int by_loss, by_grad_norm, nonfinite;
+    double loss_z, grad_norm_z;       /* NaN during warmup */
+    double loss_mean, loss_std;       /* of the window before this step */
+    double grad_norm_mean, grad_norm_std;
+    int n;                  /* values the statistics came from */
+} wf_spike_result;
+
+wf_status wf_spike_init(wf_spike_detector *d, const wf_spike_config *cfg);
+void wf_spike_deinit(wf_spike_detector *d); /* accepts a zeroed detector */
+/* Judges one step's loss and gradient norm, then (if it is not a spike)
+ * adds them to the window. */
+wf_spike_result wf_spike_check(wf_spike_detector *d, double loss, double grad_norm);
+/* Forgets the window (after a rollback the old statistics still hold, so
+ * the trainer need not call it; a new run does). */
+void wf_spike_reset(wf_spike_detector *d);
+/* "warn", "skip", "rollback" <-> the enum; parse returns -1 if unknown. */
+int wf_spike_action_parse(const char *name);
+const char *wf_spike_action_name(wf_spike_action a);
+/* The log line of a spike: step, the batch's place in the data order,
+ * values, z-scores, window statistics and the action. */
+void wf_spike_describe(const wf_spike_result *r, int64_t step, int64_t data_pos, double loss,
+                       double grad_norm, wf_spike_action action, char *buf, size_t size);
+
+/* ------------------------------------------------- reproducibility record */
+
+typedef struct {
+    const char *config_toml;  /* the effective configuration, or NULL */
+    int argc;                 /* the command line, or 0 */
+    char *const *argv;
+    const wf_peak *peak;      /* or NULL */
+    double flops_per_token;   /* 0: unknown */
+    int64_t n_params;         /* -1: unknown */
+    const char *source_dir;   /* git checkout to describe; NULL: where weft was built */
+} wf_run_record;
+
+/* Writes DIR/run.json (atomically): weft's version, the time, the command
+ * line, the config, git commit and dirty state of the source checkout,
+ * compiler and flags, library versions, host (uname, CPU, cores, memory),
+ * the kernels' threads and BLAS core, selected environment variables (OMP_*,
+ * OPENBLAS_*, GOMP_*, WEFT_*, LD_PRELOAD, ...), the MFU inputs. When the
+ * checkout has uncommitted changes to tracked files, their diff goes to
+ * DIR/git.diff. Facts that cannot be found are null, never an error. */
+wf_status wf_run_record_write(const char *dir, const wf_run_record *r);
+
+/* --------------------------------------------------------------- report */
+
+/* Reads DIR/metrics.jsonl (and DIR/run.json if present) and writes one
+ * self-contained HTML page with SVG plots to `out_path`: loss and
+ * validation loss, learning rate, gradient norm, tokens/s, MFU, memory,
+ * the step-time split, spikes. Steps repeated after a rollback replace the
+ * earlier ones; spikes are all kept. */
+wf_status wf_report_write(const char *dir, const char *out_path);
+
+#endif

@@ -1,0 +1,832 @@
+/* `weft report`: one self-contained HTML page from a run directory's
+ * metrics.jsonl and run.json. Plots are inline SVG drawn here (no script,
+ * no external file, so the page opens anywhere and can be mailed):
+ * loss with validation loss and the spikes, learning rate, gradient norm,
+ * tokens/s, MFU, memory, and the step time split into its parts, stacked.
+ *
+ * Reading: one JSON object a line (docs/formats/metrics-jsonl.md). A line
+ * that does not parse (a run killed mid-write leaves half a line) is
+ * skipped and counted. When a step number goes back (a rollback, or a
+ * resume from an earlier checkpoint) the later lines replace the earlier
+ * ones from that step on, so the curves stitch; spikes are kept from every
+ * line, replaced or not.
+ *
+ * Drawing: long runs are reduced to at most two points per pixel column
+ * (the lowest and the highest of the column, so spikes stay visible);
+ * stacked areas use the column's mean. */
+#include "weft/metrics.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "obs/obs_impl.h"
+#include "weft/fileio.h"
+#include "weft/log.h"
+#include "weft/weft.h"
+
+/* Appends a string literal. */
+#define PUT(b, lit) obs_buf_append((b), lit, sizeof(lit) - 1)
+
+/* ------------------------------------------------------------ the data */
+
+enum {
+#define FIELD_ENUM_(key, f, type, tag, scale, unit) F_##f,
+    WF_METRICS_FIELDS(FIELD_ENUM_)
+#undef FIELD_ENUM_
+    NF
+};
+static const char *const field_key[NF] = {
+#define FIELD_KEY_(key, f, type, tag, scale, unit) key,
+    WF_METRICS_FIELDS(FIELD_KEY_)
+#undef FIELD_KEY_
+};
+
+typedef struct {
+    double *rows;     /* (n, NF): the stitched records, NaN where absent */
+    size_t n, cap;
+    double *spikes;   /* (n_spikes, NF): every record flagged as a spike */
+    size_t n_spikes, cap_spikes;
+    size_t lines, bad_lines, first_bad_line, rollbacks;
+    json_t *run;      /* run.json, or NULL */
+} run_data;
+
+static void run_data_free(run_data *d) {
+    free(d->rows);
+    free(d->spikes);
+    json_decref(d->run);
+}
+
+static int push_row(double **rows, size_t *n, size_t *cap, const double *row) {
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 256;
+        double *r = realloc(*rows, nc * NF * sizeof *r);
+        if (!r) return 0;
+        *rows = r;
+        *cap = nc;
+    }
+    memcpy(*rows + *n * NF, row, NF * sizeof *row);
+    (*n)++;
+    return 1;
+}
+
+static wf_status read_metrics(run_data *d, const char *path) {
+    char *text;
+    size_t len;
+    WF_TRY(wf_file_read(path, &text, &len));
+    size_t lineno = 0;
+    wf_status s = WF_OK;
+    for (char *p = text; p && *p && s == WF_OK;) {
+        char *nl = strchr(p, '\n');
+        if (nl) *nl = '\0';
+        lineno++;
+        char *line = p;
+        p = nl ? nl + 1 : NULL;
+        while (*line == ' ' || *line == '\t' || *line == '\r') line++;
+        if (!*line) continue;
+        d->lines++;
+        json_error_t err;
+        json_t *o = json_loads(line, 0, &err);
+        double row[NF];
+        int ok = json_is_object(o) && json_is_number(json_object_get(o, "step"));
+        if (ok) {
+            for (int f = 0; f < NF; f++) {
+                json_t *v = json_object_get(o, field_key[f]);
+                row[f] = json_is_number(v) ? json_number_value(v) : json_is_boolean(v) ? (double)json_is_true(v) : NAN;
+            }
+        }
+        json_decref(o);
+        if (!ok) {
+            if (!d->bad_lines) d->first_bad_line = lineno;
+            d->bad_lines++;
+            continue;
+        }
+        if (d->n && row[F_step] <= d->rows[(d->n - 1) * NF + F_step]) {
+            d->rollbacks++;
+            while (d->n && d->rows[(d->n - 1) * NF + F_step] >= row[F_step]) d->n--;
+        }
+        if (!push_row(&d->rows, &d->n, &d->cap, row) ||
+            (row[F_spike] == 1 && !push_row(&d->spikes, &d->n_spikes, &d->cap_spikes, row)))
+            s = wf_error(WF_ERR_NOMEM, "%s: out of memory at line %zu", path, lineno);
+    }
+    free(text);
+    if (s == WF_OK && d->n == 0)
+        s = wf_error(WF_ERR_EMPTY, "%s: no step records (%zu lines, %zu malformed); has the run logged a step yet?",
+                     path, d->lines, d->bad_lines);
+    return s;
+}
+
+/* ------------------------------------------------------------ html text */
+
+static void html_esc(obs_buf *b, const char *s) {
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '<': PUT(b, "&lt;"); break;
+        case '>': PUT(b, "&gt;"); break;
+        case '&': PUT(b, "&amp;"); break;
+        case '"': PUT(b, "&quot;"); break;
+        default: obs_buf_append(b, s, 1);
+        }
+    }
+}
+
+/* A short number for axes and tables: 0.0008, 2e-05, 12345 -> 12.3k. */
+static void fmt_num(char *buf, size_t size, double v) {
+    double a = fabs(v);
+    if (!isfinite(v)) snprintf(buf, size, "-");
+    else if (a == 0) snprintf(buf, size, "0");
+    else if (a >= 1e9) snprintf(buf, size, "%.3gG", v / 1e9);
+    else if (a >= 1e6) snprintf(buf, size, "%.3gM", v / 1e6);
+    else if (a >= 1e4) snprintf(buf, size, "%.3gk", v / 1e3);
+    else snprintf(buf, size, "%.4g", v);
+}
+
+static void fmt_bytes(char *buf, size_t size, double v) {
+    if (!isfinite(v) || v < 0) snprintf(buf, size, "-");
+    else if (v >= 0x1p30) snprintf(buf, size, "%.2f GiB", v / 0x1p30);
+    else snprintf(buf, size, "%.1f MiB", v / 0x1p20);
+}
+
+/* ------------------------------------------------------------ plots */
+
+#define PLOT_W 640.0
+#define PLOT_H 250.0
+#define M_LEFT 62.0
+#define M_RIGHT 14.0
+#define M_TOP 30.0
+#define M_BOTTOM 34.0
+#define MAX_SERIES 6
+
+typedef struct {
+    const char *name;
+    const char *color;
+    double *y;   /* (n) NaN: no value at that step */
+    int dots;    /* draw a dot at every value (sparse series) */
+} series;
+
+typedef struct {
+    const char *id, *title, *unit;
+    const double *x;  /* (n) steps, ascending */
+    size_t n;
+    series s[MAX_SERIES];
+    int ns;
+    int stacked;      /* series are parts of a whole, drawn as stacked areas */
+    int logy;
+    const double *mark_x, *mark_y; /* spikes: (n_marks), mark_y NaN: a vertical line only */
+    size_t n_marks;
+    const char *note; /* shown under the plot, or NULL */
+} plot;
+
+typedef struct {
+    double x0, x1, y0, y1;
+    int logy;
+} frame;
+
+static double px_x(const frame *f, double x) {
+    double w = PLOT_W - M_LEFT - M_RIGHT;
+    return M_LEFT + (f->x1 > f->x0 ? (x - f->x0) / (f->x1 - f->x0) : 0.5) * w;
+}
+
+static double px_y(const frame *f, double y) {
+    double h = PLOT_H - M_TOP - M_BOTTOM;
+    if (f->logy) y = log10(y);
+    return PLOT_H - M_BOTTOM - (f->y1 > f->y0 ? (y - f->y0) / (f->y1 - f->y0) : 0.5) * h;
+}
+
+static double nice_step(double range, int target) {
+    double raw = range / target;
+    double p = pow(10, floor(log10(raw)));
+    double m = raw / p;
+    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+}
+
+static void axes(obs_buf *b, const frame *f) {
+    char t[48];
+    /* y grid and labels */
+    if (f->logy) {
+        for (double e = ceil(f->y0); e <= f->y1 + 1e-9; e += 1) {
+            double py = px_y(f, pow(10, e));
+            fmt_num(t, sizeof t, pow(10, e));
+            obs_buf_printf(b, "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", M_LEFT,
+                           PLOT_W - M_RIGHT, py, py);
+            obs_buf_printf(b, "<text class=\"ylab\" x=\"%.1f\" y=\"%.1f\">%s</text>", M_LEFT - 6, py + 4, t);
+        }
+    } else {
+        double st = nice_step(f->y1 - f->y0, 5);
+        for (double v = ceil(f->y0 / st) * st; v <= f->y1 + st * 1e-6; v += st) {
+            double vr = fabs(v) < st * 1e-6 ? 0 : v;
+            double py = px_y(f, vr);
+            fmt_num(t, sizeof t, vr);
+            obs_buf_printf(b, "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", M_LEFT,
+                           PLOT_W - M_RIGHT, py, py);
+            obs_buf_printf(b, "<text class=\"ylab\" x=\"%.1f\" y=\"%.1f\">%s</text>", M_LEFT - 6, py + 4, t);
+        }
+    }
+    /* x ticks: whole steps */
+    double st = f->x1 > f->x0 ? nice_step(f->x1 - f->x0, 6) : 1;
+    if (st < 1) st = 1;
+    for (double v = ceil(f->x0 / st) * st; v <= f->x1 + 1e-9; v += st) {
+        double px = px_x(f, v);
+        fmt_num(t, sizeof t, v);
+        obs_buf_printf(b, "<line class=\"tick\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", px, px,
+                       PLOT_H - M_BOTTOM, PLOT_H - M_BOTTOM + 4);
+        obs_buf_printf(b, "<text class=\"xlab\" x=\"%.1f\" y=\"%.1f\">%s</text>", px, PLOT_H - M_BOTTOM + 16, t);
+    }
+    obs_buf_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>", M_LEFT, M_TOP,
+                   PLOT_W - M_LEFT - M_RIGHT, PLOT_H - M_TOP - M_BOTTOM);
+    obs_buf_printf(b, "<text class=\"xlab\" x=\"%.1f\" y=\"%.1f\">step</text>", (M_LEFT + PLOT_W - M_RIGHT) / 2,
+                   PLOT_H - 4);
+}
+
+/* One polyline per run of finite values; at most two points per pixel
+ * column: the column's lowest and highest, in step order. Returns the
+ * number of points drawn. */
+static size_t draw_line(obs_buf *b, const frame *f, const double *x, const double *y, size_t n, const char *name,
+                        const char *color, int dots) {
+    size_t drawn = 0;
+    int open = 0;
+    long col = -1;
+    size_t lo = 0, hi = 0;
+    int have = 0;
+#define FLUSH_COL_()                                                             \
+    do {                                                                         \
+        if (have) {                                                              \
+            size_t a_ = lo < hi ? lo : hi, b_ = lo < hi ? hi : lo;               \
+            obs_buf_printf(b, "%.1f,%.1f ", px_x(f, x[a_]), px_y(f, y[a_]));     \
+            drawn++;                                                             \
+            if (b_ != a_) {                                                      \
+                obs_buf_printf(b, "%.1f,%.1f ", px_x(f, x[b_]), px_y(f, y[b_])); \
+                drawn++;                                                         \
+            }                                                                    \
+            have = 0;                                                            \
+        }                                                                        \
+    } while (0)
+    for (size_t i = 0; i <= n; i++) {
+        int ok = i < n && isfinite(y[i]) && (!f->logy || y[i] > 0);
+        if (!ok) {
+            if (open) {
+                FLUSH_COL_();
+                PUT(b, "\"/>");
+                open = 0;
+            }
+            continue;
+        }
+        if (!open) {
+            obs_buf_printf(b, "<polyline class=\"series\" data-series=\"%s\" stroke=\"%s\" points=\"", name, color);
+            open = 1;
+            col = -1;
+        }
+        long c = (long)(px_x(f, x[i]) - M_LEFT); /* pixel column */
+        if (c != col) {
+            FLUSH_COL_();
+            col = c;
+            lo = hi = i;
+            have = 1;
+        } else {
+            if (y[i] < y[lo]) lo = i;
+            if (y[i] > y[hi]) hi = i;
+        }
+    }
+#undef FLUSH_COL_
+    if (dots) {
+        for (size_t i = 0; i < n; i++)
+            if (isfinite(y[i]) && (!f->logy || y[i] > 0))
+                obs_buf_printf(b, "<circle class=\"dot\" data-series=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>",
+                               name, px_x(f, x[i]), px_y(f, y[i]), color);
+    }
+    return drawn;
+}
+
+/* Stacked areas: per pixel column the mean of each part, summed upwards. */
+static size_t draw_stacked(obs_buf *b, const frame *f, const plot *p, double **cum, double *cx, size_t nc) {
+    (void)f;
+    for (int k = p->ns - 1; k >= 0; k--) {
+        obs_buf_printf(b, "<path class=\"area\" data-series=\"%s\" fill=\"%s\" d=\"", p->s[k].name, p->s[k].color);
+        for (size_t i = 0; i < nc; i++)
+            obs_buf_printf(b, "%s%.1f,%.1f ", i ? "L" : "M", px_x(f, cx[i]), px_y(f, cum[k][i]));
+        for (size_t i = nc; i-- > 0;)
+            obs_buf_printf(b, "L%.1f,%.1f ", px_x(f, cx[i]), px_y(f, k ? cum[k - 1][i] : 0));
+        PUT(b, "Z\"/>");
+    }
+    return nc;
+}
+
+/* Column means of the parts of a stacked plot, accumulated: cum[k][i] is
+ * the sum of parts 0..k in column i. Returns the number of columns. */
+static size_t stack_columns(const plot *p, double **cum, double *cx) {
+    const int cols = (int)(PLOT_W - M_LEFT - M_RIGHT);
+    double x0 = p->x[0], x1 = p->x[p->n - 1];
+    size_t nc = 0, i = 0;
+    while (i < p->n) {
+        long c = x1 > x0 ? (long)((p->x[i] - x0) / (x1 - x0) * (cols - 1)) : 0;
+        double sx = 0, sum[MAX_SERIES] = {0};
+        size_t cnt = 0;
+        while (i < p->n && (x1 > x0 ? (long)((p->x[i] - x0) / (x1 - x0) * (cols - 1)) : 0) == c) {
+            sx += p->x[i];
+            for (int k = 0; k < p->ns; k++)
+                if (isfinite(p->s[k].y[i]) && p->s[k].y[i] > 0) sum[k] += p->s[k].y[i];
+            cnt++;
+            i++;
+        }
+        cx[nc] = sx / (double)cnt;
+        double acc = 0;
+        for (int k = 0; k < p->ns; k++) {
+            acc += sum[k] / (double)cnt;
+            cum[k][nc] = acc;
+        }
+        nc++;
+    }
+    return nc;
+}
+
+static void svg_plot(obs_buf *b, const plot *p) {
+    obs_buf_printf(b, "<figure class=\"plot-box\" id=\"plot-%s\">", p->id);
+    /* the range of the values */
+    double lo = INFINITY, hi = -INFINITY;
+    double **cum = NULL, *cx = NULL;
+    size_t nc = 0;
+    size_t n_values = 0;
+    if (p->stacked && p->n) {
+        cum = calloc((size_t)p->ns, sizeof *cum);
+        cx = malloc(p->n * sizeof *cx);
+        int ok = cum && cx;
+        for (int k = 0; ok && k < p->ns; k++) ok = (cum[k] = malloc(p->n * sizeof **cum)) != NULL;
+        if (ok) {
+            nc = stack_columns(p, cum, cx);
+            lo = 0;
+            for (size_t i = 0; i < nc; i++)
+                if (cum[p->ns - 1][i] > hi) hi = cum[p->ns - 1][i];
+            for (size_t i = 0; i < p->n; i++)
+                for (int k = 0; k < p->ns; k++) n_values += isfinite(p->s[k].y[i]);
+        }
+    } else {
+        for (int k = 0; k < p->ns; k++)
+            for (size_t i = 0; i < p->n; i++) {
+                double v = p->s[k].y[i];
+                if (!isfinite(v) || (p->logy && v <= 0)) continue;
+                n_values++;
+                if (v < lo) lo = v;
+                if (v > hi) hi = v;
+            }
+        for (size_t i = 0; i < p->n_marks; i++) {
+            double v = p->mark_y ? p->mark_y[i] : NAN;
+            if (!isfinite(v) || (p->logy && v <= 0)) continue;
+            if (v < lo) lo = v;
+            if (v > hi) hi = v;
+        }
+    }
+    obs_buf_printf(b, "<svg class=\"plot\" data-plot=\"%s\" data-values=\"%zu\" viewBox=\"0 0 %.0f %.0f\" "
+                      "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"",
+                   p->id, n_values, PLOT_W, PLOT_H);
+    html_esc(b, p->title);
+    PUT(b, "\">");
+    obs_buf_printf(b, "<text class=\"title\" x=\"%.1f\" y=\"18\">", M_LEFT);
+    html_esc(b, p->title);
+    if (p->unit && p->unit[0]) {
+        PUT(b, "<tspan class=\"unit\"> (");
+        html_esc(b, p->unit);
+        PUT(b, ")</tspan>");
+    }
+    PUT(b, "</text>");
+    /* legend, right-aligned in the title row */
+    double lx = PLOT_W - M_RIGHT;
+    for (int k = p->ns - 1; k >= 0; k--) {
+        double w = 14 + 6.8 * (double)strlen(p->s[k].name);
+        lx -= w;
+        obs_buf_printf(b, "<rect x=\"%.1f\" y=\"9\" width=\"10\" height=\"10\" fill=\"%s\"/>"
+                          "<text class=\"legend\" x=\"%.1f\" y=\"18\">%s</text>",
+                       lx, p->s[k].color, lx + 13, p->s[k].name);
+        lx -= 8;
+    }
+    if (n_values == 0 || !(hi >= lo)) {
+        obs_buf_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>"
+                          "<text class=\"empty\" x=\"%.1f\" y=\"%.1f\">no data in this run</text></svg>",
+                       M_LEFT, M_TOP, PLOT_W - M_LEFT - M_RIGHT, PLOT_H - M_TOP - M_BOTTOM, PLOT_W / 2, PLOT_H / 2);
+    } else {
+        frame f = {p->x[0], p->x[p->n - 1], lo, hi, p->logy};
+        if (f.logy) {
+            f.y0 = floor(log10(lo));
+            f.y1 = ceil(log10(hi));
+            if (f.y1 <= f.y0) f.y1 = f.y0 + 1;
+        } else {
+            double pad = (hi - lo) * 0.05;
+            if (pad == 0) pad = fabs(hi) > 0 ? fabs(hi) * 0.1 : 1;
+            f.y0 = p->stacked || (lo >= 0 && lo - pad < 0) ? (lo >= 0 ? 0 : lo - pad) : lo - pad;
+            f.y1 = hi + pad;
+        }
+        if (f.x1 <= f.x0) {
+            f.x0 -= 1;
+            f.x1 += 1;
+        }
+        axes(b, &f);
+        obs_buf_printf(b, "<g class=\"data\" clip-path=\"none\">");
+        if (p->stacked) {
+            draw_stacked(b, &f, p, cum, cx, nc);
+        } else {
+            for (int k = 0; k < p->ns; k++)
+                draw_line(b, &f, p->x, p->s[k].y, p->n, p->s[k].name, p->s[k].color, p->s[k].dots);
+        }
+        for (size_t i = 0; i < p->n_marks; i++) {
+            double mx = px_x(&f, p->mark_x[i]);
+            double my = p->mark_y ? p->mark_y[i] : NAN;
+            obs_buf_printf(b, "<g class=\"spike\"><title>spike at step %.0f</title>", p->mark_x[i]);
+            obs_buf_printf(b, "<line class=\"spike-line\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", mx, mx,
+                           M_TOP, PLOT_H - M_BOTTOM);
+            if (isfinite(my) && (!f.logy || my > 0))
+                obs_buf_printf(b, "<circle class=\"spike-dot\" cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\"/>", mx, px_y(&f, my));
+            PUT(b, "</g>");
+        }
+        PUT(b, "</g></svg>");
+    }
+    if (p->note) {
+        PUT(b, "<figcaption>");
+        html_esc(b, p->note);
+        PUT(b, "</figcaption>");
+    }
+    PUT(b, "</figure>\n");
+    if (cum)
+        for (int k = 0; k < p->ns; k++) free(cum[k]);
+    free(cum);
+    free(cx);
+}
+
+/* ------------------------------------------------------------ the page */
+
+static const char *CSS =
+    "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1360px;"
+    "padding:0 16px;color:#1d232a;background:#fff}"
+    "h1{font-size:22px;margin:0 0 2px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde2e8;"
+    "padding-bottom:4px}.sub{color:#5b6670;margin:0 0 16px}"
+    ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:14px}"
+    "figure{margin:0;border:1px solid #e3e7ec;border-radius:6px;padding:6px 8px 8px;background:#fcfdfe}"
+    "figcaption{color:#5b6670;font-size:12px;margin:2px 6px 0}"
+    "svg.plot{width:100%;height:auto;display:block}"
+    "svg .title{font-weight:600;font-size:14px;fill:#1d232a}svg .legend{font-size:11.5px;fill:#39424b}"
+    "svg .ylab{font-size:11px;fill:#5b6670;text-anchor:end}svg .xlab{font-size:11px;fill:#5b6670;"
+    "text-anchor:middle}svg .unit{font-weight:400;font-size:12px;fill:#5b6670}"
+    "svg .grid{stroke:#e8ecf0;stroke-width:1}svg .tick{stroke:#9aa5b1}"
+    "svg .frame{fill:none;stroke:#c5ccd4}svg .series{fill:none;stroke-width:1.6;stroke-linejoin:round}"
+    "svg .area{stroke:none;opacity:.9}svg .empty{font-size:13px;fill:#8a949e;text-anchor:middle}"
+    "svg .spike-line{stroke:#d62728;stroke-width:1;stroke-dasharray:3 3;opacity:.7}"
+    "svg .spike-dot{fill:none;stroke:#d62728;stroke-width:2}"
+    "table{border-collapse:collapse;font-size:13px}td,th{padding:3px 12px 3px 0;text-align:left;"
+    "vertical-align:top}th{color:#5b6670;font-weight:500}td.num{text-align:right;font-variant-numeric:tabular-nums}"
+    "table.kv td:first-child{color:#5b6670;white-space:nowrap}"
+    "pre{background:#f5f7f9;border:1px solid #e3e7ec;border-radius:4px;padding:8px;overflow:auto;font-size:12px}"
+    ".warn{color:#a4510b}details{margin:6px 0}summary{cursor:pointer;color:#2b5d8a}"
+    ".cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #e3e7ec;border-radius:6px;"
+    "padding:8px 14px;min-width:120px;background:#fcfdfe}.card b{display:block;font-size:18px}"
+    ".card span{color:#5b6670;font-size:12px}";
+
+static double *column(const run_data *d, int f, double scale) {
+    double *y = malloc((d->n ? d->n : 1) * sizeof *y);
+    if (!y) return NULL;
+    for (size_t i = 0; i < d->n; i++) y[i] = d->rows[i * NF + f] * scale;
+    return y;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(const run_data *d, int f, size_t from) {
+    size_t m = 0;
+    double *v = malloc((d->n ? d->n : 1) * sizeof *v);
+    if (!v) return NAN;
+    for (size_t i = from; i < d->n; i++)
+        if (isfinite(d->rows[i * NF + f])) v[m++] = d->rows[i * NF + f];
+    double r = NAN;
+    if (m) {
+        qsort(v, m, sizeof *v, cmp_double);
+        r = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+    }
+    free(v);
+    return r;
+}
+
+static double max_of(const run_data *d, int f) {
+    double m = NAN;
+    for (size_t i = 0; i < d->n; i++) {
+        double v = d->rows[i * NF + f];
+        if (isfinite(v) && !(v <= m)) m = v;
+    }
+    return m;
+}
+
+static void card(obs_buf *b, const char *value, const char *label) {
+    PUT(b, "<div class=\"card\"><b>");
+    html_esc(b, value);
+    PUT(b, "</b><span>");
+    html_esc(b, label);
+    PUT(b, "</span></div>");
+}
+
+static const char *jstr(json_t *o, const char *a, const char *bkey) {
+    json_t *v = json_object_get(o, a);
+    if (bkey) v = json_object_get(v, bkey);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static void kv_row(obs_buf *b, const char *k, const char *v) {
+    if (!v) return;
+    PUT(b, "<tr><td>");
+    html_esc(b, k);
+    PUT(b, "</td><td>");
+    html_esc(b, v);
+    PUT(b, "</td></tr>");
+}
+
+static void summary(obs_buf *b, const run_data *d) {
+    char v[64], l[96];
+    const double *last = d->rows + (d->n - 1) * NF;
+    PUT(b, "<section id=\"summary\"><div class=\"cards\">");
+    snprintf(v, sizeof v, "%.0f", last[F_step]);
+    snprintf(l, sizeof l, "last step (%zu logged)", d->n);
+    card(b, v, l);
+    snprintf(v, sizeof v, "%.4f", last[F_loss]);
+    card(b, v, "last loss");
+    double best_val = NAN;
+    for (size_t i = 0; i < d->n; i++) {
+        double x = d->rows[i * NF + F_val_loss];
+        if (isfinite(x) && !(x >= best_val)) best_val = x;
+    }
+    if (isfinite(best_val)) {
+        snprintf(v, sizeof v, "%.4f", best_val);
+        card(b, v, "best validation loss");
+    }
+    size_t from = d->n > 1 ? 1 : 0;
+    fmt_num(v, sizeof v, median_of(d, F_tokens_per_s, from));
+    card(b, v, "tokens/s (median)");
+    double tf = median_of(d, F_tflops, from), mfu = median_of(d, F_mfu_pct, from);
+    if (isfinite(mfu)) {
+        snprintf(v, sizeof v, "%.1f%%", mfu);
+        card(b, v, "MFU (median)");
+    }
+    if (isfinite(tf)) {
+        snprintf(v, sizeof v, "%.3g", tf);
+        card(b, v, "TFLOP/s (median)");
+    }
+    double st = median_of(d, F_step_s, from);
+    if (isfinite(st)) {
+        snprintf(v, sizeof v, "%.0f ms", st * 1e3);
+        card(b, v, "step time (median)");
+    }
+    fmt_bytes(v, sizeof v, max_of(d, F_host_rss_peak) > 0 ? max_of(d, F_host_rss_peak) : max_of(d, F_host_rss));
+    card(b, v, "peak host RSS");
+    fmt_bytes(v, sizeof v, max_of(d, F_arena_peak));
+    card(b, v, "peak arena in use");
+    snprintf(v, sizeof v, "%zu", d->n_spikes);
+    card(b, v, "loss spikes");
+    if (d->rollbacks) {
+        snprintf(v, sizeof v, "%zu", d->rollbacks);
+        card(b, v, "rollbacks / resumes");
+    }
+    if (isfinite(last[F_elapsed_s])) {
+        snprintf(v, sizeof v, "%.1f min", last[F_elapsed_s] / 60);
+        card(b, v, "elapsed");
+    }
+    PUT(b, "</div>");
+    if (d->bad_lines)
+        obs_buf_printf(b, "<p class=\"warn\">%zu line%s of metrics.jsonl could not be read and %s skipped "
+                          "(the first: line %zu), e.g. the last line of a run that was killed mid-write.</p>",
+                       d->bad_lines, d->bad_lines == 1 ? "" : "s", d->bad_lines == 1 ? "was" : "were",
+                       d->first_bad_line);
+    PUT(b, "</section>\n");
+}
+
+static void spikes_table(obs_buf *b, const run_data *d) {
+    PUT(b, "<section id=\"spikes\"><h2>Loss spikes</h2>");
+    if (!d->n_spikes) {
+        PUT(b, "<p>None detected.</p></section>\n");
+        return;
+    }
+    PUT(b, "<table><tr><th>step</th><th>data position (micro-batch)</th><th>loss</th><th>loss z</th>"
+           "<th>grad norm</th><th>grad norm z</th></tr>");
+    for (size_t i = 0; i < d->n_spikes; i++) {
+        const double *r = d->spikes + i * NF;
+        char a[32], c[32], e[32], f[32], g[32];
+        fmt_num(a, sizeof a, r[F_data_pos]);
+        snprintf(c, sizeof c, "%.4f", r[F_loss]);
+        snprintf(e, sizeof e, isfinite(r[F_loss_z]) ? "%.1f" : "-", r[F_loss_z]);
+        fmt_num(f, sizeof f, r[F_grad_norm]);
+        snprintf(g, sizeof g, isfinite(r[F_grad_norm_z]) ? "%.1f" : "-", r[F_grad_norm_z]);
+        if (!isfinite(r[F_data_pos])) snprintf(a, sizeof a, "-");
+        else snprintf(a, sizeof a, "%.0f", r[F_data_pos]);
+        obs_buf_printf(b, "<tr><td class=\"num\">%.0f</td><td class=\"num\">%s</td><td class=\"num\">%s</td>"
+                          "<td class=\"num\">%s</td><td class=\"num\">%s</td><td class=\"num\">%s</td></tr>",
+                       r[F_step], a, c, e, f, g);
+    }
+    PUT(b, "</table></section>\n");
+}
+
+static void run_section(obs_buf *b, const run_data *d) {
+    PUT(b, "<section id=\"run\"><h2>Run</h2>");
+    json_t *r = d->run;
+    if (!r) {
+        PUT(b, "<p>No run.json in this directory.</p></section>\n");
+        return;
+    }
+    PUT(b, "<table class=\"kv\">");
+    kv_row(b, "started", jstr(r, "started_at", NULL));
+    kv_row(b, "weft", jstr(r, "weft_version", NULL));
+    json_t *git = json_object_get(r, "git");
+    if (json_is_object(git)) {
+        char g[256];
+        json_t *dirty = json_object_get(git, "dirty");
+        snprintf(g, sizeof g, "%s (%s)%s", jstr(git, "commit", NULL) ? jstr(git, "commit", NULL) : "?",
+                 jstr(git, "branch", NULL) ? jstr(git, "branch", NULL) : "?",
+                 json_is_true(dirty) ? ", with uncommitted changes (git.diff)" : json_is_false(dirty) ? ", clean" : "");
+        kv_row(b, "git", g);
+    }
+    json_t *h = json_object_get(r, "host");
+    if (json_is_object(h)) {
+        char hs[512];
+        json_t *mt = json_object_get(h, "mem_total");
+        snprintf(hs, sizeof hs, "%s: %s, %lld logical CPUs, %.1f GiB", jstr(h, "hostname", NULL) ? jstr(h, "hostname", NULL) : "?",
+                 jstr(h, "cpu", NULL) ? jstr(h, "cpu", NULL) : "?",
+                 (long long)json_integer_value(json_object_get(h, "logical_cpus")),
+                 json_is_number(mt) ? json_number_value(mt) / 0x1p30 : 0.0);
+        kv_row(b, "host", hs);
+        char os[512];
+        snprintf(os, sizeof os, "%s %s %s", jstr(h, "os", NULL) ? jstr(h, "os", NULL) : "",
+                 jstr(h, "kernel", NULL) ? jstr(h, "kernel", NULL) : "", jstr(h, "machine", NULL) ? jstr(h, "machine", NULL) : "");
+        kv_row(b, "system", os);
+    }
+    json_t *th = json_object_get(r, "threads");
+    if (json_is_object(th)) {
+        char ts[64];
+        snprintf(ts, sizeof ts, "%lld", (long long)json_integer_value(json_object_get(th, "kernels")));
+        kv_row(b, "threads", ts);
+    }
+    kv_row(b, "compiler", jstr(r, "build", "compiler_version"));
+    kv_row(b, "flags", jstr(r, "build", "cflags"));
+    kv_row(b, "OpenBLAS", jstr(r, "libraries", "openblas"));
+    kv_row(b, "BLAS kernels", jstr(r, "libraries", "openblas_core"));
+    kv_row(b, "MFU peak", jstr(r, "mfu", "peak_description"));
+    kv_row(b, "FLOPs", jstr(r, "mfu", "formula"));
+    PUT(b, "</table>");
+    json_t *cmd = json_object_get(r, "command");
+    if (json_array_size(cmd)) {
+        PUT(b, "<details><summary>Command line</summary><pre>");
+        for (size_t i = 0; i < json_array_size(cmd); i++) {
+            if (i) PUT(b, " ");
+            html_esc(b, json_string_value(json_array_get(cmd, i)));
+        }
+        PUT(b, "</pre></details>");
+    }
+    const char *cfg = jstr(r, "config_toml", NULL);
+    if (cfg) {
+        PUT(b, "<details><summary>Configuration</summary><pre>");
+        html_esc(b, cfg);
+        PUT(b, "</pre></details>");
+    }
+    json_t *env = json_object_get(r, "env");
+    json_t *libs = json_object_get(r, "libraries");
+    PUT(b, "<details><summary>Libraries and environment</summary><table class=\"kv\">");
+    const char *k;
+    json_t *v;
+    json_object_foreach(libs, k, v) kv_row(b, k, json_string_value(v));
+    json_object_foreach(env, k, v) kv_row(b, k, json_string_value(v));
+    PUT(b, "</table></details></section>\n");
+}
+
+static wf_status render(obs_buf *b, const char *dir, const run_data *d) {
+    PUT(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+           "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">");
+    PUT(b, "<meta name=\"generator\" content=\"weft " WF_VERSION "\"><title>weft report: ");
+    html_esc(b, dir);
+    obs_buf_printf(b, "</title><style>%s</style></head><body>\n<h1>weft run report</h1><p class=\"sub\">", CSS);
+    html_esc(b, dir);
+    const char *started = d->run ? jstr(d->run, "started_at", NULL) : NULL;
+    if (started) {
+        PUT(b, " &middot; started ");
+        html_esc(b, started);
+    }
+    PUT(b, "</p>\n");
+    summary(b, d);
+
+    size_t n = d->n;
+    double *x = column(d, F_step, 1);
+    double *loss = column(d, F_loss, 1), *val = column(d, F_val_loss, 1), *lr = column(d, F_lr, 1);
+    double *gn = column(d, F_grad_norm, 1), *tps = column(d, F_tokens_per_s, 1), *mfu = column(d, F_mfu_pct, 1);
+    double *tfl = column(d, F_tflops, 1);
+    double mem_max = 0;
+    const int mem_f[] = {F_host_rss, F_arena_reserved, F_arena_in_use, F_arena_peak};
+    for (size_t i = 0; i < sizeof mem_f / sizeof *mem_f; i++) {
+        double m = max_of(d, mem_f[i]);
+        if (m > mem_max) mem_max = m;
+    }
+    double mem_scale = mem_max >= 0x1p30 ? 0x1p-30 : 0x1p-20;
+    const char *mem_unit = mem_max >= 0x1p30 ? "GiB" : "MiB";
+    double *rss = column(d, F_host_rss, mem_scale), *ares = column(d, F_arena_reserved, mem_scale);
+    double *ause = column(d, F_arena_in_use, mem_scale), *apeak = column(d, F_arena_peak, mem_scale);
+    double step_med = median_of(d, F_step_s, 0);
+    double t_scale = isfinite(step_med) && step_med >= 2 ? 1 : 1e3;
+    const char *t_unit = t_scale == 1 ? "s" : "ms";
+    double *td = column(d, F_data_s, t_scale), *tfb = column(d, F_fwd_bwd_s, t_scale);
+    double *to = column(d, F_optim_s, t_scale), *tc = column(d, F_ckpt_s, t_scale);
+    double *tother = column(d, F_step_s, t_scale);
+    double *mk_x = malloc((d->n_spikes ? d->n_spikes : 1) * sizeof *mk_x);
+    double *mk_loss = malloc((d->n_spikes ? d->n_spikes : 1) * sizeof *mk_loss);
+    double *mk_gn = malloc((d->n_spikes ? d->n_spikes : 1) * sizeof *mk_gn);
+    wf_status s = WF_OK;
+    if (!x || !loss || !val || !lr || !gn || !tps || !mfu || !tfl || !rss || !ares || !ause || !apeak || !td || !tfb ||
+        !to || !tc || !tother || !mk_x || !mk_loss || !mk_gn) {
+        s = wf_error(WF_ERR_NOMEM, "out of memory drawing the report");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        double rest = tother[i];
+        const double *parts[] = {td, tfb, to, tc};
+        for (int k = 0; k < 4; k++)
+            if (isfinite(parts[k][i])) rest -= parts[k][i];
+        tother[i] = isfinite(rest) && rest > 0 ? rest : 0;
+    }
+    for (size_t i = 0; i < d->n_spikes; i++) {
+        mk_x[i] = d->spikes[i * NF + F_step];
+        mk_loss[i] = d->spikes[i * NF + F_loss];
+        mk_gn[i] = d->spikes[i * NF + F_grad_norm];
+    }
+    /* A gradient norm spanning decades reads better on a log axis. */
+    double gmin = INFINITY, gmax = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(gn[i]) && gn[i] > 0) {
+            if (gn[i] < gmin) gmin = gn[i];
+            if (gn[i] > gmax) gmax = gn[i];
+        }
+    int glog = gmax > 0 && gmax / gmin > 1e3;
+
+    char peak_note[600] = "MFU = model FLOPs (docs/train.md) / step time / peak.";
+    const char *pdesc = d->run ? jstr(d->run, "mfu", "peak_description") : NULL;
+    if (pdesc) snprintf(peak_note, sizeof peak_note, "MFU against the %s.", pdesc);
+    double tf_med = median_of(d, F_tflops, n > 1 ? 1 : 0);
+    if (isfinite(tf_med)) {
+        size_t l = strlen(peak_note);
+        snprintf(peak_note + l, sizeof peak_note - l, " Median achieved: %.3g TFLOP/s.", tf_med);
+    }
+
+    PUT(b, "<section id=\"plots\"><h2>Training</h2><div class=\"grid\">\n");
+    plot p_loss = {"loss", "Loss", "nats/token", x, n, {{"train", "#1f77b4", loss, 0}, {"validation", "#ff7f0e", val, 1}},
+                   2, 0, 0, mk_x, mk_loss, d->n_spikes, d->n_spikes ? "Red circles: loss spikes." : NULL};
+    svg_plot(b, &p_loss);
+    plot p_lr = {"lr", "Learning rate", "", x, n, {{"lr", "#2ca02c", lr, 0}}, 1, 0, 0, NULL, NULL, 0, NULL};
+    svg_plot(b, &p_lr);
+    plot p_gn = {"grad_norm", "Gradient norm (before clipping)", glog ? "log scale" : "", x, n,
+                 {{"grad norm", "#9467bd", gn, 0}}, 1, 0, glog, mk_x, mk_gn, d->n_spikes, NULL};
+    svg_plot(b, &p_gn);
+    plot p_tps = {"tokens_per_s", "Throughput", "tokens/s", x, n, {{"tokens/s", "#17becf", tps, 0}}, 1, 0, 0,
+                  NULL, NULL, 0, NULL};
+    svg_plot(b, &p_tps);
+    plot p_mfu = {"mfu", "Model FLOPs utilisation", "%", x, n, {{"MFU", "#e377c2", mfu, 0}}, 1, 0, 0,
+                  NULL, NULL, 0, peak_note};
+    svg_plot(b, &p_mfu);
+    plot p_mem = {"memory", "Memory", mem_unit, x, n,
+                  {{"host RSS", "#d62728", rss, 0}, {"arena reserved", "#7f7f7f", ares, 0},
+                   {"arena peak", "#bcbd22", apeak, 0}, {"arena in use", "#1f77b4", ause, 0}},
+                  4, 0, 0, NULL, NULL, 0, NULL};
+    svg_plot(b, &p_mem);
+    plot p_time = {"step_time", "Step time split", t_unit, x, n,
+                   {{"data", "#ff7f0e", td, 0}, {"fwd+bwd", "#1f77b4", tfb, 0}, {"optimizer", "#2ca02c", to, 0},
+                    {"checkpoint", "#d62728", tc, 0}, {"other", "#c7c7c7", tother, 0}},
+                   5, 1, 0, NULL, NULL, 0, "Stacked: waiting for data, forward+backward, optimizer, blocked on checkpoints, the rest."};
+    svg_plot(b, &p_time);
+    PUT(b, "</div></section>\n");
+    spikes_table(b, d);
+    run_section(b, d);
+    PUT(b, "</body></html>\n");
+done:
+    free(x), free(loss), free(val), free(lr), free(gn), free(tps), free(mfu), free(tfl);
+    free(rss), free(ares), free(ause), free(apeak), free(td), free(tfb), free(to), free(tc), free(tother);
+    free(mk_x), free(mk_loss), free(mk_gn);
+    return s;
+}
+
+wf_status wf_report_write(const char *dir, const char *out_path) {
+    run_data d;
+    memset(&d, 0, sizeof d);
+    size_t plen = strlen(dir) + 32;
+    char *path = malloc(plen);
+    if (!path) return wf_error(WF_ERR_NOMEM, "out of memory");
+    snprintf(path, plen, "%s/metrics.jsonl", dir);
+    wf_status s = read_metrics(&d, path);
+    if (s == WF_OK) {
+        snprintf(path, plen, "%s/run.json", dir);
+        if (wf_path_exists(path)) {
+            json_error_t err;
+            d.run = json_load_file(path, 0, &err);
+            if (!d.run) WF_WARN("%s:%d: %s; the report goes on without it", path, err.line, err.text);
+        }
+    }
+    free(path);
+    obs_buf b = {0};
+    if (s == WF_OK) s = render(&b, dir, &d);
+    if (s == WF_OK && b.failed) s = wf_error(WF_ERR_NOMEM, "out of memory writing the report");
+    if (s == WF_OK) s = wf_file_write_atomic(out_path, b.data, b.len);
+    obs_buf_free(&b);
+    run_data_free(&d);
+    return s;
+}
