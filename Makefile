@@ -74,6 +74,11 @@ HARNESS   := $(BUILD)/obj/tests/unit/harness.o
 # The AdamW update's sqrtf vectorises only without errno (~3x faster step).
 $(BUILD)/obj/src/optim/adamw.o: CFLAGS += -fno-math-errno
 
+# The run record (run.json) states how weft was built and where its source is.
+RECORD_DEFS := -DWF_BUILD_CC='"$(CC)"' -DWF_SOURCE_DIR='"$(CURDIR)"' \
+    -DWF_BUILD_CFLAGS='"$(subst ',,$(subst ",,$(CPPFLAGS) $(CFLAGS)))"'
+$(BUILD)/obj/src/obs/obs_record.o: CPPFLAGS += $(RECORD_DEFS)
+
 .PHONY: all lib tests bench clean
 all: $(BUILD)/weft tests bench
 lib: $(BUILD)/libweft.a

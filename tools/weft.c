@@ -33,6 +33,7 @@ static const tool_cmd commands[] = {
     {"data batch", wf_cmd_data_batch, "print a batch as the data loader serves it"},
     {"train", wf_cmd_train, "train a Llama-style model on a tokenized dataset"},
     {"sample", wf_cmd_sample, "generate text from a trained model"},
+    {"report", wf_cmd_report, "write an HTML page with the plots of a training run"},
 };
 
 static void usage(FILE *out) {
