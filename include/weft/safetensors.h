@@ -22,6 +22,12 @@ typedef struct {
  * atomically, with the model config and `n_meta` extra string pairs in
  * __metadata__. */
 wf_status wf_safetensors_save(const wf_model *m, const char *path, const wf_kv *meta, size_t n_meta);
+/* The same with the tensors stored as BF16 (round to nearest even) when
+ * bf16 is 1 (weft export --dtype bf16). */
+wf_status wf_safetensors_save_as(const wf_model *m, const char *path, const wf_kv *meta, size_t n_meta, int bf16);
+
+/* *has = 1 if the file holds a tensor `name`. */
+wf_status wf_safetensors_has_tensor(const char *path, const char *name, int *has);
 
 /* Reads the model config stored in a weft safetensors file. Files without
  * "weft.model_config" are WF_ERR_FORMAT naming the file. */

@@ -1,9 +1,11 @@
 /* weft: the trainer. Wires the data loader, the model, the optimizer and
  * the schedule into the step loop of `weft train`, and writes the run
- * directory (the effective config, the final weights).
+ * directory (the effective config, checkpoints, the final weights). Resumes
+ * from the run's latest valid checkpoint bit-exactly, and stops cleanly on
+ * SIGTERM/SIGUSR1 and on the run directory's STOP file (docs/checkpoints.md).
  *
- * This module does not do (yet): checkpoints and resume, metrics sinks
- * beyond the console, data parallelism across processes.
+ * This module does not do (yet): metrics sinks beyond the console, data
+ * parallelism across processes.
  */
 #ifndef WEFT_TRAIN_H
 #define WEFT_TRAIN_H
@@ -34,7 +36,25 @@ typedef struct {
     /* [train] */
     char *run_dir;
     int64_t steps, seed, eval_every, eval_batches, log_every, threads;
+    /* [ckpt] */
+    int64_t ckpt_every, ckpt_keep_last, ckpt_keep_every, ckpt_stop_at;
+    int ckpt_async, ckpt_resume;
+    char *ckpt_resume_from, *ckpt_init_from;
 } wf_train_config;
+
+/* The exit status of `weft train` when it stopped early on SIGTERM,
+ * SIGUSR1 or ckpt.stop_at, after saving a checkpoint: EX_TEMPFAIL of
+ * sysexits.h, "try again later". A scheduler's wrapper requeues the job on
+ * it; the next run resumes. (A STOP file exits 0: the user asked for it.) */
+#define WF_TRAIN_EXIT_REQUEUE 75
+
+/* How a run ended, when wf_train_execute returns WF_OK. */
+typedef struct {
+    int64_t step;     /* optimizer steps done (and saved) */
+    int finished;     /* 1: reached train.steps */
+    int requeue;      /* 1: stopped early by a signal or ckpt.stop_at: exit WF_TRAIN_EXIT_REQUEUE */
+    int stop_file;    /* 1: stopped (or not started) because RUN_DIR/STOP exists */
+} wf_train_result;
 
 /* The option table of `weft train` (also usable by tests and benchmarks). */
 const wf_cmd_spec *wf_train_spec(void);
@@ -45,7 +65,14 @@ const wf_cmd_spec *wf_train_spec(void);
 wf_status wf_train_model_config(const wf_train_config *tc, uint32_t data_vocab, wf_model_config *out);
 
 /* Runs the whole training described by `tc`. Prints one line per step (to
- * stdout) and a progress bar on a terminal (stderr). */
+ * stdout) and a progress bar on a terminal (stderr). Returns WF_OK also
+ * when the run stopped early and cleanly (see wf_train_execute). */
 wf_status wf_train_run(const wf_train_config *tc);
+
+/* wf_train_run, saying in *result how the run ended. While it runs,
+ * SIGTERM and SIGUSR1 are caught (the previous handlers come back after):
+ * the current step finishes, a checkpoint is saved and it returns with
+ * result->requeue set. */
+wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result);
 
 #endif

@@ -76,7 +76,22 @@ static wf_status config_from_json(const char *path, const char *text, wf_model_c
     return s;
 }
 
+/* bf16 by rounding to nearest even (what torch's .to(torch.bfloat16)
+ * does); NaN stays a quiet NaN. */
+static uint16_t f32_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
 wf_status wf_safetensors_save(const wf_model *m, const char *path, const wf_kv *meta, size_t n_meta) {
+    return wf_safetensors_save_as(m, path, meta, n_meta, 0);
+}
+
+wf_status wf_safetensors_save_as(const wf_model *m, const char *path, const wf_kv *meta, size_t n_meta, int bf16) {
+    const uint64_t esize = bf16 ? 2 : 4;
     json_t *hdr = json_object();
     json_t *md = json_object();
     json_t *cfg = config_to_json(wf_model_get_config(m));
@@ -94,14 +109,14 @@ wf_status wf_safetensors_save(const wf_model *m, const char *path, const wf_kv *
         json_t *e = json_object();
         json_t *shape = json_array();
         for (int d = 0; d < ti->ndim; d++) json_array_append_new(shape, json_integer(ti->shape[d]));
-        json_object_set_new(e, "dtype", json_string("F32"));
+        json_object_set_new(e, "dtype", json_string(bf16 ? "BF16" : "F32"));
         json_object_set_new(e, "shape", shape);
         json_t *range = json_array();
         json_array_append_new(range, json_integer((json_int_t)off));
-        json_array_append_new(range, json_integer((json_int_t)(off + ti->numel * 4)));
+        json_array_append_new(range, json_integer((json_int_t)(off + ti->numel * esize)));
         json_object_set_new(e, "data_offsets", range);
         json_object_set_new(hdr, ti->name, e);
-        off += ti->numel * 4;
+        off += ti->numel * esize;
     }
     char *text = json_dumps(hdr, JSON_COMPACT);
     json_decref(hdr);
@@ -119,11 +134,20 @@ wf_status wf_safetensors_save(const wf_model *m, const char *path, const wf_kv *
     for (size_t k = hl; k < padded && ok; k++) ok = fputc(' ', f.fp) != EOF;
     free(text);
     const float *params = wf_model_params((wf_model *)(uintptr_t)m);
+    uint16_t buf[4096];
     for (int i = 0; i < nt && ok; i++) {
         const wf_tensor_info *ti = wf_model_tensor(m, i);
         /* The host is little-endian (checked at build time below), so the
          * floats are written as they are in memory. */
-        ok = fwrite(params + ti->offset, 4, ti->numel, f.fp) == ti->numel;
+        if (!bf16) {
+            ok = fwrite(params + ti->offset, 4, ti->numel, f.fp) == ti->numel;
+            continue;
+        }
+        for (size_t k = 0; k < ti->numel && ok; k += 4096) {
+            size_t c = ti->numel - k < 4096 ? ti->numel - k : 4096;
+            for (size_t j = 0; j < c; j++) buf[j] = f32_to_bf16(params[ti->offset + k + j]);
+            ok = fwrite(buf, 2, c, f.fp) == c;
+        }
     }
     if (!ok) {
         wf_afile_abort(&f);
@@ -193,6 +217,15 @@ wf_status wf_safetensors_read_config(const char *path, wf_model_config *cfg) {
     s = config_from_json(path, text, cfg);
     free(text);
     return s;
+}
+
+wf_status wf_safetensors_has_tensor(const char *path, const char *name, int *has) {
+    st_file f;
+    *has = 0;
+    WF_TRY(st_open(&f, path));
+    *has = strcmp(name, "__metadata__") != 0 && json_object_get(f.hdr, name) != NULL;
+    st_close(&f);
+    return WF_OK;
 }
 
 static float bf16_to_f32(const unsigned char *p) {

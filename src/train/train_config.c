@@ -66,7 +66,7 @@ static const wf_opt train_opts[] = {
      "clip gradients to this global L2 norm (0: no clipping)"},
     /* [train] */
     {"train.run_dir", "run-dir", WF_OPT_STR, O(run_dir), "runs/default", WF_NO_RANGE,
-     "where the run's files go (config.toml, model.safetensors)"},
+     "where the run's files go (config.toml, checkpoints/, model.safetensors)"},
     {"train.steps", "steps", WF_OPT_INT, O(steps), "100", 1, 1e12, "optimizer steps"},
     {"train.seed", "seed", WF_OPT_INT, O(seed), "1337", 0, 9.2e18, "seed of the initialisation"},
     {"train.eval_every", NULL, WF_OPT_INT, O(eval_every), "50", 0, 1e12,
@@ -76,6 +76,25 @@ static const wf_opt train_opts[] = {
     {"train.log_every", NULL, WF_OPT_INT, O(log_every), "1", 1, 1e12, "print a step line every N steps"},
     {"train.threads", "threads", WF_OPT_INT, O(threads), "0", 0, 4096,
      "compute threads for OpenMP and OpenBLAS together (0: WEFT_THREADS or every CPU)"},
+    /* [ckpt] */
+    {"ckpt.every", NULL, WF_OPT_INT, O(ckpt_every), "100", 0, 1e12,
+     "save a checkpoint every N steps into RUN_DIR/checkpoints/step-NNNNNNN (0: only at the end, on "
+     "signals and on a SAVE or STOP file)"},
+    {"ckpt.keep_last", NULL, WF_OPT_INT, O(ckpt_keep_last), "2", 0, 1e9,
+     "keep the newest N checkpoints, delete older ones (0: keep all)"},
+    {"ckpt.keep_every", NULL, WF_OPT_INT, O(ckpt_keep_every), "0", 0, 1e12,
+     "also keep for good every checkpoint whose step is a multiple of M (0: none)"},
+    {"ckpt.async", NULL, WF_OPT_BOOL, O(ckpt_async), "true", WF_NO_RANGE,
+     "asynchronous saves: training waits only for a copy into a staging buffer, a thread writes"},
+    {"ckpt.resume", "resume", WF_OPT_BOOL, O(ckpt_resume), "true", WF_NO_RANGE,
+     "continue from the latest valid checkpoint of the run directory, if there is one (--no-resume: start over)"},
+    {"ckpt.resume_from", "resume-from", WF_OPT_STR, O(ckpt_resume_from), NULL, WF_NO_RANGE,
+     "continue from this checkpoint directory instead of the run's latest"},
+    {"ckpt.init_from", "init-from", WF_OPT_STR, O(ckpt_init_from), NULL, WF_NO_RANGE,
+     "initialise the weights from a safetensors model (a file, or a Hugging Face directory with "
+     "model.safetensors and config.json) when not resuming"},
+    {"ckpt.stop_at", NULL, WF_OPT_INT, O(ckpt_stop_at), "0", 0, 1e12,
+     "after this step, save and exit with status 75 as if preempted (0: never); splits a run into jobs"},
 };
 
 static const wf_cmd_spec train_spec = {
@@ -83,7 +102,9 @@ static const wf_cmd_spec train_spec = {
     "weft train --config run.toml [--section.key=value ...]",
     "Trains a Llama-style model on a tokenized dataset (fp32, CPU) and writes the weights to "
     "RUN_DIR/model.safetensors. Prints one line per step: loss, learning rate, gradient norm, "
-    "tokens/s and step time. See docs/train.md.",
+    "tokens/s and step time. Saves checkpoints to RUN_DIR/checkpoints and resumes from the latest "
+    "one; SIGTERM or SIGUSR1 saves and exits with status 75 (requeue), a RUN_DIR/SAVE file saves, a "
+    "RUN_DIR/STOP file saves and exits 0. See docs/train.md and docs/checkpoints.md.",
     train_opts,
     sizeof train_opts / sizeof *train_opts,
     0,

@@ -1,16 +1,24 @@
 /* The training loop of `weft train`: plan everything once (model,
- * optimizer state, batch buffers, loaders), then for each step accumulate
- * gradients over the micro-batches of one global batch, clip, update with
- * the scheduled learning rate, and report. Nothing is allocated inside the
- * loop. The same config and seeds give bit-identical losses. */
+ * optimizer state, batch buffers, loaders, the checkpoint writer), resume
+ * from the run's latest valid checkpoint (or initialise, optionally from a
+ * safetensors model), then for each step accumulate gradients over the
+ * micro-batches of one global batch, clip, update with the scheduled
+ * learning rate, report, and save when it is time or when asked (SAVE and
+ * STOP files, SIGTERM/SIGUSR1). Nothing is allocated inside the step. The
+ * same config and seeds give bit-identical losses, across a stop and resume
+ * too: the checkpoint holds every bit the next step depends on (parameters,
+ * AdamW moments and step count, the loader's cursor; the schedule is a
+ * function of the step, initialisation and data order of the seeds). */
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "weft/arena.h"
+#include "weft/ckpt.h"
 #include "weft/fileio.h"
 #include "weft/kernels.h"
 #include "weft/loader.h"
@@ -33,9 +41,23 @@ typedef struct {
     wf_adamw *opt;
     wf_loader *train, *val;
     int32_t *inputs, *targets; /* (B, T) each */
+    /* checkpoints */
+    char root[4096];           /* RUN_DIR/checkpoints */
+    char save_path[4096], stop_path[4096];
+    char *config_text;         /* the effective config as TOML, saved in every checkpoint */
+    wf_ckpt_tensor *state;     /* parameters, then AdamW m, then v */
+    char **state_names;        /* owned names of the m and v entries */
+    size_t n_state;
+    wf_ckpt_writer *writer;
+    int64_t last_saved;        /* step of the last save started, -1 if none */
 } trainer;
 
 static void trainer_free(trainer *t) {
+    wf_ckpt_writer_destroy(t->writer); /* waits for a save in flight */
+    for (size_t i = 0; t->state_names && i < t->n_state; i++) free(t->state_names[i]);
+    free(t->state_names);
+    free(t->state);
+    free(t->config_text);
     wf_loader_destroy(t->val);
     wf_loader_destroy(t->train);
     wf_adamw_destroy(t->opt);
@@ -77,7 +99,6 @@ static wf_status resolve_tokenizer(trainer *t, const wf_dataset_info *info) {
 }
 
 static wf_status trainer_setup(trainer *t, const wf_train_config *tc) {
-    memset(t, 0, sizeof *t);
     t->tc = tc;
     if (!tc->data_dir) return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR)");
     if (wf_lr_parse_kind(tc->schedule) < 0)
@@ -179,7 +200,277 @@ static wf_status write_run_config(const wf_train_config *tc) {
     return wf_afile_commit(&f);
 }
 
-static wf_status train_loop(trainer *t) {
+/* ---- signals ---- */
+
+/* The signal that asked the run to stop (SIGTERM, SIGUSR1), or 0. A signal
+ * handler can only reach global state; this is the one global of the
+ * trainer, set by the handler and read between steps. */
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+typedef struct {
+    struct sigaction term, usr1;
+} saved_signals;
+
+static void install_signals(saved_signals *old) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* reads and writes carry on; the flag is checked after the step */
+    g_stop_signal = 0;
+    sigaction(SIGTERM, &sa, &old->term);
+    sigaction(SIGUSR1, &sa, &old->usr1);
+}
+
+static void restore_signals(const saved_signals *old) {
+    sigaction(SIGTERM, &old->term, NULL);
+    sigaction(SIGUSR1, &old->usr1, NULL);
+}
+
+/* ---- checkpoints ---- */
+
+static char *config_toml(const wf_train_config *tc) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    wf_opts_write_toml(wf_train_spec(), tc, f);
+    fclose(f);
+    return buf;
+}
+
+static int is_set(const char *s) { return s && *s; }
+
+/* The state a checkpoint holds: every parameter, then the AdamW moments
+ * under "optim.m.<name>" and "optim.v.<name>". */
+static wf_status build_state(trainer *t) {
+    int nt = wf_model_num_tensors(t->model);
+    t->n_state = 3 * (size_t)nt;
+    t->state = calloc(t->n_state, sizeof *t->state);
+    t->state_names = calloc(t->n_state, sizeof *t->state_names);
+    if (!t->state || !t->state_names) return wf_error(WF_ERR_NOMEM, "out of memory");
+    float *bufs[3] = {wf_model_params(t->model), wf_adamw_m(t->opt), wf_adamw_v(t->opt)};
+    const char *prefix[3] = {"", "optim.m.", "optim.v."};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < nt; i++) {
+            const wf_tensor_info *ti = wf_model_tensor(t->model, i);
+            size_t j = (size_t)k * (size_t)nt + (size_t)i;
+            size_t n = strlen(prefix[k]) + strlen(ti->name) + 1;
+            t->state_names[j] = malloc(n);
+            if (!t->state_names[j]) return wf_error(WF_ERR_NOMEM, "out of memory");
+            snprintf(t->state_names[j], n, "%s%s", prefix[k], ti->name);
+            wf_ckpt_tensor *e = &t->state[j];
+            e->name = t->state_names[j];
+            e->ndim = ti->ndim;
+            e->shape[0] = ti->shape[0];
+            e->shape[1] = ti->shape[1];
+            e->data = bufs[k] + ti->offset;
+        }
+    }
+    return WF_OK;
+}
+
+static wf_status make_meta(trainer *t, wf_ckpt_meta **out) {
+    const wf_train_config *tc = t->tc;
+    wf_ckpt_meta *m = wf_ckpt_meta_create();
+    if (!m) return wf_error(WF_ERR_NOMEM, "out of memory");
+    wf_loader_state ls = wf_loader_get_state(t->train);
+    wf_status s = wf_ckpt_meta_set_str(m, "config", t->config_text);
+    if (s == WF_OK) s = wf_ckpt_meta_set_model_config(m, &t->mc);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "optimizer.steps", wf_adamw_steps(t->opt));
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "loader.epoch", ls.epoch);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "loader.sample", ls.sample);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "rng.init_seed", (uint64_t)tc->seed);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "rng.data_seed", (uint64_t)tc->data_seed);
+    if (s == WF_OK) s = wf_ckpt_meta_set_str(m, "data.dir", tc->data_dir);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.seq_len", (uint64_t)t->T);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.global_batch", (uint64_t)t->B * (uint64_t)t->accum);
+    if (s == WF_OK) s = wf_ckpt_meta_set_str(m, "data.tokenizer", t->tokenizer_path ? t->tokenizer_path : "");
+    if (s != WF_OK) {
+        wf_ckpt_meta_destroy(m);
+        return s;
+    }
+    *out = m;
+    return WF_OK;
+}
+
+static void log_save(const trainer *t, const wf_ckpt_save_stats *st) {
+    char dir[4096];
+    wf_ckpt_step_dir(dir, sizeof dir, t->root, st->step);
+    double gbs = st->write_seconds > 0 ? (double)st->bytes / st->write_seconds / 1e9 : 0;
+    char pruned[48] = "";
+    if (st->pruned) snprintf(pruned, sizeof pruned, "; removed %d old", st->pruned);
+    if (t->tc->ckpt_async)
+        WF_INFO("saved %s: %.1f MB written in %.1f ms (%.2f GB/s) by the writer thread; training blocked %.1f ms "
+                "(copy %.1f ms)%s",
+                dir, (double)st->bytes / 1e6, st->write_seconds * 1e3, gbs, st->blocked_seconds * 1e3,
+                st->copy_seconds * 1e3, pruned);
+    else
+        WF_INFO("saved %s: %.1f MB written in %.1f ms (%.2f GB/s); training blocked %.1f ms%s", dir,
+                (double)st->bytes / 1e6, st->write_seconds * 1e3, gbs, st->blocked_seconds * 1e3, pruned);
+}
+
+/* Logs the saves that completed; a failed one stops the run (the previous
+ * checkpoints are intact, so a rerun resumes from the last good one). */
+static wf_status report_saves(trainer *t) {
+    wf_ckpt_save_stats st;
+    while (wf_ckpt_writer_poll(t->writer, &st)) {
+        if (st.status != WF_OK) return wf_ckpt_writer_wait(t->writer, NULL);
+        log_save(t, &st);
+    }
+    return WF_OK;
+}
+
+static wf_status save_checkpoint(trainer *t, int64_t step) {
+    if (t->last_saved == step) return WF_OK;
+    wf_ckpt_meta *meta = NULL;
+    WF_TRY(make_meta(t, &meta));
+    char dir[4096];
+    wf_ckpt_step_dir(dir, sizeof dir, t->root, (uint64_t)step);
+    wf_status s = wf_ckpt_save(t->writer, dir, (uint64_t)step, meta, NULL);
+    wf_ckpt_meta_destroy(meta);
+    WF_TRY(s);
+    t->last_saved = step;
+    return report_saves(t);
+}
+
+static wf_status finish_saves(trainer *t) {
+    WF_TRY(wf_ckpt_writer_wait(t->writer, NULL));
+    return report_saves(t);
+}
+
+/* Why a checkpoint does not fit this run's model, or WF_OK. */
+static wf_status check_model_config(const char *dir, const wf_model_config *saved, const wf_model_config *now) {
+    struct {
+        const char *key;
+        double a, b;
+    } f[] = {
+        {"model.dim", saved->dim, now->dim},
+        {"model.n_layers", saved->n_layers, now->n_layers},
+        {"model.n_heads", saved->n_heads, now->n_heads},
+        {"model.n_kv_heads", saved->n_kv_heads, now->n_kv_heads},
+        {"model.vocab_size", saved->vocab_size, now->vocab_size},
+        {"model.ffn_hidden_dim", wf_model_config_hidden_dim(saved), wf_model_config_hidden_dim(now)},
+        {"model.max_seq_len", saved->max_seq_len, now->max_seq_len},
+        {"model.norm_eps", saved->norm_eps, now->norm_eps},
+        {"model.rope_theta", saved->rope_theta, now->rope_theta},
+        {"model.tied", saved->tied_embeddings, now->tied_embeddings},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        if (f[i].a != f[i].b)
+            return wf_error(WF_ERR_CONFIG,
+                            "%s was saved with %s = %.10g but this run's config has %.10g: resume with the run's "
+                            "config (its config.toml), or start over with --no-resume or another train.run_dir",
+                            dir, f[i].key, f[i].a, f[i].b);
+    return WF_OK;
+}
+
+/* Restores everything a step depends on from `c`; *start gets its step. */
+static wf_status restore(trainer *t, wf_ckpt *c, int64_t *start) {
+    const wf_train_config *tc = t->tc;
+    const char *dir = wf_ckpt_path(c);
+    wf_model_config saved;
+    WF_TRY(wf_ckpt_get_model_config(c, &saved));
+    WF_TRY(check_model_config(dir, &saved, &t->mc));
+    uint64_t opt_steps, epoch, sample, seq_len = 0, gb = 0, data_seed = 0, init_seed = 0;
+    WF_TRY(wf_ckpt_get_u64(c, "optimizer.steps", &opt_steps));
+    WF_TRY(wf_ckpt_get_u64(c, "loader.epoch", &epoch));
+    WF_TRY(wf_ckpt_get_u64(c, "loader.sample", &sample));
+    WF_TRY(wf_ckpt_load(c, t->state, t->n_state));
+    wf_adamw_set_steps(t->opt, opt_steps);
+    wf_status s = wf_loader_set_state(t->train, (wf_loader_state){epoch, sample});
+    if (s != WF_OK) return wf_error_wrap(s, "%s: ", dir);
+    /* What changes the data the resumed run reads: warn, it is allowed. */
+    if (wf_ckpt_get_u64(c, "data.seq_len", &seq_len) == WF_OK && seq_len != (uint64_t)t->T)
+        WF_WARN("%s was saved with data.seq_len = %" PRIu64 ", this run uses %d: the data order changes", dir,
+                seq_len, t->T);
+    if (wf_ckpt_get_u64(c, "data.global_batch", &gb) == WF_OK && gb != (uint64_t)t->B * (uint64_t)t->accum)
+        WF_WARN("%s was saved with a global batch of %" PRIu64 " sequences, this run uses %lld", dir, gb,
+                (long long)t->B * t->accum);
+    if (wf_ckpt_get_u64(c, "rng.data_seed", &data_seed) == WF_OK && data_seed != (uint64_t)tc->data_seed)
+        WF_WARN("%s was saved with data.seed = %" PRIu64 ", this run uses %lld: the data order changes", dir,
+                data_seed, (long long)tc->data_seed);
+    if (wf_ckpt_get_u64(c, "rng.init_seed", &init_seed) == WF_OK && init_seed != (uint64_t)tc->seed)
+        WF_INFO("%s was saved with train.seed = %" PRIu64 " (this run's %lld does not matter when resuming)", dir,
+                init_seed, (long long)tc->seed);
+    wf_error_clear();
+    *start = (int64_t)wf_ckpt_step(c);
+    return WF_OK;
+}
+
+/* Resumes from ckpt.resume_from or the run's latest valid checkpoint, or
+ * initialises from ckpt.init_from; *start is the step to continue after. */
+static wf_status resume_or_init(trainer *t, int64_t *start) {
+    const wf_train_config *tc = t->tc;
+    *start = 0;
+    wf_ckpt *c = NULL;
+    if (is_set(tc->ckpt_resume_from)) {
+        WF_TRY(wf_ckpt_open(&c, tc->ckpt_resume_from));
+        wf_status s = wf_ckpt_verify(c, NULL, NULL);
+        if (s != WF_OK) {
+            wf_ckpt_close(c);
+            return wf_error_wrap(s, "ckpt.resume_from: ");
+        }
+    } else if (tc->ckpt_resume) {
+        WF_TRY(wf_ckpt_open_latest(t->root, &c));
+    } else {
+        uint64_t *steps;
+        size_t n;
+        WF_TRY(wf_ckpt_list(t->root, &steps, &n));
+        free(steps);
+        if (n)
+            WF_WARN("--no-resume: starting over; the %zu checkpoint%s in %s will be replaced as new ones are saved", n,
+                    n == 1 ? "" : "s", t->root);
+    }
+    if (c) {
+        if (is_set(tc->ckpt_init_from)) WF_INFO("resuming, so ckpt.init_from = %s is not used", tc->ckpt_init_from);
+        wf_status s = restore(t, c, start);
+        if (s == WF_OK) WF_INFO("resumed from %s (step %" PRId64 ")", wf_ckpt_path(c), *start);
+        wf_ckpt_close(c);
+        return s;
+    }
+    if (is_set(tc->ckpt_init_from)) {
+        WF_TRY(wf_hf_import(t->model, tc->ckpt_init_from));
+        WF_INFO("initialised the weights from %s", tc->ckpt_init_from);
+    }
+    return WF_OK;
+}
+
+static wf_status setup_checkpoints(trainer *t) {
+    const wf_train_config *tc = t->tc;
+    snprintf(t->root, sizeof t->root, "%s/checkpoints", tc->run_dir);
+    snprintf(t->save_path, sizeof t->save_path, "%s/SAVE", tc->run_dir);
+    snprintf(t->stop_path, sizeof t->stop_path, "%s/STOP", tc->run_dir);
+    t->last_saved = -1;
+    WF_TRY(wf_mkdirs(t->root));
+    int removed = 0;
+    WF_TRY(wf_ckpt_cleanup(t->root, &removed));
+    if (removed) WF_INFO("removed %d unfinished checkpoint save%s from %s", removed, removed == 1 ? "" : "s", t->root);
+    t->config_text = config_toml(tc);
+    if (!t->config_text) return wf_error(WF_ERR_NOMEM, "out of memory");
+    WF_TRY(build_state(t));
+    wf_ckpt_writer_opts wo = {0, 1, tc->ckpt_async, (int)tc->ckpt_keep_last, (uint64_t)tc->ckpt_keep_every};
+    WF_TRY(wf_ckpt_writer_create(&t->writer, t->state, t->n_state, &wo));
+    if (tc->ckpt_async)
+        WF_INFO("checkpoints: %s, asynchronous (staging buffer %.1f MB)", t->root,
+                (double)wf_ckpt_writer_staging_bytes(t->writer) / 1e6);
+    return WF_OK;
+}
+
+static wf_status write_final_model(trainer *t, int64_t steps) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", t->tc->run_dir);
+    char steps_s[32];
+    snprintf(steps_s, sizeof steps_s, "%lld", (long long)steps);
+    wf_kv meta[2] = {{"weft.step", steps_s}, {"weft.tokenizer", t->tokenizer_path ? t->tokenizer_path : ""}};
+    WF_TRY(wf_safetensors_save(t->model, path, meta, t->tokenizer_path ? 2 : 1));
+    WF_INFO("wrote %s", path);
+    return WF_OK;
+}
+
+static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
     const wf_train_config *tc = t->tc;
     wf_lr_schedule sched = {(wf_lr_kind)wf_lr_parse_kind(tc->schedule), tc->lr, tc->min_lr,
                             (uint64_t)tc->warmup_steps, (uint64_t)tc->steps, tc->decay_frac};
@@ -194,11 +485,20 @@ static wf_status train_loop(trainer *t) {
     WF_INFO("memory: parameters %.1f MB, gradients %.1f MB, optimizer %.1f MB, activations %.1f MB",
             mem.param_bytes / 1e6, mem.grad_bytes / 1e6, 2.0 * mem.param_bytes / 1e6, mem.activation_bytes / 1e6);
 
+    res->step = start;
+    if (start >= tc->steps) {
+        WF_INFO("the checkpoint is at step %lld of train.steps = %lld: nothing left to train", (long long)start,
+                (long long)tc->steps);
+        res->finished = 1;
+        return write_final_model(t, start);
+    }
     wf_progress bar;
     wf_progress_init(&bar, "train", "steps", (uint64_t)tc->steps);
+    wf_progress_update(&bar, (uint64_t)start);
     double t_run = wf_time_now();
     double val_loss = NAN;
-    for (int64_t step = 0; step < tc->steps; step++) {
+    int64_t step;
+    for (step = start; step < tc->steps; step++) {
         double t0 = wf_time_now(), wait = 0;
         wf_model_zero_grad(t->model);
         double loss = 0;
@@ -233,28 +533,86 @@ static wf_status train_loop(trainer *t) {
             fflush(stdout);
         }
         wf_progress_update(&bar, (uint64_t)step + 1);
+
+        /* Saves: on schedule, at the end, and when asked (between steps, so
+         * that a checkpoint always holds a whole step). */
+        int64_t done = step + 1;
+        int save_file = access(t->save_path, F_OK) == 0, stop_file = access(t->stop_path, F_OK) == 0;
+        int sig = g_stop_signal, stop_at = tc->ckpt_stop_at > 0 && done == tc->ckpt_stop_at;
+        int stopping = !last && (stop_file || sig || stop_at);
+        if (last || stopping || save_file || (tc->ckpt_every > 0 && done % tc->ckpt_every == 0)) {
+            wf_progress_clear(&bar);
+            if (save_file && unlink(t->save_path) == 0) WF_INFO("%s: saving at step %lld", t->save_path, (long long)done);
+            WF_TRY(save_checkpoint(t, done));
+        } else {
+            WF_TRY(report_saves(t));
+        }
+        res->step = done;
+        if (stopping) {
+            wf_progress_clear(&bar);
+            WF_TRY(finish_saves(t));
+            if (stop_file) {
+                res->stop_file = 1;
+                WF_INFO("%s exists: stopped after step %lld of %lld (remove it and rerun to continue)", t->stop_path,
+                        (long long)done, (long long)tc->steps);
+            } else {
+                res->requeue = 1;
+                WF_INFO("%s: stopped after step %lld of %lld; exiting with status %d so that the job is requeued "
+                        "(rerun the same command to resume)",
+                        sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "ckpt.stop_at", (long long)done,
+                        (long long)tc->steps, WF_TRAIN_EXIT_REQUEUE);
+            }
+            return WF_OK;
+        }
     }
     wf_progress_done(&bar);
+    WF_TRY(finish_saves(t));
     double el = wf_time_now() - t_run;
-    WF_INFO("trained %lld steps in %.1f s (%.0f tokens/s)", (long long)tc->steps, el,
-            (double)tc->steps * t->accum * t->B * t->T / el);
+    WF_INFO("trained %lld steps in %.1f s (%.0f tokens/s)", (long long)(tc->steps - start), el,
+            (double)(tc->steps - start) * t->accum * t->B * t->T / el);
     if (!isnan(val_loss)) WF_INFO("final validation loss %.4f", val_loss);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors", tc->run_dir);
-    char steps_s[32];
-    snprintf(steps_s, sizeof steps_s, "%lld", (long long)tc->steps);
-    wf_kv meta[2] = {{"weft.step", steps_s}, {"weft.tokenizer", t->tokenizer_path ? t->tokenizer_path : ""}};
-    WF_TRY(wf_safetensors_save(t->model, path, meta, t->tokenizer_path ? 2 : 1));
-    WF_INFO("wrote %s", path);
-    return WF_OK;
+    res->finished = 1;
+    return write_final_model(t, tc->steps);
 }
 
-wf_status wf_train_run(const wf_train_config *tc) {
+wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
+    memset(result, 0, sizeof *result);
+    if (tc->run_dir) {
+        /* The kill switch is polled first, so that a queue of jobs for a
+         * stopped run exits at once. */
+        char stop[4096];
+        snprintf(stop, sizeof stop, "%s/STOP", tc->run_dir);
+        if (wf_path_exists(stop)) {
+            WF_INFO("%s exists: not training (remove it to continue the run)", stop);
+            result->stop_file = 1;
+            return WF_OK;
+        }
+    }
+    saved_signals old;
+    install_signals(&old);
     trainer t;
+    memset(&t, 0, sizeof t);
+    int64_t start = 0;
     wf_status s = trainer_setup(&t, tc);
     if (s == WF_OK) s = wf_mkdirs(tc->run_dir);
     if (s == WF_OK) s = write_run_config(tc);
-    if (s == WF_OK) s = train_loop(&t);
+    if (s == WF_OK) s = setup_checkpoints(&t);
+    if (s == WF_OK) s = resume_or_init(&t, &start);
+    if (s == WF_OK) s = train_loop(&t, start, result);
+    if (s != WF_OK && t.writer) {
+        /* Let a save in flight finish (it is consistent) before exiting;
+         * keep this error's message. */
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", wf_error_msg());
+        wf_ckpt_writer_wait(t.writer, NULL);
+        wf_error(s, "%s", msg);
+    }
     trainer_free(&t);
+    restore_signals(&old);
     return s;
+}
+
+wf_status wf_train_run(const wf_train_config *tc) {
+    wf_train_result r;
+    return wf_train_execute(tc, &r);
 }

@@ -1,0 +1,217 @@
+/* weft: checkpoints (docs/formats/checkpoint.md, docs/checkpoints.md).
+ *
+ * A checkpoint is a directory `step-NNNNNNN/` holding `manifest.json` and
+ * one data file per writing rank. The manifest has the format version, the
+ * step, the state a resume needs (config, model config, optimizer step,
+ * loader cursor, seeds: a small key/value store, wf_ckpt_meta) and the
+ * tensor table: each tensor by name, dtype and GLOBAL shape, cut into pieces
+ * (a box of the tensor: offsets and sizes per dimension) each stored in one
+ * data file at an offset, with a length and an XXH3-64 checksum.
+ *
+ * Writing: with W writing ranks, every tensor is split along dim 0 into W
+ * near-equal row ranges and rank r writes range r of every tensor, so that
+ * replicated state (parameters, AdamW moments under data parallelism) costs
+ * each rank 1/W of the I/O, as PyTorch's distributed checkpoint does.
+ * Reading: any row range of a tensor can be read whatever W was, so a
+ * checkpoint saved by W ranks loads on any other number (resharding).
+ *
+ * Saves are atomic: everything is written into `.tmp-step-NNNNNNN.<pid>`
+ * beside the final directory, fsynced, renamed into place, and the parent
+ * directory fsynced. A crash leaves the previous checkpoints intact and at
+ * worst a `.tmp-*` directory, which is never taken for a checkpoint and is
+ * removed by wf_ckpt_cleanup. Asynchronous saves copy the state into a
+ * staging buffer (allocated once) and return; a writer thread does the I/O.
+ *
+ * This module does not: talk to other ranks (a multi-rank save needs a
+ * communicator to gather the pieces' checksums to rank 0; the single-process
+ * writer supports world_size 1), compress, or write to object stores.
+ */
+#ifndef WEFT_CKPT_H
+#define WEFT_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/model.h"
+#include "weft/status.h"
+
+#define WF_CKPT_FORMAT_VERSION 1
+#define WF_CKPT_MAX_DIMS 4
+#define WF_CKPT_MANIFEST "manifest.json"
+
+/* One tensor of the state as this process holds it: the whole tensor
+ * (replicated), fp32, row-major. A save reads `data`; a load writes it. */
+typedef struct {
+    const char *name;
+    int ndim;                          /* 1..WF_CKPT_MAX_DIMS */
+    int64_t shape[WF_CKPT_MAX_DIMS];   /* global shape */
+    float *data;                       /* prod(shape) floats */
+} wf_ckpt_tensor;
+
+/* Scalar state saved with the tensors: keys are "name" or "section.name"
+ * (stored nested in the manifest's "state" object), values unsigned
+ * integers (at most INT64_MAX), doubles (round-trip exact) or strings. */
+typedef struct wf_ckpt_meta wf_ckpt_meta;
+wf_ckpt_meta *wf_ckpt_meta_create(void); /* NULL when out of memory */
+void wf_ckpt_meta_destroy(wf_ckpt_meta *m); /* accepts NULL */
+wf_status wf_ckpt_meta_set_u64(wf_ckpt_meta *m, const char *key, uint64_t v);
+wf_status wf_ckpt_meta_set_f64(wf_ckpt_meta *m, const char *key, double v);
+wf_status wf_ckpt_meta_set_str(wf_ckpt_meta *m, const char *key, const char *v);
+/* Stores every field of `c` under "model.*" (with the resolved ffn width). */
+wf_status wf_ckpt_meta_set_model_config(wf_ckpt_meta *m, const wf_model_config *c);
+
+/* ---- writing ---- */
+
+typedef struct {
+    int rank, world_size; /* this process writes rank `rank`'s part; only world_size 1 for now */
+    int async;            /* 1: wf_ckpt_save copies into a staging buffer and a thread writes */
+    int keep_last;        /* after each save, keep only the newest keep_last checkpoints of the
+                             parent directory (0: keep all) ... */
+    uint64_t keep_every;  /* ... plus those whose step is a multiple of keep_every (0: none) */
+} wf_ckpt_writer_opts;
+
+/* What one save cost. */
+typedef struct {
+    uint64_t step;
+    uint64_t bytes;          /* data bytes this rank wrote */
+    double blocked_seconds;  /* the caller's time in wf_ckpt_save (waiting for the previous
+                                save, copying into the staging buffer; sync: all of it) */
+    double copy_seconds;     /* of which copying into the staging buffer (async) */
+    double write_seconds;    /* writing, fsyncs, manifest and rename */
+    int pruned;              /* older checkpoints removed after it */
+    wf_status status;        /* the save's result (async saves report it late) */
+} wf_ckpt_save_stats;
+
+typedef struct wf_ckpt_writer wf_ckpt_writer;
+
+/* Plans the layout of the state `tensors` (n of them; names unique; the
+ * array and the names are copied, the data pointers must stay valid for
+ * the writer's life) and, in async mode, allocates the staging buffer (this
+ * rank's bytes) and starts the writer thread. */
+wf_status wf_ckpt_writer_create(wf_ckpt_writer **out, const wf_ckpt_tensor *tensors, size_t n,
+                                const wf_ckpt_writer_opts *opts);
+/* Waits for a save in flight (its error, if any, is lost: call
+ * wf_ckpt_writer_wait first to see it), stops the thread, frees. Accepts NULL. */
+void wf_ckpt_writer_destroy(wf_ckpt_writer *w);
+
+/* Saves the state as it is now, with `step` and `meta`, into the checkpoint
+ * directory `dir` (e.g. RUN/checkpoints/step-0000100; its parent must
+ * exist). An existing `dir` is replaced atomically. Sync: returns when the
+ * checkpoint is on disk. Async: first waits for the previous save (two saves
+ * never overlap and the staging buffer is never overwritten while it is
+ * being written), copies the tensors and meta, and returns; the state may
+ * then change. A previous async save's failure is returned here. `stats`
+ * (may be NULL) gets what is known on return. */
+wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const wf_ckpt_meta *meta,
+                       wf_ckpt_save_stats *stats);
+
+/* Waits until no save is in flight. Returns the status of the last save;
+ * `stats` (may be NULL) gets its figures. Returns WF_OK at once when there
+ * was none. */
+wf_status wf_ckpt_writer_wait(wf_ckpt_writer *w, wf_ckpt_save_stats *stats);
+
+/* Does not block: 1 when a save completed since the last poll, wait or
+ * save, with its figures (and status) in *stats; else 0. */
+int wf_ckpt_writer_poll(wf_ckpt_writer *w, wf_ckpt_save_stats *stats);
+
+/* Bytes of the staging buffer (0 in sync mode). */
+size_t wf_ckpt_writer_staging_bytes(const wf_ckpt_writer *w);
+
+/* ---- reading ---- */
+
+typedef struct wf_ckpt wf_ckpt;
+
+/* Opens the checkpoint directory `dir`: parses and validates the manifest
+ * (every piece inside its file, the pieces of each tensor tiling its shape
+ * exactly) and checks that every data file is there, with the size the
+ * manifest says and a header that matches. Checksums are checked as pieces
+ * are read (wf_ckpt_read_rows) or all at once (wf_ckpt_verify). */
+wf_status wf_ckpt_open(wf_ckpt **out, const char *dir);
+void wf_ckpt_close(wf_ckpt *c); /* accepts NULL */
+
+const char *wf_ckpt_path(const wf_ckpt *c); /* the directory */
+uint64_t wf_ckpt_step(const wf_ckpt *c);
+int wf_ckpt_world_size(const wf_ckpt *c);   /* writing ranks */
+uint64_t wf_ckpt_data_bytes(const wf_ckpt *c);
+
+typedef struct {
+    const char *name;
+    const char *dtype;        /* "F32" */
+    int ndim;
+    int64_t shape[WF_CKPT_MAX_DIMS];
+    int n_pieces;
+} wf_ckpt_tensor_desc;
+size_t wf_ckpt_num_tensors(const wf_ckpt *c);
+void wf_ckpt_tensor_at(const wf_ckpt *c, size_t i, wf_ckpt_tensor_desc *out);
+/* Index of tensor `name`, or -1. */
+long wf_ckpt_find(const wf_ckpt *c, const char *name);
+
+/* Scalar state. A missing key or a value of another type is
+ * WF_ERR_FORMAT naming the key and the manifest. Strings belong to `c`. */
+wf_status wf_ckpt_get_u64(const wf_ckpt *c, const char *key, uint64_t *v);
+wf_status wf_ckpt_get_f64(const wf_ckpt *c, const char *key, double *v);
+wf_status wf_ckpt_get_str(const wf_ckpt *c, const char *key, const char **v);
+/* The model config stored by wf_ckpt_meta_set_model_config. */
+wf_status wf_ckpt_get_model_config(const wf_ckpt *c, wf_model_config *out);
+
+/* Reads rows [row_begin, row_end) along dim 0 of tensor `name` (the full
+ * extent of the other dimensions) into `dst`, from whichever pieces hold
+ * them: this is how a different number of ranks loads a checkpoint. Each
+ * piece read is checked against its checksum once. Errors name the data
+ * file, the tensor and the byte range. */
+wf_status wf_ckpt_read_rows(wf_ckpt *c, const char *name, int64_t row_begin, int64_t row_end, float *dst);
+
+/* Loads every tensor of `tensors` (whole, as this process holds them) from
+ * the checkpoint. The checkpoint must hold exactly these names with these
+ * global shapes; a difference is WF_ERR_CONFIG naming the tensor. */
+wf_status wf_ckpt_load(wf_ckpt *c, const wf_ckpt_tensor *tensors, size_t n);
+
+/* Checks every piece's checksum. `report` (may be NULL) is called with a
+ * message for each bad piece; returns WF_ERR_CHECKSUM (message: the first
+ * problem) if any. */
+wf_status wf_ckpt_verify(wf_ckpt *c, void (*report)(void *ctx, const char *problem), void *ctx);
+
+/* The manifest text as stored (valid while `c` is open). */
+const char *wf_ckpt_manifest_text(const wf_ckpt *c);
+
+/* ---- a directory of checkpoints (RUN/checkpoints) ---- */
+
+/* "root/step-%07llu" into buf (n bytes). */
+void wf_ckpt_step_dir(char *buf, size_t n, const char *root, uint64_t step);
+
+/* The steps of the committed checkpoint directories of `root` (names
+ * step-<digits>), ascending, in a malloc'd array (caller frees); a missing
+ * root is an empty list. */
+wf_status wf_ckpt_list(const char *root, uint64_t **steps, size_t *n);
+
+/* Removes what interrupted saves and deletions left in `root` (.tmp-* and
+ * .trash-* directories). *removed (may be NULL) gets how many. */
+wf_status wf_ckpt_cleanup(const char *root, int *removed);
+
+/* Removes committed checkpoints beyond the newest `keep_last` (0: none
+ * removed), except those whose step is a multiple of keep_every (> 0).
+ * A checkpoint is renamed away before it is deleted, so a half-deleted one
+ * is never seen as a checkpoint. */
+wf_status wf_ckpt_prune(const char *root, int keep_last, uint64_t keep_every, int *removed);
+
+/* Opens the newest checkpoint of `root` that opens and verifies, trying
+ * older ones after a failure and saying so (WF_WARN: which one, why, which
+ * is used instead). *out is NULL with WF_OK when there is none. */
+wf_status wf_ckpt_open_latest(const char *root, wf_ckpt **out);
+
+/* ---- Hugging Face interop (src/ckpt/hf.c) ---- */
+
+/* Writes `m` to `out_dir` in the Hugging Face Llama layout: model.safetensors
+ * (F32, or BF16 with bf16 = 1; weft's config kept in __metadata__) and
+ * config.json (LlamaForCausalLM). `tokenizer` (may be NULL) is copied to
+ * out_dir/tokenizer.json. */
+wf_status wf_hf_export(const wf_model *m, const char *out_dir, int bf16, const char *tokenizer);
+
+/* Initialises the parameters of `m` from a Hugging Face Llama model:
+ * `path` is a .safetensors file or a directory with model.safetensors and,
+ * if present, config.json, whose sizes must match the model's config.
+ * Every tensor of the model must be there with its shape, and nothing
+ * else; errors name the file, the tensor or the config field. */
+wf_status wf_hf_import(wf_model *m, const char *path);
+
+#endif

@@ -1,0 +1,522 @@
+/* The storage side of a checkpoint save: the layout plan (every tensor cut
+ * along dim 0 into one row range per writing rank, placed in that rank's
+ * data file), the data files and manifest, the atomic commit (temporary
+ * directory, fsyncs, rename, fsync of the parent), the scalar state store,
+ * and the housekeeping of a directory of checkpoints (list, cleanup of
+ * interrupted saves, retention). Formats: docs/formats/checkpoint.md. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_impl.h"
+#include "weft/fileio.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoint data is little-endian");
+
+/* ---- plan ---- */
+
+void wf_ckpt_rows_of(int64_t rows, int r, int w, int64_t *begin, int64_t *end) {
+    /* Near-equal split: the first rows % w ranks get one more row. */
+    *begin = rows * r / w;
+    *end = rows * (r + 1) / w;
+}
+
+static uint64_t row_bytes(const wf_ckpt_tensor *t) {
+    uint64_t b = 4;
+    for (int d = 1; d < t->ndim; d++) b *= (uint64_t)t->shape[d];
+    return b;
+}
+
+void wf_ckpt_plan_free(wf_ckpt_plan *p) {
+    if (!p) return;
+    for (size_t i = 0; i < p->n_tensors && p->tensors; i++) free((char *)(uintptr_t)p->tensors[i].name);
+    free(p->tensors);
+    free(p->pieces);
+    free(p->rank_first);
+    free(p->rank_bytes);
+    memset(p, 0, sizeof *p);
+}
+
+wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, int world_size) {
+    memset(p, 0, sizeof *p);
+    if (world_size < 1 || world_size > 100000)
+        return wf_error(WF_ERR_INVALID, "checkpoint: world_size %d is out of range [1, 100000]", world_size);
+    for (size_t i = 0; i < n; i++) {
+        if (!t[i].name || !*t[i].name || strlen(t[i].name) > 256)
+            return wf_error(WF_ERR_INVALID, "checkpoint: tensor %zu has an empty or too long name", i);
+        if (t[i].ndim < 1 || t[i].ndim > WF_CKPT_MAX_DIMS)
+            return wf_error(WF_ERR_INVALID, "checkpoint: tensor %s has %d dimensions (1..%d supported)", t[i].name,
+                            t[i].ndim, WF_CKPT_MAX_DIMS);
+        for (int d = 0; d < t[i].ndim; d++)
+            if (t[i].shape[d] < 1 || t[i].shape[d] > ((int64_t)1 << 40))
+                return wf_error(WF_ERR_INVALID, "checkpoint: tensor %s has dimension %d of size %" PRId64, t[i].name,
+                                d, t[i].shape[d]);
+        if (!t[i].data) return wf_error(WF_ERR_INVALID, "checkpoint: tensor %s has no data", t[i].name);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(t[i].name, t[j].name) == 0)
+                return wf_error(WF_ERR_INVALID, "checkpoint: tensor name %s appears twice", t[i].name);
+    }
+    p->world_size = world_size;
+    p->n_tensors = n;
+    p->tensors = calloc(n ? n : 1, sizeof *p->tensors);
+    p->pieces = calloc(n * (size_t)world_size + 1, sizeof *p->pieces);
+    p->rank_first = calloc((size_t)world_size + 1, sizeof *p->rank_first);
+    p->rank_bytes = calloc((size_t)world_size, sizeof *p->rank_bytes);
+    if (!p->tensors || !p->pieces || !p->rank_first || !p->rank_bytes) {
+        wf_ckpt_plan_free(p);
+        return wf_error(WF_ERR_NOMEM, "checkpoint: out of memory planning %zu tensors", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        p->tensors[i] = t[i];
+        p->tensors[i].name = strdup(t[i].name);
+        if (!p->tensors[i].name) {
+            p->n_tensors = i;
+            wf_ckpt_plan_free(p);
+            return wf_error(WF_ERR_NOMEM, "out of memory");
+        }
+    }
+    for (int r = 0; r < world_size; r++) {
+        p->rank_first[r] = p->n_pieces;
+        uint64_t off = WF_CKPT_HEADER_BYTES;
+        for (size_t i = 0; i < n; i++) {
+            int64_t b, e;
+            wf_ckpt_rows_of(p->tensors[i].shape[0], r, world_size, &b, &e);
+            if (b == e) continue; /* fewer rows than ranks: this rank has none */
+            wf_ckpt_piece *pc = &p->pieces[p->n_pieces++];
+            pc->tensor = i;
+            pc->rank = r;
+            pc->row_begin = b;
+            pc->row_end = e;
+            pc->offset = off;
+            pc->length = (uint64_t)(e - b) * row_bytes(&p->tensors[i]);
+            off = (off + pc->length + WF_CKPT_ALIGN - 1) / WF_CKPT_ALIGN * WF_CKPT_ALIGN;
+        }
+        p->rank_bytes[r] = off;
+    }
+    p->rank_first[world_size] = p->n_pieces;
+    return WF_OK;
+}
+
+void wf_ckpt_data_name(char *buf, size_t n, int rank, int world_size) {
+    snprintf(buf, n, "data-%05d-of-%05d.bin", rank, world_size);
+}
+
+char *wf_ckpt_tmp_path(const char *dir) {
+    const char *slash = strrchr(dir, '/');
+    size_t plen = slash ? (size_t)(slash - dir + 1) : 0;
+    size_t n = strlen(dir) + 48;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "%.*s.tmp-%s.%ld", (int)plen, dir, dir + plen, (long)getpid());
+    return out;
+}
+
+/* ---- data files ---- */
+
+static void put_u32(unsigned char *p, uint32_t v) {
+    for (int k = 0; k < 4; k++) p[k] = (unsigned char)(v >> (8 * k));
+}
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int k = 0; k < 8; k++) p[k] = (unsigned char)(v >> (8 * k));
+}
+
+/* The 64-byte header: magic, version, rank, world size, header size, step,
+ * file size; the rest zero. */
+static void make_header(unsigned char h[WF_CKPT_HEADER_BYTES], const wf_ckpt_plan *p, int rank, uint64_t step) {
+    memset(h, 0, WF_CKPT_HEADER_BYTES);
+    memcpy(h, WF_CKPT_DATA_MAGIC, 8);
+    put_u32(h + 8, WF_CKPT_FORMAT_VERSION);
+    put_u32(h + 12, (uint32_t)rank);
+    put_u32(h + 16, (uint32_t)p->world_size);
+    put_u32(h + 20, WF_CKPT_HEADER_BYTES);
+    put_u64(h + 24, step);
+    put_u64(h + 32, p->rank_bytes[rank]);
+}
+
+static const unsigned char *piece_src(const wf_ckpt_plan *p, const wf_ckpt_piece *pc) {
+    const wf_ckpt_tensor *t = &p->tensors[pc->tensor];
+    return (const unsigned char *)t->data + (uint64_t)pc->row_begin * row_bytes(t);
+}
+
+void wf_ckpt_stage(const wf_ckpt_plan *p, int rank, uint64_t step, unsigned char *image) {
+    make_header(image, p, rank, step);
+    for (size_t k = p->rank_first[rank]; k < p->rank_first[rank + 1]; k++) {
+        const wf_ckpt_piece *pc = &p->pieces[k];
+        memcpy(image + pc->offset, piece_src(p, pc), pc->length);
+    }
+}
+
+/* write() all of buf, in chunks (Linux moves at most ~2 GiB per call),
+ * retrying after signals. */
+static int write_all(int fd, const unsigned char *buf, uint64_t len) {
+    while (len > 0) {
+        size_t chunk = len > ((size_t)1 << 30) ? (size_t)1 << 30 : (size_t)len;
+        ssize_t w = write(fd, buf, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        buf += w;
+        len -= (uint64_t)w;
+    }
+    return 0;
+}
+
+wf_status wf_ckpt_write_data(const wf_ckpt_plan *p, int rank, const char *tmp_dir, uint64_t step,
+                             const unsigned char *image, uint64_t *sums) {
+    char name[64], path[4096];
+    wf_ckpt_data_name(name, sizeof name, rank, p->world_size);
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return wf_error(WF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    int ok = 1;
+    if (image) {
+        for (size_t k = p->rank_first[rank]; k < p->rank_first[rank + 1]; k++)
+            sums[k] = wf_hash64(image + p->pieces[k].offset, p->pieces[k].length);
+        ok = write_all(fd, image, p->rank_bytes[rank]) == 0;
+    } else {
+        unsigned char h[WF_CKPT_HEADER_BYTES], zeros[WF_CKPT_ALIGN] = {0};
+        make_header(h, p, rank, step);
+        ok = write_all(fd, h, sizeof h) == 0;
+        uint64_t pos = sizeof h;
+        for (size_t k = p->rank_first[rank]; ok && k < p->rank_first[rank + 1]; k++) {
+            const wf_ckpt_piece *pc = &p->pieces[k];
+            ok = write_all(fd, zeros, pc->offset - pos) == 0;
+            const unsigned char *src = piece_src(p, pc);
+            sums[k] = wf_hash64(src, pc->length);
+            ok = ok && write_all(fd, src, pc->length) == 0;
+            pos = pc->offset + pc->length;
+        }
+        if (ok) ok = write_all(fd, zeros, p->rank_bytes[rank] - pos) == 0;
+    }
+    wf_status s = WF_OK;
+    if (!ok) s = wf_error(WF_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    else if (fsync(fd) != 0) s = wf_error(WF_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && s == WF_OK) s = wf_error(WF_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    return s;
+}
+
+/* ---- manifest ---- */
+
+static json_t *int_array(const int64_t *v, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+wf_status wf_ckpt_write_manifest(const wf_ckpt_plan *p, const char *tmp_dir, uint64_t step,
+                                 const json_t *state, const uint64_t *sums) {
+    json_t *m = json_object();
+    json_object_set_new(m, "format", json_string("weft-checkpoint"));
+    json_object_set_new(m, "version", json_integer(WF_CKPT_FORMAT_VERSION));
+    json_object_set_new(m, "step", json_integer((json_int_t)step));
+    json_object_set_new(m, "world_size", json_integer(p->world_size));
+    json_object_set_new(m, "byte_order", json_string("little"));
+    json_t *files = json_array();
+    for (int r = 0; r < p->world_size; r++) {
+        char name[64];
+        wf_ckpt_data_name(name, sizeof name, r, p->world_size);
+        json_t *f = json_object();
+        json_object_set_new(f, "name", json_string(name));
+        json_object_set_new(f, "rank", json_integer(r));
+        json_object_set_new(f, "bytes", json_integer((json_int_t)p->rank_bytes[r]));
+        json_array_append_new(files, f);
+    }
+    json_object_set_new(m, "files", files);
+    json_object_set_new(m, "state", state ? json_deep_copy(state) : json_object());
+    json_t *tensors = json_array();
+    for (size_t i = 0; i < p->n_tensors; i++) {
+        const wf_ckpt_tensor *t = &p->tensors[i];
+        json_t *e = json_object(), *pieces = json_array();
+        json_object_set_new(e, "name", json_string(t->name));
+        json_object_set_new(e, "dtype", json_string("F32"));
+        json_object_set_new(e, "shape", int_array(t->shape, t->ndim));
+        for (size_t k = 0; k < p->n_pieces; k++) {
+            const wf_ckpt_piece *pc = &p->pieces[k];
+            if (pc->tensor != i) continue;
+            int64_t off[WF_CKPT_MAX_DIMS] = {0}, size[WF_CKPT_MAX_DIMS];
+            memcpy(size, t->shape, sizeof size);
+            off[0] = pc->row_begin;
+            size[0] = pc->row_end - pc->row_begin;
+            char hex[17];
+            snprintf(hex, sizeof hex, "%016" PRIx64, sums[k]);
+            json_t *je = json_object();
+            json_object_set_new(je, "file", json_integer(pc->rank));
+            json_object_set_new(je, "offsets", int_array(off, t->ndim));
+            json_object_set_new(je, "sizes", int_array(size, t->ndim));
+            json_object_set_new(je, "offset", json_integer((json_int_t)pc->offset));
+            json_object_set_new(je, "length", json_integer((json_int_t)pc->length));
+            json_object_set_new(je, "xxh3", json_string(hex));
+            json_array_append_new(pieces, je);
+        }
+        json_object_set_new(e, "pieces", pieces);
+        json_array_append_new(tensors, e);
+    }
+    json_object_set_new(m, "tensors", tensors);
+    char *text = json_dumps(m, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+    json_decref(m);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/" WF_CKPT_MANIFEST, tmp_dir);
+    if (!text) return wf_error(WF_ERR_NOMEM, "%s: cannot build the manifest", path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        free(text);
+        return wf_error(WF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    }
+    size_t len = strlen(text);
+    text[len] = '\n'; /* the NUL becomes a final newline */
+    wf_status s = WF_OK;
+    if (write_all(fd, (const unsigned char *)text, len + 1) != 0)
+        s = wf_error(WF_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    else if (fsync(fd) != 0)
+        s = wf_error(WF_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && s == WF_OK) s = wf_error(WF_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    free(text);
+    return s;
+}
+
+/* ---- commit and directory housekeeping ---- */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path) != 0 && errno != ENOENT ? -1 : 0;
+}
+
+wf_status wf_ckpt_remove_tree(const char *path) {
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+        return wf_error(WF_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    return WF_OK;
+}
+
+static char *parent_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+/* `root/.trash-<name>.<pid>` for root/name. */
+static char *trash_path(const char *path) {
+    const char *slash = strrchr(path, '/');
+    size_t plen = slash ? (size_t)(slash - path + 1) : 0;
+    size_t n = strlen(path) + 48;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "%.*s.trash-%s.%ld", (int)plen, path, path + plen, (long)getpid());
+    return out;
+}
+
+wf_status wf_ckpt_commit(const char *tmp_dir, const char *dir) {
+    WF_TRY(wf_fsync_dir(tmp_dir));
+    char *parent = parent_of(dir), *trash = NULL;
+    if (!parent) return wf_error(WF_ERR_NOMEM, "out of memory");
+    wf_status s = WF_OK;
+    if (wf_path_exists(dir)) {
+        /* Replacing a checkpoint of the same step (e.g. after falling back
+         * past a corrupt one): move it aside first, so that the name never
+         * holds a mix of the two. */
+        trash = trash_path(dir);
+        if (!trash) s = wf_error(WF_ERR_NOMEM, "out of memory");
+        else if (rename(dir, trash) != 0)
+            s = wf_error(WF_ERR_IO, "%s: cannot move the old checkpoint aside: %s", dir, strerror(errno));
+    }
+    if (s == WF_OK && rename(tmp_dir, dir) != 0)
+        s = wf_error(WF_ERR_IO, "%s: cannot rename %s into place: %s", dir, tmp_dir, strerror(errno));
+    if (s == WF_OK) s = wf_fsync_dir(parent);
+    if (s == WF_OK && trash) s = wf_ckpt_remove_tree(trash);
+    free(trash);
+    free(parent);
+    return s;
+}
+
+void wf_ckpt_step_dir(char *buf, size_t n, const char *root, uint64_t step) {
+    snprintf(buf, n, "%s/step-%07" PRIu64, root, step);
+}
+
+/* Parses "step-<digits>" exactly; -1 if the name is something else. */
+static int parse_step_name(const char *name, uint64_t *step) {
+    if (strncmp(name, "step-", 5) != 0 || !name[5]) return -1;
+    uint64_t v = 0;
+    for (const char *c = name + 5; *c; c++) {
+        if (*c < '0' || *c > '9' || v > UINT64_MAX / 10 - 1) return -1;
+        v = v * 10 + (uint64_t)(*c - '0');
+    }
+    *step = v;
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+wf_status wf_ckpt_list(const char *root, uint64_t **steps, size_t *n) {
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d) {
+        if (errno == ENOENT) return WF_OK;
+        return wf_error(WF_ERR_IO, "%s: cannot list: %s", root, strerror(errno));
+    }
+    size_t cap = 0;
+    wf_status s = WF_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        uint64_t step;
+        if (parse_step_name(e->d_name, &step) != 0) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        if (!wf_path_is_dir(path)) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            uint64_t *ns = realloc(*steps, cap * sizeof *ns);
+            if (!ns) {
+                s = wf_error(WF_ERR_NOMEM, "out of memory");
+                break;
+            }
+            *steps = ns;
+        }
+        (*steps)[(*n)++] = step;
+    }
+    closedir(d);
+    if (s != WF_OK) {
+        free(*steps);
+        *steps = NULL;
+        *n = 0;
+        return s;
+    }
+    if (*n) qsort(*steps, *n, sizeof **steps, cmp_u64);
+    return WF_OK;
+}
+
+wf_status wf_ckpt_cleanup(const char *root, int *removed) {
+    if (removed) *removed = 0;
+    DIR *d = opendir(root);
+    if (!d) {
+        if (errno == ENOENT) return WF_OK;
+        return wf_error(WF_ERR_IO, "%s: cannot list: %s", root, strerror(errno));
+    }
+    wf_status s = WF_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && s == WF_OK) {
+        if (strncmp(e->d_name, ".tmp-", 5) != 0 && strncmp(e->d_name, ".trash-", 7) != 0) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        s = wf_ckpt_remove_tree(path);
+        if (s == WF_OK && removed) (*removed)++;
+    }
+    closedir(d);
+    return s;
+}
+
+wf_status wf_ckpt_prune(const char *root, int keep_last, uint64_t keep_every, int *removed) {
+    if (removed) *removed = 0;
+    if (keep_last <= 0) return WF_OK;
+    uint64_t *steps;
+    size_t n;
+    WF_TRY(wf_ckpt_list(root, &steps, &n));
+    wf_status s = WF_OK;
+    for (size_t i = 0; i + (size_t)keep_last < n && s == WF_OK; i++) {
+        if (keep_every > 0 && steps[i] % keep_every == 0) continue;
+        char path[4096];
+        wf_ckpt_step_dir(path, sizeof path, root, steps[i]);
+        char *trash = trash_path(path);
+        if (!trash) {
+            s = wf_error(WF_ERR_NOMEM, "out of memory");
+            break;
+        }
+        if (rename(path, trash) != 0)
+            s = wf_error(WF_ERR_IO, "%s: cannot remove an old checkpoint: %s", path, strerror(errno));
+        else s = wf_ckpt_remove_tree(trash);
+        free(trash);
+        if (s == WF_OK && removed) (*removed)++;
+    }
+    free(steps);
+    if (s == WF_OK && removed && *removed) s = wf_fsync_dir(root);
+    return s;
+}
+
+/* ---- scalar state ---- */
+
+struct wf_ckpt_meta {
+    json_t *state;
+};
+
+wf_ckpt_meta *wf_ckpt_meta_create(void) {
+    wf_ckpt_meta *m = calloc(1, sizeof *m);
+    if (m && !(m->state = json_object())) {
+        free(m);
+        m = NULL;
+    }
+    return m;
+}
+
+void wf_ckpt_meta_destroy(wf_ckpt_meta *m) {
+    if (!m) return;
+    json_decref(m->state);
+    free(m);
+}
+
+const json_t *wf_ckpt_meta_json(const wf_ckpt_meta *m) { return m ? m->state : NULL; }
+
+/* Stores v (stolen) at "section.name" or "name". */
+static wf_status meta_put(wf_ckpt_meta *m, const char *key, json_t *v) {
+    if (!v) return wf_error(WF_ERR_NOMEM, "out of memory");
+    const char *dot = strchr(key, '.');
+    if (!*key || dot == key || (dot && !dot[1])) {
+        json_decref(v);
+        return wf_error(WF_ERR_INVALID, "checkpoint state key '%s' is not 'name' or 'section.name'", key);
+    }
+    if (!dot) return json_object_set_new(m->state, key, v) == 0 ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
+    char section[128];
+    if ((size_t)(dot - key) >= sizeof section) {
+        json_decref(v);
+        return wf_error(WF_ERR_INVALID, "checkpoint state key '%s': section name too long", key);
+    }
+    memcpy(section, key, (size_t)(dot - key));
+    section[dot - key] = '\0';
+    json_t *sec = json_object_get(m->state, section);
+    if (!sec) {
+        sec = json_object();
+        json_object_set_new(m->state, section, sec);
+    } else if (!json_is_object(sec)) {
+        json_decref(v);
+        return wf_error(WF_ERR_INVALID, "checkpoint state key '%s': '%s' is already a value", key, section);
+    }
+    return json_object_set_new(sec, dot + 1, v) == 0 ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
+}
+
+wf_status wf_ckpt_meta_set_u64(wf_ckpt_meta *m, const char *key, uint64_t v) {
+    if (v > (uint64_t)INT64_MAX)
+        return wf_error(WF_ERR_RANGE, "checkpoint state %s = %" PRIu64 " is above 2^63 - 1", key, v);
+    return meta_put(m, key, json_integer((json_int_t)v));
+}
+
+wf_status wf_ckpt_meta_set_f64(wf_ckpt_meta *m, const char *key, double v) {
+    return meta_put(m, key, json_real(v));
+}
+
+wf_status wf_ckpt_meta_set_str(wf_ckpt_meta *m, const char *key, const char *v) {
+    return meta_put(m, key, json_string(v ? v : ""));
+}
+
+wf_status wf_ckpt_meta_set_model_config(wf_ckpt_meta *m, const wf_model_config *c) {
+    WF_TRY(wf_ckpt_meta_set_u64(m, "model.dim", (uint64_t)c->dim));
+    WF_TRY(wf_ckpt_meta_set_u64(m, "model.n_layers", (uint64_t)c->n_layers));
+    WF_TRY(wf_ckpt_meta_set_u64(m, "model.n_heads", (uint64_t)c->n_heads));
+    WF_TRY(wf_ckpt_meta_set_u64(m, "model.n_kv_heads", (uint64_t)c->n_kv_heads));
+    WF_TRY(wf_ckpt_meta_set_u64(m, "model.vocab_size", (uint64_t)c->vocab_size));
+    WF_TRY(wf_ckpt_meta_set_u64(m, "model.ffn_hidden_dim", (uint64_t)wf_model_config_hidden_dim(c)));
+    WF_TRY(wf_ckpt_meta_set_u64(m, "model.max_seq_len", (uint64_t)c->max_seq_len));
+    WF_TRY(wf_ckpt_meta_set_f64(m, "model.norm_eps", c->norm_eps));
+    WF_TRY(wf_ckpt_meta_set_f64(m, "model.rope_theta", c->rope_theta));
+    WF_TRY(wf_ckpt_meta_set_f64(m, "model.init_std", c->init_std));
+    return wf_ckpt_meta_set_u64(m, "model.tied_embeddings", (uint64_t)(c->tied_embeddings != 0));
+}

@@ -1,0 +1,260 @@
+/* The checkpoint writer of one rank: synchronous saves write straight from
+ * the state's memory; asynchronous saves copy the state into a staging
+ * buffer (the data file's exact image, allocated once) and hand it to a
+ * writer thread.
+ *
+ * The handshake (one mutex, one condition variable): `busy` is set by
+ * wf_ckpt_save after the copy and cleared by the thread when the save is on
+ * disk. wf_ckpt_save waits for !busy before touching the staging buffer, so
+ * two saves never overlap and the buffer is never overwritten while it is
+ * being written; wf_ckpt_writer_wait and destroy wait for it too, so the
+ * process cannot exit with a save half done. The thread reads the staging
+ * buffer and the job only while busy, the caller only while !busy. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_impl.h"
+#include "weft/fileio.h"
+#include "weft/thread.h"
+
+struct wf_ckpt_writer {
+    wf_ckpt_plan plan;
+    wf_ckpt_writer_opts o;
+    uint64_t *sums;          /* (n_pieces) checksums of the save being written */
+    unsigned char *staging;  /* async: the data file image, rank_bytes[rank] bytes */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int started;
+    /* Guarded by mu: */
+    int busy, quit, unpolled, unreported, saved_any;
+    char *job_dir;
+    uint64_t job_step;
+    json_t *job_state;       /* owned copy of the meta */
+    wf_ckpt_save_stats job, last;
+    char last_err[1024];
+};
+
+/* The whole save of rank o.rank into `dir`: data file, manifest (world
+ * size 1: this rank has every checksum), commit, retention. */
+static wf_status do_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const json_t *state,
+                         const unsigned char *image, int *pruned) {
+    *pruned = 0;
+    char *tmp = wf_ckpt_tmp_path(dir);
+    if (!tmp) return wf_error(WF_ERR_NOMEM, "out of memory");
+    wf_status s = WF_OK;
+    if (wf_path_exists(tmp)) s = wf_ckpt_remove_tree(tmp);
+    if (s == WF_OK) s = wf_mkdirs(tmp);
+    if (s == WF_OK) s = wf_ckpt_write_data(&w->plan, w->o.rank, tmp, step, image, w->sums);
+    if (s == WF_OK) s = wf_ckpt_write_manifest(&w->plan, tmp, step, state, w->sums);
+    if (s == WF_OK) s = wf_ckpt_commit(tmp, dir);
+    if (s != WF_OK) {
+        wf_status keep = s;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", wf_error_msg());
+        wf_ckpt_remove_tree(tmp); /* best effort; wf_ckpt_cleanup catches what is left */
+        wf_error(keep, "%s", msg);
+    }
+    free(tmp);
+    if (s == WF_OK && w->o.keep_last > 0) {
+        const char *slash = strrchr(dir, '/');
+        char *root = slash ? strndup(dir, (size_t)(slash - dir)) : strdup(".");
+        if (!root) return wf_error(WF_ERR_NOMEM, "out of memory");
+        s = wf_ckpt_prune(root, w->o.keep_last, w->o.keep_every, pruned);
+        free(root);
+    }
+    return s;
+}
+
+static void *writer_main(void *arg) {
+    wf_ckpt_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->busy && !w->quit) pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->busy) break; /* quit with nothing to do */
+        char *dir = w->job_dir;
+        uint64_t step = w->job_step;
+        json_t *state = w->job_state;
+        pthread_mutex_unlock(&w->mu);
+
+        double t0 = wf_time_now();
+        int pruned;
+        wf_status s = do_save(w, dir, step, state, w->staging, &pruned);
+        double dt = wf_time_now() - t0;
+
+        pthread_mutex_lock(&w->mu);
+        w->last = w->job;
+        w->last.write_seconds = dt;
+        w->last.pruned = pruned;
+        w->last.status = s;
+        snprintf(w->last_err, sizeof w->last_err, "%s", s == WF_OK ? "" : wf_error_msg());
+        free(w->job_dir);
+        json_decref(w->job_state);
+        w->job_dir = NULL;
+        w->job_state = NULL;
+        w->busy = 0;
+        w->unpolled = w->unreported = w->saved_any = 1;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+wf_status wf_ckpt_writer_create(wf_ckpt_writer **out, const wf_ckpt_tensor *tensors, size_t n,
+                                const wf_ckpt_writer_opts *opts) {
+    *out = NULL;
+    if (opts->world_size != 1 || opts->rank != 0)
+        return wf_error(WF_ERR_UNSUPPORTED,
+                        "checkpoint writer: rank %d of %d: saving from several processes needs a communicator "
+                        "to gather the checksums to rank 0, which weft does not have yet; use world_size 1",
+                        opts->rank, opts->world_size);
+    wf_ckpt_writer *w = calloc(1, sizeof *w);
+    if (!w) return wf_error(WF_ERR_NOMEM, "out of memory");
+    w->o = *opts;
+    wf_status s = wf_ckpt_plan_make(&w->plan, tensors, n, opts->world_size);
+    if (s != WF_OK) {
+        free(w);
+        return s;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->sums = calloc(w->plan.n_pieces + 1, sizeof *w->sums);
+    if (!w->sums) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    if (s == WF_OK && opts->async) {
+        size_t bytes = (size_t)w->plan.rank_bytes[opts->rank];
+        /* Zeroed once: the padding between pieces stays zero for good. */
+        w->staging = calloc(1, bytes);
+        if (!w->staging)
+            s = wf_error(WF_ERR_NOMEM, "checkpoint: cannot allocate the %.1f MB staging buffer of asynchronous "
+                         "saves (set ckpt.async = false to write without one)", (double)bytes / 1e6);
+    }
+    if (s == WF_OK && opts->async) {
+        /* The thread takes no signals: the training thread handles them, and
+         * the thread's writes and fsyncs are never interrupted. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = pthread_create(&w->thread, NULL, writer_main, w);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc != 0) s = wf_error(WF_ERR_INTERNAL, "checkpoint: cannot start the writer thread (error %d)", rc);
+        else w->started = 1;
+    }
+    if (s != WF_OK) {
+        wf_ckpt_writer_destroy(w);
+        return s;
+    }
+    *out = w;
+    return WF_OK;
+}
+
+void wf_ckpt_writer_destroy(wf_ckpt_writer *w) {
+    if (!w) return;
+    if (w->started) {
+        pthread_mutex_lock(&w->mu);
+        w->quit = 1; /* the thread finishes a save in flight first */
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+    }
+    free(w->job_dir);
+    json_decref(w->job_state);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w->staging);
+    free(w->sums);
+    wf_ckpt_plan_free(&w->plan);
+    free(w);
+}
+
+size_t wf_ckpt_writer_staging_bytes(const wf_ckpt_writer *w) {
+    return w->staging ? (size_t)w->plan.rank_bytes[w->o.rank] : 0;
+}
+
+wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const wf_ckpt_meta *meta,
+                       wf_ckpt_save_stats *stats) {
+    double t0 = wf_time_now();
+    wf_ckpt_save_stats st = {0};
+    st.step = step;
+    st.bytes = w->plan.rank_bytes[w->o.rank];
+    if (!w->o.async) {
+        int pruned;
+        wf_status s = do_save(w, dir, step, wf_ckpt_meta_json(meta), NULL, &pruned);
+        st.write_seconds = st.blocked_seconds = wf_time_now() - t0;
+        st.pruned = pruned;
+        st.status = s;
+        w->last = st;
+        w->unpolled = w->saved_any = 1;
+        if (stats) *stats = st;
+        return s;
+    }
+    /* Async: wait for the previous save; report its failure if nobody has. */
+    pthread_mutex_lock(&w->mu);
+    while (w->busy) pthread_cond_wait(&w->cv, &w->mu);
+    if (w->unreported && w->last.status != WF_OK) {
+        wf_status prev = w->last.status;
+        unsigned long long prev_step = (unsigned long long)w->last.step;
+        w->unreported = 0;
+        w->unpolled = 0;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", w->last_err);
+        pthread_mutex_unlock(&w->mu);
+        return wf_error(prev, "the checkpoint save of step %llu failed: %s", prev_step, msg);
+    }
+    pthread_mutex_unlock(&w->mu);
+
+    /* Not busy: the staging buffer and the job fields are ours. */
+    char *dir_copy = strdup(dir);
+    json_t *state = json_deep_copy(wf_ckpt_meta_json(meta) ? wf_ckpt_meta_json(meta) : json_object());
+    if (!dir_copy || !state) {
+        free(dir_copy);
+        json_decref(state);
+        return wf_error(WF_ERR_NOMEM, "out of memory");
+    }
+    double t1 = wf_time_now();
+    wf_ckpt_stage(&w->plan, w->o.rank, step, w->staging);
+    double t2 = wf_time_now();
+    st.copy_seconds = t2 - t1;
+    st.blocked_seconds = t2 - t0;
+
+    pthread_mutex_lock(&w->mu);
+    w->job_dir = dir_copy;
+    w->job_step = step;
+    w->job_state = state;
+    w->job = st;
+    w->busy = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (stats) *stats = st;
+    return WF_OK;
+}
+
+wf_status wf_ckpt_writer_wait(wf_ckpt_writer *w, wf_ckpt_save_stats *stats) {
+    pthread_mutex_lock(&w->mu);
+    while (w->busy) pthread_cond_wait(&w->cv, &w->mu);
+    wf_ckpt_save_stats st = w->last;
+    int any = w->saved_any;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", w->last_err);
+    w->unreported = 0;
+    pthread_mutex_unlock(&w->mu);
+    if (stats) *stats = st;
+    if (!any || st.status == WF_OK) return WF_OK;
+    if (!w->o.async) return st.status; /* the message was set by wf_ckpt_save in this thread */
+    return wf_error(st.status, "the checkpoint save of step %llu failed: %s", (unsigned long long)st.step, msg);
+}
+
+int wf_ckpt_writer_poll(wf_ckpt_writer *w, wf_ckpt_save_stats *stats) {
+    pthread_mutex_lock(&w->mu);
+    int got = w->unpolled;
+    if (got) {
+        *stats = w->last;
+        w->unpolled = 0;
+        if (w->last.status != WF_OK) w->unreported = 0; /* the caller sees the failure in *stats */
+    }
+    pthread_mutex_unlock(&w->mu);
+    return got;
+}
