@@ -36,7 +36,7 @@ endif
 CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE
 CFLAGS   := -std=c11 $(OPT) $(WARN) -pthread $(PKG_CFLAGS) $(EXTRA_CFLAGS)
 # CLD2 (language id in src/prep/langid.c) ships no pkg-config file.
-LDLIBS   := $(PKG_LIBS) -lcld2 -lm -pthread
+LDLIBS   := $(PKG_LIBS) -lcld2 -lm -ldl -pthread
 # OpenMP for the model's kernels (src/kernels), one runtime per process:
 # gcc's libgomp, which Debian's OpenMP build of OpenBLAS also uses, so the
 # kernels' loops and sgemm share one thread pool. Two builds run the loops
@@ -79,8 +79,8 @@ RECORD_DEFS := -DWF_BUILD_CC='"$(CC)"' -DWF_SOURCE_DIR='"$(CURDIR)"' \
     -DWF_BUILD_CFLAGS='"$(subst ',,$(subst ",,$(CPPFLAGS) $(CFLAGS)))"'
 $(BUILD)/obj/src/obs/obs_record.o: CPPFLAGS += $(RECORD_DEFS)
 
-.PHONY: all lib tests bench clean
-all: $(BUILD)/weft tests bench
+.PHONY: all lib tests bench mpi-backends clean
+all: $(BUILD)/weft tests bench mpi-backends
 lib: $(BUILD)/libweft.a
 tests: $(TEST_BIN) $(TTOOL_BIN)
 bench: $(BENCH_BIN)
@@ -105,6 +105,30 @@ $(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(BUILD)/libweft.a
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDLIBS)
+
+# MPI backends of src/dist (docs/distributed.md): one shared object per MPI
+# implementation, opened by weft with dlopen under a launcher, so that weft
+# itself never links libmpi. Each is built when its compiler wrapper is
+# installed (scripts/setup.sh installs both). The wrappers give the include
+# and library flags; $(CC) compiles, with mpi.h as a system header so that
+# the strict warnings apply to weft's code only.
+MPI_IMPLS    := $(if $(shell command -v mpicc.openmpi),openmpi) $(if $(shell command -v mpicc.mpich),mpich)
+MPI_BACKENDS := $(MPI_IMPLS:%=$(BUILD)/libweft-mpi-%.so)
+MPI_BE_FLAGS  = -std=c11 $(OPT) $(WARN) -fPIC -shared -fvisibility=hidden $(CPPFLAGS)
+ifneq ($(SANITIZE),)
+MPI_BE_FLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+endif
+mpi_inc  = $(patsubst -I%,-isystem %,$(filter -I%,$(1)))
+mpi_link = $(filter -L% -l% -Wl$(comma)%,$(1))
+mpi-backends: $(MPI_BACKENDS)
+$(BUILD)/libweft-mpi-openmpi.so: src/dist/mpi/dist_mpi.c src/dist/dist_backend.h
+	@mkdir -p $(dir $@)
+	@echo "  MPI     $@"
+	$(Q)$(CC) $(MPI_BE_FLAGS) $(call mpi_inc,$(shell mpicc.openmpi -showme:compile)) -o $@ $< $(call mpi_link,$(shell mpicc.openmpi -showme:link))
+$(BUILD)/libweft-mpi-mpich.so: src/dist/mpi/dist_mpi.c src/dist/dist_backend.h
+	@mkdir -p $(dir $@)
+	@echo "  MPI     $@"
+	$(Q)$(CC) $(MPI_BE_FLAGS) $(call mpi_inc,$(shell mpicc.mpich -compile-info)) -o $@ $< $(call mpi_link,$(shell mpicc.mpich -link-info))
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -17,6 +17,7 @@ APT_PACKAGES=(
   libopenblas-openmp-dev
   libgumbo-dev libutf8proc-dev libcld2-dev wget r-doc-html
   r-base-core r-cran-janeaustenr
+  libopenmpi-dev openmpi-bin libmpich-dev mpich
 )
 
 SUDO=""

@@ -1,0 +1,254 @@
+/* weft: the distributed layer. A communicator over the ranks of a
+ * data-parallel job, the bucketed gradient reducer of DDP, the ZeRO-1
+ * partition of the flat parameter buffer, and the collective watchdog.
+ *
+ * Backends. Without a launcher weft is one process and uses the
+ * single-process backend: no MPI library is loaded or needed. Under
+ * `mpirun`/`mpiexec`/`srun` the communicator loads an MPI backend, a shared
+ * object built per MPI implementation (libweft-mpi-openmpi.so,
+ * libweft-mpi-mpich.so) that weft opens with dlopen, so that the weft binary
+ * itself never links libmpi. Which one is chosen and where it is searched:
+ * wf_comm_create below and docs/distributed.md.
+ *
+ * Threads. A communicator is used by one thread at a time (MPI is
+ * initialised at MPI_THREAD_SERIALIZED); its watchdog thread only reads
+ * clocks and the flight recorder and never calls MPI.
+ *
+ * Collectives must be issued in the same order on every rank, as MPI
+ * requires. Every call takes a `tag` (may be NULL) that names it in the
+ * flight recorder and in the watchdog's report ("grad bucket 3/8", "agree").
+ *
+ * This module does not do: point-to-point messages, sub-communicators,
+ * tensor/pipeline parallelism, or GPU buffers.
+ */
+#ifndef WEFT_DIST_H
+#define WEFT_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/status.h"
+
+typedef struct wf_comm wf_comm;
+
+typedef enum {
+    WF_COMM_SUM = 0,
+    WF_COMM_AVG, /* sum / world size (floating point only) */
+    WF_COMM_MAX,
+    WF_COMM_MIN,
+    WF_COMM_BOR  /* bitwise or (integers only) */
+} wf_comm_op;
+
+/* Called by the watchdog, on its own thread, instead of its default action
+ * (log the report and _exit): for tests. `report` is the text it would log. */
+typedef void (*wf_comm_timeout_fn)(void *ctx, const char *report);
+
+typedef struct {
+    /* Backend: NULL or "auto" decides from the environment (see
+     * wf_comm_create); "single", "openmpi", "mpich", or a path to a backend
+     * shared object. The WEFT_DIST_BACKEND environment variable, when set,
+     * takes the place of "auto". */
+    const char *backend;
+    /* Watchdog: a collective that blocks longer than timeout_first_s while
+     * the step (wf_comm_set_step) is below first_steps, or timeout_s after,
+     * ends the process (see "Watchdog" below). <= 0 disables that phase's
+     * timeout; both <= 0 start no watchdog thread. */
+    double timeout_first_s;  /* default 600 */
+    double timeout_s;        /* default 300 */
+    int64_t first_steps;     /* default 2: steps 0 and 1 get timeout_first_s */
+    int recorder_size;       /* flight recorder entries, default 64 (>= 4) */
+    int timeout_exit_code;   /* the process's exit status on a timeout, default 3 */
+    /* When set, the watchdog also writes its report to this file. */
+    const char *report_path;
+    /* Tests only: replaces the default timeout action. */
+    wf_comm_timeout_fn on_timeout;
+    void *on_timeout_ctx;
+} wf_comm_options;
+
+wf_comm_options wf_comm_options_default(void);
+
+/* What wf_comm_create would pick: "single", "openmpi", "mpich" or a path
+ * (from opts->backend, else WEFT_DIST_BACKEND, else the launcher's
+ * environment variables). Never NULL; the string is static or opts'. */
+const char *wf_comm_detect_backend(const wf_comm_options *opts);
+
+/* Creates the communicator of this process (once per process).
+ *
+ * "auto" picks, from the environment:
+ *   OMPI_COMM_WORLD_SIZE set             -> openmpi (Open MPI's mpirun)
+ *   PMI_RANK / PMI_SIZE set              -> mpich   (MPICH's Hydra mpiexec)
+ *   SLURM_STEP_NUM_TASKS set (srun)      -> PMIX_RANK set: openmpi, else mpich
+ *   nothing                              -> single
+ * The MPI backend "NAME" is the file libweft-mpi-NAME.so, searched in
+ * $WEFT_DIST_LIB_DIR, the executable's folder, its parent and grandparent
+ * (build/tests/tools/x finds build/), and ../lib/weft from the executable.
+ * A launcher detected but no backend loadable is an error that names every
+ * place tried and what to do. Sets the log's rank prefix
+ * (wf_log_set_rank). Destroy with wf_comm_destroy, which finalizes MPI. */
+wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts);
+void wf_comm_destroy(wf_comm *c); /* accepts NULL; calls MPI_Finalize */
+
+int wf_comm_rank(const wf_comm *c);
+int wf_comm_size(const wf_comm *c);
+int wf_comm_local_rank(const wf_comm *c); /* rank within this node */
+/* "single", "openmpi" or "mpich"; and the MPI library's version line. */
+const char *wf_comm_backend(const wf_comm *c);
+const char *wf_comm_library_version(const wf_comm *c);
+
+/* Ends every rank of the job now with `code` (MPI_Abort; exit() in the
+ * single-process backend). For main() only, when a rank must leave while
+ * others may be blocked in a collective. Does not return. */
+void wf_comm_abort(wf_comm *c, int code) __attribute__((noreturn));
+
+/* The training step the watchdog and the flight recorder attribute
+ * collectives to; also chooses the watchdog's timeout. Call it at the
+ * start of every step. */
+void wf_comm_set_step(wf_comm *c, int64_t step);
+
+/* --- Blocking collectives. Counts are in elements. ------------------- */
+
+/* In place: buf (n) becomes the op over ranks. op: SUM, AVG, MAX, MIN.
+ * With the MPI backends every rank gets bitwise the same result. */
+wf_status wf_comm_all_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, const char *tag);
+wf_status wf_comm_all_reduce_f64(wf_comm *c, double *buf, size_t n, wf_comm_op op,
+                                 const char *tag);
+/* Integers; op: SUM, MAX, MIN, BOR (no AVG). */
+wf_status wf_comm_all_reduce_i32(wf_comm *c, int32_t *buf, size_t n, wf_comm_op op,
+                                 const char *tag);
+
+/* Reduce-scatter: `send` holds sum(counts) floats laid out as rank 0's
+ * part, rank 1's part, ...; `recv` (counts[rank]) gets the op over ranks
+ * of this rank's part. counts has wf_comm_size entries, any of them may be
+ * 0. `recv` must not overlap `send`. op: SUM or AVG. */
+wf_status wf_comm_reduce_scatter(wf_comm *c, const float *send, float *recv, const size_t *counts,
+                                 wf_comm_op op, const char *tag);
+
+/* All-gather in place: buf holds sum(counts) floats; this rank's part
+ * (counts[rank] floats at offset sum(counts[0..rank))) is sent, the others
+ * are overwritten with the other ranks' parts. */
+wf_status wf_comm_all_gather(wf_comm *c, float *buf, const size_t *counts, const char *tag);
+
+/* Copies `bytes` bytes of buf on `root` to every rank's buf. */
+wf_status wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root, const char *tag);
+
+wf_status wf_comm_barrier(wf_comm *c, const char *tag);
+
+/* --- Non-blocking all-reduce. ------------------------------------------
+ * A request is a caller-owned handle; at most WF_COMM_MAX_REQUESTS may be
+ * outstanding. The buffer must not be touched until the request completed
+ * (wait, or a test that reported done). MPI progresses a non-blocking
+ * collective only inside MPI calls: call wf_comm_test (or wf_comm_progress)
+ * now and then while computing, or the work happens in the final wait. */
+#define WF_COMM_MAX_REQUESTS 256
+typedef struct {
+    int slot;     /* -1: no request (already completed or never started) */
+    uint64_t seq; /* its number in the flight recorder */
+} wf_comm_request;
+
+wf_status wf_comm_iall_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, const char *tag,
+                              wf_comm_request *req);
+/* *done = 1 once complete (then req->slot is -1 and the buffer holds the
+ * result, averaged for AVG). */
+wf_status wf_comm_test(wf_comm *c, wf_comm_request *req, int *done);
+/* Blocks until complete (watched by the watchdog). A request with slot -1
+ * returns at once. */
+wf_status wf_comm_wait(wf_comm *c, wf_comm_request *req);
+/* Tests every outstanding request once: drives MPI's progress. */
+wf_status wf_comm_progress(wf_comm *c);
+
+/* --- Rank agreement. ----------------------------------------------------
+ * Each rank passes its own flags; all get the OR over ranks, so that one
+ * rank seeing a STOP file, a signal or an error makes every rank take the
+ * same decision at the same step. One small all-reduce (see
+ * docs/distributed.md for the step-loop pattern). */
+enum {
+    WF_AGREE_STOP = 1u << 0,  /* stop after this step */
+    WF_AGREE_SAVE = 1u << 1,  /* save a checkpoint at this step */
+    WF_AGREE_ERROR = 1u << 2, /* a rank failed this step: do not apply it */
+    WF_AGREE_SIGNAL = 1u << 3 /* a rank got SIGTERM/SIGUSR1/SIGINT */
+};
+wf_status wf_comm_agree(wf_comm *c, uint32_t *flags, const char *tag);
+
+/* --- Flight recorder. ---------------------------------------------------
+ * The last recorder_size collectives: number, kind, tag, step, bytes,
+ * times and state. Writes them, newest last, as text lines to `out` (cap
+ * bytes, always NUL-terminated); returns the length it needed. */
+size_t wf_comm_recorder_dump(wf_comm *c, char *out, size_t cap);
+/* Collectives completed so far (all kinds). */
+uint64_t wf_comm_completed(const wf_comm *c);
+
+/* --- DDP: the bucketed gradient reducer. --------------------------------
+ * The gradients of all tensors live in one float buffer. Buckets of about
+ * bucket_bytes are planned over the tensors in reverse order (backward
+ * produces the last layers' gradients first); each bucket is a contiguous
+ * span of the buffer. When the backward pass reports (wf_reducer_ready)
+ * that every tensor of a bucket has its final gradient, the bucket's
+ * non-blocking all-reduce (AVG) starts, while backward goes on. Buckets
+ * always start in bucket order, so every rank issues the same collectives
+ * in the same order whatever order tensors become ready in. */
+typedef struct {
+    size_t offset; /* in floats from the start of the gradient buffer */
+    size_t numel;
+} wf_dist_span;
+
+typedef struct wf_reducer wf_reducer;
+
+/* Plans buckets over `tensors` (n_tensors spans sorted by offset, not
+ * overlapping) of `grads`. A tensor is never split; a bucket closes once it
+ * holds >= bucket_bytes (the last one may be smaller). `c` and `grads` must
+ * outlive the reducer. */
+wf_status wf_reducer_create(wf_reducer **out, wf_comm *c, float *grads,
+                            const wf_dist_span *tensors, int n_tensors, size_t bucket_bytes);
+void wf_reducer_destroy(wf_reducer *r); /* accepts NULL */
+
+int wf_reducer_num_buckets(const wf_reducer *r);
+/* Bucket b's span of the gradient buffer and its tensors [first, last]. */
+wf_dist_span wf_reducer_bucket(const wf_reducer *r, int b, int *first_tensor, int *last_tensor);
+/* The bucket tensor i belongs to. */
+int wf_reducer_bucket_of(const wf_reducer *r, int tensor);
+
+/* Tensor i's gradient is final for this step. Starts every bucket that is
+ * now complete and whose predecessors have started, and tests the requests
+ * in flight (MPI progress). Marking a tensor twice in a step is an error. */
+wf_status wf_reducer_ready(wf_reducer *r, int tensor);
+/* Starts the buckets not started yet (tensors never marked ready count as
+ * ready), waits for all, and resets for the next step. After it the
+ * gradient buffer holds the average over ranks. Call it on every rank every
+ * step, also after a failed backward, so that collectives stay matched. */
+wf_status wf_reducer_finish(wf_reducer *r);
+/* Buckets started by ready() (not by finish()) in the last finished step:
+ * how much of the reduction was overlapped with backward. */
+int wf_reducer_overlapped(const wf_reducer *r);
+
+/* --- ZeRO-1: optimizer state sharded over ranks. ------------------------
+ * The flat parameter buffer of n floats is split into `world` contiguous
+ * shards of shard_size floats (ceil(n / world) rounded up to `align`
+ * floats); the last shards are shorter or empty, so no buffer needs
+ * padding. A step: wf_comm_reduce_scatter(grads -> this rank's shard of the
+ * averaged gradient), the optimizer updates params[offset, offset + count)
+ * with its shard of the state, wf_comm_all_gather(params). */
+typedef struct {
+    size_t n, shard_size, align;
+    int world;
+    size_t *counts;  /* (world) floats per rank */
+    size_t *offsets; /* (world) first float of each rank's shard */
+} wf_zero1_plan;
+
+/* align: floats, >= 1 (16 keeps every shard on its own cache lines). */
+wf_status wf_zero1_plan_init(wf_zero1_plan *p, size_t n, int world, size_t align);
+void wf_zero1_plan_deinit(wf_zero1_plan *p); /* accepts a zeroed plan */
+
+/* Bytes of optimizer state (state_floats_per_param floats per parameter,
+ * 2 for AdamW) plus the gradient shard on one rank, unsharded and with
+ * ZeRO-1, and what ZeRO-1 saves (unsharded - sharded; the sharded figure
+ * counts the gradient shard buffer ZeRO-1 adds). */
+typedef struct {
+    size_t unsharded_bytes, sharded_bytes, saved_bytes;
+} wf_zero1_memory;
+wf_zero1_memory wf_zero1_plan_memory(const wf_zero1_plan *p, int rank, int state_floats_per_param);
+
+/* Global L2 norm of a sharded gradient: sqrt of the sum over ranks of the
+ * sum of squares (double) of each rank's shard (count floats). Collective. */
+wf_status wf_zero1_grad_norm(wf_comm *c, const float *shard, size_t count, double *norm);
+
+#endif

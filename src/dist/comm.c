@@ -1,0 +1,540 @@
+/* The communicator (contract: include/weft/dist.h; design:
+ * docs/distributed.md): picks and loads a backend, and wraps every
+ * collective with the checks, the AVG division, the flight recorder and
+ * the watchdog, so that backends stay thin.
+ *
+ * Loading. The MPI backends are shared objects opened with dlopen
+ * (RTLD_GLOBAL, because Open MPI's own plugins look up libmpi's symbols
+ * globally; RTLD_NODELETE, because MPI registers exit handlers that must
+ * find their code). They are never closed. The single-process backend is
+ * compiled in.
+ *
+ * A launcher's environment names the job's size; after MPI_Init the
+ * communicator checks that MPI sees the same size. A mismatch means the
+ * backend's MPI implementation is not the launcher's (e.g. MPICH's backend
+ * under Open MPI's mpirun starts N separate worlds of one rank), which
+ * would otherwise train N independent models without a word.
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dist/dist_backend.h"
+#include "dist/dist_impl.h"
+#include "weft/log.h"
+
+typedef struct {
+    int used, done, ok;
+    float *buf;
+    size_t n;
+    int avg;
+    uint64_t seq;
+} comm_req;
+
+struct wf_comm {
+    const wf_dist_backend *be;
+    void *st;
+    int rank, size, local_rank;
+    char backend[32];
+    char version[256];
+    wf_watchdog *wd;
+    comm_req reqs[WF_COMM_MAX_REQUESTS];
+    int max_reqs, n_out;
+};
+
+wf_comm_options wf_comm_options_default(void) {
+    return (wf_comm_options){
+        .backend = NULL,
+        .timeout_first_s = 600,
+        .timeout_s = 300,
+        .first_steps = 2,
+        .recorder_size = 64,
+        .timeout_exit_code = 3,
+    };
+}
+
+static int env_set(const char *name) {
+    const char *v = getenv(name);
+    return v && *v;
+}
+
+const char *wf_comm_detect_backend(const wf_comm_options *o) {
+    if (o && o->backend && *o->backend && strcmp(o->backend, "auto") != 0) return o->backend;
+    const char *e = getenv("WEFT_DIST_BACKEND");
+    if (e && *e && strcmp(e, "auto") != 0) return e;
+    if (env_set("OMPI_COMM_WORLD_SIZE")) return "openmpi";
+    if (env_set("PMI_RANK") || env_set("PMI_SIZE")) return "mpich";
+    if (env_set("SLURM_STEP_NUM_TASKS")) return env_set("PMIX_RANK") ? "openmpi" : "mpich";
+    return "single";
+}
+
+/* The job size the launcher announced, or 0 if none is known. */
+static int launcher_size(const char **var) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) {
+            *var = vars[i];
+            return atoi(v);
+        }
+    }
+    *var = NULL;
+    return 0;
+}
+
+static void append_tried(char *tried, size_t cap, const char *path, const char *why) {
+    size_t len = strlen(tried);
+    if (len < cap) snprintf(tried + len, cap - len, "\n  %s: %s", path, why);
+}
+
+/* Opens backend shared object `path`; on failure appends why to `tried`. */
+static const wf_dist_backend *open_backend(const char *path, char *tried, size_t cap) {
+    if (access(path, F_OK) != 0) {
+        append_tried(tried, cap, path, "no such file");
+        return NULL;
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
+    if (!h) {
+        append_tried(tried, cap, path, dlerror());
+        return NULL;
+    }
+    wf_dist_backend_fn fn;
+    void *sym = dlsym(h, WF_DIST_BACKEND_SYMBOL);
+    if (!sym) {
+        append_tried(tried, cap, path, "not a weft backend (no " WF_DIST_BACKEND_SYMBOL ")");
+        return NULL;
+    }
+    memcpy(&fn, &sym, sizeof fn); /* object to function pointer, as POSIX allows */
+    const wf_dist_backend *be = fn();
+    if (!be || be->abi != WF_DIST_ABI) {
+        char why[128];
+        snprintf(why, sizeof why, "built for backend ABI %d, this weft needs %d: rebuild it (make)",
+                 be ? be->abi : -1, WF_DIST_ABI);
+        append_tried(tried, cap, path, why);
+        return NULL;
+    }
+    return be;
+}
+
+static const wf_dist_backend *find_backend(const char *name, char *tried, size_t cap) {
+    if (strchr(name, '/')) return open_backend(name, tried, cap);
+    char file[96];
+    snprintf(file, sizeof file, "libweft-mpi-%s.so", name);
+    char path[PATH_MAX + 128];
+    const char *dir = getenv("WEFT_DIST_LIB_DIR");
+    if (dir && *dir) {
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        const wf_dist_backend *be = open_backend(path, tried, cap);
+        if (be) return be;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        append_tried(tried, cap, "/proc/self/exe", "cannot find the executable's folder");
+        return NULL;
+    }
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    static const char *rel[] = {"", "/..", "/../..", "/../lib/weft"};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+        snprintf(path, sizeof path, "%s%s/%s", exe, rel[i], file);
+        const wf_dist_backend *be = open_backend(path, tried, cap);
+        if (be) return be;
+    }
+    return NULL;
+}
+
+wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
+    *out = NULL;
+    wf_comm_options o = opts ? *opts : wf_comm_options_default();
+    const char *name = wf_comm_detect_backend(&o);
+    const wf_dist_backend *be;
+    if (strcmp(name, "single") == 0) {
+        be = wf_dist_single_backend();
+    } else {
+        char tried[2048] = "";
+        be = find_backend(name, tried, sizeof tried);
+        if (!be) {
+            const char *var;
+            int n = launcher_size(&var);
+            char why[160] = "";
+            if (var) snprintf(why, sizeof why, " (the launcher set %s=%d)", var, n);
+            return wf_error(WF_ERR_NOTFOUND,
+                            "dist: this job needs the MPI backend \"%s\"%s but none could be "
+                            "loaded; tried:%s\nBuild it with `make` (it needs mpicc.%s: run "
+                            "scripts/setup.sh), point WEFT_DIST_LIB_DIR at the folder holding "
+                            "libweft-mpi-%s.so, or choose another with WEFT_DIST_BACKEND "
+                            "(single, openmpi, mpich or a path)",
+                            name, why, tried, name, name);
+        }
+    }
+    wf_comm *c = calloc(1, sizeof *c);
+    if (!c) return wf_error(WF_ERR_NOMEM, "dist: out of memory for the communicator");
+    c->be = be;
+    snprintf(c->backend, sizeof c->backend, "%s", be->name);
+    if (be->init(&c->st, &c->rank, &c->size, &c->local_rank, c->version, sizeof c->version) != 0) {
+        wf_status s = wf_error(WF_ERR_IO, "dist: starting the %s backend: %s", be->name,
+                               be->last_error(NULL));
+        free(c);
+        return s;
+    }
+    const char *var;
+    int expect = launcher_size(&var);
+    if (expect > 0 && expect != c->size && strcmp(be->name, "single") != 0) {
+        wf_status s = wf_error(WF_ERR_CONFIG,
+                               "dist: the launcher started %d ranks (%s=%d) but the %s backend "
+                               "sees a world of %d: the backend's MPI (%s) is not the "
+                               "launcher's. Use that MPI's launcher (mpirun.openmpi for "
+                               "openmpi, mpiexec.mpich for mpich) or set WEFT_DIST_BACKEND",
+                               expect, var, expect, be->name, c->size, c->version);
+        be->finalize(c->st);
+        free(c);
+        return s;
+    }
+    c->max_reqs = be->max_requests < WF_COMM_MAX_REQUESTS ? be->max_requests : WF_COMM_MAX_REQUESTS;
+    wf_status s = wf_watchdog_create(&c->wd, &o, c->rank, c->size);
+    if (s != WF_OK) {
+        be->finalize(c->st);
+        free(c);
+        return s;
+    }
+    wf_log_set_rank(c->rank, c->size);
+    *out = c;
+    return WF_OK;
+}
+
+void wf_comm_destroy(wf_comm *c) {
+    if (!c) return;
+    /* Leave no request behind: MPI_Finalize with pending ones is an error. */
+    for (int i = 0; i < c->max_reqs; i++)
+        if (c->reqs[i].used && !c->reqs[i].done) c->be->wait(c->st, i);
+    wf_watchdog_destroy(c->wd);
+    c->be->finalize(c->st);
+    free(c);
+}
+
+int wf_comm_rank(const wf_comm *c) { return c->rank; }
+int wf_comm_size(const wf_comm *c) { return c->size; }
+int wf_comm_local_rank(const wf_comm *c) { return c->local_rank; }
+const char *wf_comm_backend(const wf_comm *c) { return c->backend; }
+const char *wf_comm_library_version(const wf_comm *c) { return c->version; }
+
+void wf_comm_abort(wf_comm *c, int code) {
+    c->be->abort(c->st, code);
+    _exit(code); /* a backend's abort does not return; this keeps noreturn true */
+}
+
+void wf_comm_set_step(wf_comm *c, int64_t step) { wf_watchdog_set_step(c->wd, step); }
+
+size_t wf_comm_recorder_dump(wf_comm *c, char *out, size_t cap) {
+    return wf_watchdog_dump(c->wd, out, cap);
+}
+
+uint64_t wf_comm_completed(const wf_comm *c) { return wf_watchdog_completed(c->wd); }
+
+static const char *op_name(wf_comm_op op) {
+    switch (op) {
+    case WF_COMM_SUM: return "sum";
+    case WF_COMM_AVG: return "avg";
+    case WF_COMM_MAX: return "max";
+    case WF_COMM_MIN: return "min";
+    case WF_COMM_BOR: return "bor";
+    }
+    return "?";
+}
+
+/* Checks that `op` applies to `dt` and maps it to the backend's op. */
+static wf_status backend_op(wf_comm_op op, wf_dist_dtype dt, const char *kind, const char *tag,
+                            wf_dist_bop *out) {
+    int is_float = dt == WF_DT_F32 || dt == WF_DT_F64;
+    switch (op) {
+    case WF_COMM_SUM: *out = WF_BOP_SUM; return WF_OK;
+    case WF_COMM_AVG:
+        if (is_float) {
+            *out = WF_BOP_SUM;
+            return WF_OK;
+        }
+        break;
+    case WF_COMM_MAX: *out = WF_BOP_MAX; return WF_OK;
+    case WF_COMM_MIN: *out = WF_BOP_MIN; return WF_OK;
+    case WF_COMM_BOR:
+        if (!is_float) {
+            *out = WF_BOP_BOR;
+            return WF_OK;
+        }
+        break;
+    }
+    return wf_error(WF_ERR_INVALID, "dist: %s \"%s\": op %s (%d) does not apply to %s data", kind,
+                    tag ? tag : "", op_name(op), (int)op, is_float ? "floating-point" : "integer");
+}
+
+static wf_status comm_fail(wf_comm *c, const char *kind, const char *tag) {
+    return wf_error(WF_ERR_IO, "dist: %s \"%s\" at step %lld on rank %d of %d: %s", kind,
+                    tag ? tag : "", (long long)wf_watchdog_step(c->wd), c->rank, c->size,
+                    c->be->last_error(c->st));
+}
+
+static size_t dtype_size(wf_dist_dtype dt) {
+    switch (dt) {
+    case WF_DT_F32: return 4;
+    case WF_DT_F64: return 8;
+    case WF_DT_I32: return 4;
+    case WF_DT_BYTE: return 1;
+    }
+    return 1;
+}
+
+static wf_status all_reduce_any(wf_comm *c, void *buf, size_t n, wf_dist_dtype dt, wf_comm_op op,
+                                const char *tag) {
+    wf_dist_bop bop;
+    WF_TRY(backend_op(op, dt, "all_reduce", tag, &bop));
+    if (n && !buf) return wf_error(WF_ERR_INVALID, "dist: all_reduce \"%s\": NULL buffer", tag ? tag : "");
+    size_t es = dtype_size(dt);
+    uint64_t seq = wf_watchdog_begin(c->wd, "all_reduce", tag, n * es, 1);
+    int rc = 0;
+    for (size_t done = 0; done < n && rc == 0;) {
+        size_t k = n - done < WF_DIST_MAX_COUNT ? n - done : WF_DIST_MAX_COUNT;
+        rc = c->be->all_reduce(c->st, (char *)buf + done * es, k, dt, bop);
+        done += k;
+    }
+    wf_watchdog_end(c->wd, seq, rc == 0);
+    if (rc != 0) return comm_fail(c, "all_reduce", tag);
+    if (op == WF_COMM_AVG && c->size > 1) {
+        if (dt == WF_DT_F32) {
+            float w = (float)c->size;
+            float *f = buf;
+            for (size_t i = 0; i < n; i++) f[i] /= w;
+        } else {
+            double w = (double)c->size;
+            double *d = buf;
+            for (size_t i = 0; i < n; i++) d[i] /= w;
+        }
+    }
+    return WF_OK;
+}
+
+wf_status wf_comm_all_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, const char *tag) {
+    return all_reduce_any(c, buf, n, WF_DT_F32, op, tag);
+}
+
+wf_status wf_comm_all_reduce_f64(wf_comm *c, double *buf, size_t n, wf_comm_op op,
+                                 const char *tag) {
+    return all_reduce_any(c, buf, n, WF_DT_F64, op, tag);
+}
+
+wf_status wf_comm_all_reduce_i32(wf_comm *c, int32_t *buf, size_t n, wf_comm_op op,
+                                 const char *tag) {
+    return all_reduce_any(c, buf, n, WF_DT_I32, op, tag);
+}
+
+wf_status wf_comm_agree(wf_comm *c, uint32_t *flags, const char *tag) {
+    int32_t v = (int32_t)*flags;
+    WF_TRY(all_reduce_any(c, &v, 1, WF_DT_I32, WF_COMM_BOR, tag ? tag : "agree"));
+    *flags = (uint32_t)v;
+    return WF_OK;
+}
+
+/* Sum of counts, checked against the backend's int limit. */
+static wf_status check_counts(wf_comm *c, const size_t *counts, const char *kind, const char *tag,
+                              size_t *total) {
+    if (!counts) return wf_error(WF_ERR_INVALID, "dist: %s \"%s\": NULL counts", kind, tag ? tag : "");
+    size_t t = 0;
+    for (int r = 0; r < c->size; r++) {
+        t += counts[r];
+        if (t > WF_DIST_MAX_COUNT)
+            return wf_error(WF_ERR_RANGE,
+                            "dist: %s \"%s\": %zu floats in all is more than one call moves "
+                            "(%zu): split the buffer",
+                            kind, tag ? tag : "", t, WF_DIST_MAX_COUNT);
+    }
+    *total = t;
+    return WF_OK;
+}
+
+wf_status wf_comm_reduce_scatter(wf_comm *c, const float *send, float *recv, const size_t *counts,
+                                 wf_comm_op op, const char *tag) {
+    wf_dist_bop bop;
+    size_t total;
+    if (op != WF_COMM_SUM && op != WF_COMM_AVG)
+        return wf_error(WF_ERR_INVALID, "dist: reduce_scatter \"%s\": op %s is not sum or avg",
+                        tag ? tag : "", op_name(op));
+    WF_TRY(backend_op(op, WF_DT_F32, "reduce_scatter", tag, &bop));
+    WF_TRY(check_counts(c, counts, "reduce_scatter", tag, &total));
+    size_t mine = counts[c->rank];
+    if ((total && !send) || (mine && !recv))
+        return wf_error(WF_ERR_INVALID, "dist: reduce_scatter \"%s\": NULL buffer", tag ? tag : "");
+    if (mine && send && recv < send + total && send < recv + mine)
+        return wf_error(WF_ERR_INVALID,
+                        "dist: reduce_scatter \"%s\": the receive buffer overlaps the send buffer",
+                        tag ? tag : "");
+    uint64_t seq = wf_watchdog_begin(c->wd, "reduce_scatter", tag, total * sizeof(float), 1);
+    int rc = c->be->reduce_scatter(c->st, send, recv, counts, bop);
+    wf_watchdog_end(c->wd, seq, rc == 0);
+    if (rc != 0) return comm_fail(c, "reduce_scatter", tag);
+    if (op == WF_COMM_AVG && c->size > 1) {
+        float w = (float)c->size;
+        for (size_t i = 0; i < mine; i++) recv[i] /= w;
+    }
+    return WF_OK;
+}
+
+wf_status wf_comm_all_gather(wf_comm *c, float *buf, const size_t *counts, const char *tag) {
+    size_t total;
+    WF_TRY(check_counts(c, counts, "all_gather", tag, &total));
+    if (total && !buf) return wf_error(WF_ERR_INVALID, "dist: all_gather \"%s\": NULL buffer", tag ? tag : "");
+    uint64_t seq = wf_watchdog_begin(c->wd, "all_gather", tag, total * sizeof(float), 1);
+    int rc = c->be->all_gather(c->st, buf, counts);
+    wf_watchdog_end(c->wd, seq, rc == 0);
+    return rc == 0 ? WF_OK : comm_fail(c, "all_gather", tag);
+}
+
+wf_status wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root, const char *tag) {
+    if (root < 0 || root >= c->size)
+        return wf_error(WF_ERR_INVALID, "dist: broadcast \"%s\": root %d is not a rank (0..%d)",
+                        tag ? tag : "", root, c->size - 1);
+    if (bytes && !buf) return wf_error(WF_ERR_INVALID, "dist: broadcast \"%s\": NULL buffer", tag ? tag : "");
+    uint64_t seq = wf_watchdog_begin(c->wd, "broadcast", tag, bytes, 1);
+    int rc = 0;
+    for (size_t done = 0; done < bytes && rc == 0;) {
+        size_t k = bytes - done < WF_DIST_MAX_COUNT ? bytes - done : WF_DIST_MAX_COUNT;
+        rc = c->be->broadcast(c->st, (char *)buf + done, k, root);
+        done += k;
+    }
+    wf_watchdog_end(c->wd, seq, rc == 0);
+    return rc == 0 ? WF_OK : comm_fail(c, "broadcast", tag);
+}
+
+wf_status wf_comm_barrier(wf_comm *c, const char *tag) {
+    uint64_t seq = wf_watchdog_begin(c->wd, "barrier", tag, 0, 1);
+    int rc = c->be->barrier(c->st);
+    wf_watchdog_end(c->wd, seq, rc == 0);
+    return rc == 0 ? WF_OK : comm_fail(c, "barrier", tag);
+}
+
+/* --- Non-blocking all-reduce ---------------------------------------------
+ * A slot is `used` from iall_reduce until its owner's test or wait sees it
+ * complete; it is `done` from the moment any call (the owner's, or
+ * wf_comm_progress) learns from MPI that it completed: then the average is
+ * taken and the recorder notes the time. */
+
+static void req_finish(wf_comm *c, int slot, int ok) {
+    comm_req *q = &c->reqs[slot];
+    if (q->done) return;
+    if (ok && q->avg && c->size > 1) {
+        float w = (float)c->size;
+        for (size_t i = 0; i < q->n; i++) q->buf[i] /= w;
+    }
+    wf_watchdog_end(c->wd, q->seq, ok);
+    q->done = 1;
+    q->ok = ok;
+    c->n_out--;
+}
+
+/* Frees the owner's slot; returns whether the request succeeded. */
+static int req_release(wf_comm *c, wf_comm_request *req) {
+    comm_req *q = &c->reqs[req->slot];
+    int ok = q->ok;
+    q->used = 0;
+    req->slot = -1;
+    return ok;
+}
+
+static wf_status check_req(wf_comm *c, const wf_comm_request *req, const char *what) {
+    if (!req) return wf_error(WF_ERR_INVALID, "dist: %s: NULL request", what);
+    int bad = req->slot < -1 || req->slot >= c->max_reqs;
+    if (!bad && req->slot >= 0)
+        bad = !c->reqs[req->slot].used || c->reqs[req->slot].seq != req->seq;
+    if (bad)
+        return wf_error(WF_ERR_INVALID,
+                        "dist: %s: request (slot %d, #%llu) is not an outstanding request of "
+                        "this communicator (completed twice, or never started?)",
+                        what, req->slot, (unsigned long long)req->seq);
+    return WF_OK;
+}
+
+wf_status wf_comm_iall_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, const char *tag,
+                              wf_comm_request *req) {
+    wf_dist_bop bop;
+    if (!req)
+        return wf_error(WF_ERR_INVALID, "dist: iall_reduce \"%s\": NULL request", tag ? tag : "");
+    req->slot = -1;
+    req->seq = 0;
+    WF_TRY(backend_op(op, WF_DT_F32, "iall_reduce", tag, &bop));
+    if (n > WF_DIST_MAX_COUNT)
+        return wf_error(WF_ERR_RANGE,
+                        "dist: iall_reduce \"%s\": %zu floats is more than one call moves (%zu): "
+                        "use smaller buckets",
+                        tag ? tag : "", n, WF_DIST_MAX_COUNT);
+    if (n && !buf)
+        return wf_error(WF_ERR_INVALID, "dist: iall_reduce \"%s\": NULL buffer", tag ? tag : "");
+    int slot = -1;
+    for (int i = 0; i < c->max_reqs; i++)
+        if (!c->reqs[i].used) {
+            slot = i;
+            break;
+        }
+    if (slot < 0)
+        return wf_error(WF_ERR_RANGE,
+                        "dist: iall_reduce \"%s\": %d requests are outstanding, the most there "
+                        "may be: wait for some first",
+                        tag ? tag : "", c->max_reqs);
+    uint64_t seq = wf_watchdog_begin(c->wd, "iall_reduce", tag, n * sizeof(float), 0);
+    if (c->be->iall_reduce(c->st, slot, buf, n, bop) != 0) {
+        wf_watchdog_end(c->wd, seq, 0);
+        return comm_fail(c, "iall_reduce", tag);
+    }
+    c->reqs[slot] = (comm_req){.used = 1, .buf = buf, .n = n, .avg = op == WF_COMM_AVG, .seq = seq};
+    c->n_out++;
+    req->slot = slot;
+    req->seq = seq;
+    return WF_OK;
+}
+
+wf_status wf_comm_test(wf_comm *c, wf_comm_request *req, int *done) {
+    WF_TRY(check_req(c, req, "test"));
+    *done = 1;
+    if (req->slot < 0) return WF_OK;
+    comm_req *q = &c->reqs[req->slot];
+    if (!q->done) {
+        int d = 0;
+        int rc = c->be->test(c->st, req->slot, &d);
+        if (rc != 0 || d) req_finish(c, req->slot, rc == 0);
+        if (rc != 0) {
+            req_release(c, req);
+            return comm_fail(c, "test", "");
+        }
+        if (!d) {
+            *done = 0;
+            return WF_OK;
+        }
+    }
+    return req_release(c, req) ? WF_OK : comm_fail(c, "test", "");
+}
+
+wf_status wf_comm_wait(wf_comm *c, wf_comm_request *req) {
+    WF_TRY(check_req(c, req, "wait"));
+    if (req->slot < 0) return WF_OK;
+    comm_req *q = &c->reqs[req->slot];
+    if (!q->done) {
+        wf_watchdog_block(c->wd, req->seq);
+        int rc = c->be->wait(c->st, req->slot);
+        req_finish(c, req->slot, rc == 0);
+    }
+    return req_release(c, req) ? WF_OK : comm_fail(c, "wait", "");
+}
+
+wf_status wf_comm_progress(wf_comm *c) {
+    for (int i = 0; i < c->max_reqs && c->n_out > 0; i++) {
+        comm_req *q = &c->reqs[i];
+        if (!q->used || q->done) continue;
+        int d = 0;
+        int rc = c->be->test(c->st, i, &d);
+        if (rc != 0 || d) req_finish(c, i, rc == 0);
+        if (rc != 0) return comm_fail(c, "progress", "");
+    }
+    return WF_OK;
+}

@@ -1,0 +1,71 @@
+/* The single-process backend: a world of one rank. Every collective is the
+ * identity (a reduction over one rank is its input; its gather is its own
+ * part) except reduce-scatter, which copies the rank's part. No MPI, no
+ * threads; used whenever weft runs without a launcher. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist_backend.h"
+
+static int single_init(void **state, int *rank, int *size, int *local_rank, char *version,
+                       size_t version_cap) {
+    *state = NULL;
+    *rank = 0;
+    *size = 1;
+    *local_rank = 0;
+    if (version_cap) {
+        strncpy(version, "single process (no MPI)", version_cap - 1);
+        version[version_cap - 1] = '\0';
+    }
+    return 0;
+}
+
+static void single_finalize(void *state) {}
+static void single_abort(void *state, int code) { exit(code); }
+static const char *single_last_error(void *state) { return ""; }
+
+static int single_all_reduce(void *state, void *buf, size_t n, wf_dist_dtype dt, wf_dist_bop op) {
+    return 0;
+}
+
+static int single_iall_reduce(void *state, int slot, float *buf, size_t n, wf_dist_bop op) {
+    return 0;
+}
+
+static int single_test(void *state, int slot, int *done) {
+    *done = 1;
+    return 0;
+}
+
+static int single_wait(void *state, int slot) { return 0; }
+
+static int single_reduce_scatter(void *state, const float *send, float *recv,
+                                 const size_t *counts, wf_dist_bop op) {
+    if (counts[0]) memcpy(recv, send, counts[0] * sizeof *recv);
+    return 0;
+}
+
+static int single_all_gather(void *state, float *buf, const size_t *counts) { return 0; }
+static int single_broadcast(void *state, void *buf, size_t bytes, int root) { return 0; }
+static int single_barrier(void *state) { return 0; }
+
+const wf_dist_backend *wf_dist_single_backend(void) {
+    static const wf_dist_backend b = {
+        .abi = WF_DIST_ABI,
+        .name = "single",
+        .init = single_init,
+        .finalize = single_finalize,
+        .abort = single_abort,
+        .last_error = single_last_error,
+        .all_reduce = single_all_reduce,
+        .iall_reduce = single_iall_reduce,
+        .test = single_test,
+        .wait = single_wait,
+        .reduce_scatter = single_reduce_scatter,
+        .all_gather = single_all_gather,
+        .broadcast = single_broadcast,
+        .barrier = single_barrier,
+        .max_requests = 1 << 30,
+    };
+    return &b;
+}

@@ -1,0 +1,243 @@
+/* The MPI backend of weft's communicator (table: src/dist/dist_backend.h).
+ *
+ * Built once per MPI implementation as a shared object with that
+ * implementation's compiler wrapper (build/libweft-mpi-openmpi.so with
+ * mpicc.openmpi, build/libweft-mpi-mpich.so with mpicc.mpich) and opened by
+ * src/dist/comm.c with dlopen, so that the weft binary never links libmpi
+ * and runs without any MPI installed. It exports one symbol,
+ * wf_dist_backend_v1; everything else is static. It uses nothing from
+ * libweft.
+ *
+ * The communicator is a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN,
+ * so that a failing call is reported (with MPI_Error_string) instead of
+ * aborting the job inside MPI. MPI is initialised at
+ * MPI_THREAD_SERIALIZED: weft calls it from one thread at a time.
+ *
+ * Reduce-scatter and all-gather use the "v" forms (MPI_Reduce_scatter,
+ * MPI_Allgatherv with MPI_IN_PLACE), so ZeRO-1's shards can differ in size
+ * and no buffer needs padding.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist_backend.h"
+
+#define MPI_BACKEND_MAX_REQUESTS 256
+
+#if defined(OPEN_MPI) && OPEN_MPI
+#define MPI_BACKEND_NAME "openmpi"
+#elif defined(MPICH)
+#define MPI_BACKEND_NAME "mpich"
+#else
+#define MPI_BACKEND_NAME "mpi"
+#endif
+
+typedef struct {
+    MPI_Comm comm;
+    int rank, size;
+    int *icounts, *idispls; /* (size) scratch for the "v" collectives */
+    MPI_Request reqs[MPI_BACKEND_MAX_REQUESTS];
+    char err[1024];
+} mpi_state;
+
+/* init fails before a state exists; its message lives here. */
+static char init_err_[1024];
+
+static int fail(mpi_state *s, const char *what, int code) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "code %d", code);
+    char *dst = s ? s->err : init_err_;
+    snprintf(dst, sizeof init_err_, "%s failed on rank %d: %s", what, s ? s->rank : -1, msg);
+    return -1;
+}
+
+static MPI_Datatype mpi_dtype(wf_dist_dtype dt) {
+    switch (dt) {
+    case WF_DT_F32: return MPI_FLOAT;
+    case WF_DT_F64: return MPI_DOUBLE;
+    case WF_DT_I32: return MPI_INT32_T;
+    case WF_DT_BYTE: break;
+    }
+    return MPI_BYTE;
+}
+
+static MPI_Op mpi_op(wf_dist_bop op) {
+    switch (op) {
+    case WF_BOP_SUM: return MPI_SUM;
+    case WF_BOP_MAX: return MPI_MAX;
+    case WF_BOP_MIN: return MPI_MIN;
+    case WF_BOP_BOR: break;
+    }
+    return MPI_BOR;
+}
+
+static int mpi_init(void **state, int *rank, int *size, int *local_rank, char *version,
+                    size_t version_cap) {
+    *state = NULL;
+    int inited = 0, provided = 0, rc;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        if (rc != MPI_SUCCESS) return fail(NULL, "MPI_Init_thread", rc);
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    if (provided < MPI_THREAD_SERIALIZED) {
+        snprintf(init_err_, sizeof init_err_,
+                 "the MPI library provides thread level %d, weft needs MPI_THREAD_SERIALIZED (%d)",
+                 provided, MPI_THREAD_SERIALIZED);
+        return -1;
+    }
+    mpi_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(init_err_, sizeof init_err_, "out of memory for the MPI backend's state");
+        return -1;
+    }
+    rc = MPI_Comm_dup(MPI_COMM_WORLD, &s->comm);
+    if (rc != MPI_SUCCESS) {
+        free(s);
+        return fail(NULL, "MPI_Comm_dup", rc);
+    }
+    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(s->comm, &s->rank);
+    MPI_Comm_size(s->comm, &s->size);
+    for (int i = 0; i < MPI_BACKEND_MAX_REQUESTS; i++) s->reqs[i] = MPI_REQUEST_NULL;
+    s->icounts = calloc((size_t)s->size, sizeof *s->icounts);
+    s->idispls = calloc((size_t)s->size, sizeof *s->idispls);
+    if (!s->icounts || !s->idispls) {
+        free(s->icounts);
+        free(s->idispls);
+        MPI_Comm_free(&s->comm);
+        free(s);
+        snprintf(init_err_, sizeof init_err_, "out of memory for the MPI backend's state");
+        return -1;
+    }
+    /* The rank within this node: the rank in the shared-memory split. */
+    MPI_Comm node;
+    *local_rank = 0;
+    if (MPI_Comm_split_type(s->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_rank(node, local_rank);
+        MPI_Comm_free(&node);
+    }
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    lib[len < MPI_MAX_LIBRARY_VERSION_STRING ? len : MPI_MAX_LIBRARY_VERSION_STRING - 1] = '\0';
+    char *nl = strpbrk(lib, "\r\n,");
+    if (nl) *nl = '\0';
+    if (version_cap) snprintf(version, version_cap, "%s", lib);
+    *rank = s->rank;
+    *size = s->size;
+    *state = s;
+    return 0;
+}
+
+static void mpi_finalize(void *state) {
+    mpi_state *s = state;
+    if (s) {
+        MPI_Comm_free(&s->comm);
+        free(s->icounts);
+        free(s->idispls);
+        free(s);
+    }
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+}
+
+static void mpi_abort(void *state, int code) {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code); /* MPI_Abort does not return; this is for a library that does */
+}
+
+static const char *mpi_last_error(void *state) {
+    mpi_state *s = state;
+    return s ? s->err : init_err_;
+}
+
+static int mpi_all_reduce(void *state, void *buf, size_t n, wf_dist_dtype dt, wf_dist_bop op) {
+    mpi_state *s = state;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mpi_dtype(dt), mpi_op(op), s->comm);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Allreduce", rc);
+}
+
+static int mpi_iall_reduce(void *state, int slot, float *buf, size_t n, wf_dist_bop op) {
+    mpi_state *s = state;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), s->comm,
+                            &s->reqs[slot]);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Iallreduce", rc);
+}
+
+static int mpi_test(void *state, int slot, int *done) {
+    mpi_state *s = state;
+    int rc = MPI_Test(&s->reqs[slot], done, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Test", rc);
+}
+
+static int mpi_wait(void *state, int slot) {
+    mpi_state *s = state;
+    int rc = MPI_Wait(&s->reqs[slot], MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Wait", rc);
+}
+
+static int mpi_reduce_scatter(void *state, const float *send, float *recv, const size_t *counts,
+                              wf_dist_bop op) {
+    mpi_state *s = state;
+    for (int r = 0; r < s->size; r++) s->icounts[r] = (int)counts[r];
+    /* MPI wants a valid pointer even for an empty part. */
+    float dummy = 0;
+    int rc = MPI_Reduce_scatter(send, counts[s->rank] ? recv : &dummy, s->icounts, MPI_FLOAT,
+                                mpi_op(op), s->comm);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Reduce_scatter", rc);
+}
+
+static int mpi_all_gather(void *state, float *buf, const size_t *counts) {
+    mpi_state *s = state;
+    size_t off = 0;
+    for (int r = 0; r < s->size; r++) {
+        s->icounts[r] = (int)counts[r];
+        s->idispls[r] = (int)off;
+        off += counts[r];
+    }
+    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, s->icounts, s->idispls,
+                            MPI_FLOAT, s->comm);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Allgatherv", rc);
+}
+
+static int mpi_broadcast(void *state, void *buf, size_t bytes, int root) {
+    mpi_state *s = state;
+    int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, s->comm);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Bcast", rc);
+}
+
+static int mpi_barrier(void *state) {
+    mpi_state *s = state;
+    int rc = MPI_Barrier(s->comm);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Barrier", rc);
+}
+
+__attribute__((visibility("default"))) const wf_dist_backend *wf_dist_backend_v1(void);
+
+const wf_dist_backend *wf_dist_backend_v1(void) {
+    static const wf_dist_backend b = {
+        .abi = WF_DIST_ABI,
+        .name = MPI_BACKEND_NAME,
+        .init = mpi_init,
+        .finalize = mpi_finalize,
+        .abort = mpi_abort,
+        .last_error = mpi_last_error,
+        .all_reduce = mpi_all_reduce,
+        .iall_reduce = mpi_iall_reduce,
+        .test = mpi_test,
+        .wait = mpi_wait,
+        .reduce_scatter = mpi_reduce_scatter,
+        .all_gather = mpi_all_gather,
+        .broadcast = mpi_broadcast,
+        .barrier = mpi_barrier,
+        .max_requests = MPI_BACKEND_MAX_REQUESTS,
+    };
+    return &b;
+}

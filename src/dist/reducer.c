@@ -1,0 +1,192 @@
+/* DDP's bucketed gradient reducer (contract: include/weft/dist.h; design:
+ * docs/distributed.md).
+ *
+ * Buckets are planned once, over the tensors from the last to the first,
+ * because backward finishes the last layers' gradients first: bucket 0
+ * holds the last tensors and is the first one ready. As the backward pass
+ * reports tensors ready, each complete bucket starts its non-blocking
+ * all-reduce, but only in bucket order (bucket b starts after 0..b-1), so
+ * that every rank issues the same collectives in the same order even if
+ * its tensors became ready in another order: MPI matches collectives by
+ * order alone.
+ *
+ * Overlap needs MPI to make progress while the caller computes. MPI only
+ * progresses inside its own calls, so every wf_reducer_ready call also
+ * tests all requests in flight (wf_comm_progress); with one call per tensor
+ * that is several progress points per layer of backward.
+ *
+ * Nothing is allocated after create.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft/dist.h"
+
+struct wf_reducer {
+    wf_comm *c;
+    float *grads;
+    int n_tensors, n_buckets;
+    int *bucket_of;          /* (n_tensors) */
+    int *first, *last;       /* (n_buckets) tensor range [first, last], first <= last */
+    wf_dist_span *span;      /* (n_buckets) */
+    int *pending;            /* (n_buckets) tensors not ready yet this step */
+    unsigned char *ready;    /* (n_tensors) */
+    wf_comm_request *req;    /* (n_buckets) */
+    int next_start;          /* first bucket not started this step */
+    int next_done;           /* first bucket not waited for this step */
+    int overlapped, last_overlapped;
+};
+
+void wf_reducer_destroy(wf_reducer *r) {
+    if (!r) return;
+    free(r->bucket_of);
+    free(r->first);
+    free(r->last);
+    free(r->span);
+    free(r->pending);
+    free(r->ready);
+    free(r->req);
+    free(r);
+}
+
+static void reset_step(wf_reducer *r) {
+    for (int b = 0; b < r->n_buckets; b++) {
+        r->pending[b] = r->last[b] - r->first[b] + 1;
+        r->req[b] = (wf_comm_request){.slot = -1, .seq = 0};
+    }
+    memset(r->ready, 0, (size_t)r->n_tensors);
+    r->next_start = 0;
+    r->next_done = 0;
+    r->overlapped = 0;
+}
+
+wf_status wf_reducer_create(wf_reducer **out, wf_comm *c, float *grads,
+                            const wf_dist_span *tensors, int n_tensors, size_t bucket_bytes) {
+    *out = NULL;
+    if (!c || !tensors || n_tensors < 1)
+        return wf_error(WF_ERR_INVALID, "dist: reducer needs a communicator and at least one tensor");
+    for (int i = 0; i < n_tensors; i++) {
+        if (tensors[i].numel && !grads)
+            return wf_error(WF_ERR_INVALID, "dist: reducer: NULL gradient buffer");
+        if (i > 0 && tensors[i].offset < tensors[i - 1].offset + tensors[i - 1].numel)
+            return wf_error(WF_ERR_INVALID,
+                            "dist: reducer: tensor %d (offset %zu) starts before tensor %d ends "
+                            "(offset %zu + %zu floats): tensors must be sorted by offset and "
+                            "must not overlap",
+                            i, tensors[i].offset, i - 1, tensors[i - 1].offset, tensors[i - 1].numel);
+    }
+    wf_reducer *r = calloc(1, sizeof *r);
+    if (!r) return wf_error(WF_ERR_NOMEM, "dist: out of memory for the reducer");
+    r->c = c;
+    r->grads = grads;
+    r->n_tensors = n_tensors;
+    size_t nt = (size_t)n_tensors;
+    r->bucket_of = calloc(nt, sizeof *r->bucket_of);
+    r->first = calloc(nt, sizeof *r->first);
+    r->last = calloc(nt, sizeof *r->last);
+    r->span = calloc(nt, sizeof *r->span);
+    r->pending = calloc(nt, sizeof *r->pending);
+    r->ready = calloc(nt, 1);
+    r->req = calloc(nt, sizeof *r->req);
+    if (!r->bucket_of || !r->first || !r->last || !r->span || !r->pending || !r->ready || !r->req) {
+        wf_reducer_destroy(r);
+        return wf_error(WF_ERR_NOMEM, "dist: out of memory for the reducer's %d tensors", n_tensors);
+    }
+    /* Walk from the last tensor to the first, closing a bucket once it
+     * holds bucket_bytes. */
+    int nb = 0;
+    size_t bytes = 0;
+    for (int i = n_tensors - 1; i >= 0; i--) {
+        if (bytes == 0) r->last[nb] = i;
+        r->first[nb] = i;
+        r->bucket_of[i] = nb;
+        bytes += tensors[i].numel * sizeof(float);
+        if (bytes >= bucket_bytes || i == 0) {
+            size_t lo = tensors[r->first[nb]].offset;
+            size_t hi = tensors[r->last[nb]].offset + tensors[r->last[nb]].numel;
+            r->span[nb] = (wf_dist_span){lo, hi - lo};
+            nb++;
+            bytes = 0;
+        }
+    }
+    r->n_buckets = nb;
+    reset_step(r);
+    *out = r;
+    return WF_OK;
+}
+
+int wf_reducer_num_buckets(const wf_reducer *r) { return r->n_buckets; }
+
+wf_dist_span wf_reducer_bucket(const wf_reducer *r, int b, int *first_tensor, int *last_tensor) {
+    if (b < 0 || b >= r->n_buckets) {
+        if (first_tensor) *first_tensor = -1;
+        if (last_tensor) *last_tensor = -1;
+        return (wf_dist_span){0, 0};
+    }
+    if (first_tensor) *first_tensor = r->first[b];
+    if (last_tensor) *last_tensor = r->last[b];
+    return r->span[b];
+}
+
+int wf_reducer_bucket_of(const wf_reducer *r, int tensor) {
+    return tensor >= 0 && tensor < r->n_tensors ? r->bucket_of[tensor] : -1;
+}
+
+int wf_reducer_overlapped(const wf_reducer *r) { return r->last_overlapped; }
+
+static wf_status start_bucket(wf_reducer *r, int b) {
+    char tag[48];
+    snprintf(tag, sizeof tag, "grad bucket %d/%d", b, r->n_buckets);
+    /* Keep within the communicator's request pool: buckets complete in
+     * order, so wait for the oldest. */
+    if (b - r->next_done >= WF_COMM_MAX_REQUESTS) {
+        WF_TRY(wf_comm_wait(r->c, &r->req[r->next_done]));
+        r->next_done++;
+    }
+    const wf_dist_span *s = &r->span[b];
+    return wf_comm_iall_reduce(r->c, r->grads + s->offset, s->numel, WF_COMM_AVG, tag, &r->req[b]);
+}
+
+wf_status wf_reducer_ready(wf_reducer *r, int tensor) {
+    if (tensor < 0 || tensor >= r->n_tensors)
+        return wf_error(WF_ERR_INVALID, "dist: reducer: tensor %d is not in 0..%d", tensor,
+                        r->n_tensors - 1);
+    if (r->ready[tensor])
+        return wf_error(WF_ERR_INVALID,
+                        "dist: reducer: tensor %d was reported ready twice in one step (bucket "
+                        "%d); report each tensor once per step, after its last gradient",
+                        tensor, r->bucket_of[tensor]);
+    r->ready[tensor] = 1;
+    r->pending[r->bucket_of[tensor]]--;
+    while (r->next_start < r->n_buckets && r->pending[r->next_start] == 0) {
+        WF_TRY(start_bucket(r, r->next_start));
+        r->next_start++;
+        r->overlapped++;
+    }
+    return wf_comm_progress(r->c);
+}
+
+wf_status wf_reducer_finish(wf_reducer *r) {
+    wf_status first_err = WF_OK;
+    char msg[1024] = "";
+    while (r->next_start < r->n_buckets) {
+        wf_status s = start_bucket(r, r->next_start);
+        if (s != WF_OK && first_err == WF_OK) {
+            first_err = s;
+            snprintf(msg, sizeof msg, "%s", wf_error_msg());
+        }
+        r->next_start++;
+    }
+    for (int b = r->next_done; b < r->n_buckets; b++) {
+        wf_status s = wf_comm_wait(r->c, &r->req[b]);
+        if (s != WF_OK && first_err == WF_OK) {
+            first_err = s;
+            snprintf(msg, sizeof msg, "%s", wf_error_msg());
+        }
+    }
+    r->last_overlapped = r->overlapped;
+    reset_step(r);
+    if (first_err != WF_OK) return wf_error(first_err, "%s", msg);
+    return WF_OK;
+}

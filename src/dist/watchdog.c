@@ -1,0 +1,368 @@
+/* The collective watchdog and its flight recorder (contract:
+ * src/dist/dist_impl.h; user's view: docs/distributed.md).
+ *
+ * A rank that blocks in a collective its peers never join would wait
+ * forever: MPI has no timeouts. The watchdog thread sleeps on a condition
+ * variable and wakes every tenth of the shorter timeout (at least every
+ * second, at most 100 times a second); when the rank has been blocked in
+ * one collective longer than the timeout of the step it is in (a long one
+ * for the first steps, when ranks still load data and warm up, a shorter one
+ * after, as TorchTitan does), it logs which collective, step and bytes it
+ * waits for and the flight recorder (the last collectives, with how long
+ * each took), writes the same report to report_path if asked, and ends the
+ * process with _exit(timeout_exit_code). The launcher (mpirun, mpiexec,
+ * srun) then ends the other ranks. Exiting is the only way out: the main
+ * thread is inside an MPI call that will not return, and MPI may not be
+ * called from this thread.
+ *
+ * Everything the two threads share is under one mutex: the ring, the
+ * blocked collective, the step. The main thread takes it twice per
+ * collective (begin and end), which costs far less than any collective.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/dist_impl.h"
+#include "weft/log.h"
+#include "weft/thread.h"
+
+#define WD_KIND_MAX 16
+#define WD_TAG_MAX 48
+#define WD_REPORT_CAP (64 * 1024)
+
+typedef enum { REC_ISSUED = 0, REC_WAITING, REC_DONE, REC_FAILED } rec_state;
+
+typedef struct {
+    uint64_t seq; /* 0: empty */
+    int64_t step;
+    char kind[WD_KIND_MAX];
+    char tag[WD_TAG_MAX];
+    size_t bytes;
+    double t_issue, t_block, t_end; /* wf_time_now(); t_block 0 if never blocked */
+    rec_state state;
+} rec_entry;
+
+struct wf_watchdog {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int has_thread, stop, fired;
+
+    /* Immutable after create. */
+    double timeout_first, timeout;
+    int64_t first_steps;
+    int exit_code, rank, world;
+    char *report_path;
+    wf_comm_timeout_fn on_timeout;
+    void *on_timeout_ctx;
+    double t0;
+
+    /* Under mu. */
+    int64_t step;
+    uint64_t next_seq, completed;
+    rec_entry *ring;
+    int ring_size;
+    uint64_t blocked_seq; /* 0: not blocked */
+    double blocked_since;
+    int64_t blocked_step;
+    rec_entry blocked; /* copy of the blocked collective's entry */
+    char *report;      /* WD_REPORT_CAP, preallocated for the failure path */
+};
+
+static void copy_str(char *dst, size_t cap, const char *src) {
+    size_t n = src ? strlen(src) : 0;
+    if (n >= cap) n = cap - 1;
+    if (n) memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static double timeout_for(const wf_watchdog *w, int64_t step) {
+    return step < w->first_steps ? w->timeout_first : w->timeout;
+}
+
+static void fmt_bytes(char *out, size_t cap, size_t b) {
+    if (b >= (1u << 20))
+        snprintf(out, cap, "%.1f MiB", (double)b / (1 << 20));
+    else if (b >= 1024)
+        snprintf(out, cap, "%.1f KiB", (double)b / 1024);
+    else
+        snprintf(out, cap, "%zu B", b);
+}
+
+static int append(char *out, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int append(char *out, size_t cap, size_t *len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *dst = *len < cap ? out + *len : NULL;
+    size_t room = *len < cap ? cap - *len : 0;
+    int n = vsnprintf(dst, room, fmt, ap);
+    va_end(ap);
+    if (n > 0) *len += (size_t)n;
+    return n;
+}
+
+/* The ring as text, oldest first; under mu. */
+static size_t dump_locked(wf_watchdog *w, char *out, size_t cap, double now) {
+    size_t len = 0;
+    if (cap) out[0] = '\0';
+    uint64_t last = w->next_seq - 1;
+    uint64_t n = last < (uint64_t)w->ring_size ? last : (uint64_t)w->ring_size;
+    append(out, cap, &len, "flight recorder of rank %d: last %llu of %llu collectives, oldest first\n",
+           w->rank, (unsigned long long)n, (unsigned long long)last);
+    for (uint64_t seq = last - n + 1; seq <= last && n; seq++) {
+        const rec_entry *e = &w->ring[seq % (uint64_t)w->ring_size];
+        if (e->seq != seq) continue;
+        char bytes[32];
+        fmt_bytes(bytes, sizeof bytes, e->bytes);
+        append(out, cap, &len, "  #%llu step %lld %s \"%s\" %s issued at %.3f s: ",
+               (unsigned long long)e->seq, (long long)e->step, e->kind, e->tag, bytes,
+               e->t_issue - w->t0);
+        switch (e->state) {
+        case REC_DONE:
+            append(out, cap, &len, "done in %.3f ms\n", (e->t_end - e->t_issue) * 1e3);
+            break;
+        case REC_FAILED:
+            append(out, cap, &len, "FAILED after %.3f ms\n", (e->t_end - e->t_issue) * 1e3);
+            break;
+        case REC_WAITING:
+            append(out, cap, &len, "WAITING for %.3f s\n", now - e->t_block);
+            break;
+        case REC_ISSUED:
+            append(out, cap, &len, "in flight (not waited on yet)\n");
+            break;
+        }
+    }
+    if (cap) out[cap - 1] = '\0';
+    return len;
+}
+
+/* Writes the report for a timeout into w->report; under mu. */
+static void build_report(wf_watchdog *w, double now, double limit) {
+    const rec_entry *b = &w->blocked;
+    char bytes[32];
+    fmt_bytes(bytes, sizeof bytes, b->bytes);
+    size_t len = 0;
+    int first = w->blocked_step < w->first_steps;
+    append(w->report, WD_REPORT_CAP, &len,
+           "collective watchdog: rank %d of %d has waited %.2f s in collective #%llu %s \"%s\" "
+           "(%s) at step %lld, longer than the %g s timeout for %s; a peer rank is stalled, "
+           "has died or issued different collectives. Exiting with status %d instead of "
+           "hanging; the launcher ends the other ranks. Raise the timeout (%s) if ranks are "
+           "just slow.\n",
+           w->rank, w->world, now - w->blocked_since, (unsigned long long)b->seq, b->kind, b->tag,
+           bytes, (long long)w->blocked_step, limit,
+           first ? "the first steps" : "steps after the first ones", w->exit_code,
+           first ? "timeout_first_s" : "timeout_s");
+    dump_locked(w, w->report + len, len < WD_REPORT_CAP ? WD_REPORT_CAP - len : 0, now);
+}
+
+static void fire(wf_watchdog *w) {
+    /* Called without mu: the report no longer changes (fired is set). */
+    if (w->on_timeout) {
+        w->on_timeout(w->on_timeout_ctx, w->report);
+        return;
+    }
+    if (w->report_path) {
+        FILE *f = fopen(w->report_path, "w");
+        if (f) {
+            fputs(w->report, f);
+            fclose(f);
+        }
+    }
+    for (const char *line = w->report; *line;) {
+        const char *nl = strchr(line, '\n');
+        int len = nl ? (int)(nl - line) : (int)strlen(line);
+        WF_ERROR("%.*s", len, line);
+        line += len + (nl ? 1 : 0);
+    }
+    fflush(stdout);
+    _exit(w->exit_code);
+}
+
+static void *watchdog_main(void *arg) {
+    wf_watchdog *w = arg;
+    double shortest = 0;
+    if (w->timeout_first > 0) shortest = w->timeout_first;
+    if (w->timeout > 0 && (shortest <= 0 || w->timeout < shortest)) shortest = w->timeout;
+    double period = shortest / 10;
+    if (period > 1.0) period = 1.0;
+    if (period < 0.01) period = 0.01;
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        double now = wf_time_now();
+        if (w->blocked_seq) {
+            double limit = timeout_for(w, w->blocked_step);
+            if (limit > 0 && now - w->blocked_since > limit) {
+                build_report(w, now, limit);
+                w->fired = 1;
+                break;
+            }
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + period;
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    int fired = w->fired;
+    pthread_mutex_unlock(&w->mu);
+    if (fired) fire(w);
+    return NULL;
+}
+
+wf_status wf_watchdog_create(wf_watchdog **out, const wf_comm_options *o, int rank, int world) {
+    *out = NULL;
+    if (o->recorder_size < 4 || o->recorder_size > (1 << 20))
+        return wf_error(WF_ERR_CONFIG,
+                        "dist: recorder_size %d is out of range: use 4 .. 1048576 entries",
+                        o->recorder_size);
+    wf_watchdog *w = calloc(1, sizeof *w);
+    if (!w) return wf_error(WF_ERR_NOMEM, "dist: out of memory for the watchdog");
+    w->ring = calloc((size_t)o->recorder_size, sizeof *w->ring);
+    w->report = calloc(WD_REPORT_CAP, 1);
+    w->report_path = o->report_path ? strdup(o->report_path) : NULL;
+    if (!w->ring || !w->report || (o->report_path && !w->report_path)) {
+        free(w->ring);
+        free(w->report);
+        free(w->report_path);
+        free(w);
+        return wf_error(WF_ERR_NOMEM, "dist: out of memory for the flight recorder (%d entries)",
+                        o->recorder_size);
+    }
+    w->ring_size = o->recorder_size;
+    w->timeout_first = o->timeout_first_s;
+    w->timeout = o->timeout_s;
+    w->first_steps = o->first_steps;
+    w->exit_code = o->timeout_exit_code;
+    w->on_timeout = o->on_timeout;
+    w->on_timeout_ctx = o->on_timeout_ctx;
+    w->rank = rank;
+    w->world = world;
+    w->next_seq = 1;
+    w->t0 = wf_time_now();
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (w->timeout_first > 0 || w->timeout > 0) {
+        if (pthread_create(&w->thread, NULL, watchdog_main, w) != 0) {
+            wf_watchdog_destroy(w);
+            return wf_error(WF_ERR_INTERNAL, "dist: cannot start the watchdog thread");
+        }
+        w->has_thread = 1;
+    }
+    *out = w;
+    return WF_OK;
+}
+
+void wf_watchdog_destroy(wf_watchdog *w) {
+    if (!w) return;
+    if (w->has_thread) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = 1;
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+    }
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w->ring);
+    free(w->report);
+    free(w->report_path);
+    free(w);
+}
+
+void wf_watchdog_set_step(wf_watchdog *w, int64_t step) {
+    pthread_mutex_lock(&w->mu);
+    w->step = step;
+    pthread_mutex_unlock(&w->mu);
+}
+
+int64_t wf_watchdog_step(wf_watchdog *w) {
+    pthread_mutex_lock(&w->mu);
+    int64_t s = w->step;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+/* Marks `e` as the collective the rank now blocks on; under mu. */
+static void block_locked(wf_watchdog *w, rec_entry *e, double now) {
+    e->state = REC_WAITING;
+    e->t_block = now;
+    w->blocked = *e;
+    w->blocked_seq = e->seq;
+    w->blocked_since = now;
+    w->blocked_step = w->step;
+}
+
+uint64_t wf_watchdog_begin(wf_watchdog *w, const char *kind, const char *tag, size_t bytes,
+                           int blocking) {
+    double now = wf_time_now();
+    pthread_mutex_lock(&w->mu);
+    uint64_t seq = w->next_seq++;
+    rec_entry *e = &w->ring[seq % (uint64_t)w->ring_size];
+    memset(e, 0, sizeof *e);
+    e->seq = seq;
+    e->step = w->step;
+    copy_str(e->kind, sizeof e->kind, kind);
+    copy_str(e->tag, sizeof e->tag, tag ? tag : "");
+    e->bytes = bytes;
+    e->t_issue = now;
+    e->state = REC_ISSUED;
+    if (blocking) block_locked(w, e, now);
+    pthread_mutex_unlock(&w->mu);
+    return seq;
+}
+
+void wf_watchdog_block(wf_watchdog *w, uint64_t seq) {
+    double now = wf_time_now();
+    pthread_mutex_lock(&w->mu);
+    rec_entry *e = &w->ring[seq % (uint64_t)w->ring_size];
+    if (e->seq == seq) {
+        block_locked(w, e, now);
+    } else {
+        /* Pushed out of the ring by newer collectives: watch a stand-in. */
+        rec_entry tmp = {.seq = seq, .step = w->step, .t_issue = now};
+        copy_str(tmp.kind, sizeof tmp.kind, "wait");
+        copy_str(tmp.tag, sizeof tmp.tag, "(older than the recorder)");
+        block_locked(w, &tmp, now);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+void wf_watchdog_end(wf_watchdog *w, uint64_t seq, int ok) {
+    double now = wf_time_now();
+    pthread_mutex_lock(&w->mu);
+    rec_entry *e = &w->ring[seq % (uint64_t)w->ring_size];
+    if (e->seq == seq) {
+        e->state = ok ? REC_DONE : REC_FAILED;
+        e->t_end = now;
+    }
+    if (w->blocked_seq == seq) w->blocked_seq = 0;
+    w->completed++;
+    pthread_mutex_unlock(&w->mu);
+}
+
+size_t wf_watchdog_dump(wf_watchdog *w, char *out, size_t cap) {
+    double now = wf_time_now();
+    pthread_mutex_lock(&w->mu);
+    size_t n = dump_locked(w, out, cap, now);
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
+uint64_t wf_watchdog_completed(wf_watchdog *w) {
+    pthread_mutex_lock(&w->mu);
+    uint64_t n = w->completed;
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}

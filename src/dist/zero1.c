@@ -1,0 +1,70 @@
+/* ZeRO-1 (contract: include/weft/dist.h; design: docs/distributed.md):
+ * the partition of the flat parameter buffer into per-rank shards, the
+ * memory it saves, and the global gradient norm of a sharded gradient.
+ *
+ * Shards are contiguous and in rank order, every one shard_size floats
+ * (ceil(n / world) rounded up to `align`) except the tail ones, which are
+ * shorter or empty. The reduce-scatter and all-gather take per-rank counts,
+ * so neither the gradient nor the parameter buffer needs padding to
+ * world * shard_size.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft/dist.h"
+
+wf_status wf_zero1_plan_init(wf_zero1_plan *p, size_t n, int world, size_t align) {
+    memset(p, 0, sizeof *p);
+    if (world < 1)
+        return wf_error(WF_ERR_INVALID, "dist: zero1: world size %d, need at least 1", world);
+    if (align < 1) return wf_error(WF_ERR_INVALID, "dist: zero1: alignment 0, need at least 1 float");
+    size_t w = (size_t)world;
+    size_t shard = (n + w - 1) / w;
+    shard = (shard + align - 1) / align * align;
+    p->counts = calloc(w, sizeof *p->counts);
+    p->offsets = calloc(w, sizeof *p->offsets);
+    if (!p->counts || !p->offsets) {
+        free(p->counts);
+        free(p->offsets);
+        memset(p, 0, sizeof *p);
+        return wf_error(WF_ERR_NOMEM, "dist: zero1: out of memory for %d shards", world);
+    }
+    p->n = n;
+    p->world = world;
+    p->align = align;
+    p->shard_size = shard;
+    for (size_t r = 0; r < w; r++) {
+        size_t off = r * shard < n ? r * shard : n;
+        p->offsets[r] = off;
+        p->counts[r] = n - off < shard ? n - off : shard;
+    }
+    return WF_OK;
+}
+
+void wf_zero1_plan_deinit(wf_zero1_plan *p) {
+    if (!p) return;
+    free(p->counts);
+    free(p->offsets);
+    memset(p, 0, sizeof *p);
+}
+
+wf_zero1_memory wf_zero1_plan_memory(const wf_zero1_plan *p, int rank, int state_floats_per_param) {
+    wf_zero1_memory m = {0, 0, 0};
+    if (rank < 0 || rank >= p->world || state_floats_per_param < 0) return m;
+    size_t per = (size_t)state_floats_per_param * sizeof(float);
+    m.unsharded_bytes = p->n * per;
+    /* The shard of the optimizer state, plus the gradient shard that the
+     * reduce-scatter writes (unsharded DDP reduces in place). */
+    m.sharded_bytes = p->counts[rank] * per + p->counts[rank] * sizeof(float);
+    m.saved_bytes = m.unsharded_bytes > m.sharded_bytes ? m.unsharded_bytes - m.sharded_bytes : 0;
+    return m;
+}
+
+wf_status wf_zero1_grad_norm(wf_comm *c, const float *shard, size_t count, double *norm) {
+    double ss = 0;
+    for (size_t i = 0; i < count; i++) ss += (double)shard[i] * shard[i];
+    WF_TRY(wf_comm_all_reduce_f64(c, &ss, 1, WF_COMM_SUM, "zero1 grad norm"));
+    *norm = sqrt(ss);
+    return WF_OK;
+}
