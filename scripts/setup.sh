@@ -54,6 +54,15 @@ if [ ! -f "$STAMP" ] || ! cmp -s "$REQ" "$STAMP"; then
   .venv/bin/pip install -q --disable-pip-version-check -r "$REQ"
   cp "$REQ" "$STAMP"
 fi
+# transformers for the export test, in its own folder (tests/requirements-hf.txt says why).
+HF_REQ=tests/requirements-hf.txt
+HF_STAMP=.venv/hf/.weft-requirements
+if [ ! -f "$HF_STAMP" ] || ! cmp -s "$HF_REQ" "$HF_STAMP"; then
+  say "installing transformers for the export test into .venv/hf"
+  rm -rf .venv/hf
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --target .venv/hf -r "$HF_REQ"
+  cp "$HF_REQ" "$HF_STAMP"
+fi
 
 # The default corpus: Jane Austen's six novels (public domain; packaged in
 # r-cran-janeaustenr, MIT). One plain-text document per chapter.

@@ -33,6 +33,9 @@ static const tool_cmd commands[] = {
     {"data batch", wf_cmd_data_batch, "print a batch as the data loader serves it"},
     {"train", wf_cmd_train, "train a Llama-style model on a tokenized dataset"},
     {"sample", wf_cmd_sample, "generate text from a trained model"},
+    {"ckpt verify", wf_cmd_ckpt_verify, "check a checkpoint's manifest and every checksum"},
+    {"ckpt inspect", wf_cmd_ckpt_inspect, "list what a checkpoint holds"},
+    {"export", wf_cmd_export, "write a checkpoint's model as a Hugging Face Llama directory"},
     {"report", wf_cmd_report, "write an HTML page with the plots of a training run"},
 };
 

@@ -199,6 +199,17 @@ wf_status wf_ckpt_prune(const char *root, int keep_last, uint64_t keep_every, in
  * is used instead). *out is NULL with WF_OK when there is none. */
 wf_status wf_ckpt_open_latest(const char *root, wf_ckpt **out);
 
+/* Loads the parameters of `m` (tensors named as the model's) from `c`;
+ * the model's shapes must match. The optimizer state is left out. */
+wf_status wf_ckpt_load_model(wf_ckpt *c, wf_model *m);
+
+/* What a user names on the command line: a checkpoint directory (has
+ * manifest.json) is opened as it is; a run directory (has checkpoints/) or
+ * a directory of checkpoints gives its newest valid checkpoint (falling
+ * back as wf_ckpt_open_latest does). WF_ERR_NOTFOUND says what was
+ * looked for. */
+wf_status wf_ckpt_open_path(wf_ckpt **out, const char *path);
+
 /* ---- Hugging Face interop (src/ckpt/hf.c) ---- */
 
 /* Writes `m` to `out_dir` in the Hugging Face Llama layout: model.safetensors

@@ -109,9 +109,7 @@ static wf_status open_files(wf_ckpt *c, const json_t *files) {
         if (s == WF_ERR_NOTFOUND)
             return wf_error(WF_ERR_FORMAT, "%s: data file of rank %d is missing (the manifest lists it)", rf->path, r);
         WF_TRY(s);
-        if (rf->map.size != rf->bytes)
-            return wf_error(WF_ERR_FORMAT, "%s: %zu bytes, the manifest says %" PRIu64 "%s", rf->path, rf->map.size,
-                            rf->bytes, rf->map.size < rf->bytes ? " (truncated)" : "");
+        if (rf->map.size != rf->bytes) continue; /* reported with the tensor it cuts, by check_sizes */
         const unsigned char *h = rf->map.data;
         if (memcmp(h, WF_CKPT_DATA_MAGIC, 8) != 0)
             return wf_error(WF_ERR_FORMAT, "%s: not a weft checkpoint data file (bad magic)", rf->path);
@@ -125,6 +123,29 @@ static wf_status open_files(wf_ckpt *c, const json_t *files) {
                             rf->path, get_le(h + 8, 4), get_le(h + 12, 4), get_le(h + 16, 4), get_le(h + 24, 8),
                             get_le(h + 32, 8), WF_CKPT_FORMAT_VERSION, r, c->world, c->step, rf->bytes);
         c->data_bytes += rf->bytes;
+    }
+    return WF_OK;
+}
+
+/* A data file of the wrong size: names the first tensor it cuts short. */
+static wf_status check_sizes(const wf_ckpt *c) {
+    for (int r = 0; r < c->world; r++) {
+        const rfile *f = &c->files[r];
+        if (f->map.size == f->bytes) continue;
+        if (f->map.size > f->bytes)
+            return wf_error(WF_ERR_FORMAT, "%s: %zu bytes, the manifest says %" PRIu64 " (a file from another save?)",
+                            f->path, f->map.size, f->bytes);
+        const rpiece *cut = NULL;
+        for (size_t k = 0; k < c->n_pieces && !cut; k++)
+            if (c->pieces[k].file == r && c->pieces[k].offset + c->pieces[k].length > f->map.size) cut = &c->pieces[k];
+        if (!cut)
+            return wf_error(WF_ERR_FORMAT, "%s: truncated: %zu bytes, the manifest says %" PRIu64, f->path,
+                            f->map.size, f->bytes);
+        return wf_error(WF_ERR_FORMAT,
+                        "%s: truncated: %zu bytes, the manifest says %" PRIu64 "; tensor %s (bytes %" PRIu64
+                        "..%" PRIu64 ") is incomplete: use an earlier checkpoint",
+                        f->path, f->map.size, f->bytes, c->tensors[cut->tensor].name, cut->offset,
+                        cut->offset + cut->length);
     }
     return WF_OK;
 }
@@ -243,7 +264,7 @@ static wf_status parse_manifest(wf_ckpt *c) {
     c->tensors = calloc(c->n_tensors + 1, sizeof *c->tensors);
     if (!c->tensors) return wf_error(WF_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < c->n_tensors; i++) WF_TRY(parse_tensor(c, i, json_array_get(tensors, i)));
-    return WF_OK;
+    return check_sizes(c);
 }
 
 wf_status wf_ckpt_open(wf_ckpt **out, const char *dir) {
@@ -518,5 +539,35 @@ wf_status wf_ckpt_open_latest(const char *root, wf_ckpt **out) {
     }
     if (!*out && first_bad[0]) WF_WARN("no checkpoint in %s is usable", root);
     free(steps);
+    return WF_OK;
+}
+
+wf_status wf_ckpt_load_model(wf_ckpt *c, wf_model *m) {
+    float *params = wf_model_params(m);
+    for (int i = 0; i < wf_model_num_tensors(m); i++) {
+        const wf_tensor_info *ti = wf_model_tensor(m, i);
+        long k = wf_ckpt_find(c, ti->name);
+        if (k < 0) return wf_error(WF_ERR_FORMAT, "%s: has no tensor %s", c->dir, ti->name);
+        const rtensor *rt = &c->tensors[k];
+        if (rt->ndim != ti->ndim || rt->shape[0] != ti->shape[0] || (ti->ndim == 2 && rt->shape[1] != ti->shape[1]))
+            return wf_error(WF_ERR_FORMAT, "%s: tensor %s does not have the shape of the model it records", c->dir,
+                            ti->name);
+        WF_TRY(wf_ckpt_read_rows(c, ti->name, 0, ti->shape[0], params + ti->offset));
+    }
+    return WF_OK;
+}
+
+wf_status wf_ckpt_open_path(wf_ckpt **out, const char *path) {
+    *out = NULL;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s/" WF_CKPT_MANIFEST, path);
+    if (wf_path_exists(buf)) return wf_ckpt_open(out, path);
+    snprintf(buf, sizeof buf, "%s/checkpoints", path);
+    const char *root = wf_path_is_dir(buf) ? buf : path;
+    if (!wf_path_is_dir(root)) return wf_error(WF_ERR_NOTFOUND, "%s: no such directory", path);
+    WF_TRY(wf_ckpt_open_latest(root, out));
+    if (!*out)
+        return wf_error(WF_ERR_NOTFOUND, "%s: no valid checkpoint (looked for %s/manifest.json and %s/step-*)", path,
+                        path, root);
     return WF_OK;
 }

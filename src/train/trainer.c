@@ -10,6 +10,7 @@
  * AdamW moments and step count, the loader's cursor; the schedule is a
  * function of the step, initialisation and data order of the seeds). */
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -287,7 +288,10 @@ static wf_status make_meta(trainer *t, wf_ckpt_meta **out) {
     if (s == WF_OK) s = wf_ckpt_meta_set_str(m, "data.dir", tc->data_dir);
     if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.seq_len", (uint64_t)t->T);
     if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.global_batch", (uint64_t)t->B * (uint64_t)t->accum);
-    if (s == WF_OK) s = wf_ckpt_meta_set_str(m, "data.tokenizer", t->tokenizer_path ? t->tokenizer_path : "");
+    /* Absolute, so that `weft export` finds it from anywhere. */
+    char tok[PATH_MAX] = "";
+    if (t->tokenizer_path && !realpath(t->tokenizer_path, tok)) snprintf(tok, sizeof tok, "%s", t->tokenizer_path);
+    if (s == WF_OK) s = wf_ckpt_meta_set_str(m, "data.tokenizer", tok);
     if (s != WF_OK) {
         wf_ckpt_meta_destroy(m);
         return s;
