@@ -18,6 +18,7 @@ APT_PACKAGES=(
   libgumbo-dev libutf8proc-dev libcld2-dev wget r-doc-html
   r-base-core r-cran-janeaustenr
   libopenmpi-dev openmpi-bin libmpich-dev mpich
+  chromium
 )
 
 SUDO=""
