@@ -129,6 +129,11 @@ typedef struct wf_metrics wf_metrics;
 wf_status wf_metrics_open(wf_metrics **out, const wf_metrics_options *opt);
 /* Records one step. `time` 0 is replaced by the current Unix time. */
 wf_status wf_metrics_log(wf_metrics *m, const wf_metrics_step *r);
+/* Before logging step `step` again after a rollback, or at a resume from a
+ * checkpoint: marks the restart in the event file, on which TensorBoard
+ * forgets the events it had at steps >= step. (metrics.jsonl keeps every
+ * line; readers stitch by step, as wf_report_write does.) */
+wf_status wf_metrics_restart(wf_metrics *m, int64_t step);
 /* A scalar of the caller's own, to TensorBoard only (e.g. "eval/ppl"). */
 wf_status wf_metrics_scalar(wf_metrics *m, const char *tag, double value, int64_t step);
 /* Writes what is buffered and flushes the files to the kernel. */
@@ -150,6 +155,9 @@ wf_status wf_tb_begin(wf_tb_writer *w, int64_t step, double wall_time);
 wf_status wf_tb_add(wf_tb_writer *w, const char *tag, float value);
 /* Buffers one event with a single scalar: add_scalar(tag, value, step). */
 wf_status wf_tb_add_scalar(wf_tb_writer *w, const char *tag, double value, int64_t step);
+/* Buffers a SessionLog START event at `step`: TensorBoard then drops the
+ * events it read at steps >= step (a restart from a checkpoint). */
+wf_status wf_tb_restart(wf_tb_writer *w, int64_t step);
 wf_status wf_tb_flush(wf_tb_writer *w);
 wf_status wf_tb_close(wf_tb_writer *w); /* accepts NULL; frees even on error */
 const char *wf_tb_path(const wf_tb_writer *w);

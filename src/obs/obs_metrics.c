@@ -180,6 +180,10 @@ wf_status wf_metrics_log(wf_metrics *m, const wf_metrics_step *rec) {
     return WF_OK;
 }
 
+wf_status wf_metrics_restart(wf_metrics *m, int64_t step) {
+    return m->tb ? wf_tb_restart(m->tb, step) : WF_OK;
+}
+
 wf_status wf_metrics_scalar(wf_metrics *m, const char *tag, double value, int64_t step) {
     if (!m->tb) return WF_OK;
     return wf_tb_add_scalar(m->tb, tag, value, step);

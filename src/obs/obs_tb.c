@@ -10,6 +10,8 @@
  *             string file_version = 3 (bytes); Summary summary = 5 (bytes) }
  *   Summary { repeated Value value = 1 (bytes) }
  *   Value   { string tag = 1 (bytes); float simple_value = 2 (fixed32) }
+ *   Event   { SessionLog session_log = 7 (bytes) }, SessionLog { enum
+ *             status = 1 (varint), START = 1 }: a restart at that step
  * Only this subset is written; it is what TensorBoard's scalar dashboard
  * reads (simple_value is converted to its scalar plugin on load).
  */
@@ -234,6 +236,20 @@ wf_status wf_tb_add_scalar(wf_tb_writer *w, const char *tag, double value, int64
     WF_TRY(wf_tb_begin(w, step, 0));
     WF_TRY(wf_tb_add(w, tag, (float)value));
     close_event(w);
+    return maybe_flush(w);
+}
+
+wf_status wf_tb_restart(wf_tb_writer *w, int64_t step) {
+    close_event(w);
+    obs_buf ev = {0};
+    pb_double(&ev, 1, obs_unix_now());
+    pb_key(&ev, 2, 0);
+    pb_varint(&ev, (uint64_t)step);
+    static const unsigned char start[] = {0x08, 0x01}; /* SessionLog { status: START } */
+    pb_bytes(&ev, 7, start, sizeof start);
+    if (ev.failed) w->out.failed = 1;
+    else frame_record(&w->out, &ev);
+    obs_buf_free(&ev);
     return maybe_flush(w);
 }
 

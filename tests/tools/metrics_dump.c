@@ -8,7 +8,8 @@
  *
  * Keys: steps (default 120), spike_at (step whose loss and grad norm jump,
  * default 80; 0: none), rollback (1: after the spike, log steps again from
- * spike_at - 10, as a rollback to a checkpoint would; default 0),
+ * spike_at - 10 after wf_metrics_restart, as a rollback to a checkpoint
+ * would; default 0),
  * eval_every (validation loss every N steps, default 20), flush (seconds
  * between writes, default 3600: everything is written at close), window,
  * z, warmup (spike detector, defaults 20, 5, 10), peak (configured TFLOP/s,
@@ -121,6 +122,7 @@ int main(int argc, char **argv) {
         if (s == WF_OK && sr.spike && rollback && !done_rollback) {
             done_rollback = 1;
             step = spike_at - 11; /* the loop's ++ resumes at spike_at - 10 */
+            s = wf_metrics_restart(m, spike_at - 10);
         }
     }
     if (s == WF_OK) s = wf_metrics_scalar(m, "eval/custom", 42.0, steps);
