@@ -23,6 +23,7 @@ static int cmd_version(int argc, char **argv) {
 
 static const tool_cmd commands[] = {
     {"version", cmd_version, "print weft's version"},
+    {"prep", wf_cmd_prep, "crawled pages (WARC/WET/JSONL/text) to clean, deduplicated JSONL.zst documents"},
     {"tokenizer train", wf_cmd_tokenizer_train, "learn a byte-level BPE tokenizer.json from text"},
     {"tokenizer encode", wf_cmd_tokenizer_encode, "print the token ids of text"},
     {"tokenizer decode", wf_cmd_tokenizer_decode, "turn token ids back into text"},

@@ -1,0 +1,300 @@
+/* Internals of the web-text pipeline (src/prep/): the stages' shared
+ * types, the input readers, the hash sets of the dedup stages and the
+ * stats counters. Not a public API: tests include it to reach the parts. */
+#ifndef WEFT_PREP_IMPL_H
+#define WEFT_PREP_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "weft/prep.h"
+
+/* ---- stages and the reasons a document is dropped ---- */
+
+#define PREP_STAGES(X)                 \
+    X(ST_READ, "read")                 \
+    X(ST_EXTRACT, "extract")           \
+    X(ST_NORMALIZE, "normalize")       \
+    X(ST_DEDUP, "dedup")               \
+    X(ST_LANGID, "langid")             \
+    X(ST_QUALITY, "quality")           \
+    X(ST_MINHASH, "minhash")           \
+    X(ST_PERPLEXITY, "perplexity")     \
+    X(ST_OUTPUT, "output")
+typedef enum {
+#define PREP_STAGE_ENUM_(e, s) e,
+    PREP_STAGES(PREP_STAGE_ENUM_)
+#undef PREP_STAGE_ENUM_
+    ST_COUNT
+} prep_stage;
+
+/* X(enum, stage, name): every reason a document can be dropped. The quality
+ * rules are in the order they are checked; a document counts under the
+ * first rule it fails. */
+#define PREP_REASONS(X)                                      \
+    X(R_MALFORMED, ST_READ, "malformed_record")              \
+    X(R_TOO_LARGE, ST_READ, "too_large")                     \
+    X(R_BAD_JSON, ST_READ, "bad_json")                       \
+    X(R_NO_FIELD, ST_READ, "missing_field")                  \
+    X(R_HTTP_STATUS, ST_EXTRACT, "http_status")              \
+    X(R_CONTENT_TYPE, ST_EXTRACT, "content_type")            \
+    X(R_BAD_HTTP, ST_EXTRACT, "bad_http")                    \
+    X(R_EXTRACT_EMPTY, ST_EXTRACT, "empty")                  \
+    X(R_BINARY, ST_NORMALIZE, "binary")                      \
+    X(R_INVALID_UTF8, ST_NORMALIZE, "invalid_utf8")          \
+    X(R_NORM_EMPTY, ST_NORMALIZE, "empty")                   \
+    X(R_ALL_DUP, ST_DEDUP, "all_duplicate")                  \
+    X(R_LOW_CONF, ST_LANGID, "low_confidence")               \
+    X(R_LANGUAGE, ST_LANGID, "language_not_kept")            \
+    X(R_Q_LOREM, ST_QUALITY, "c4_lorem_ipsum")               \
+    X(R_Q_CURLY, ST_QUALITY, "c4_curly_bracket")             \
+    X(R_Q_LINES_EMPTY, ST_QUALITY, "c4_no_lines_left")       \
+    X(R_Q_SENTENCES, ST_QUALITY, "c4_min_sentences")         \
+    X(R_Q_MIN_WORDS, ST_QUALITY, "min_words")                \
+    X(R_Q_MAX_WORDS, ST_QUALITY, "max_words")                \
+    X(R_Q_WORD_LEN, ST_QUALITY, "mean_word_len")             \
+    X(R_Q_SYMBOLS, ST_QUALITY, "symbol_word_ratio")          \
+    X(R_Q_BULLETS, ST_QUALITY, "bullet_lines")               \
+    X(R_Q_ELLIPSIS, ST_QUALITY, "ellipsis_lines")            \
+    X(R_Q_ALPHA, ST_QUALITY, "alpha_words")                  \
+    X(R_Q_STOP, ST_QUALITY, "stop_words")                    \
+    X(R_Q_DIGITS, ST_QUALITY, "digit_ratio")                 \
+    X(R_Q_DUP_LINES, ST_QUALITY, "dup_line_frac")            \
+    X(R_Q_DUP_PARAS, ST_QUALITY, "dup_para_frac")            \
+    X(R_Q_DUP_LINE_CHARS, ST_QUALITY, "dup_line_char_frac")  \
+    X(R_Q_DUP_PARA_CHARS, ST_QUALITY, "dup_para_char_frac")  \
+    X(R_Q_TOP2, ST_QUALITY, "top_2gram")                     \
+    X(R_Q_TOP3, ST_QUALITY, "top_3gram")                     \
+    X(R_Q_TOP4, ST_QUALITY, "top_4gram")                     \
+    X(R_Q_DUP5, ST_QUALITY, "dup_5gram")                     \
+    X(R_Q_DUP6, ST_QUALITY, "dup_6gram")                     \
+    X(R_Q_DUP7, ST_QUALITY, "dup_7gram")                     \
+    X(R_Q_DUP8, ST_QUALITY, "dup_8gram")                     \
+    X(R_Q_DUP9, ST_QUALITY, "dup_9gram")                     \
+    X(R_Q_DUP10, ST_QUALITY, "dup_10gram")                   \
+    X(R_NEAR_DUP, ST_MINHASH, "near_duplicate")              \
+    X(R_TAIL, ST_PERPLEXITY, "tail")
+typedef enum {
+    R_NONE = -1,
+#define PREP_REASON_ENUM_(e, st, s) e,
+    PREP_REASONS(PREP_REASON_ENUM_)
+#undef PREP_REASON_ENUM_
+    R_COUNT
+} prep_reason;
+
+/* X(enum, stage, name): counters other than documents and bytes. */
+#define PREP_EXTRAS(X)                                       \
+    X(E_INPUTS, ST_READ, "inputs")                           \
+    X(E_INPUT_BYTES, ST_READ, "input_bytes")                 \
+    X(E_RECORDS, ST_READ, "records")                         \
+    X(E_RECORDS_SKIPPED, ST_READ, "records_not_documents")   \
+    X(E_INPUTS_DAMAGED, ST_READ, "inputs_damaged")           \
+    X(E_REPAIRED, ST_NORMALIZE, "docs_utf8_repaired")        \
+    X(E_UNITS, ST_DEDUP, "units")                            \
+    X(E_UNITS_REMOVED, ST_DEDUP, "units_removed")            \
+    X(E_DEDUP_FULL, ST_DEDUP, "hashes_not_stored_table_full")\
+    X(E_Q_SKIPPED, ST_QUALITY, "docs_not_checked_language")  \
+    X(E_LINES_REMOVED, ST_QUALITY, "c4_lines_removed")       \
+    X(E_MH_NO_WORDS, ST_MINHASH, "docs_without_words")       \
+    X(E_MH_FULL, ST_MINHASH, "keys_not_stored_table_full")   \
+    X(E_HEAD, ST_PERPLEXITY, "head")                         \
+    X(E_MIDDLE, ST_PERPLEXITY, "middle")                     \
+    X(E_TAILS, ST_PERPLEXITY, "tail")                        \
+    X(E_JSON_BYTES, ST_OUTPUT, "jsonl_bytes")                \
+    X(E_SHARDS, ST_OUTPUT, "shards")
+typedef enum {
+#define PREP_EXTRA_ENUM_(e, st, s) e,
+    PREP_EXTRAS(PREP_EXTRA_ENUM_)
+#undef PREP_EXTRA_ENUM_
+    E_COUNT
+} prep_extra;
+
+const char *prep_stage_name(int st);
+const char *prep_reason_name(int r);
+int prep_reason_stage(int r);
+const char *prep_extra_name(int e);
+int prep_extra_stage(int e);
+
+/* ---- a set of 64-bit hashes with a memory cap ---- */
+
+/* Open addressing, linear probing. 0 is stored as 1 (a 2^-64 collision).
+ * The table doubles up to max_bytes; when it is that big and 90% full,
+ * inserts are refused (u64set_insert returns -1) and counted by the
+ * caller: dedup then only checks against what it already holds. */
+typedef struct {
+    uint64_t *slots;
+    size_t cap, n, max_cap;
+} u64set;
+wf_status u64set_init(u64set *s, size_t max_bytes);
+void u64set_free(u64set *s);
+int u64set_contains(const u64set *s, uint64_t h);
+/* 1: inserted, 0: already there, -1: table full (not inserted). */
+int u64set_insert(u64set *s, uint64_t h);
+
+/* ---- input readers ---- */
+
+typedef enum { REC_TEXT = 0, REC_HTTP, REC_HTML } prep_rec_kind;
+
+/* One record of an input, as the reader gives it. Pointers stay valid
+ * until the next prep_reader_next. */
+typedef struct {
+    int kind;               /* prep_rec_kind: plain text, an HTTP response, bare HTML */
+    const char *data;       /* the payload (WARC block, JSONL field, text) */
+    size_t len;
+    const char *url;        /* NUL-terminated, or NULL */
+    uint64_t index;         /* record number in its input, from 0 */
+    int drop;               /* R_NONE, or why the reader refuses it (data may be empty) */
+} prep_record;
+
+typedef struct prep_reader prep_reader;
+
+/* Opens an input; the format comes from its contents (WARC) and name
+ * (.jsonl), compression from its magic bytes (gzip, zstd). */
+wf_status prep_reader_open(prep_reader **out, const char *path, const wf_prep_config *c);
+/* Next record: *eof set at the end. Records that are not documents (WARC
+ * requests, metadata, warcinfo) are skipped and counted in *skipped.
+ * A damaged input (truncated compression, read error) ends early with a
+ * warning and sets *damaged; only an unreadable file is an error. */
+wf_status prep_reader_next(prep_reader *r, prep_record *rec, int *eof);
+uint64_t prep_reader_consumed(const prep_reader *r); /* on-disk bytes */
+uint64_t prep_reader_skipped(const prep_reader *r);
+int prep_reader_damaged(const prep_reader *r);
+void prep_reader_close(prep_reader *r);
+
+/* An HTTP response (WARC response block): status, media type, charset and
+ * the body, de-chunked and decompressed into `body`. Returns R_NONE or the
+ * reason to drop it (R_HTTP_STATUS, R_CONTENT_TYPE, R_BAD_HTTP). *is_html
+ * says whether the body is HTML (else plain text). */
+int prep_http_parse(const char *data, size_t len, size_t max_body, wf_buf *body, int *is_html,
+                    char charset[32]);
+
+/* Converts `*s` from `charset` to UTF-8 in `out` when the charset is known
+ * and not UTF-8; returns 1 if it converted. Unknown charsets: 0. */
+int prep_to_utf8(const char *s, size_t len, const char *charset, wf_buf *out);
+/* The charset an HTML document declares in <meta> in its first bytes. */
+void prep_html_sniff_charset(const char *html, size_t len, char charset[32]);
+
+/* ---- quality ---- */
+
+/* Applies the C4 line filters to `text` (in place) and then the document
+ * rules. Returns R_NONE if the document is kept, else the first failed
+ * rule. *lines_removed counts the lines the line filters took out. */
+int prep_quality(const wf_prep_config *c, wf_buf *text, uint64_t *lines_removed);
+
+/* ---- MinHash LSH ---- */
+
+/* The band keys of a signature (n_bands of them): each the hash of its
+ * `rows` entries, salted by the band's number. */
+void prep_minhash_bands(const uint64_t *sig, int bands, int rows, uint64_t *keys);
+
+/* ---- perplexity ---- */
+
+typedef struct prep_ppl prep_ppl;
+wf_status prep_ppl_open(prep_ppl **out, const char *model_path, const char *tokenizer_path,
+                        int64_t max_tokens, int threads);
+/* Mean per-token loss (nats) of a document under the model: its tokens
+ * after an end-of-text token, at most max_tokens of them, in windows of the
+ * model's max_seq_len. *n_tokens: how many were scored (0: empty). */
+wf_status prep_ppl_score(prep_ppl *p, const char *text, size_t len, double *loss, int64_t *n_tokens);
+void prep_ppl_close(prep_ppl *p);
+
+/* ---- stats ---- */
+
+typedef struct {
+    char code[16];
+    uint64_t docs, bytes;
+} prep_lang_count;
+
+/* Perplexity histogram: log10(perplexity) in [0, 8) by 0.01. */
+#define PREP_PPL_BINS 800
+
+typedef struct {
+    uint64_t docs_in[ST_COUNT], docs_out[ST_COUNT], bytes_in[ST_COUNT], bytes_out[ST_COUNT];
+    uint64_t drop_docs[R_COUNT], drop_bytes[R_COUNT];
+    uint64_t extra[E_COUNT];
+    double seconds[ST_COUNT]; /* thread-seconds spent in each stage */
+    double wall_seconds;
+    prep_lang_count *langs;   /* documents written per language, sorted by code */
+    size_t n_langs;
+    uint64_t ppl_hist[PREP_PPL_BINS];
+} prep_stats;
+
+void prep_stats_free(prep_stats *s);
+wf_status prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs, uint64_t bytes);
+
+/* ---- output shards ---- */
+
+/* One output stream: OUT/<lang>/<bucket>_<NNNNN>.jsonl.zst, the open shard
+ * being <name>.part until it is full or the run ends. */
+typedef struct {
+    char lang[16], bucket[8];
+    int64_t shard;        /* number of the open (or next) shard */
+    uint64_t raw_bytes;   /* JSONL bytes in the open shard */
+    uint64_t part_bytes;  /* size of the .part file at the last checkpoint (0: none) */
+    FILE *fp;
+    void *cctx;           /* ZSTD_CCtx */
+    int dirty;            /* bytes went in since the last frame ended */
+} prep_writer;
+
+typedef struct {
+    char *dir;
+    uint64_t shard_bytes;
+    int level;
+    prep_writer *w;
+    size_t n, cap;
+} prep_output;
+
+wf_status prep_output_init(prep_output *o, const char *dir, uint64_t shard_bytes, int level);
+/* Appends one JSONL line to (lang, bucket)'s stream; rolls the shard when
+ * it is full. Counts shards in st. */
+wf_status prep_output_write(prep_output *o, const char *lang, const char *bucket, const char *line,
+                            size_t len, prep_stats *st);
+/* Ends the zstd frame of every open shard and makes it durable; records
+ * their sizes (part_bytes) for the state file. */
+wf_status prep_output_checkpoint(prep_output *o);
+/* Closes every open shard under its final name. */
+wf_status prep_output_finish(prep_output *o, prep_stats *st);
+void prep_output_close(prep_output *o); /* frees; files stay as they are */
+/* Makes the directory match the writers (as read from a state file):
+ * shards written after the checkpoint go, the open ones are cut back to
+ * their recorded size. */
+wf_status prep_output_rollback(prep_output *o);
+/* Deletes what a prep run writes in dir (and nothing else). */
+wf_status prep_output_wipe(const char *dir);
+
+/* ---- state and reports (OUT/_prep/state.json, OUT/stats.json, OUT/stats.txt) ---- */
+
+typedef struct {
+    uint64_t *v;
+    size_t n, cap;
+} u64vec;
+wf_status u64vec_push(u64vec *v, uint64_t x);
+void u64vec_free(u64vec *v);
+
+/* The hashes an input added to the two tables, for replay on resume:
+ * OUT/_prep/hashes/<input>.bin. */
+wf_status prep_hashlog_write(const char *dir, size_t input, const u64vec *par, const u64vec *lsh);
+wf_status prep_hashlog_read(const char *dir, size_t input, u64vec *par, u64vec *lsh);
+
+typedef struct {
+    char fingerprint[32];
+    size_t n_inputs, inputs_done;
+    int complete;
+} prep_progress_state;
+
+wf_status prep_state_write(const char *dir, const prep_progress_state *ps, const prep_output *o,
+                           const prep_stats *st);
+/* WF_ERR_NOTFOUND when there is no state file. Fills the writers of o
+ * (initialised) and the stats. */
+wf_status prep_state_read(const char *dir, prep_progress_state *ps, prep_output *o, prep_stats *st);
+/* stats.json and stats.txt. */
+wf_status prep_stats_write(const char *dir, const wf_prep_config *c, const prep_progress_state *ps,
+                           const prep_stats *st);
+
+/* ---- small helpers ---- */
+
+/* Appends s as a JSON string (quotes included); s must be valid UTF-8. */
+wf_status prep_json_string(wf_buf *out, const char *s, size_t len);
+
+#endif

@@ -1,0 +1,347 @@
+/* The pipeline's bookkeeping files: the resume state (OUT/_prep/state.json:
+ * which inputs are finished, each output stream's open shard and size at
+ * the last checkpoint, and the counters so far) and the stats report
+ * (OUT/stats.json for programs, OUT/stats.txt for people). Both are
+ * written atomically. Layouts: docs/formats/prep-output.md. */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prep/prep_impl.h"
+#include "weft/fileio.h"
+
+void prep_stats_free(prep_stats *s) {
+    free(s->langs);
+    s->langs = NULL;
+    s->n_langs = 0;
+}
+
+wf_status prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs, uint64_t bytes) {
+    size_t i = 0;
+    while (i < s->n_langs && strcmp(s->langs[i].code, code) < 0) i++;
+    if (i < s->n_langs && strcmp(s->langs[i].code, code) == 0) {
+        s->langs[i].docs += docs;
+        s->langs[i].bytes += bytes;
+        return WF_OK;
+    }
+    prep_lang_count *nl = realloc(s->langs, (s->n_langs + 1) * sizeof *nl);
+    if (!nl) return wf_error(WF_ERR_NOMEM, "out of memory");
+    s->langs = nl;
+    memmove(&s->langs[i + 1], &s->langs[i], (s->n_langs - i) * sizeof *nl);
+    memset(&s->langs[i], 0, sizeof *nl);
+    snprintf(s->langs[i].code, sizeof s->langs[i].code, "%s", code);
+    s->langs[i].docs = docs;
+    s->langs[i].bytes = bytes;
+    s->n_langs++;
+    return WF_OK;
+}
+
+static json_t *u64(uint64_t x) { return json_integer((json_int_t)x); }
+
+/* Perplexity at a percentile of the histogram (the upper edge of its bin). */
+static double ppl_percentile(const prep_stats *s, double q) {
+    uint64_t total = 0;
+    for (int i = 0; i < PREP_PPL_BINS; i++) total += s->ppl_hist[i];
+    if (!total) return 0.0;
+    uint64_t want = (uint64_t)ceil(q * (double)total), acc = 0;
+    for (int i = 0; i < PREP_PPL_BINS; i++) {
+        acc += s->ppl_hist[i];
+        if (acc >= want && acc) return pow(10.0, (i + 1) / 100.0);
+    }
+    return pow(10.0, PREP_PPL_BINS / 100.0);
+}
+
+static int stage_enabled(const wf_prep_config *c, int st) {
+    if (!c) return 1;
+    switch (st) {
+    case ST_DEDUP: return c->dedup;
+    case ST_LANGID: return c->langid;
+    case ST_QUALITY: return c->quality;
+    case ST_MINHASH: return c->minhash;
+    case ST_PERPLEXITY: return c->ppl_model && c->ppl_model[0];
+    default: return 1;
+    }
+}
+
+/* The counters as JSON (the part that state.json and stats.json share). */
+static json_t *stats_json(const prep_stats *s, const wf_prep_config *c) {
+    json_t *root = json_object();
+    json_t *stages = json_object();
+    for (int st = 0; st < ST_COUNT; st++) {
+        json_t *j = json_object();
+        if (c) json_object_set_new(j, "enabled", json_boolean(stage_enabled(c, st)));
+        json_object_set_new(j, "docs_in", u64(s->docs_in[st]));
+        json_object_set_new(j, "docs_out", u64(s->docs_out[st]));
+        json_object_set_new(j, "bytes_in", u64(s->bytes_in[st]));
+        json_object_set_new(j, "bytes_out", u64(s->bytes_out[st]));
+        json_t *dropped = json_object();
+        for (int r = 0; r < R_COUNT; r++) {
+            if (prep_reason_stage(r) != st) continue;
+            json_t *d = json_object();
+            json_object_set_new(d, "docs", u64(s->drop_docs[r]));
+            json_object_set_new(d, "bytes", u64(s->drop_bytes[r]));
+            json_object_set_new(dropped, prep_reason_name(r), d);
+        }
+        json_object_set_new(j, "dropped", dropped);
+        json_t *counters = json_object();
+        for (int e = 0; e < E_COUNT; e++)
+            if (prep_extra_stage(e) == st) json_object_set_new(counters, prep_extra_name(e), u64(s->extra[e]));
+        json_object_set_new(j, "counters", counters);
+        json_object_set_new(j, "seconds", json_real(s->seconds[st]));
+        json_object_set_new(j, "mb_per_s",
+                            json_real(s->seconds[st] > 0 ? s->bytes_in[st] / 1e6 / s->seconds[st] : 0.0));
+        json_object_set_new(stages, prep_stage_name(st), j);
+    }
+    json_object_set_new(root, "stages", stages);
+    json_t *langs = json_object();
+    for (size_t i = 0; i < s->n_langs; i++) {
+        json_t *l = json_object();
+        json_object_set_new(l, "docs", u64(s->langs[i].docs));
+        json_object_set_new(l, "bytes", u64(s->langs[i].bytes));
+        json_object_set_new(langs, s->langs[i].code, l);
+    }
+    json_object_set_new(root, "languages", langs);
+    return root;
+}
+
+static uint64_t get_u64(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
+}
+
+static void stats_from_json(json_t *root, prep_stats *s) {
+    json_t *stages = json_object_get(root, "stages");
+    for (int st = 0; st < ST_COUNT; st++) {
+        json_t *j = json_object_get(stages, prep_stage_name(st));
+        if (!json_is_object(j)) continue;
+        s->docs_in[st] = get_u64(j, "docs_in");
+        s->docs_out[st] = get_u64(j, "docs_out");
+        s->bytes_in[st] = get_u64(j, "bytes_in");
+        s->bytes_out[st] = get_u64(j, "bytes_out");
+        json_t *sec = json_object_get(j, "seconds");
+        s->seconds[st] = json_is_number(sec) ? json_number_value(sec) : 0.0;
+        json_t *dropped = json_object_get(j, "dropped"), *counters = json_object_get(j, "counters");
+        for (int r = 0; r < R_COUNT; r++) {
+            if (prep_reason_stage(r) != st) continue;
+            json_t *d = json_object_get(dropped, prep_reason_name(r));
+            s->drop_docs[r] = get_u64(d, "docs");
+            s->drop_bytes[r] = get_u64(d, "bytes");
+        }
+        for (int e = 0; e < E_COUNT; e++)
+            if (prep_extra_stage(e) == st) s->extra[e] = get_u64(counters, prep_extra_name(e));
+    }
+    json_t *langs = json_object_get(root, "languages");
+    const char *code;
+    json_t *l;
+    json_object_foreach(langs, code, l) prep_stats_add_lang(s, code, get_u64(l, "docs"), get_u64(l, "bytes"));
+}
+
+static wf_status write_json(const char *path, json_t *root) {
+    char *text = json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(10));
+    if (!text) return wf_error(WF_ERR_NOMEM, "out of memory writing %s", path);
+    size_t n = strlen(text);
+    text[n] = '\n'; /* the terminating NUL becomes the final newline */
+    wf_status s = wf_file_write_atomic(path, text, n + 1);
+    free(text);
+    return s;
+}
+
+wf_status prep_state_write(const char *dir, const prep_progress_state *ps, const prep_output *o,
+                           const prep_stats *st) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/_prep", dir);
+    WF_TRY(wf_mkdirs(path));
+    snprintf(path, sizeof path, "%s/_prep/state.json", dir);
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("weft-prep-state"));
+    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "fingerprint", json_string(ps->fingerprint));
+    json_object_set_new(root, "inputs", u64(ps->n_inputs));
+    json_object_set_new(root, "inputs_done", u64(ps->inputs_done));
+    json_object_set_new(root, "complete", json_boolean(ps->complete));
+    json_t *ws = json_array();
+    for (size_t i = 0; i < o->n; i++) {
+        const prep_writer *w = &o->w[i];
+        json_t *j = json_object();
+        json_object_set_new(j, "lang", json_string(w->lang));
+        json_object_set_new(j, "bucket", json_string(w->bucket));
+        json_object_set_new(j, "shard", json_integer(w->shard));
+        json_object_set_new(j, "part_bytes", u64(w->part_bytes));
+        json_object_set_new(j, "raw_bytes", u64(w->raw_bytes));
+        json_array_append_new(ws, j);
+    }
+    json_object_set_new(root, "writers", ws);
+    json_t *sj = stats_json(st, NULL);
+    json_object_set_new(sj, "wall_seconds", json_real(st->wall_seconds));
+    int bins = 0;
+    for (int i = 0; i < PREP_PPL_BINS; i++) bins |= st->ppl_hist[i] != 0;
+    if (bins) {
+        json_t *h = json_array();
+        for (int i = 0; i < PREP_PPL_BINS; i++) json_array_append_new(h, u64(st->ppl_hist[i]));
+        json_object_set_new(sj, "ppl_hist", h);
+    }
+    json_object_set_new(root, "stats", sj);
+    wf_status s = write_json(path, root);
+    json_decref(root);
+    return s;
+}
+
+wf_status prep_state_read(const char *dir, prep_progress_state *ps, prep_output *o, prep_stats *st) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/_prep/state.json", dir);
+    if (!wf_path_exists(path)) return WF_ERR_NOTFOUND;
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root)
+        return wf_error(WF_ERR_FORMAT, "%s:%d: %s: the resume state is damaged; rerun with --force to start over",
+                        path, err.line, err.text);
+    wf_status s = WF_OK;
+    json_t *fmt = json_object_get(root, "format");
+    json_t *fp = json_object_get(root, "fingerprint");
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "weft-prep-state") != 0 ||
+        json_integer_value(json_object_get(root, "version")) != 1 || !json_is_string(fp)) {
+        s = wf_error(WF_ERR_FORMAT, "%s: not a weft prep state (version 1); rerun with --force", path);
+        goto done;
+    }
+    memset(ps, 0, sizeof *ps);
+    snprintf(ps->fingerprint, sizeof ps->fingerprint, "%s", json_string_value(fp));
+    ps->n_inputs = (size_t)get_u64(root, "inputs");
+    ps->inputs_done = (size_t)get_u64(root, "inputs_done");
+    ps->complete = json_is_true(json_object_get(root, "complete"));
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(root, "writers"), i, w) {
+        const char *lang = json_string_value(json_object_get(w, "lang"));
+        const char *bucket = json_string_value(json_object_get(w, "bucket"));
+        if (!lang || !bucket || !lang[0] || strlen(lang) >= 16 || strchr(lang, '/') || !bucket[0] ||
+            strlen(bucket) >= 8) {
+            s = wf_error(WF_ERR_FORMAT, "%s: writer %zu is malformed; rerun with --force", path, i);
+            goto done;
+        }
+        if (o->n == o->cap) {
+            size_t cap = o->cap ? o->cap * 2 : 16;
+            prep_writer *nw = realloc(o->w, cap * sizeof *nw);
+            if (!nw) {
+                s = wf_error(WF_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+            o->w = nw;
+            o->cap = cap;
+        }
+        prep_writer *pw = &o->w[o->n++];
+        memset(pw, 0, sizeof *pw);
+        snprintf(pw->lang, sizeof pw->lang, "%s", lang);
+        snprintf(pw->bucket, sizeof pw->bucket, "%s", bucket);
+        pw->shard = (int64_t)get_u64(w, "shard");
+        pw->part_bytes = get_u64(w, "part_bytes");
+        pw->raw_bytes = get_u64(w, "raw_bytes");
+    }
+    json_t *sj = json_object_get(root, "stats");
+    stats_from_json(sj, st);
+    json_t *wall = json_object_get(sj, "wall_seconds");
+    st->wall_seconds = json_is_number(wall) ? json_number_value(wall) : 0.0;
+    json_t *h = json_object_get(sj, "ppl_hist");
+    if (json_is_array(h) && json_array_size(h) == PREP_PPL_BINS)
+        for (int k = 0; k < PREP_PPL_BINS; k++)
+            st->ppl_hist[k] = (uint64_t)json_integer_value(json_array_get(h, (size_t)k));
+done:
+    json_decref(root);
+    return s;
+}
+
+static void fmt_bytes(uint64_t b, char *out, size_t cap) {
+    if (b >= (uint64_t)1 << 30) snprintf(out, cap, "%.2f GB", b / 1e9);
+    else if (b >= (uint64_t)1 << 20) snprintf(out, cap, "%.2f MB", b / 1e6);
+    else if (b >= 1024) snprintf(out, cap, "%.1f KB", b / 1e3);
+    else snprintf(out, cap, "%llu B", (unsigned long long)b);
+}
+
+wf_status prep_stats_write(const char *dir, const wf_prep_config *c, const prep_progress_state *ps,
+                           const prep_stats *st) {
+    char path[4200];
+    /* JSON */
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("weft-prep-stats"));
+    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "complete", json_boolean(ps->complete));
+    json_object_set_new(root, "inputs", u64(ps->n_inputs));
+    json_object_set_new(root, "inputs_done", u64(ps->inputs_done));
+    json_t *sj = stats_json(st, c);
+    const char *k;
+    json_t *v;
+    json_object_foreach(sj, k, v) json_object_set(root, k, v);
+    json_decref(sj);
+    if (c->ppl_model && c->ppl_model[0]) {
+        json_t *p = json_object();
+        static const double qs[] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9};
+        for (size_t i = 0; i < sizeof qs / sizeof *qs; i++) {
+            char key[8];
+            snprintf(key, sizeof key, "p%d", (int)(qs[i] * 100 + 0.5));
+            json_object_set_new(p, key, json_real(ppl_percentile(st, qs[i])));
+        }
+        json_t *pj = json_object();
+        json_object_set_new(pj, "percentiles", p);
+        json_object_set_new(pj, "head_max", json_real(c->ppl_head_max));
+        json_object_set_new(pj, "middle_max", json_real(c->ppl_middle_max));
+        json_object_set_new(root, "perplexity", pj);
+    }
+    json_t *out = json_object();
+    json_object_set_new(out, "docs", u64(st->docs_out[ST_OUTPUT]));
+    json_object_set_new(out, "text_bytes", u64(st->bytes_out[ST_OUTPUT]));
+    json_object_set_new(out, "jsonl_bytes", u64(st->extra[E_JSON_BYTES]));
+    json_object_set_new(out, "shards", u64(st->extra[E_SHARDS]));
+    json_object_set_new(root, "output", out);
+    json_object_set_new(root, "wall_seconds", json_real(st->wall_seconds));
+    snprintf(path, sizeof path, "%s/stats.json", dir);
+    wf_status s = write_json(path, root);
+    json_decref(root);
+    WF_TRY(s);
+
+    /* Text */
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    if (!f) return wf_error(WF_ERR_NOMEM, "out of memory");
+    char a[32], b[32];
+    fmt_bytes(st->extra[E_INPUT_BYTES], a, sizeof a);
+    fmt_bytes(st->bytes_out[ST_OUTPUT], b, sizeof b);
+    fprintf(f, "weft prep: %zu of %zu inputs (%s), %llu records -> %llu documents (%s of text) in %llu shards, "
+               "%.1f s\n\n",
+            ps->inputs_done, ps->n_inputs, a, (unsigned long long)st->extra[E_RECORDS],
+            (unsigned long long)st->docs_out[ST_OUTPUT], b, (unsigned long long)st->extra[E_SHARDS],
+            st->wall_seconds);
+    fprintf(f, "%-11s %10s %10s %11s %11s %9s\n", "stage", "docs in", "docs out", "MB in", "MB out", "MB/s");
+    for (int stg = 0; stg < ST_COUNT; stg++) {
+        int on = stage_enabled(c, stg);
+        fprintf(f, "%-11s %10llu %10llu %11.2f %11.2f ", prep_stage_name(stg),
+                (unsigned long long)st->docs_in[stg], (unsigned long long)st->docs_out[stg],
+                st->bytes_in[stg] / 1e6, st->bytes_out[stg] / 1e6);
+        if (!on) fprintf(f, "%9s\n", "off");
+        else if (st->seconds[stg] > 0) fprintf(f, "%9.1f\n", st->bytes_in[stg] / 1e6 / st->seconds[stg]);
+        else fprintf(f, "%9s\n", "-");
+        for (int r = 0; r < R_COUNT; r++)
+            if (prep_reason_stage(r) == stg && st->drop_docs[r])
+                fprintf(f, "  dropped %-26s %10llu docs %11.2f MB\n", prep_reason_name(r),
+                        (unsigned long long)st->drop_docs[r], st->drop_bytes[r] / 1e6);
+        for (int e = 0; e < E_COUNT; e++)
+            if (prep_extra_stage(e) == stg && st->extra[e])
+                fprintf(f, "  %-34s %10llu\n", prep_extra_name(e), (unsigned long long)st->extra[e]);
+    }
+    if (st->n_langs) {
+        fprintf(f, "\nlanguages written:\n");
+        for (size_t i = 0; i < st->n_langs; i++) {
+            fmt_bytes(st->langs[i].bytes, a, sizeof a);
+            fprintf(f, "  %-10s %10llu docs %12s\n", st->langs[i].code, (unsigned long long)st->langs[i].docs, a);
+        }
+    }
+    if (c->ppl_model && c->ppl_model[0]) {
+        fprintf(f, "\nperplexity: p30 %.1f  p60 %.1f (head <= %g, middle <= %g)\n", ppl_percentile(st, 0.3),
+                ppl_percentile(st, 0.6), c->ppl_head_max, c->ppl_middle_max);
+    }
+    fclose(f);
+    snprintf(path, sizeof path, "%s/stats.txt", dir);
+    s = wf_file_write_atomic(path, text, tlen);
+    free(text);
+    return s;
+}

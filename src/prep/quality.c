@@ -1,0 +1,423 @@
+/* Quality rules in the style of C4 (Raffel et al. 2020) and Gopher (Rae et
+ * al. 2021), with their published thresholds as defaults.
+ *
+ * C4 first works on lines: a page with "lorem ipsum" (or, if asked, a curly
+ * bracket) goes; lines that mention javascript, do not end in terminal
+ * punctuation or have too few words are removed; a page left with too few
+ * sentences goes. Then Gopher's document rules: word count, mean word
+ * length, '#' and ellipsis per word, bullet and ellipsis lines, words with
+ * letters, stop words; then the repetition rules: repeated lines and
+ * paragraphs (by count and by characters), the share of the most frequent
+ * 2-, 3- and 4-gram, and the share of characters in repeated 5- to 10-grams
+ * (counted as datatrove counts them). A digit-ratio rule is added.
+ *
+ * Words are runs of non-space characters; "characters" are bytes except for
+ * the mean word length, which counts code points. The rules assume
+ * space-separated words: the pipeline applies them only to the languages in
+ * quality.languages. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <utf8proc.h>
+
+#include "prep/prep_impl.h"
+#include "weft/fileio.h"
+
+typedef struct {
+    size_t off, len;
+} span;
+
+typedef struct {
+    span *v;
+    size_t n, cap;
+} spans;
+
+static int spans_push(spans *s, size_t off, size_t len) {
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 256;
+        span *nv = realloc(s->v, cap * sizeof *nv);
+        if (!nv) return -1;
+        s->v = nv;
+        s->cap = cap;
+    }
+    s->v[s->n++] = (span){off, len};
+    return 0;
+}
+
+static int is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Words of text[0, len) appended to w. */
+static int split_words(const char *t, size_t len, size_t base, spans *w) {
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && is_space((unsigned char)t[i])) i++;
+        size_t j = i;
+        while (j < len && !is_space((unsigned char)t[j])) j++;
+        if (j > i && spans_push(w, base + i, j - i) != 0) return -1;
+        i = j;
+    }
+    return 0;
+}
+
+static size_t count_words(const char *t, size_t len) {
+    size_t n = 0, i = 0;
+    while (i < len) {
+        while (i < len && is_space((unsigned char)t[i])) i++;
+        if (i < len) n++;
+        while (i < len && !is_space((unsigned char)t[i])) i++;
+    }
+    return n;
+}
+
+static const char *find_ci(const char *h, size_t hn, const char *needle) {
+    size_t n = strlen(needle);
+    for (size_t i = 0; i + n <= hn; i++)
+        if (tolower((unsigned char)h[i]) == needle[0] && strncasecmp(h + i, needle, n) == 0) return h + i;
+    return NULL;
+}
+
+static int ends_with_bytes(const char *s, size_t n, const char *suffix) {
+    size_t m = strlen(suffix);
+    return n >= m && memcmp(s + n - m, suffix, m) == 0;
+}
+
+/* C4's terminal punctuation: . ! ? " ' and the ellipsis character. */
+static int terminal_punct(const char *s, size_t n) {
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) n--;
+    if (!n) return 0;
+    char c = s[n - 1];
+    if (c == '.' || c == '!' || c == '?' || c == '"' || c == '\'') return 1;
+    return ends_with_bytes(s, n, "\xe2\x80\xa6") || ends_with_bytes(s, n, "\xe2\x80\x9d") ||
+           ends_with_bytes(s, n, "\xe2\x80\x99"); /* ... ” ’ */
+}
+
+/* Sentences: runs of . ! ? (or an ellipsis) followed by a space, a line end
+ * or the end, possibly after closing quotes or brackets. */
+static size_t count_sentences(const char *t, size_t n) {
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (c != '.' && c != '!' && c != '?') continue;
+        size_t j = i + 1;
+        while (j < n && (t[j] == '.' || t[j] == '!' || t[j] == '?')) j++;
+        size_t k = j;
+        while (k < n && (t[k] == '"' || t[k] == '\'' || t[k] == ')' || t[k] == ']')) k++;
+        if (k == n || is_space((unsigned char)t[k])) count++;
+        i = j - 1;
+    }
+    return count;
+}
+
+/* ---- C4 line filters ---- */
+
+static int line_kept(const wf_prep_config *c, const char *s, size_t n) {
+    if (c->c4_javascript && find_ci(s, n, "javascript")) return 0;
+    if (c->c4_terminal_punct && !terminal_punct(s, n)) return 0;
+    if (c->c4_min_words_per_line > 0 && count_words(s, n) < (size_t)c->c4_min_words_per_line) return 0;
+    return 1;
+}
+
+/* Rewrites text keeping the lines that pass (blank lines separate
+ * paragraphs and are kept, one at most in a row). */
+static wf_status c4_lines(const wf_prep_config *c, wf_buf *text, uint64_t *removed) {
+    char *t = text->data;
+    size_t n = text->len, o = 0, i = 0;
+    int blank_pending = 0;
+    while (i < n) {
+        const char *nl = memchr(t + i, '\n', n - i);
+        size_t e = nl ? (size_t)(nl - t) : n;
+        size_t len = e - i;
+        if (len == 0) {
+            blank_pending = o > 0;
+        } else if (line_kept(c, t + i, len)) {
+            if (o) t[o++] = '\n';
+            if (blank_pending) t[o++] = '\n';
+            blank_pending = 0;
+            memmove(t + o, t + i, len);
+            o += len;
+        } else {
+            (*removed)++;
+        }
+        i = e + 1;
+    }
+    text->len = o;
+    if (text->data) text->data[o] = '\0';
+    return WF_OK;
+}
+
+/* ---- counting tables for n-grams ---- */
+
+typedef struct {
+    uint64_t key;
+    uint32_t count;
+} kc;
+
+typedef struct {
+    kc *slots;
+    size_t cap;
+} kctable;
+
+static int kct_init(kctable *t, size_t n) {
+    size_t cap = 64;
+    while (cap < 2 * n + 2) cap *= 2;
+    if (cap > t->cap) {
+        free(t->slots);
+        t->slots = malloc(cap * sizeof *t->slots);
+        if (!t->slots) {
+            t->cap = 0;
+            return -1;
+        }
+        t->cap = cap;
+    }
+    memset(t->slots, 0, t->cap * sizeof *t->slots);
+    return 0;
+}
+
+/* Adds key; returns its count after the add. */
+static uint32_t kct_add(kctable *t, uint64_t key) {
+    if (key == 0) key = 1;
+    size_t mask = t->cap - 1;
+    size_t i = (size_t)(key ^ (key >> 29)) & mask;
+    while (t->slots[i].key && t->slots[i].key != key) i = (i + 1) & mask;
+    t->slots[i].key = key;
+    return ++t->slots[i].count;
+}
+
+static uint64_t gram_hash(const uint64_t *wh, size_t i, size_t n) {
+    uint64_t h = UINT64_C(0xcbf29ce484222325) ^ n;
+    for (size_t j = 0; j < n; j++) {
+        h ^= wh[i + j];
+        h *= UINT64_C(0x100000001b3);
+        h ^= h >> 32;
+    }
+    return h;
+}
+
+/* Repeated lines or paragraphs: how many, and how many bytes they hold. */
+static void dup_units(const spans *u, const char *t, kctable *kt, size_t *dup_n, size_t *dup_bytes) {
+    *dup_n = *dup_bytes = 0;
+    for (size_t i = 0; i < u->n; i++) {
+        uint64_t h = wf_hash64(t + u->v[i].off, u->v[i].len);
+        if (kct_add(kt, h) > 1) {
+            (*dup_n)++;
+            *dup_bytes += u->v[i].len;
+        }
+    }
+}
+
+static int is_bullet_start(const char *s, size_t n) {
+    static const char *const bullets[] = {"-", "*", "\xe2\x80\xa2", "\xe2\x80\xa3", "\xe2\x81\x83",
+                                          "\xe2\x97\xa6", "\xe2\x97\x8f", "\xe2\x96\xaa", "\xc2\xb7"};
+    for (size_t k = 0; k < sizeof bullets / sizeof *bullets; k++) {
+        size_t m = strlen(bullets[k]);
+        if (n >= m && memcmp(s, bullets[k], m) == 0) return 1;
+    }
+    return 0;
+}
+
+static int has_letter(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        if (u[i] < 0x80) {
+            if (isalpha(u[i])) return 1;
+            i++;
+            continue;
+        }
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate(u + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0) {
+            i++;
+            continue;
+        }
+        utf8proc_category_t cat = utf8proc_category(cp);
+        if (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) return 1;
+        i += (size_t)k;
+    }
+    return 0;
+}
+
+/* A word that is only punctuation or symbols (ASCII ones, and … – —). */
+static int symbol_only(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n; i++) {
+        if (u[i] >= 0x80) {
+            if (n - i >= 3 && u[i] == 0xE2 && u[i + 1] == 0x80 &&
+                (u[i + 2] == 0xA6 || u[i + 2] == 0x93 || u[i + 2] == 0x94)) {
+                i += 2;
+                continue;
+            }
+            return 0;
+        }
+        if (isalnum(u[i])) return 0;
+    }
+    return 1;
+}
+
+static size_t count_sub(const char *t, size_t n, const char *needle) {
+    size_t m = strlen(needle), k = 0;
+    for (size_t i = 0; i + m <= n;) {
+        const char *p = memchr(t + i, needle[0], n - i - m + 1);
+        if (!p) break;
+        i = (size_t)(p - t);
+        if (memcmp(p, needle, m) == 0) {
+            k++;
+            i += m;
+        } else {
+            i++;
+        }
+    }
+    return k;
+}
+
+static int stop_word(const wf_prep_config *c, const char *s, size_t n) {
+    while (n && ispunct((unsigned char)*s)) s++, n--;
+    while (n && ispunct((unsigned char)s[n - 1])) n--;
+    if (!n || n > 32) return 0;
+    for (size_t k = 0; k < c->stop_words.n; k++) {
+        const char *w = c->stop_words.items[k];
+        if (strlen(w) == n && strncasecmp(w, s, n) == 0) return 1;
+    }
+    return 0;
+}
+
+static int gopher(const wf_prep_config *c, const char *t, size_t n, spans *words, spans *lines,
+                  spans *paras, uint64_t *wh, kctable *kt) {
+    /* Words that are not only punctuation count. */
+    size_t n_words = 0, word_cps = 0, alpha = 0, stops = 0;
+    for (size_t i = 0; i < words->n; i++) {
+        const char *w = t + words->v[i].off;
+        size_t wl = words->v[i].len;
+        if (has_letter(w, wl)) alpha++;
+        if (symbol_only(w, wl)) continue;
+        n_words++;
+        for (size_t k = 0; k < wl; k++) word_cps += ((unsigned char)w[k] & 0xC0) != 0x80;
+        if (c->min_stop_words > 0 && c->stop_words.n && stops < (size_t)c->min_stop_words &&
+            stop_word(c, w, wl))
+            stops++;
+    }
+    if (n_words < (size_t)c->min_words) return R_Q_MIN_WORDS;
+    if (n_words > (size_t)c->max_words) return R_Q_MAX_WORDS;
+    double mean_len = n_words ? (double)word_cps / (double)n_words : 0.0;
+    if (n_words && (mean_len < c->min_mean_word_len || mean_len > c->max_mean_word_len)) return R_Q_WORD_LEN;
+    if (n_words) {
+        size_t hashes = count_sub(t, n, "#");
+        size_t ellipses = count_sub(t, n, "...") + count_sub(t, n, "\xe2\x80\xa6");
+        if ((double)hashes / (double)n_words > c->max_symbol_word_ratio ||
+            (double)ellipses / (double)n_words > c->max_symbol_word_ratio)
+            return R_Q_SYMBOLS;
+    }
+    size_t bullets = 0, ell_lines = 0;
+    for (size_t i = 0; i < lines->n; i++) {
+        const char *l = t + lines->v[i].off;
+        size_t ll = lines->v[i].len;
+        if (is_bullet_start(l, ll)) bullets++;
+        if (ends_with_bytes(l, ll, "...") || ends_with_bytes(l, ll, "\xe2\x80\xa6")) ell_lines++;
+    }
+    if (lines->n && (double)bullets / (double)lines->n > c->max_bullet_lines) return R_Q_BULLETS;
+    if (lines->n && (double)ell_lines / (double)lines->n > c->max_ellipsis_lines) return R_Q_ELLIPSIS;
+    if (words->n && (double)alpha / (double)words->n < c->min_alpha_words) return R_Q_ALPHA;
+    if (c->min_stop_words > 0 && c->stop_words.n && stops < (size_t)c->min_stop_words) return R_Q_STOP;
+    size_t digits = 0, non_space = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)t[i];
+        if (is_space(ch) || (ch & 0xC0) == 0x80) continue;
+        non_space++;
+        digits += ch >= '0' && ch <= '9';
+    }
+    if (non_space && (double)digits / (double)non_space > c->max_digit_ratio) return R_Q_DIGITS;
+
+    /* Repetition. */
+    size_t dn, db;
+    if (kct_init(kt, lines->n) != 0) return R_NONE;
+    dup_units(lines, t, kt, &dn, &db);
+    if (lines->n && (double)dn / (double)lines->n > c->max_dup_line_frac) return R_Q_DUP_LINES;
+    size_t line_dup_bytes = db;
+    if (kct_init(kt, paras->n) != 0) return R_NONE;
+    dup_units(paras, t, kt, &dn, &db);
+    if (paras->n && (double)dn / (double)paras->n > c->max_dup_para_frac) return R_Q_DUP_PARAS;
+    if (n && (double)line_dup_bytes / (double)n > c->max_dup_line_char_frac) return R_Q_DUP_LINE_CHARS;
+    if (n && (double)db / (double)n > c->max_dup_para_char_frac) return R_Q_DUP_PARA_CHARS;
+
+    size_t W = words->n;
+    for (size_t i = 0; i < W; i++) wh[i] = wf_hash64(t + words->v[i].off, words->v[i].len);
+    for (int g = 0; g < 3; g++) {
+        size_t ng = (size_t)g + 2;
+        if (W < ng) break;
+        if (kct_init(kt, W) != 0) return R_NONE;
+        uint32_t best = 0;
+        size_t best_at = 0;
+        for (size_t i = 0; i + ng <= W; i++) {
+            uint32_t cnt = kct_add(kt, gram_hash(wh, i, ng));
+            if (cnt > best) best = cnt, best_at = i;
+        }
+        size_t gram_bytes = ng - 1;
+        for (size_t j = 0; j < ng; j++) gram_bytes += words->v[best_at + j].len;
+        if (best > 1 && (double)gram_bytes * best / (double)n > c->max_top_ngram[g]) return R_Q_TOP2 + g;
+    }
+    for (int g = 0; g < 6; g++) {
+        size_t ng = (size_t)g + 5;
+        if (W < ng) break;
+        if (kct_init(kt, W) != 0) return R_NONE;
+        size_t rep = 0, i = 0;
+        while (i + ng <= W) {
+            if (kct_add(kt, gram_hash(wh, i, ng)) > 1) {
+                for (size_t j = 0; j < ng; j++) rep += words->v[i + j].len;
+                i += ng;
+            } else {
+                i++;
+            }
+        }
+        if ((double)rep / (double)n > c->max_dup_ngram[g]) return R_Q_DUP5 + g;
+    }
+    return R_NONE;
+}
+
+int prep_quality(const wf_prep_config *c, wf_buf *text, uint64_t *lines_removed) {
+    *lines_removed = 0;
+    if (c->c4_lorem_ipsum && find_ci(text->data, text->len, "lorem ipsum")) return R_Q_LOREM;
+    if (c->c4_curly_bracket && memchr(text->data, '{', text->len)) return R_Q_CURLY;
+    if (c->c4_javascript || c->c4_terminal_punct || c->c4_min_words_per_line > 0) {
+        if (c4_lines(c, text, lines_removed) != WF_OK) return R_NONE;
+        if (text->len == 0) return R_Q_LINES_EMPTY;
+    }
+    if (c->c4_min_sentences > 0 && count_sentences(text->data, text->len) < (size_t)c->c4_min_sentences)
+        return R_Q_SENTENCES;
+
+    const char *t = text->data;
+    size_t n = text->len;
+    spans words = {0}, lines = {0}, paras = {0};
+    kctable kt = {0};
+    uint64_t *wh = NULL;
+    int rc = R_NONE;
+    /* Lines (non-empty) and paragraphs (blocks between blank lines). */
+    size_t i = 0, para_start = 0, para_end = 0;
+    int in_para = 0, fail = 0;
+    while (i <= n && !fail) {
+        const char *nl = i < n ? memchr(t + i, '\n', n - i) : NULL;
+        size_t e = nl ? (size_t)(nl - t) : n;
+        size_t len = e - i;
+        if (len) {
+            fail |= spans_push(&lines, i, len);
+            if (!in_para) para_start = i, in_para = 1;
+            para_end = e;
+        } else if (in_para) {
+            fail |= spans_push(&paras, para_start, para_end - para_start);
+            in_para = 0;
+        }
+        i = e + 1;
+    }
+    if (in_para && !fail) fail |= spans_push(&paras, para_start, para_end - para_start);
+    if (!fail) fail |= split_words(t, n, 0, &words);
+    if (!fail) {
+        wh = malloc((words.n + 1) * sizeof *wh);
+        fail = !wh;
+    }
+    if (!fail) rc = gopher(c, t, n, &words, &lines, &paras, wh, &kt);
+    free(wh);
+    free(kt.slots);
+    free(words.v);
+    free(lines.v);
+    free(paras.v);
+    return rc;
+}

@@ -1,0 +1,97 @@
+/* `weft prep`: crawled pages in, clean documents out (include/weft/prep.h,
+ * docs/prep.md). This file only gathers the inputs (a directory means every
+ * regular file under it, in byte order of their paths, hidden ones left
+ * out), runs the pipeline and prints its stats report. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "weft/prep.h"
+#include "weft/weft.h"
+
+typedef struct {
+    char **v;
+    size_t n, cap;
+} path_list;
+
+static int list_push(path_list *l, const char *p) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        char **nv = realloc(l->v, cap * sizeof *nv);
+        if (!nv) return -1;
+        l->v = nv;
+        l->cap = cap;
+    }
+    l->v[l->n] = strdup(p);
+    return l->v[l->n++] ? 0 : -1;
+}
+
+static void list_free(path_list *l) {
+    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static wf_status expand(const char *path, path_list *out) {
+    if (!wf_path_is_dir(path)) {
+        if (list_push(out, path) != 0) return wf_error(WF_ERR_NOMEM, "out of memory");
+        return WF_OK;
+    }
+    DIR *d = opendir(path);
+    if (!d) return wf_error(WF_ERR_IO, "%s: cannot list the directory", path);
+    path_list here = {0};
+    struct dirent *e;
+    wf_status s = WF_OK;
+    while ((e = readdir(d)) != NULL && s == WF_OK) {
+        if (e->d_name[0] == '.') continue;
+        size_t n = strlen(path) + strlen(e->d_name) + 2;
+        char *p = malloc(n);
+        if (!p) {
+            s = wf_error(WF_ERR_NOMEM, "out of memory");
+            break;
+        }
+        snprintf(p, n, "%s/%s", path, e->d_name);
+        if (list_push(&here, p) != 0) s = wf_error(WF_ERR_NOMEM, "out of memory");
+        free(p);
+    }
+    closedir(d);
+    if (here.n) qsort(here.v, here.n, sizeof *here.v, cmp_str);
+    for (size_t i = 0; i < here.n && s == WF_OK; i++) s = expand(here.v[i], out);
+    list_free(&here);
+    return s;
+}
+
+int wf_cmd_prep(int argc, char **argv) {
+    const wf_cmd_spec *spec = wf_prep_spec();
+    wf_prep_config c;
+    memset(&c, 0, sizeof c);
+    wf_strs pos = {0};
+    int done;
+    int rc = wf_tool_parse(spec, &c, argc, argv, &pos, &done);
+    if (done) {
+        wf_opts_free_positional(&pos);
+        wf_opts_free(spec, &c);
+        return rc;
+    }
+    path_list inputs = {0};
+    wf_status s = WF_OK;
+    for (size_t i = 0; i < pos.n && s == WF_OK; i++) s = expand(pos.items[i], &inputs);
+    if (s == WF_OK && inputs.n == 0) s = wf_error(WF_ERR_CONFIG, "the input directories hold no files");
+    if (s == WF_OK) s = wf_prep_run(&c, (const char *const *)inputs.v, inputs.n);
+    if (s == WF_OK) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", c.output, c.json ? "stats.json" : "stats.txt");
+        char *text = NULL;
+        size_t len = 0;
+        s = wf_file_read(path, &text, &len);
+        if (s == WF_OK) fwrite(text, 1, len, stdout);
+        free(text);
+    }
+    list_free(&inputs);
+    wf_opts_free_positional(&pos);
+    wf_opts_free(spec, &c);
+    return s == WF_OK ? 0 : wf_tool_fail("prep");
+}
