@@ -33,5 +33,9 @@ int wf_cmd_tokenizer_encode(int argc, char **argv);
 int wf_cmd_tokenizer_decode(int argc, char **argv);
 int wf_cmd_tokenizer_info(int argc, char **argv);
 
+/* tools/cmd_trace.c */
+int wf_cmd_trace_request(int argc, char **argv);
+int wf_cmd_trace_analyze(int argc, char **argv);
+
 
 #endif

@@ -34,6 +34,8 @@ static const tool_cmd commands[] = {
     {"data batch", wf_cmd_data_batch, "print a batch as the data loader serves it"},
     {"train", wf_cmd_train, "train a Llama-style model on a tokenized dataset"},
     {"sample", wf_cmd_sample, "generate text from a trained model"},
+    {"trace request", wf_cmd_trace_request, "ask a running job to capture its next steps"},
+    {"trace analyze", wf_cmd_trace_analyze, "analyse per-rank traces (breakdown, idle, top ops, overlap, stragglers)"},
     {"ckpt verify", wf_cmd_ckpt_verify, "check a checkpoint's manifest and every checksum"},
     {"ckpt inspect", wf_cmd_ckpt_inspect, "list what a checkpoint holds"},
     {"export", wf_cmd_export, "write a checkpoint's model as a Hugging Face Llama directory"},

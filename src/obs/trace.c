@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,7 @@ static struct {
 
 static _Thread_local trace_tbuf *tl_buf;
 static _Thread_local long long tl_epoch;
+static atomic_llong serials; /* thread registrations, for the exit callback */
 static _Thread_local char tl_name[48];
 static _Thread_local int tl_stream;
 
@@ -102,9 +104,14 @@ static int64_t unix_now_ns(void) {
 
 /* ---- thread registration ----------------------------------------------- */
 
+/* Runs when a registered thread exits, with its registration serial (not a
+ * pointer: the buffer may have been freed by a shutdown since). */
 static void thread_exit_cb(void *p) {
-    trace_tbuf *b = p;
-    if (b) atomic_store(&b->detached, 1);
+    long long serial = (long long)(intptr_t)p;
+    pthread_mutex_lock(&T.mu);
+    for (trace_tbuf *b = T.bufs; b; b = b->next)
+        if (b->owner == serial) atomic_store(&b->detached, 1);
+    pthread_mutex_unlock(&T.mu);
 }
 
 /* Registers the calling thread: reuses the buffer of an exited thread whose
@@ -139,14 +146,16 @@ static trace_tbuf *register_thread(void) {
     b->n = 0;
     atomic_store(&b->n_pub, 0);
     atomic_store(&b->dropped, 0);
+    b->owner = atomic_fetch_add(&serials, 1) + 1;
     b->tid = (long)syscall(SYS_gettid);
     b->stream = tl_stream > 0 ? tl_stream : T.next_stream++;
     if (tl_name[0])
         snprintf(b->name, sizeof b->name, "%s", tl_name);
     else
         snprintf(b->name, sizeof b->name, "thread %ld", b->tid);
+    long long serial = b->owner;
     pthread_mutex_unlock(&T.mu);
-    if (T.key_made) pthread_setspecific(T.key, b);
+    if (T.key_made) pthread_setspecific(T.key, (void *)(intptr_t)serial);
     tl_buf = b;
     tl_epoch = epoch;
     return b;

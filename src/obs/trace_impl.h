@@ -34,6 +34,7 @@ typedef struct trace_tbuf {
     atomic_llong gen;
     atomic_llong dropped;   /* spans refused in segment `gen` */
     atomic_int detached;    /* the owner thread has exited */
+    long long owner;        /* registration serial of the owner thread */
     long tid;               /* kernel thread id */
     int stream;             /* pseudo-device stream of its device spans */
     char name[48];
