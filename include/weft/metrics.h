@@ -50,7 +50,7 @@ typedef struct {
     double optim_s;        /* gradient clipping and the optimizer update */
     double ckpt_s;         /* blocked on a checkpoint save (0 when none) */
     double eval_s;         /* validation, NaN when not computed; not in step_s */
-    double tflops;         /* model FLOPs / step_s / 1e12 (per process) */
+    double tflops;         /* model FLOPs / step_s / 1e12, per process */
     double mfu_pct;        /* 100 * tflops / peak TFLOP/s, NaN without a peak */
     int64_t arena_in_use;  /* bytes: wf_arena_stats of the run's arena */
     int64_t arena_reserved;
@@ -67,10 +67,11 @@ typedef struct {
 /* Sets every field to "not measured": NaN, -1, and spike 0. */
 void wf_metrics_step_init(wf_metrics_step *r);
 
-/* Fills tokens_per_s, tflops and mfu_pct from tokens, step_s, the FLOPs
- * per token (wf_model_flops_per_token) and a peak in TFLOP/s (<= 0: no
- * MFU). */
-void wf_metrics_step_derive(wf_metrics_step *r, double flops_per_token, double peak_tflops);
+/* Fills tokens_per_s (all processes), tflops and mfu_pct (per process)
+ * from tokens, step_s, the FLOPs per token (wf_model_flops_per_token), the
+ * number of processes that shared the tokens (data-parallel ranks; 1 for a
+ * single process) and one process's peak in TFLOP/s (<= 0: no MFU). */
+void wf_metrics_step_derive(wf_metrics_step *r, double flops_per_token, int n_procs, double peak_tflops);
 
 /* Fills the arena_* fields from `arena` (NULL: left as they are) and the
  * host_* fields from /proc (left as they are if /proc cannot be read). */

@@ -27,11 +27,11 @@ void wf_metrics_step_init(wf_metrics_step *r) {
     r->time = 0;
 }
 
-void wf_metrics_step_derive(wf_metrics_step *r, double flops_per_token, double peak_tflops) {
+void wf_metrics_step_derive(wf_metrics_step *r, double flops_per_token, int n_procs, double peak_tflops) {
     if (r->tokens < 0 || !(r->step_s > 0)) return;
     r->tokens_per_s = (double)r->tokens / r->step_s;
     if (flops_per_token > 0) {
-        r->tflops = flops_per_token * (double)r->tokens / r->step_s / 1e12;
+        r->tflops = flops_per_token * (double)r->tokens / r->step_s / 1e12 / (n_procs > 1 ? n_procs : 1);
         if (peak_tflops > 0) r->mfu_pct = 100.0 * r->tflops / peak_tflops;
     }
 }

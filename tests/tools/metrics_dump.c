@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
     for (int64_t step = 1; s == WF_OK && step <= steps; step++) {
         wf_metrics_step r;
         synth(&r, step, done_rollback ? 0 : spike_at, eval_every);
-        wf_metrics_step_derive(&r, fpt, peak.tflops);
+        wf_metrics_step_derive(&r, fpt, 1, peak.tflops);
         wf_metrics_step_memory(&r, arena);
         wf_spike_result sr = wf_spike_check(&det, r.loss, r.grad_norm);
         r.loss_z = sr.loss_z;

@@ -173,12 +173,18 @@ WF_TEST(derive_rates_and_mfu) {
     WF_CHECK_TRUE(r.time == 0);
     r.tokens = 2048;
     r.step_s = 0.5;
-    wf_metrics_step_derive(&r, 1e6, 0);
+    wf_metrics_step_derive(&r, 1e6, 1, 0);
     WF_CHECK_NEAR(r.tokens_per_s, 4096, 1e-9);
     WF_CHECK_NEAR(r.tflops, 2048 * 1e6 / 0.5 / 1e12, 1e-15);
     WF_CHECK_TRUE(isnan(r.mfu_pct)); /* no peak, no MFU */
-    wf_metrics_step_derive(&r, 1e6, 0.01);
+    wf_metrics_step_derive(&r, 1e6, 1, 0.01);
     WF_CHECK_NEAR(r.mfu_pct, 100 * 0.004096 / 0.01, 1e-9);
+    /* Four data-parallel processes shared the tokens: the rate is the
+     * total's, TFLOP/s and MFU are each process's. */
+    wf_metrics_step_derive(&r, 1e6, 4, 0.01);
+    WF_CHECK_NEAR(r.tokens_per_s, 4096, 1e-9);
+    WF_CHECK_NEAR(r.tflops, 0.004096 / 4, 1e-15);
+    WF_CHECK_NEAR(r.mfu_pct, 100 * 0.001024 / 0.01, 1e-9);
     wf_arena *a;
     WF_CHECK_OK(wf_arena_create(&a, 1 << 20));
     WF_CHECK_TRUE(wf_arena_alloc(a, 1000, 64) != NULL);
