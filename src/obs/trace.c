@@ -397,9 +397,12 @@ static wf_status write_window(void) {
     if (st == WF_OK) {
         for (int i = 0; i < k; i++) qsort(snaps[i].ev, (size_t)snaps[i].n, sizeof *snaps[i].ev, ev_cmp);
         char dir[4096];
-        snprintf(dir, sizeof dir, "%s/step-%06" PRId64, T.dir, T.first_step);
-        snprintf(path, sizeof path, "%s/rank-%05d.trace.json", dir, T.rank);
-        st = wf_mkdirs(dir);
+        int nd = snprintf(dir, sizeof dir, "%s/step-%06" PRId64, T.dir, T.first_step);
+        int np = snprintf(path, sizeof path, "%.4000s/rank-%05d.trace.json", dir, T.rank);
+        if (nd < 0 || (size_t)nd >= sizeof dir || np < 0 || (size_t)np >= sizeof path)
+            st = wf_error(WF_ERR_INVALID, "trace: directory name too long: %s", T.dir);
+        else
+            st = wf_mkdirs(dir);
         trace_write_job job = {
             .path = path, .rank = T.rank, .world_size = T.world_size, .backend = T.backend,
             .base_unix_ns = T.base_unix_ns, .mono_to_unix_ns = T.mono_to_unix_ns, .end_ns = end_ns,

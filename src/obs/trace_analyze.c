@@ -22,7 +22,7 @@
  *
  * Memory: each file is read twice as a stream (first its ProfilerStep
  * markers, then everything); one rank's device events are held at a time,
- * 48 bytes each, and CPU events are not held at all. */
+ * 40 bytes each, and CPU events are not held at all. */
 #include <dirent.h>
 #include <inttypes.h>
 #include <math.h>
@@ -236,12 +236,12 @@ typedef struct {
     int has_marker;               /* some CPU event's name contains "ProfilerStep" */
     int64_t last_start, last_end; /* over those events */
     int64_t events;
+    int not_trace;                /* no traceEvents: some other JSON file */
 } file_info;
 
 typedef struct {
     int64_t ts, dur;
     int64_t rts;     /* ts of the correlated CPU event (NO_TS: none) */
-    int64_t corr;
     uint32_t name;   /* id in the rank's strtab */
     int32_t stream;
     uint32_t idx;    /* order in the file */
@@ -324,6 +324,7 @@ static wf_status read_steps(ctx *c, file_info *f, strtab *step_names) {
     }
     f->rank = trace_jreader_rank(r);
     f->world_size = trace_jreader_world_size(r);
+    f->not_trace = !trace_jreader_saw_events(r);
     trace_jreader_close(r);
     if (st == WF_OK && f->n_steps) qsort(f->steps, (size_t)f->n_steps, sizeof *f->steps, step_cmp);
     return st;
@@ -430,7 +431,7 @@ static wf_status read_events(ctx *c, const file_info *f, rank_data *rd) {
             if (!dev) continue;
         }
         if (rd->n == rd->cap) {
-            size_t nc = rd->cap ? rd->cap * 2 : 4096;
+            size_t nc = rd->cap ? rd->cap + rd->cap / 2 : 4096; /* 1.5x: less slack than doubling */
             dev_rec *nd = realloc(rd->d, nc * sizeof *nd);
             if (!nd) {
                 st = wf_error(WF_ERR_NOMEM, "%s: out of memory holding %zu device events", f->path, rd->n);
@@ -445,7 +446,7 @@ static wf_status read_events(ctx *c, const file_info *f, rank_data *rd) {
             break;
         }
         dev_rec *d = &rd->d[rd->n];
-        *d = (dev_rec){.ts = ts, .dur = dur, .rts = NO_TS, .corr = ev.correlation, .name = name,
+        *d = (dev_rec){.ts = ts, .dur = dur, .rts = NO_TS, .name = name,
                        .stream = (int32_t)ev.stream, .idx = idx, .kind = (uint8_t)kernel_kind(ev.name),
                        .kcat = (uint8_t)is_kernel_cat(ev.cat), .gpu = (uint8_t)gpu, .keep = 1};
         if (gpu) {
@@ -983,34 +984,42 @@ wf_status wf_trace_analyze(const char *dir, const wf_trace_analyze_opts *opts, w
     wf_trace_analyze_opts o = opts ? *opts : (wf_trace_analyze_opts){0};
     if (o.kernel_wait_us <= 0) o.kernel_wait_us = 30;
     if (!wf_path_is_dir(dir)) return wf_error(WF_ERR_NOTFOUND, "trace analyze: %s is not a directory", dir);
+    /* RUN_DIR: its traces/ folder; a folder of traces; or a folder of captures */
     char **files = NULL;
     int nf = 0;
-    WF_TRY(list_traces(dir, &files, &nf));
-    char *used_dir = strdup(dir);
-    if (!used_dir) return wf_error(WF_ERR_NOMEM, "out of memory");
-    if (nf == 0) {
-        char *sub = NULL;
-        wf_status s = newest_capture(dir, &sub);
-        if (s != WF_OK || !sub) {
-            free(files);
-            free(used_dir);
-            return s != WF_OK ? s
-                              : wf_error(WF_ERR_NOTFOUND, "trace analyze: %s holds no trace files (*.json, "
-                                         "*.json.gz) and no capture directories with some", dir);
-        }
-        WF_INFO("trace analyze: %s holds captures; analysing the newest, %s", dir, sub);
-        free(files);
-        free(used_dir);
+    char *used_dir = NULL, *sub = NULL;
+    size_t tlen = strlen(dir) + 8;
+    char *tdir = malloc(tlen);
+    if (!tdir) return wf_error(WF_ERR_NOMEM, "out of memory");
+    snprintf(tdir, tlen, "%s/traces", dir);
+    wf_status s = WF_OK;
+    if (wf_path_is_dir(tdir)) s = newest_capture(tdir, &sub);
+    free(tdir);
+    if (s == WF_OK && !sub) {
+        s = list_traces(dir, &files, &nf);
+        if (s == WF_OK && nf == 0) s = newest_capture(dir, &sub);
+    }
+    if (s == WF_OK && sub) {
+        WF_INFO("trace analyze: analysing the newest capture under %s: %s", dir, sub);
         used_dir = sub;
         s = list_traces(used_dir, &files, &nf);
-        if (s != WF_OK) {
-            free(used_dir);
-            return s;
-        }
+    } else if (s == WF_OK) {
+        used_dir = strdup(dir);
+        if (!used_dir) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    }
+    if (s == WF_OK && nf == 0)
+        s = wf_error(WF_ERR_NOTFOUND, "trace analyze: %s holds no trace files (*.json, *.json.gz) and no "
+                     "capture directories with some", dir);
+    if (s != WF_OK) {
+        for (int i = 0; i < nf; i++) free(files[i]);
+        free(files);
+        free(used_dir);
+        return s;
     }
     a->dir = used_dir;
 
     ctx c = {.o = &o, .sel_min = NO_TS, .sel_max = NO_TS};
+    int n_files = nf;
     file_info *fi = calloc((size_t)nf, sizeof *fi);
     strtab step_names = {0};
     wf_status st = fi ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
@@ -1018,10 +1027,28 @@ wf_status wf_trace_analyze(const char *dir, const wf_trace_analyze_opts *opts, w
         fi[i].path = files[i];
         files[i] = NULL;
         st = read_steps(&c, &fi[i], &step_names);
+        if (st == WF_OK && fi[i].not_trace) {
+            WF_WARN("trace analyze: %s has no traceEvents; not a trace, skipped", fi[i].path);
+            continue;
+        }
         if (st == WF_OK && fi[i].rank < 0) {
             WF_WARN("%s has no distributedInfo.rank; taking it as rank 0 (as HTA does)", fi[i].path);
             fi[i].rank = 0;
         }
+    }
+    if (st == WF_OK) { /* drop the files that are not traces */
+        int k = 0;
+        for (int i = 0; i < nf; i++) {
+            if (fi[i].not_trace) {
+                free(fi[i].path);
+                free(fi[i].steps);
+            } else {
+                fi[k++] = fi[i];
+            }
+        }
+        nf = k;
+        if (nf == 0)
+            st = wf_error(WF_ERR_NOTFOUND, "trace analyze: %s holds no trace files (JSON with traceEvents)", used_dir);
     }
     if (st == WF_OK) qsort(fi, (size_t)nf, sizeof *fi, rank_cmp);
     for (int i = 1; st == WF_OK && i < nf; i++)
@@ -1070,13 +1097,11 @@ wf_status wf_trace_analyze(const char *dir, const wf_trace_analyze_opts *opts, w
     }
     if (st == WF_OK) st = find_stragglers(&c, a);
 
-    for (int i = 0; i < nf; i++) {
-        if (fi) {
-            free(fi[i].path);
-            free(fi[i].steps);
-        }
-        if (files) free(files[i]);
+    for (int i = 0; fi && i < nf; i++) {
+        free(fi[i].path);
+        free(fi[i].steps);
     }
+    for (int i = 0; i < n_files; i++) free(files[i]);
     free(fi);
     free(files);
     free(c.valid);

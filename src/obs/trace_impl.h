@@ -100,6 +100,8 @@ wf_status trace_jreader_next(trace_jreader *r, trace_jevent *ev, int *got);
 /* distributedInfo.rank / world_size if seen so far (-1 if not). */
 int64_t trace_jreader_rank(const trace_jreader *r);
 int64_t trace_jreader_world_size(const trace_jreader *r);
+/* Whether the document had a top-level "traceEvents" array (so far). */
+int trace_jreader_saw_events(const trace_jreader *r);
 
 /* Parses a JSON number's text into ns from microseconds, exactly for up to
  * 9 decimals (rounded half away from zero beyond). Returns 0 if it is not a

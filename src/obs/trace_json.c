@@ -38,6 +38,7 @@ struct trace_jreader {
     int events_first;        /* no element of traceEvents read yet */
     int top_first;           /* no top-level key read yet */
     int64_t rank, world_size;
+    int saw_events;          /* the top-level "traceEvents" array was met */
     sbuf key, name, cat, weft_cat, tmp;
     char num[128];
 };
@@ -226,22 +227,22 @@ int trace_us_text_to_ns(const char *s, size_t len, int64_t *ns) {
     int digits = 0, any = 0, scale = 0; /* value = mant * 10^scale microseconds */
     int round_up = 0;
     for (; i < len && s[i] >= '0' && s[i] <= '9'; i++, any = 1) {
-        if (digits < 18) {
+        if (digits < 19) {
             mant = mant * 10 + (uint64_t)(s[i] - '0');
             if (mant) digits++;
         } else {
-            if (digits == 18 && !round_up) round_up = s[i] >= '5';
+            if (digits == 19 && !round_up) round_up = s[i] >= '5';
             digits++;
             scale++;
         }
     }
     if (i < len && s[i] == '.') {
         for (i++; i < len && s[i] >= '0' && s[i] <= '9'; i++, any = 1) {
-            if (digits < 18) {
+            if (digits < 19) {
                 mant = mant * 10 + (uint64_t)(s[i] - '0');
                 if (mant) digits++;
                 scale--;
-            } else if (digits == 18) {
+            } else if (digits == 19) {
                 round_up = s[i] >= '5';
                 digits++;
             }
@@ -494,6 +495,7 @@ void trace_jreader_close(trace_jreader *r) {
 
 int64_t trace_jreader_rank(const trace_jreader *r) { return r->rank; }
 int64_t trace_jreader_world_size(const trace_jreader *r) { return r->world_size; }
+int trace_jreader_saw_events(const trace_jreader *r) { return r->saw_events; }
 
 wf_status trace_jreader_next(trace_jreader *r, trace_jevent *ev, int *got) {
     *got = 0;
@@ -521,6 +523,7 @@ wf_status trace_jreader_next(trace_jreader *r, trace_jevent *ev, int *got) {
             const char *k = r->key.s ? r->key.s : "";
             if (strcmp(k, "traceEvents") == 0 && ws(r) == '[') {
                 r->pos++;
+                r->saw_events = 1;
                 r->state = ST_EVENTS;
                 r->events_first = 1;
             } else if (strcmp(k, "distributedInfo") == 0 && ws(r) == '{') {
