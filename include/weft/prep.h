@@ -82,7 +82,7 @@ typedef struct {
     double ppl_head_max, ppl_middle_max;
     int ppl_drop_tail;
     /* [output] */
-    int64_t shard_mb;
+    double shard_mb;         /* fractions allowed (tests use small shards) */
     int64_t zstd_level;
 } wf_prep_config;
 

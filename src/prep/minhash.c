@@ -71,7 +71,9 @@ size_t wf_minhash_signature(const char *text, size_t len, int ngram, int n_hashe
         size_t from = start[s], to = start[last + 1] - 1;
         uint64_t x = wf_hash64(norm.data + from, to - from);
         for (int k = 0; k < n_hashes; k++) {
-            uint64_t h = a[k] * x + b[k];
+            uint64_t h = (x ^ b[k]) * a[k];
+            h ^= h >> 29;
+            h *= UINT64_C(0xbf58476d1ce4e5b9);
             h ^= h >> 32;
             if (h < sig[k]) sig[k] = h;
         }

@@ -707,7 +707,7 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     if (s == WF_OK) s = wf_mkdirs(c->output);
     if (s == WF_OK) s = u64set_init(&r.par, (size_t)c->dedup_max_mb << 20);
     if (s == WF_OK) s = u64set_init(&r.lsh, (size_t)c->mh_max_mb << 20);
-    if (s == WF_OK) s = prep_output_init(&r.out, c->output, (uint64_t)c->shard_mb << 20, (int)c->zstd_level);
+    if (s == WF_OK) s = prep_output_init(&r.out, c->output, (uint64_t)(c->shard_mb * 1048576.0), (int)c->zstd_level);
     char fp[32];
     if (s == WF_OK) s = fingerprint(&r, fp);
     if (s != WF_OK) {
@@ -750,7 +750,7 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
             prep_output_close(&r.out);
             prep_stats_free(&r.st);
             memset(&r.st, 0, sizeof r.st);
-            s = prep_output_init(&r.out, c->output, (uint64_t)c->shard_mb << 20, (int)c->zstd_level);
+            s = prep_output_init(&r.out, c->output, (uint64_t)(c->shard_mb * 1048576.0), (int)c->zstd_level);
             if (s == WF_OK) s = prep_output_wipe(c->output);
             snprintf(r.ps.fingerprint, sizeof r.ps.fingerprint, "%s", fp);
             r.ps.n_inputs = n_inputs;

@@ -141,7 +141,7 @@ static const wf_opt prep_opts[] = {
     {"perplexity.drop_tail", NULL, WF_OPT_BOOL, O(ppl_drop_tail), "false", WF_NO_RANGE,
      "drop the tail instead of writing it"},
     /* [output] */
-    {"output.shard_mb", NULL, WF_OPT_INT, O(shard_mb), "128", 1, 1 << 20,
+    {"output.shard_mb", NULL, WF_OPT_FLOAT, O(shard_mb), "128", 0.001, 1 << 20,
      "start a new shard after this many MB of JSONL (uncompressed)"},
     {"output.zstd_level", NULL, WF_OPT_INT, O(zstd_level), "3", 1, 19, "zstd compression level"},
 };
@@ -165,9 +165,11 @@ const wf_cmd_spec *wf_prep_spec(void) { return &prep_spec; }
 
 wf_status wf_prep_config_default(wf_prep_config *c) {
     memset(c, 0, sizeof *c);
+    wf_cmd_spec spec = prep_spec;
+    spec.min_positional = 0; /* defaults only: no inputs */
     wf_strs pos = {0};
     int help = 0;
-    wf_status s = wf_opts_parse(&prep_spec, c, 0, NULL, &pos, &help);
+    wf_status s = wf_opts_parse(&spec, c, 0, NULL, &pos, &help);
     wf_opts_free_positional(&pos);
     return s;
 }

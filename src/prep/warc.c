@@ -73,8 +73,8 @@ static int magic_kind(const char *path) {
 
 static void mark_damaged(prep_reader *r, const char *what) {
     if (!r->damaged)
-        WF_WARN("%s: %s near byte %llu of its contents; the rest of this input is skipped", r->path,
-                what, (unsigned long long)(r->offset + (r->len - r->pos)));
+        WF_WARN("%s: %s after byte %llu of its contents; the rest of this input is skipped", r->path,
+                what, (unsigned long long)(r->offset + r->len));
     r->damaged = 1;
     r->src_eof = 1;
 }
@@ -99,6 +99,9 @@ static size_t src_read(prep_reader *r, char *out, size_t n) {
         const char *msg = gzerror(r->gz, &err);
         if (got < 0 || (err != Z_OK && err != Z_STREAM_END)) {
             char what[160];
+            size_t pl = strlen(r->path);
+            if (msg && strncmp(msg, r->path, pl) == 0 && msg[pl] == ':') msg += pl + 1;
+            while (msg && *msg == ' ') msg++;
             snprintf(what, sizeof what, "damaged gzip data (%s)", msg ? msg : "error");
             mark_damaged(r, what);
         }

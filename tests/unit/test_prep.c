@@ -1,0 +1,670 @@
+/* Unit tests for the web-text pipeline's stages (src/prep/): the WARC,
+ * JSONL and text readers and their bad inputs, HTTP bodies, HTML to text,
+ * normalization and UTF-8 repair, the dedup normalization and hash set,
+ * MinHash against exact Jaccard similarity, CLD2 language id, every
+ * quality rule, and JSON escaping. The whole pipeline is tested in
+ * test_prep_pipeline.c and tests/py/test_prep_cli.py. */
+#include <math.h>
+#include <zlib.h>
+
+#include "harness.h"
+#include "prep/prep_impl.h"
+#include "weft/fileio.h"
+
+static const char *tpath(const char *name) {
+    static char buf[8][600];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", wf_test_tmpdir(), name);
+    return buf[k];
+}
+
+static wf_prep_config defaults(void) {
+    wf_prep_config c;
+    WF_CHECK_OK(wf_prep_config_default(&c));
+    return c;
+}
+
+/* ---- WARC ---- */
+
+static void warc_record(wf_buf *b, const char *type, const char *uri, const char *ctype, const char *block) {
+    char head[1024];
+    int n = snprintf(head, sizeof head,
+                     "WARC/1.0\r\nWARC-Type: %s\r\nWARC-Record-ID: <urn:uuid:x>\r\n%s%s%s"
+                     "Content-Type: %s\r\nContent-Length: %zu\r\n\r\n",
+                     type, uri ? "WARC-Target-URI: " : "", uri ? uri : "", uri ? "\r\n" : "", ctype,
+                     strlen(block));
+    WF_CHECK_OK(wf_buf_append(b, head, (size_t)n));
+    WF_CHECK_OK(wf_buf_append(b, block, strlen(block)));
+    WF_CHECK_OK(wf_buf_append(b, "\r\n\r\n", 4));
+}
+
+static const char *HTML_PAGE =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n\r\n"
+    "<html><head><title>A page</title><style>p{}</style></head><body><p>Hello <b>web</b>.</p></body></html>";
+
+/* Reads every record of a file: "index:kind:drop:text|..." */
+static void read_all(const char *path, const wf_prep_config *c, char *out, size_t cap, uint64_t *skipped,
+                     int *damaged) {
+    prep_reader *r;
+    WF_CHECK_OK(prep_reader_open(&r, path, c));
+    size_t at = 0;
+    out[0] = '\0';
+    for (;;) {
+        prep_record rec;
+        int eof;
+        WF_CHECK_OK(prep_reader_next(r, &rec, &eof));
+        if (eof) break;
+        int n = snprintf(out + at, cap - at, "%llu:%d:%s:%.*s|", (unsigned long long)rec.index, rec.kind,
+                         rec.drop == R_NONE ? "ok" : prep_reason_name(rec.drop),
+                         rec.data ? (int)(rec.len < 20 ? rec.len : 20) : 0, rec.data ? rec.data : "");
+        at += (size_t)n;
+        WF_CHECK_TRUE(at < cap);
+    }
+    if (skipped) *skipped = prep_reader_skipped(r);
+    if (damaged) *damaged = prep_reader_damaged(r);
+    prep_reader_close(r);
+}
+
+WF_TEST(warc_reader_records) {
+    wf_buf b = {0};
+    warc_record(&b, "warcinfo", NULL, "application/warc-fields", "software: test\r\n");
+    warc_record(&b, "request", "http://x/", "application/http; msgtype=request", "GET / HTTP/1.1\r\n\r\n");
+    warc_record(&b, "response", "http://x/", "application/http; msgtype=response", HTML_PAGE);
+    warc_record(&b, "conversion", "http://y/", "text/plain", "plain WET text");
+    warc_record(&b, "metadata", "http://x/", "application/warc-fields", "outlinks: a\r\n");
+    warc_record(&b, "resource", "metadata://wget/log", "text/plain", "wget log text");
+    warc_record(&b, "resource", "https://z/", "text/html", "<p>resource page</p>");
+    const char *p = tpath("a.warc");
+    wf_test_write_file(p, b.data, b.len);
+    wf_prep_config c = defaults();
+    char out[2048];
+    uint64_t skipped;
+    int damaged;
+    read_all(p, &c, out, sizeof out, &skipped, &damaged);
+    WF_CHECK_STREQ(out, "2:1:ok:HTTP/1.1 200 OK\r\nCon|3:0:ok:plain WET text|6:2:ok:<p>resource page</p>|");
+    WF_CHECK_EQ(skipped, 4);
+    WF_CHECK_EQ(damaged, 0);
+
+    /* The same as gzip members, one per record, as Common Crawl writes. */
+    const char *gz = tpath("a.warc.gz");
+    gzFile g = gzopen(gz, "wb");
+    WF_CHECK_TRUE(g != NULL);
+    gzwrite(g, b.data, (unsigned)b.len);
+    gzclose(g);
+    char out2[2048];
+    read_all(gz, &c, out2, sizeof out2, &skipped, &damaged);
+    WF_CHECK_STREQ(out2, out);
+    wf_buf_free(&b);
+    wf_prep_config_free(&c);
+}
+
+WF_TEST(warc_reader_bad_records) {
+    wf_buf b = {0};
+    warc_record(&b, "conversion", "http://a/", "text/plain", "first");
+    /* A record with a bad Content-Length, then junk lines, then a good one. */
+    WF_CHECK_OK(wf_buf_append(&b, "WARC/1.0\r\nWARC-Type: conversion\r\nContent-Length: 12x\r\n\r\nzzz\r\n", 62));
+    WF_CHECK_OK(wf_buf_append(&b, "garbage line\nmore\n", 18));
+    warc_record(&b, "conversion", "http://b/", "text/plain", "second");
+    /* A record cut short by the end of the file. */
+    WF_CHECK_OK(wf_buf_append(&b, "WARC/1.0\r\nWARC-Type: conversion\r\nContent-Length: 500\r\n\r\nshort", 61));
+    const char *p = tpath("bad.warc");
+    wf_test_write_file(p, b.data, b.len);
+    wf_prep_config c = defaults();
+    char out[2048];
+    int damaged;
+    read_all(p, &c, out, sizeof out, NULL, &damaged);
+    WF_CHECK_STREQ(out, "0:0:ok:first|1:0:malformed_record:|2:0:ok:second|3:0:malformed_record:|");
+    WF_CHECK_EQ(damaged, 1);
+    wf_buf_free(&b);
+    wf_prep_config_free(&c);
+}
+
+WF_TEST(warc_reader_truncated_gzip_and_too_large) {
+    wf_buf b = {0};
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    for (int i = 0; i < 200; i++) warc_record(&b, "conversion", "http://a/", "text/plain", i == 1 ? big : "doc text");
+    const char *gz = tpath("t.warc.gz");
+    gzFile g = gzopen(gz, "wb");
+    gzwrite(g, b.data, (unsigned)b.len);
+    gzclose(g);
+    char *data;
+    size_t len;
+    WF_CHECK_OK(wf_file_read(gz, &data, &len));
+    wf_test_write_file(gz, data, len / 2); /* cut the gzip stream in the middle */
+    free(data);
+    wf_prep_config c = defaults();
+    prep_reader *r;
+    WF_CHECK_OK(prep_reader_open(&r, gz, &c));
+    int n = 0, eof = 0;
+    while (!eof) {
+        prep_record rec;
+        WF_CHECK_OK(prep_reader_next(r, &rec, &eof));
+        if (!eof) n++;
+    }
+    WF_CHECK_TRUE(n > 0 && n < 200);
+    WF_CHECK_EQ(prep_reader_damaged(r), 1);
+    prep_reader_close(r);
+
+    /* A record over input.max_doc_mb is dropped without being held. */
+    c.max_doc_mb = 1;
+    wf_buf big2 = {0};
+    char *huge = malloc((1 << 20) + 10);
+    memset(huge, 'y', (1 << 20) + 9);
+    huge[(1 << 20) + 9] = '\0';
+    warc_record(&big2, "conversion", "http://h/", "text/plain", huge);
+    warc_record(&big2, "conversion", "http://i/", "text/plain", "after");
+    const char *p = tpath("big.warc");
+    wf_test_write_file(p, big2.data, big2.len);
+    char out[512];
+    read_all(p, &c, out, sizeof out, NULL, NULL);
+    WF_CHECK_STREQ(out, "0:0:too_large:|1:0:ok:after|");
+    free(huge);
+    wf_buf_free(&big2);
+    wf_buf_free(&b);
+    wf_prep_config_free(&c);
+}
+
+WF_TEST(jsonl_and_text_readers) {
+    const char *j = tpath("d.jsonl");
+    const char *jt = "{\"text\": \"one\", \"url\": \"http://u/\"}\n\n{bad json\n{\"other\": 1}\n{\"text\": \"two\"}\n";
+    wf_test_write_file(j, jt, strlen(jt));
+    wf_prep_config c = defaults();
+    char out[1024];
+    read_all(j, &c, out, sizeof out, NULL, NULL);
+    WF_CHECK_STREQ(out, "0:0:ok:one|1:0:bad_json:|2:0:missing_field:|3:0:ok:two|");
+
+    const char *t = tpath("d.txt");
+    const char *tt = "para one\nline two\n\n\n  \npara two\r\nend";
+    wf_test_write_file(t, tt, strlen(tt));
+    read_all(t, &c, out, sizeof out, NULL, NULL);
+    WF_CHECK_STREQ(out, "0:0:ok:para one\nline two\n\np|");
+    free(c.text_mode);
+    c.text_mode = strdup("paragraph");
+    read_all(t, &c, out, sizeof out, NULL, NULL);
+    WF_CHECK_STREQ(out, "0:0:ok:para one\nline two\n|1:0:ok:para two\r\nend\n|");
+    c.unwrap = 1;
+    read_all(t, &c, out, sizeof out, NULL, NULL);
+    WF_CHECK_STREQ(out, "0:0:ok:para one line two|1:0:ok:para two end|");
+    free(c.text_mode);
+    c.text_mode = strdup("line");
+    c.unwrap = 0;
+    read_all(t, &c, out, sizeof out, NULL, NULL);
+    WF_CHECK_STREQ(out, "0:0:ok:para one\n|1:0:ok:line two\n|2:0:ok:para two\r\n|3:0:ok:end\n|");
+    wf_prep_config_free(&c);
+}
+
+/* ---- HTTP ---- */
+
+WF_TEST(http_bodies) {
+    wf_buf body = {0};
+    int html;
+    char cs[32];
+    WF_CHECK_EQ(prep_http_parse(HTML_PAGE, strlen(HTML_PAGE), 1 << 20, &body, &html, cs), R_NONE);
+    WF_CHECK_EQ(html, 1);
+    WF_CHECK_STREQ(cs, "utf-8");
+    WF_CHECK_TRUE(strncmp(body.data, "<html>", 6) == 0);
+    const char *r404 = "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\n\r\nnope";
+    WF_CHECK_EQ(prep_http_parse(r404, strlen(r404), 1 << 20, &body, &html, cs), R_HTTP_STATUS);
+    const char *png = "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\n\r\n\x89PNG";
+    WF_CHECK_EQ(prep_http_parse(png, strlen(png), 1 << 20, &body, &html, cs), R_CONTENT_TYPE);
+    WF_CHECK_EQ(prep_http_parse("garbage", 7, 1 << 20, &body, &html, cs), R_BAD_HTTP);
+    const char *chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n"
+                          "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+    WF_CHECK_EQ(prep_http_parse(chunked, strlen(chunked), 1 << 20, &body, &html, cs), R_NONE);
+    WF_CHECK_EQ(html, 0);
+    WF_CHECK_TRUE(body.len == 11 && memcmp(body.data, "hello world", 11) == 0);
+    /* gzip content coding */
+    const char *plain = "<p>compressed page</p>";
+    unsigned char z[256];
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    WF_CHECK_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    zs.next_in = (Bytef *)(uintptr_t)plain;
+    zs.avail_in = (uInt)strlen(plain);
+    zs.next_out = z;
+    zs.avail_out = sizeof z;
+    WF_CHECK_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    size_t zn = sizeof z - zs.avail_out;
+    deflateEnd(&zs);
+    wf_buf resp = {0};
+    const char *hdr = "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Type: text/html\r\n\r\n";
+    WF_CHECK_OK(wf_buf_append(&resp, hdr, strlen(hdr)));
+    WF_CHECK_OK(wf_buf_append(&resp, z, zn));
+    WF_CHECK_EQ(prep_http_parse(resp.data, resp.len, 1 << 20, &body, &html, cs), R_NONE);
+    WF_CHECK_TRUE(body.len == strlen(plain) && memcmp(body.data, plain, body.len) == 0);
+    /* and a body past the cap is refused */
+    WF_CHECK_EQ(prep_http_parse(chunked, strlen(chunked), 4, &body, &html, cs), R_BAD_HTTP);
+    wf_buf_free(&resp);
+    wf_buf_free(&body);
+}
+
+WF_TEST(charsets) {
+    char cs[32];
+    const char *page = "<html><head><meta charset=\"ISO-8859-1\"><title>x</title>";
+    prep_html_sniff_charset(page, strlen(page), cs);
+    WF_CHECK_STREQ(cs, "iso-8859-1");
+    const char *page2 = "<meta http-equiv=\"Content-Type\" content=\"text/html; charset=windows-1251\">";
+    prep_html_sniff_charset(page2, strlen(page2), cs);
+    WF_CHECK_STREQ(cs, "windows-1251");
+    wf_buf out = {0};
+    /* latin-1 "café" and windows-1252's euro sign */
+    WF_CHECK_EQ(prep_to_utf8("caf\xe9 \x80", 6, "iso-8859-1", &out), 1);
+    WF_CHECK_STREQ(out.data, "caf\xc3\xa9 \xe2\x82\xac");
+    WF_CHECK_EQ(prep_to_utf8("abc", 3, "utf-8", &out), 0);
+    WF_CHECK_EQ(prep_to_utf8("abc", 3, "no-such-charset", &out), 0);
+    wf_buf_free(&out);
+}
+
+/* ---- HTML ---- */
+
+WF_TEST(html_to_text) {
+    const char *html =
+        "<!DOCTYPE html><html><head><title> The  title </title><script>var x = 1;</script>"
+        "<style>body { color: red }</style></head><body>"
+        "<nav><ul><li>Home</li><li>About &amp; more</li></ul></nav>"
+        "<h1>Heading</h1><p>First   paragraph\nwith <a href=x>a link</a> and <em>emphasis</em>.</p>"
+        "<div>Block<br>after break</div><pre>  code  line 1\n    line 2</pre>"
+        "<table><tr><td>a</td><td>b</td></tr></table><noscript>no script</noscript>"
+        "<p>Unclosed <b>bold<p>next</body></html>";
+    wf_buf out = {0};
+    WF_CHECK_OK(wf_html_to_text(html, strlen(html), &out));
+    WF_CHECK_STREQ(out.data,
+                   "The title\nHome\nAbout & more\nHeading\nFirst paragraph with a link and emphasis.\n"
+                   "Block\nafter break\n  code  line 1\n    line 2\na b\nUnclosed bold\nnext\n");
+    /* Not HTML at all, and empty input, still work. */
+    WF_CHECK_OK(wf_html_to_text("just text", 9, &out));
+    WF_CHECK_STREQ(out.data, "just text\n");
+    WF_CHECK_OK(wf_html_to_text("", 0, &out));
+    WF_CHECK_EQ(out.len, 0);
+    wf_buf_free(&out);
+}
+
+/* ---- normalization ---- */
+
+static wf_normalize_opts nopts(int form) {
+    wf_normalize_opts o = {form, 1, 0, 0.1};
+    return o;
+}
+
+WF_TEST(normalize_text) {
+    wf_buf out = {0};
+    int rep;
+    wf_normalize_opts o = nopts(1);
+    /* e + combining acute composes to U+00E9; CRLF; NBSP; runs of spaces;
+     * trailing spaces; blank lines; a zero-width space; a control char. */
+    const char *in = "\n\n  Cafe\xcc\x81 \xc2\xa0 bar  \r\nline\x01 two\xe2\x80\x8b\n\n\n\nthird\t\tline  \n\n";
+    WF_CHECK_EQ(wf_text_normalize(in, strlen(in), &o, &out, &rep), WF_NORM_OK);
+    WF_CHECK_STREQ(out.data, "Caf\xc3\xa9 bar\nline two\n\nthird line");
+    WF_CHECK_EQ(rep, 0);
+    /* NFKC folds the ligature and full-width letters; NFC keeps them. */
+    const char *lig = "\xef\xac\x81 \xef\xbc\xa1";
+    WF_CHECK_EQ(wf_text_normalize(lig, strlen(lig), &o, &out, &rep), WF_NORM_OK);
+    WF_CHECK_STREQ(out.data, lig);
+    o = nopts(2);
+    WF_CHECK_EQ(wf_text_normalize(lig, strlen(lig), &o, &out, &rep), WF_NORM_OK);
+    WF_CHECK_STREQ(out.data, "fi A");
+    /* Invalid UTF-8: repaired, or the document dropped. */
+    o = nopts(1);
+    const char *bad = "ok \xff\xfe then \xc3";
+    WF_CHECK_EQ(wf_text_normalize(bad, strlen(bad), &o, &out, &rep), WF_NORM_OK);
+    WF_CHECK_STREQ(out.data, "ok \xef\xbf\xbd\xef\xbf\xbd then \xef\xbf\xbd");
+    WF_CHECK_EQ(rep, 1);
+    o.drop_invalid = 1;
+    WF_CHECK_EQ(wf_text_normalize(bad, strlen(bad), &o, &out, &rep), WF_NORM_INVALID);
+    /* Binary: a NUL, or too many control characters. */
+    WF_CHECK_EQ(wf_text_normalize("a\0b", 3, &o, &out, &rep), WF_NORM_BINARY);
+    WF_CHECK_EQ(wf_text_normalize("ab\x02\x03\x04 cdef", 10, &o, &out, &rep), WF_NORM_BINARY);
+    WF_CHECK_EQ(wf_text_normalize(" \n\t \r\n", 6, &o, &out, &rep), WF_NORM_EMPTY);
+    wf_buf_free(&out);
+}
+
+WF_TEST(utf8_validity) {
+    WF_CHECK_TRUE(wf_utf8_valid("plain ascii text, long enough for words", 39));
+    WF_CHECK_TRUE(wf_utf8_valid("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 9));
+    WF_CHECK_TRUE(!wf_utf8_valid("\xc0\xaf", 2));             /* overlong '/' */
+    WF_CHECK_TRUE(!wf_utf8_valid("\xe0\x80\xaf", 3));         /* overlong */
+    WF_CHECK_TRUE(!wf_utf8_valid("\xed\xa0\x80", 3));         /* surrogate */
+    WF_CHECK_TRUE(!wf_utf8_valid("\xf4\x90\x80\x80", 4));     /* above U+10FFFF */
+    WF_CHECK_TRUE(!wf_utf8_valid("abc\xe2\x82", 5));          /* cut short */
+    WF_CHECK_TRUE(!wf_utf8_valid("\x80", 1));
+}
+
+WF_TEST(dedup_normalization) {
+    wf_buf out = {0};
+    const char *in = "  H\xc3\xa9llo,   WORLD! It's 2024 \xe2\x80\x94 \xc2\xab" "Fa\xc3\xa7" "ade\xc2\xbb\t";
+    WF_CHECK_OK(wf_dedup_normalize(in, strlen(in), &out));
+    WF_CHECK_STREQ(out.data, "hello world its 0000 facade");
+    WF_CHECK_OK(wf_dedup_normalize("...!!!", 6, &out));
+    WF_CHECK_EQ(out.len, 0);
+    /* Scripts without case pass through. */
+    WF_CHECK_OK(wf_dedup_normalize("\xe6\x97\xa5\xe6\x9c\xac\xe3\x80\x82", 9, &out));
+    WF_CHECK_STREQ(out.data, "\xe6\x97\xa5\xe6\x9c\xac");
+    wf_buf_free(&out);
+}
+
+WF_TEST(hash_set) {
+    u64set s;
+    WF_CHECK_OK(u64set_init(&s, 1 << 20));
+    for (uint64_t i = 0; i < 50000; i++) WF_CHECK_EQ(u64set_insert(&s, i * 7919), 1);
+    for (uint64_t i = 0; i < 50000; i++) WF_CHECK_EQ(u64set_insert(&s, i * 7919), 0);
+    WF_CHECK_TRUE(u64set_contains(&s, 0) && u64set_contains(&s, 7919 * 49999ull));
+    WF_CHECK_TRUE(!u64set_contains(&s, 3));
+    u64set_free(&s);
+    /* At the memory cap the table refuses new keys but still knows old ones. */
+    WF_CHECK_OK(u64set_init(&s, 64 * 1024)); /* 8192 slots */
+    int refused = 0;
+    for (uint64_t i = 1; i <= 10000; i++) refused += u64set_insert(&s, i) < 0;
+    WF_CHECK_TRUE(refused > 0 && s.cap * 8 <= 64 * 1024);
+    WF_CHECK_EQ(u64set_insert(&s, 1), 0);
+    WF_CHECK_EQ(u64set_insert(&s, 9999999), -1);
+    u64set_free(&s);
+}
+
+/* ---- MinHash ---- */
+
+/* Word i of the MinHash texts: letters only, as digits normalize to 0. */
+static int word(char *out, size_t cap, char first, int i) {
+    return snprintf(out, cap, "%c%c%c%c", first, 'a' + i % 26, 'a' + i / 26 % 26, 'a' + i / 676 % 26);
+}
+
+/* Exact Jaccard similarity of two texts' word 5-gram sets (texts of
+ * lower-case words separated by single spaces). */
+static double exact_jaccard(const char *a, const char *b, int n) {
+    uint64_t sa[512], sb[512];
+    size_t na = 0, nb = 0;
+    const char *texts[2] = {a, b};
+    uint64_t *sets[2] = {sa, sb};
+    size_t *ns[2] = {&na, &nb};
+    for (int t = 0; t < 2; t++) {
+        const char *s = texts[t];
+        size_t starts[600], nw = 0, len = strlen(s);
+        for (size_t i = 0; i < len; i++)
+            if (i == 0 || s[i - 1] == ' ') starts[nw++] = i;
+        starts[nw] = len + 1;
+        for (size_t i = 0; i + (size_t)n <= nw; i++) {
+            uint64_t h = wf_hash64(s + starts[i], starts[i + n] - 1 - starts[i]);
+            int seen = 0;
+            for (size_t k = 0; k < *ns[t]; k++) seen |= sets[t][k] == h;
+            if (!seen) sets[t][(*ns[t])++] = h;
+        }
+    }
+    size_t inter = 0;
+    for (size_t i = 0; i < na; i++)
+        for (size_t k = 0; k < nb; k++) inter += sa[i] == sb[k];
+    return (double)inter / (double)(na + nb - inter);
+}
+
+WF_TEST(minhash_estimates_jaccard) {
+    /* A text of 300 distinct words, and copies with every k-th word changed. */
+    static char base[8192], other[8192];
+    size_t at = 0;
+    for (int i = 0; i < 300; i++) {
+        if (i) base[at++] = ' ';
+        at += (size_t)word(base + at, sizeof base - at, 'w', i);
+    }
+    enum { H = 256 };
+    uint64_t s1[H], s2[H];
+    WF_CHECK_TRUE(wf_minhash_signature(base, strlen(base), 5, H, 1, s1) == 296);
+    WF_CHECK_TRUE(wf_minhash_signature(base, strlen(base), 5, H, 1, s2) == 296);
+    WF_CHECK_NEAR(wf_minhash_similarity(s1, s2, H), 1.0, 0);
+    int ks[] = {60, 25, 12, 6};
+    for (size_t t = 0; t < sizeof ks / sizeof *ks; t++) {
+        at = 0;
+        for (int i = 0; i < 300; i++) {
+            if (i) other[at++] = ' ';
+            at += (size_t)word(other + at, sizeof other - at, i % ks[t] == 3 ? 'z' : 'w', i);
+        }
+        double j = exact_jaccard(base, other, 5);
+        wf_minhash_signature(other, strlen(other), 5, H, 1, s2);
+        double est = wf_minhash_similarity(s1, s2, H);
+        /* 256 hashes: standard error sqrt(j(1-j)/256) <= 0.031; allow 4 sigma. */
+        WF_CHECK_NEAR(est, j, 0.125);
+    }
+    /* Case and punctuation do not matter; the seed changes the functions. */
+    WF_CHECK_TRUE(wf_minhash_signature("The cat, sat!", 13, 2, H, 1, s1) == 2);
+    WF_CHECK_TRUE(wf_minhash_signature("the CAT sat", 11, 2, H, 1, s2) == 2);
+    WF_CHECK_NEAR(wf_minhash_similarity(s1, s2, H), 1.0, 0);
+    wf_minhash_signature("the CAT sat", 11, 2, H, 2, s2);
+    WF_CHECK_TRUE(wf_minhash_similarity(s1, s2, H) < 0.1);
+    WF_CHECK_EQ(wf_minhash_signature("!!! ...", 7, 5, H, 1, s1), 0);
+    /* Band keys: equal signatures, equal keys; one changed row changes one. */
+    uint64_t k1[32], k2[32];
+    wf_minhash_signature(base, strlen(base), 5, H, 1, s1);
+    memcpy(s2, s1, sizeof s1);
+    s2[17] ^= 1;
+    prep_minhash_bands(s1, 32, 8, k1);
+    prep_minhash_bands(s2, 32, 8, k2);
+    int diff = 0;
+    for (int b = 0; b < 32; b++) diff += k1[b] != k2[b];
+    WF_CHECK_EQ(diff, 1);
+    WF_CHECK_TRUE(k1[2] != k2[2]);
+}
+
+/* ---- language id ---- */
+
+WF_TEST(langid_cld2) {
+    struct {
+        const char *text, *code;
+    } cases[] = {
+        {"The committee will meet again next week to discuss the budget and the plans for the new library.", "en"},
+        {"Le comit\xc3\xa9 se r\xc3\xa9unira de nouveau la semaine prochaine pour discuter du budget et des projets.", "fr"},
+        {"Der Ausschuss wird sich n\xc3\xa4" "chste Woche erneut treffen, um den Haushalt und die Pl\xc3\xa4ne zu besprechen.", "de"},
+        {"\xe5\xa7\x94\xe5\x93\xa1\xe4\xbc\x9a\xe3\x81\xaf\xe6\x9d\xa5\xe9\x80\xb1\xe3\x80\x81\xe4\xba\x88\xe7\xae\x97\xe3\x81\xa8"
+         "\xe6\x96\xb0\xe3\x81\x97\xe3\x81\x84\xe5\x9b\xb3\xe6\x9b\xb8\xe9\xa4\xa8\xe3\x81\xae\xe8\xa8\x88\xe7\x94\xbb\xe3\x81\xab"
+         "\xe3\x81\xa4\xe3\x81\x84\xe3\x81\xa6\xe8\xa9\xb1\xe3\x81\x97\xe5\x90\x88\xe3\x81\x86\xe3\x81\x9f\xe3\x82\x81\xe3\x81\xab"
+         "\xe5\x86\x8d\xe3\x81\xb3\xe4\xbc\x9a\xe5\x90\x88\xe3\x82\x92\xe9\x96\x8b\xe3\x81\x8d\xe3\x81\xbe\xe3\x81\x99\xe3\x80\x82", "ja"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char code[16];
+        double conf;
+        int rel;
+        wf_langid_detect(cases[i].text, strlen(cases[i].text), code, &conf, &rel);
+        WF_CHECK_STREQ(code, cases[i].code);
+        WF_CHECK_TRUE(conf >= 0.8 && conf <= 1.0);
+    }
+    char code[16];
+    double conf;
+    int rel;
+    wf_langid_detect("1234 5678 ++ -- 99", 18, code, &conf, &rel);
+    WF_CHECK_STREQ(code, "un");
+    WF_CHECK_NEAR(conf, 0.0, 0);
+    wf_langid_detect("", 0, code, &conf, &rel);
+    WF_CHECK_STREQ(code, "un");
+}
+
+/* The multilingual test text made by scripts/setup.sh from Debian's
+ * translated manual pages: each file's language is found. */
+WF_TEST(langid_debian_man_pages) {
+    const char *root = getenv("WEFT_ROOT");
+    struct {
+        const char *file, *code;
+    } cases[] = {{"de.txt", "de"}, {"es.txt", "es"}, {"fr.txt", "fr"}, {"ja.txt", "ja"},
+                 {"pl.txt", "pl"}, {"ru.txt", "ru"}, {"zh_CN.txt", "zh"}, {"zh_TW.txt", "zh-Hant"}};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/data/multilingual/de.txt", root ? root : ".");
+    if (!wf_path_exists(path)) {
+        printf("skipped: %s is missing (run scripts/setup.sh)\n", path);
+        return;
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(path, sizeof path, "%s/data/multilingual/%s", root ? root : ".", cases[i].file);
+        char *data;
+        size_t len;
+        WF_CHECK_OK(wf_file_read(path, &data, &len));
+        /* Paragraphs of 2000 bytes from the middle of the file (man pages
+         * quote commands and options in English). */
+        size_t off = len / 2;
+        while (off < len && ((unsigned char)data[off] & 0xC0) == 0x80) off++;
+        size_t n = 2000;
+        while (off + n < len && ((unsigned char)data[off + n] & 0xC0) == 0x80) n--;
+        char code[16];
+        double conf;
+        int rel;
+        wf_langid_detect(data + off, n, code, &conf, &rel);
+        if (strcmp(code, cases[i].code) != 0)
+            wf_test_fail(__FILE__, __LINE__, "%s: detected %s (%.2f), expected %s", cases[i].file, code, conf,
+                         cases[i].code);
+        free(data);
+    }
+}
+
+/* ---- quality ---- */
+
+/* Five plain sentences, 67 words: passes every rule with the defaults. */
+static const char *GOOD =
+    "The river runs past the old mill and into the valley below the town.\n"
+    "Farmers have used its water for many years, and the mill still stands today.\n"
+    "In spring the meadows along the banks are full of flowers and birds.\n"
+    "Visitors often walk the path that follows the water to the lake.\n"
+    "It is a quiet place with a long history, and people come back to it every year.";
+
+static int check(const wf_prep_config *c, const char *text, uint64_t *removed) {
+    wf_buf b = {0};
+    wf_buf_append(&b, text, strlen(text));
+    uint64_t rm = 0;
+    int r = prep_quality(c, &b, &rm);
+    if (removed) *removed = rm;
+    wf_buf_free(&b);
+    return r;
+}
+
+static char *repeat_lines(const char *line, int n) {
+    size_t l = strlen(line);
+    char *s = malloc((l + 1) * (size_t)n + 1);
+    for (int i = 0; i < n; i++) {
+        memcpy(s + i * (l + 1), line, l);
+        s[i * (l + 1) + l] = '\n';
+    }
+    s[(l + 1) * (size_t)n] = '\0';
+    return s;
+}
+
+WF_TEST(quality_rules) {
+    wf_prep_config c = defaults();
+    uint64_t rm;
+    WF_CHECK_EQ(check(&c, GOOD, &rm), R_NONE);
+    WF_CHECK_EQ(rm, 0);
+
+    /* C4 lines: javascript, no terminal punctuation, too few words. */
+    char buf[4096];
+    snprintf(buf, sizeof buf, "Menu Home About\nPlease enable JavaScript to see this page.\nOk.\n%s", GOOD);
+    WF_CHECK_EQ(check(&c, buf, &rm), R_NONE);
+    WF_CHECK_EQ(rm, 3);
+    snprintf(buf, sizeof buf, "%s\nLorem ipsum dolor sit amet.", GOOD);
+    WF_CHECK_EQ(check(&c, buf, NULL), R_Q_LOREM);
+    snprintf(buf, sizeof buf, "%s\nint main() { return 0; }", GOOD);
+    WF_CHECK_EQ(check(&c, buf, NULL), R_NONE);
+    c.c4_curly_bracket = 1;
+    WF_CHECK_EQ(check(&c, buf, NULL), R_Q_CURLY);
+    c.c4_curly_bracket = 0;
+    WF_CHECK_EQ(check(&c, "no punctuation here at all\nnor here either", NULL), R_Q_LINES_EMPTY);
+    WF_CHECK_EQ(check(&c, "The river runs past the old mill. It is quiet.", NULL), R_Q_SENTENCES);
+
+    /* Gopher's document rules (C4's off so that they see the text). */
+    c.c4_terminal_punct = 0;
+    c.c4_min_words_per_line = 0;
+    c.c4_min_sentences = 0;
+    WF_CHECK_EQ(check(&c, "The river runs past the old mill.", NULL), R_Q_MIN_WORDS);
+    c.max_words = 20;
+    WF_CHECK_EQ(check(&c, GOOD, NULL), R_Q_MAX_WORDS);
+    c.max_words = 100000;
+    char *longw = repeat_lines("Thequickbrownfoxjumpsoverthelazydog and the incomprehensibilities", 15);
+    WF_CHECK_EQ(check(&c, longw, NULL), R_Q_WORD_LEN);
+    free(longw);
+    snprintf(buf, sizeof buf, "%s\n# # # # # # # # # #", GOOD);
+    WF_CHECK_EQ(check(&c, buf, NULL), R_Q_SYMBOLS);
+    char bul[4096];
+    size_t at = 0;
+    for (int i = 0; i < 10; i++)
+        at += (size_t)snprintf(bul + at, sizeof bul - at, "- item %d of the list with the words that are in it\n", i);
+    WF_CHECK_EQ(check(&c, bul, NULL), R_Q_BULLETS);
+    at = 0;
+    for (int i = 0; i < 10; i++)
+        at += (size_t)snprintf(bul + at, sizeof bul - at, "line %d of the text and then it trails off...\n", i);
+    c.max_symbol_word_ratio = 1.0; /* the ellipses would trip the symbol rule first */
+    WF_CHECK_EQ(check(&c, bul, NULL), R_Q_ELLIPSIS);
+    c.max_symbol_word_ratio = 0.1;
+    snprintf(buf, sizeof buf, "%s\n1234 5678 9012 3456 7890 1234 5678 9012 3456 7890 1234 5678 9012 3456 7890 1 2 3 4 5 6 7",
+             GOOD);
+    WF_CHECK_EQ(check(&c, buf, NULL), R_Q_ALPHA);
+    const char *no_stop = "River runs past old mill into valley below town. Farmers used its water many years; mill "
+                          "still stands today. Spring meadows along banks are full of flowers, birds. Visitors often "
+                          "walk path following water towards lake. Quiet place, long history: people come back every "
+                          "year, again, again, forever. Boats drift slowly across calm water while children play near shore.";
+    WF_CHECK_EQ(check(&c, no_stop, NULL), R_Q_STOP);
+    snprintf(buf, sizeof buf, "%s\nx1234567 y1234567 z1234567 a1234567 b1234567 c1234567 d1234567 e1234567 "
+                              "f1234567 g1234567 h1234567 i1234567 j1234567 k1234567 l1234567 m1234567",
+             GOOD);
+    WF_CHECK_EQ(check(&c, buf, NULL), R_Q_DIGITS);
+
+    /* Repetition. */
+    snprintf(buf, sizeof buf, "%s\nthe same line again\nthe same line again\nthe same line again\nthe same line again\n"
+                              "the same line again\nthe same line again",
+             GOOD);
+    WF_CHECK_EQ(check(&c, buf, NULL), R_Q_DUP_LINES);
+    snprintf(buf, sizeof buf,
+             "%s\n\nA repeated paragraph that is long enough to weigh a lot in the count of characters here.\n\n"
+             "A repeated paragraph that is long enough to weigh a lot in the count of characters here.",
+             GOOD);
+    WF_CHECK_EQ(check(&c, buf, NULL), R_Q_DUP_PARAS); /* 1 of 3 paragraphs repeats: above 0.3 */
+    c.max_dup_para_frac = 1;
+    snprintf(buf, sizeof buf,
+             "%s\nA repeated line that is long enough to weigh a lot in the count of characters here, and more, "
+             "and then some more words, yes.\nA repeated line that is long enough to weigh a lot in the count of "
+             "characters here, and more, and then some more words, yes.",
+             GOOD);
+    WF_CHECK_EQ(check(&c, buf, NULL), R_Q_DUP_LINE_CHARS); /* 1 of 7 lines, but 20%+ of the bytes */
+    c.max_dup_line_frac = 1;
+    c.max_dup_line_char_frac = 1;
+    snprintf(buf, sizeof buf, "%s\n\nOne two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty.\n\n"
+                              "One two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty.",
+             GOOD);
+    c.max_dup_para_frac = 1;
+    WF_CHECK_EQ(check(&c, buf, NULL), R_Q_DUP_PARA_CHARS);
+    c.max_dup_para_char_frac = 1;
+    snprintf(buf, sizeof buf, "%s very good very good very good very good very good very good very good very good "
+                              "very good very good very good very good very good",
+             GOOD);
+    WF_CHECK_EQ(check(&c, buf, NULL), R_Q_TOP2);
+    snprintf(buf, sizeof buf, "%s alpha beta gamma delta epsilon alpha beta gamma delta epsilon alpha beta gamma "
+                              "delta epsilon alpha beta gamma delta epsilon",
+             GOOD);
+    c.max_top_ngram[0] = c.max_top_ngram[1] = c.max_top_ngram[2] = 1;
+    WF_CHECK_EQ(check(&c, buf, NULL), R_Q_DUP5);
+    c.max_dup_ngram[0] = 1;
+    int r6 = check(&c, buf, NULL); /* a longer n-gram's rule, its threshold being lower */
+    WF_CHECK_TRUE(r6 >= R_Q_DUP6 && r6 <= R_Q_DUP10);
+    for (int g = 0; g < 6; g++) c.max_dup_ngram[g] = 1;
+    WF_CHECK_EQ(check(&c, buf, NULL), R_NONE);
+    wf_prep_config_free(&c);
+}
+
+WF_TEST(json_escape) {
+    wf_buf b = {0};
+    const char *s = "a\"b\\c\nd\te\x01 \xc3\xa9";
+    WF_CHECK_OK(prep_json_string(&b, s, strlen(s)));
+    WF_CHECK_STREQ(b.data, "\"a\\\"b\\\\c\\nd\\te\\u0001 \xc3\xa9\"");
+    wf_buf_free(&b);
+}
+
+WF_TEST(config_defaults_and_checks) {
+    wf_prep_config c = defaults();
+    WF_CHECK_EQ(c.min_words, 50);
+    WF_CHECK_EQ(c.stop_words.n, 8);
+    WF_CHECK_NEAR(c.max_dup_ngram[5], 0.10, 1e-12);
+    WF_CHECK_ERR(wf_prep_config_validate(&c), WF_ERR_CONFIG, "output");
+    c.output = strdup("out");
+    WF_CHECK_OK(wf_prep_config_validate(&c));
+    free(c.dedup_unit);
+    c.dedup_unit = strdup("sentence");
+    WF_CHECK_ERR(wf_prep_config_validate(&c), WF_ERR_CONFIG, "dedup.unit");
+    free(c.dedup_unit);
+    c.dedup_unit = strdup("line");
+    c.ppl_head_max = 10;
+    c.ppl_middle_max = 5;
+    WF_CHECK_ERR(wf_prep_config_validate(&c), WF_ERR_CONFIG, "perplexity.head_max");
+    wf_prep_config_free(&c);
+}
