@@ -39,13 +39,13 @@ static const wf_cmd_spec verify_spec = {
 
 static const wf_opt inspect_opt_table[] = {
     {"json", NULL, WF_OPT_BOOL, offsetof(ckpt_opts, json), "false", WF_NO_RANGE, "print the manifest itself"},
-    {"config", NULL, WF_OPT_BOOL, offsetof(ckpt_opts, config), "false", WF_NO_RANGE,
+    {"show_config", "show-config", WF_OPT_BOOL, offsetof(ckpt_opts, config), "false", WF_NO_RANGE,
      "print the run configuration saved in the checkpoint (TOML)"},
 };
 
 static const wf_cmd_spec inspect_spec = {
     "ckpt inspect",
-    "weft ckpt inspect CKPT_DIR|RUN_DIR [--json] [--config]",
+    "weft ckpt inspect CKPT_DIR|RUN_DIR [--json] [--show-config]",
     "Lists what a checkpoint holds: step, data files, the saved state (model config, optimizer step, loader "
     "cursor, seeds) and every tensor with its dtype, global shape and pieces. Given a run directory, shows its "
     "newest valid checkpoint.",
@@ -139,7 +139,7 @@ static void print_state(const char *manifest) {
             const char *t = json_string_value(v);
             int lines = 0;
             for (; *t; t++) lines += *t == '\n';
-            printf("  %-28s %d lines of TOML (--config prints them)\n", "config", lines);
+            printf("  %-28s %d lines of TOML (--show-config prints them)\n", "config", lines);
             continue;
         }
         const char *k2;
