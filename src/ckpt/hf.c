@@ -190,6 +190,14 @@ wf_status wf_hf_import(wf_model *m, const char *path) {
     }
     const wf_model_config *c = wf_model_get_config(m);
     if (cfg[0]) WF_TRY(check_hf_config(cfg, c));
+    int has_head;
+    WF_TRY(wf_safetensors_has_tensor(file, "lm_head.weight", &has_head));
+    if (has_head && c->tied_embeddings)
+        return wf_error(WF_ERR_CONFIG, "%s has lm_head.weight (an untied output projection) but model.tied = true: "
+                        "set model.tied = false", file);
+    if (!has_head && !c->tied_embeddings)
+        return wf_error(WF_ERR_CONFIG, "%s has no lm_head.weight (tied embeddings) but model.tied = false: "
+                        "set model.tied = true", file);
     /* A weft file records its config: compare it too, for a clear message. */
     wf_model_config fc;
     if (wf_safetensors_read_config(file, &fc) == WF_OK) {
@@ -205,14 +213,6 @@ wf_status wf_hf_import(wf_model *m, const char *path) {
     } else {
         wf_error_clear();
     }
-    int has_head;
-    WF_TRY(wf_safetensors_has_tensor(file, "lm_head.weight", &has_head));
-    if (has_head && c->tied_embeddings)
-        return wf_error(WF_ERR_CONFIG, "%s has lm_head.weight (an untied output projection) but model.tied = true: "
-                        "set model.tied = false", file);
-    if (!has_head && !c->tied_embeddings)
-        return wf_error(WF_ERR_CONFIG, "%s has no lm_head.weight (tied embeddings) but model.tied = false: "
-                        "set model.tied = true", file);
     wf_status s = wf_safetensors_load(m, file);
     if (s != WF_OK) return wf_error_wrap(s, "--init-from: ");
     return WF_OK;
