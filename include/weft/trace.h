@@ -178,6 +178,10 @@ wf_status wf_trace_capture(int64_t n_steps, const char *trigger);
  * step, or the end of training); recording stops. */
 wf_status wf_trace_flush(void);
 
+/* Stops recording and drops the capture in progress without writing it
+ * (e.g. when the step it covers failed). */
+void wf_trace_discard(void);
+
 /* Flushes, stops the tracer and frees its buffers. Safe without init. The
  * threads that record spans must have stopped recording. */
 wf_status wf_trace_shutdown(void);

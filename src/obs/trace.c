@@ -534,6 +534,15 @@ wf_status wf_trace_flush(void) {
     return st;
 }
 
+void wf_trace_discard(void) {
+    if (atomic_load(&T.epoch) == 0) return;
+    atomic_store(&wf_trace_on_, 0);
+    T.step_span = -1;
+    T.mode = MODE_IDLE;
+    T.act = WF_TRACE_NONE;
+    T.req_remaining = 0;
+}
+
 /* ---- requests ---------------------------------------------------------------- */
 
 static wf_status request_path(const char *run_dir, char *out, size_t cap) {
