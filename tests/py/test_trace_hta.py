@@ -207,3 +207,32 @@ def test_trace_request_cli(tmp_path, run_weft):
     assert p.returncode == 1 and "nope" in p.stderr
     p = run_weft(["trace", "analyze", run], check=False)
     assert p.returncode == 1 and "no trace files" in p.stderr
+
+
+def test_docs_describe_the_json_and_the_format(capture, root):
+    """docs/tracing.md names every field `weft trace analyze --json` prints,
+    and docs/formats/trace.md every key and args key the writer uses."""
+    _, doc = _weft(capture)
+    text = (root / "docs" / "tracing.md").read_text()
+    keys = set(doc)
+    for r in doc["ranks"]:
+        keys |= set(r)
+        for sub in ("steps", "temporal_breakdown", "idle_breakdown", "overlap"):
+            keys |= set(r[sub])
+        keys |= set(r["idle_breakdown"]["streams"][0]) | set(r["ops"][0])
+    for o in doc["op_distribution"]:
+        keys |= set(o) | set(o["ranks"][0])
+    missing = sorted(k for k in keys if f"`{k}`" not in text)
+    assert not missing, f"docs/tracing.md does not describe {missing}"
+
+    fmt = (root / "docs" / "formats" / "trace.md").read_text()
+    with open(os.path.join(capture, "rank-00000.trace.json")) as f:
+        trace = json.load(f)
+    keys = set(trace) | set(trace["weft"])
+    for e in trace["traceEvents"]:
+        keys |= set(e.get("args", {})) if e["ph"] == "X" else set()
+        if e["ph"] == "X":
+            keys.add(e["cat"])
+            keys.add(e["args"]["weft_cat"])
+    missing = sorted(k for k in keys if k not in fmt)
+    assert not missing, f"docs/formats/trace.md does not describe {missing}"
