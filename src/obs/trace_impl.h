@@ -92,7 +92,8 @@ typedef struct trace_jreader trace_jreader;
 wf_status trace_jreader_open(const char *path, trace_jreader **out);
 void trace_jreader_close(trace_jreader *r);
 
-/* Reads up to the next event of the top-level "traceEvents" array, reading
+/* Reads up to the next event of the top-level "traceEvents" array (or of a
+ * top-level array: the JSON Array Format), reading
  * the top-level keys met on the way (distributedInfo). Returns WF_OK with
  * *got = 1 and the event, or *got = 0 at the end of the document. */
 wf_status trace_jreader_next(trace_jreader *r, trace_jevent *ev, int *got);

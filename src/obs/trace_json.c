@@ -39,6 +39,7 @@ struct trace_jreader {
     int top_first;           /* no top-level key read yet */
     int64_t rank, world_size;
     int saw_events;          /* the top-level "traceEvents" array was met */
+    int array_doc;           /* the document is the events array itself */
     sbuf key, name, cat, weft_cat, tmp;
     char num[128];
 };
@@ -502,7 +503,14 @@ wf_status trace_jreader_next(trace_jreader *r, trace_jevent *ev, int *got) {
     for (;;) {
         switch (r->state) {
         case ST_START:
-            WF_TRY(expect(r, '{', "expected '{' at the start of the file"));
+            if (ws(r) == '[') { /* the JSON Array Format: just the events */
+                r->pos++;
+                r->array_doc = r->saw_events = 1;
+                r->state = ST_EVENTS;
+                r->events_first = 1;
+                break;
+            }
+            WF_TRY(expect(r, '{', "expected '{' or '[' at the start of the file"));
             r->state = ST_TOP;
             r->top_first = 1;
             break;
@@ -537,7 +545,7 @@ wf_status trace_jreader_next(trace_jreader *r, trace_jevent *ev, int *got) {
             int c = ws(r);
             if (c == ']') {
                 r->pos++;
-                r->state = ST_TOP;
+                r->state = r->array_doc ? ST_END : ST_TOP;
                 break;
             }
             if (!r->events_first) {

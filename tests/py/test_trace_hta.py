@@ -236,3 +236,22 @@ def test_docs_describe_the_json_and_the_format(capture, root):
             keys.add(e["args"]["weft_cat"])
     missing = sorted(k for k in keys if k not in fmt)
     assert not missing, f"docs/formats/trace.md does not describe {missing}"
+
+
+def test_analyze_reads_a_pytorch_profiler_trace(tmp_path, run_weft):
+    """A trace from torch.profiler (Debian's torch writes the JSON Array
+    Format, CPU events only, without `cat`, which HTA drops): read without
+    error, nothing to analyse on a device."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+    out = tmp_path / "torch.json"
+    x = torch.randn(32, 32)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=2),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(out))) as prof:
+        for _ in range(3):
+            with record_function("step work"):
+                (x @ x).relu().sum()
+            prof.step()
+    doc = json.loads(run_weft(["trace", "analyze", tmp_path, "--json"]).stdout)
+    r = doc["ranks"][0]
+    assert r["rank"] == 0 and r["events"] > 10 and r["kernels"] == 0
