@@ -163,6 +163,12 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
             int n = launcher_size(&var);
             char why[160] = "";
             if (var) snprintf(why, sizeof why, " (the launcher set %s=%d)", var, n);
+            if (strchr(name, '/'))
+                return wf_error(WF_ERR_NOTFOUND,
+                                "dist: cannot load the MPI backend%s:%s\nBuild the backends with "
+                                "`make`, or set WEFT_DIST_BACKEND to single, openmpi, mpich or "
+                                "the path of a libweft-mpi-*.so",
+                                why, tried);
             return wf_error(WF_ERR_NOTFOUND,
                             "dist: this job needs the MPI backend \"%s\"%s but none could be "
                             "loaded; tried:%s\nBuild it with `make` (it needs mpicc.%s: run "

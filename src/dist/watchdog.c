@@ -9,7 +9,7 @@
  * for the first steps, when ranks still load data and warm up, a shorter one
  * after, as TorchTitan does), it logs which collective, step and bytes it
  * waits for and the flight recorder (the last collectives, with how long
- * each took), writes the same report to report_path if asked, and ends the
+ * each took), writes the same report to report_dir if asked, and ends the
  * process with _exit(timeout_exit_code). The launcher (mpirun, mpiexec,
  * srun) then ends the other ranks. Exiting is the only way out: the main
  * thread is inside an MPI call that will not return, and MPI may not be
@@ -227,8 +227,12 @@ wf_status wf_watchdog_create(wf_watchdog **out, const wf_comm_options *o, int ra
     if (!w) return wf_error(WF_ERR_NOMEM, "dist: out of memory for the watchdog");
     w->ring = calloc((size_t)o->recorder_size, sizeof *w->ring);
     w->report = calloc(WD_REPORT_CAP, 1);
-    w->report_path = o->report_path ? strdup(o->report_path) : NULL;
-    if (!w->ring || !w->report || (o->report_path && !w->report_path)) {
+    if (o->report_dir) {
+        size_t len = strlen(o->report_dir) + 40;
+        w->report_path = malloc(len);
+        if (w->report_path) snprintf(w->report_path, len, "%s/watchdog-rank%d.txt", o->report_dir, rank);
+    }
+    if (!w->ring || !w->report || (o->report_dir && !w->report_path)) {
         free(w->ring);
         free(w->report);
         free(w->report_path);

@@ -128,6 +128,8 @@ static int mpi_init(void **state, int *rank, int *size, int *local_rank, char *v
     lib[len < MPI_MAX_LIBRARY_VERSION_STRING ? len : MPI_MAX_LIBRARY_VERSION_STRING - 1] = '\0';
     char *nl = strpbrk(lib, "\r\n,");
     if (nl) *nl = '\0';
+    for (char *p = lib; *p; p++)
+        if (*p == '\t') *p = ' ';
     if (version_cap) snprintf(version, version_cap, "%s", lib);
     *rank = s->rank;
     *size = s->size;

@@ -1,0 +1,245 @@
+/* All-reduce bandwidth of weft's communicator over message sizes, against
+ * memcpy measured in the same run, and how much of a bucketed gradient
+ * all-reduce the DDP reducer hides behind computation.
+ *
+ *   mpirun -np 2 build/bench/allreduce_bench [--min-bytes N] [--max-bytes N]
+ *                                            [--seconds S] [--grad-mb M] [--bucket-mb K]
+ *
+ * Run it under a launcher (mpirun.openmpi, mpiexec.mpich; alone it runs on
+ * the single-process backend, where an all-reduce does nothing).
+ *
+ * Part 1, per message size (floats, powers of 4 from min to max bytes):
+ * the time of one wf_comm_all_reduce (SUM): the slowest rank's mean over a
+ * batch of iterations, the best of 5 batches that together take about S
+ * seconds (default 0.3), after warm-up; and from it, as nccl-tests and the seeds' all_reduce_bench compute
+ * them:
+ *   algbw = bytes / time
+ *   busbw = algbw * 2 (n - 1) / n
+ * busbw is what each rank's link must carry in a ring all-reduce (every
+ * byte is sent (n-1)/n times in the reduce-scatter and again in the
+ * all-gather), so it can be compared with the link's (here: memory's)
+ * bandwidth. The peer: memcpy of the same number of bytes, on every rank at
+ * once (as the all-reduce runs on every rank at once), bytes / time.
+ *
+ * Part 2, overlap: a gradient of M MiB (default 16) in 16 tensors, reduced
+ * in buckets of K MiB (default 4) by wf_reducer, and "backward" work per
+ * tensor (arithmetic on a small in-cache array, no memory traffic) sized
+ * so that all of it takes about as long as the reduction. It times
+ * compute alone, reduction alone (wf_reducer_finish only), the two in
+ * sequence, and overlapped (each tensor's work, then wf_reducer_ready,
+ * with wf_comm_progress between slices of work), and prints how much of
+ * the shorter of the two the overlap hid.
+ *
+ * Not a test: it prints numbers and asserts nothing. Only rank 0 prints.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft/dist.h"
+#include "weft/thread.h"
+
+#define BATCHES 5
+
+static int rank_, size_;
+
+static int fail(const char *what) {
+    fprintf(stderr, "allreduce_bench (rank %d): %s: %s\n", rank_, what, wf_error_msg());
+    return 1;
+}
+
+/* The slowest rank's value. */
+static double max_over_ranks(wf_comm *c, double x) {
+    if (wf_comm_all_reduce_f64(c, &x, 1, WF_COMM_MAX, "bench max") != WF_OK) return -1;
+    return x;
+}
+
+/* Iterations that take about `seconds` given one took t (same on all ranks). */
+static int iterations(wf_comm *c, double t, double seconds) {
+    double n = t > 0 ? seconds / t : 1000;
+    if (n < 3) n = 3;
+    if (n > 2000) n = 2000;
+    int32_t k = (int32_t)n;
+    if (wf_comm_all_reduce_i32(c, &k, 1, WF_COMM_MAX, "bench iters") != WF_OK) return -1;
+    return k;
+}
+
+static volatile float sink_;
+/* About n multiply-adds on registers: compute without memory traffic. */
+static void compute(long n) {
+    float a = 1.0f, b = 0.5f, d = 0.25f, e = 0.125f;
+    for (long i = 0; i < n; i += 4) {
+        a = a * 0.9999999f + 1e-7f;
+        b = b * 0.9999999f + 1e-7f;
+        d = d * 0.9999999f + 1e-7f;
+        e = e * 0.9999999f + 1e-7f;
+    }
+    sink_ = a + b + d + e;
+}
+
+static int part_bandwidth(wf_comm *c, size_t min_bytes, size_t max_bytes, double seconds) {
+    float *buf = malloc(max_bytes), *src = malloc(max_bytes), *dst = malloc(max_bytes);
+    if (!buf || !src || !dst) return fail("out of memory");
+    memset(src, 1, max_bytes);
+    memset(dst, 0, max_bytes);
+    for (size_t i = 0; i < max_bytes / sizeof(float); i++) buf[i] = 1.0f;
+    if (rank_ == 0) {
+        printf("all-reduce (sum, float32) over %d ranks, %s backend (%s)\n", size_,
+               wf_comm_backend(c), wf_comm_library_version(c));
+        printf("%12s %8s %12s %12s %12s %14s %10s\n", "bytes", "iters", "time (us)",
+               "algbw GB/s", "busbw GB/s", "memcpy GB/s", "bus/memcpy");
+    }
+    for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+        size_t n = bytes / sizeof(float);
+        for (int w = 0; w < 2; w++)
+            if (wf_comm_all_reduce(c, buf, n, WF_COMM_SUM, "bench warmup") != WF_OK)
+                return fail("all_reduce");
+        double t0 = wf_time_now();
+        for (int w = 0; w < 3; w++)
+            if (wf_comm_all_reduce(c, buf, n, WF_COMM_SUM, "bench probe") != WF_OK)
+                return fail("all_reduce");
+        int iters = iterations(c, max_over_ranks(c, (wf_time_now() - t0) / 3), seconds / BATCHES);
+        if (iters < 0) return fail("iterations");
+        /* The best of BATCHES batches: on a shared machine the slow ones
+         * measure other people's work. */
+        double t = 1e30, tm = 1e30;
+        for (int b = 0; b < BATCHES; b++) {
+            if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier");
+            t0 = wf_time_now();
+            for (int i = 0; i < iters; i++)
+                if (wf_comm_all_reduce(c, buf, n, WF_COMM_SUM, "bench") != WF_OK)
+                    return fail("all_reduce");
+            double tb = max_over_ranks(c, (wf_time_now() - t0) / iters);
+            if (tb < t) t = tb;
+            /* memcpy on every rank at once. */
+            if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier");
+            double m0 = wf_time_now();
+            for (int i = 0; i < iters; i++) {
+                memcpy(dst, src, bytes);
+                sink_ = dst[(size_t)i % n];
+            }
+            double tmb = max_over_ranks(c, (wf_time_now() - m0) / iters);
+            if (tmb < tm) tm = tmb;
+        }
+        double algbw = (double)bytes / t / 1e9;
+        double busbw = algbw * 2.0 * (size_ - 1) / size_;
+        double membw = (double)bytes / tm / 1e9;
+        if (rank_ == 0)
+            printf("%12zu %8d %12.1f %12.3f %12.3f %14.3f %10.2f\n", bytes, iters * BATCHES,
+                   t * 1e6, algbw, busbw, membw, busbw / membw);
+    }
+    free(buf);
+    free(src);
+    free(dst);
+    return 0;
+}
+
+/* One "backward": per tensor, from the last, `work` multiply-adds in
+ * `slices` slices; with a reducer, ready() after each tensor and progress
+ * between slices. */
+static int backward(wf_comm *c, wf_reducer *r, int n_tensors, long work, int slices) {
+    for (int t = n_tensors - 1; t >= 0; t--) {
+        for (int s = 0; s < slices; s++) {
+            compute(work / slices);
+            if (r && wf_comm_progress(c) != WF_OK) return fail("progress");
+        }
+        if (r && wf_reducer_ready(r, t) != WF_OK) return fail("ready");
+    }
+    return 0;
+}
+
+static int part_overlap(wf_comm *c, double grad_mb, double bucket_mb) {
+    enum { NT = 16, REPS = 7 };
+    size_t n = (size_t)(grad_mb * (1 << 20)) / sizeof(float);
+    float *grads = calloc(n, sizeof *grads);
+    if (!grads) return fail("out of memory");
+    wf_dist_span spans[NT];
+    for (int t = 0; t < NT; t++) spans[t] = (wf_dist_span){n / NT * (size_t)t, n / NT};
+    wf_reducer *r = NULL;
+    if (wf_reducer_create(&r, c, grads, spans, NT, (size_t)(bucket_mb * (1 << 20))) != WF_OK)
+        return fail("reducer");
+    /* Reduction alone: best of REPS. */
+    if (wf_reducer_finish(r) != WF_OK) return fail("finish");
+    double t_comm = 1e30, t0;
+    for (int i = 0; i < REPS; i++) {
+        if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier");
+        t0 = wf_time_now();
+        if (wf_reducer_finish(r) != WF_OK) return fail("finish");
+        double t = max_over_ranks(c, wf_time_now() - t0);
+        t_comm = t < t_comm ? t : t_comm;
+    }
+    /* Size the work to take about t_comm (best of 3 probes). */
+    long probe = 1 << 22;
+    double per = 1e30;
+    for (int i = 0; i < 3; i++) {
+        t0 = wf_time_now();
+        compute(probe);
+        double t = (wf_time_now() - t0) / (double)probe;
+        per = t < per ? t : per;
+    }
+    double w = t_comm / per / NT;
+    if (wf_comm_all_reduce_f64(c, &w, 1, WF_COMM_MIN, "bench work") != WF_OK) return fail("work");
+    long work = w > 1000 ? (long)w : 1000;
+    const int slices = 8;
+    /* Best of REPS for each way, measured in turns. */
+    double t_comp = 1e30, t_seq = 1e30, t_ovl = 1e30;
+    for (int i = 0; i < REPS; i++) {
+        double t;
+        if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier");
+        t0 = wf_time_now();
+        if (backward(c, NULL, NT, work, slices)) return 1;
+        t = max_over_ranks(c, wf_time_now() - t0);
+        t_comp = t < t_comp ? t : t_comp;
+        if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier");
+        t0 = wf_time_now();
+        if (backward(c, NULL, NT, work, slices) || wf_reducer_finish(r) != WF_OK) return 1;
+        t = max_over_ranks(c, wf_time_now() - t0);
+        t_seq = t < t_seq ? t : t_seq;
+        if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier");
+        t0 = wf_time_now();
+        if (backward(c, r, NT, work, slices) || wf_reducer_finish(r) != WF_OK) return 1;
+        t = max_over_ranks(c, wf_time_now() - t0);
+        t_ovl = t < t_ovl ? t : t_ovl;
+    }
+    if (rank_ == 0) {
+        double shorter = t_comp < t_comm ? t_comp : t_comm;
+        printf("\noverlap: %.0f MiB of gradients in %d buckets of %.0f MiB, %d ranks\n", grad_mb,
+               wf_reducer_num_buckets(r), bucket_mb, size_);
+        printf("  compute alone %.2f ms, all-reduce alone %.2f ms, in sequence %.2f ms, "
+               "overlapped %.2f ms\n",
+               t_comp * 1e3, t_comm * 1e3, t_seq * 1e3, t_ovl * 1e3);
+        printf("  hidden: %.0f%% of the shorter part (100%% = overlapped takes the longer part "
+               "alone)\n",
+               100.0 * (t_seq - t_ovl) / shorter);
+    }
+    wf_reducer_destroy(r);
+    free(grads);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    size_t min_bytes = 4096, max_bytes = (size_t)64 << 20;
+    double seconds = 0.3, grad_mb = 16, bucket_mb = 4;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--min-bytes") && v) min_bytes = strtoull(v, NULL, 10), i++;
+        else if (!strcmp(argv[i], "--max-bytes") && v) max_bytes = strtoull(v, NULL, 10), i++;
+        else if (!strcmp(argv[i], "--seconds") && v) seconds = atof(v), i++;
+        else if (!strcmp(argv[i], "--grad-mb") && v) grad_mb = atof(v), i++;
+        else if (!strcmp(argv[i], "--bucket-mb") && v) bucket_mb = atof(v), i++;
+        else {
+            fprintf(stderr, "usage: mpirun -np N allreduce_bench [--min-bytes N] [--max-bytes N] "
+                            "[--seconds S] [--grad-mb M] [--bucket-mb K]\n");
+            return 2;
+        }
+    }
+    if (min_bytes < 4) min_bytes = 4;
+    wf_comm *c = NULL;
+    if (wf_comm_create(&c, NULL) != WF_OK) return fail("communicator");
+    rank_ = wf_comm_rank(c);
+    size_ = wf_comm_size(c);
+    int rc = part_bandwidth(c, min_bytes, max_bytes, seconds);
+    if (!rc) rc = part_overlap(c, grad_mb, bucket_mb);
+    wf_comm_destroy(c);
+    return rc;
+}
