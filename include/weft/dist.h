@@ -58,8 +58,9 @@ typedef struct {
     int64_t first_steps;     /* default 2: steps 0 and 1 get timeout_first_s */
     int recorder_size;       /* flight recorder entries, default 64 (>= 4) */
     int timeout_exit_code;   /* the process's exit status on a timeout, default 3 */
-    /* When set, the watchdog also writes its report to this file. */
-    const char *report_path;
+    /* When set, the watchdog also writes its report to the file
+     * report_dir/watchdog-rank<r>.txt (the folder must exist). */
+    const char *report_dir;
     /* Tests only: replaces the default timeout action. */
     wf_comm_timeout_fn on_timeout;
     void *on_timeout_ctx;
@@ -108,7 +109,10 @@ void wf_comm_set_step(wf_comm *c, int64_t step);
 /* --- Blocking collectives. Counts are in elements. ------------------- */
 
 /* In place: buf (n) becomes the op over ranks. op: SUM, AVG, MAX, MIN.
- * With the MPI backends every rank gets bitwise the same result. */
+ * Open MPI and MPICH give every rank bitwise the same result (tested at
+ * 1, 2 and 4 ranks; the MPI standard recommends but does not promise it):
+ * DDP's replicas stay identical only because of it. wf_comm_check_replicas
+ * verifies it on real data. */
 wf_status wf_comm_all_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, const char *tag);
 wf_status wf_comm_all_reduce_f64(wf_comm *c, double *buf, size_t n, wf_comm_op op,
                                  const char *tag);
@@ -127,6 +131,12 @@ wf_status wf_comm_reduce_scatter(wf_comm *c, const float *send, float *recv, con
  * (counts[rank] floats at offset sum(counts[0..rank))) is sent, the others
  * are overwritten with the other ranks' parts. */
 wf_status wf_comm_all_gather(wf_comm *c, float *buf, const size_t *counts, const char *tag);
+
+/* Checks that `bytes` bytes of buf are the same on every rank (a hash of
+ * rank 0's, broadcast, compared, counted): WF_ERR_INTERNAL on every rank
+ * if not, naming `what`, how many ranks differ and the first of them.
+ * Collective. For DDP's parameters, e.g. before a checkpoint. */
+wf_status wf_comm_check_replicas(wf_comm *c, const void *buf, size_t bytes, const char *what);
 
 /* Copies `bytes` bytes of buf on `root` to every rank's buf. */
 wf_status wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root, const char *tag);

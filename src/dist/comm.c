@@ -24,6 +24,7 @@
 
 #include "dist/dist_backend.h"
 #include "dist/dist_impl.h"
+#include "weft/fileio.h"
 #include "weft/log.h"
 
 typedef struct {
@@ -341,6 +342,22 @@ wf_status wf_comm_agree(wf_comm *c, uint32_t *flags, const char *tag) {
     int32_t v = (int32_t)*flags;
     WF_TRY(all_reduce_any(c, &v, 1, WF_DT_I32, WF_COMM_BOR, tag ? tag : "agree"));
     *flags = (uint32_t)v;
+    return WF_OK;
+}
+
+wf_status wf_comm_check_replicas(wf_comm *c, const void *buf, size_t bytes, const char *what) {
+    if (bytes && !buf) return wf_error(WF_ERR_INVALID, "dist: replica check of %s: NULL buffer", what);
+    uint64_t mine = wf_hash64(buf, bytes), first = mine;
+    WF_TRY(wf_comm_broadcast(c, &first, sizeof first, 0, "replica check"));
+    int32_t differ[1] = {mine != first}, first_rank[1] = {mine != first ? c->rank : INT32_MAX};
+    WF_TRY(wf_comm_all_reduce_i32(c, differ, 1, WF_COMM_SUM, "replica check"));
+    WF_TRY(wf_comm_all_reduce_i32(c, first_rank, 1, WF_COMM_MIN, "replica check"));
+    if (differ[0])
+        return wf_error(WF_ERR_INTERNAL,
+                        "dist: %s differ between ranks: %d of %d ranks hold other bytes than rank 0 "
+                        "(the first is rank %d); the replicas have diverged (an all-reduce that "
+                        "did not give every rank the same bits, or a rank that skipped a step)",
+                        what, differ[0], c->size, first_rank[0]);
     return WF_OK;
 }
 

@@ -281,6 +281,20 @@ static int cmd_collectives(wf_comm *c) {
     snprintf(want, sizeof want, "hello from rank %d", size_ - 1);
     report(c, "broadcast", strcmp(msg, want) == 0);
     if (wf_comm_barrier(c, "barrier check") != WF_OK) return die("barrier");
+    /* Replica check: equal buffers pass; one differing rank is named. */
+    float rep[100];
+    for (int i = 0; i < 100; i++) rep[i] = (float)i;
+    int rep_ok = wf_comm_check_replicas(c, rep, sizeof rep, "params") == WF_OK;
+    if (size_ > 1) {
+        if (rank_ == size_ - 1) rep[7] = -1;
+        wf_status st = wf_comm_check_replicas(c, rep, sizeof rep, "params");
+        char expect[96];
+        snprintf(expect, sizeof expect,
+                 "1 of %d ranks hold other bytes than rank 0 (the first is rank %d)", size_,
+                 size_ - 1);
+        rep_ok = rep_ok && st == WF_ERR_INTERNAL && strstr(wf_error_msg(), expect) != NULL;
+    }
+    report(c, "check_replicas", rep_ok);
     /* Several non-blocking all-reduces in flight at once, waited in any order. */
     enum { NB = 5 };
     float *bufs[NB];

@@ -78,6 +78,7 @@ WF_TEST(single_backend_identity) {
     WF_CHECK_OK(wf_comm_broadcast(c, bytes, 3, 0, "b"));
     WF_CHECK_TRUE(bytes[2] == 3);
     WF_CHECK_OK(wf_comm_barrier(c, "b"));
+    WF_CHECK_OK(wf_comm_check_replicas(c, x, sizeof x, "x")); /* 3 collectives */
     /* Reduce-scatter copies this rank's part; all-gather leaves it. */
     float send[4] = {1, 2, 3, 4}, recv[4] = {0};
     size_t counts[1] = {4};
@@ -85,7 +86,7 @@ WF_TEST(single_backend_identity) {
     WF_CHECK_TRUE(memcmp(send, recv, sizeof send) == 0);
     WF_CHECK_OK(wf_comm_all_gather(c, recv, counts, "ag"));
     WF_CHECK_TRUE(memcmp(send, recv, sizeof send) == 0);
-    WF_CHECK_EQ(wf_comm_completed(c), 11);
+    WF_CHECK_EQ(wf_comm_completed(c), 14);
     wf_comm_destroy(c);
 }
 
