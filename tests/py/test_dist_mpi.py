@@ -343,6 +343,33 @@ def test_rank_agreement(impl, mode, decision, tmp_path):
         assert f.read_text().splitlines() == [decision], (rank, f.read_text())
 
 
+@pytest.mark.parametrize("impl", list(LAUNCH))
+@pytest.mark.parametrize("sig", ["SIGUSR1", "SIGTERM"])
+def test_signal_to_the_launcher(impl, sig, tmp_path):
+    # Preemption: the signal goes to mpirun/mpiexec, which forwards it to
+    # every rank at slightly different moments; they must still save and
+    # stop at one step.
+    cmd = LAUNCH[impl] + ["-np", "2", str(TOOL), "agree", "mode=none", "steps=1000000000",
+                          f"dir={tmp_path}"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=_launcher_env(), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "RUNNING").exists():
+            assert p.poll() is None and time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.05)
+        p.send_signal(getattr(signal, sig))
+        out, err = p.communicate(timeout=30)
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    decisions = [(tmp_path / f"decisions-r{r}").read_text().splitlines() for r in range(2)]
+    assert len(decisions[0]) == 1 and decisions[0] == decisions[1], (decisions, err[-2000:])
+    assert decisions[0][0].startswith("save and stop at step ") and decisions[0][0].endswith("(signal)")
+
+
 # ---- watchdog ---------------------------------------------------------------
 
 @pytest.mark.parametrize("impl", list(LAUNCH))

@@ -23,13 +23,15 @@
  *       with ZeRO-1 (reduce-scatter, shard update, all-gather) or plain DDP
  *       (all-reduce, full update); writes the final parameters to
  *       OUT.r<rank> and prints ZeRO-1's memory figures.
- *   dist_check agree mode=file|signal|error|save rank=R step=K [dir=D] [steps=N]
+ *   dist_check agree mode=file|signal|error|save|none rank=R step=K [dir=D] [steps=N]
  *       a step loop with one all-reduce per step and per-step rank
  *       agreement; rank R sees the event at step K (creates D/STOP and sees
  *       it, raises SIGUSR1, fails its step, or creates D/SAVE); the other
  *       ranks look at the files only every size-th step. Every rank prints
  *       "rank r decision: ..." for each step where it saves or stops, also
- *       into D/decisions-r<rank>, and exits 0 (1 after an error).
+ *       into D/decisions-r<rank>, and exits 0 (1 after an error). Rank 0
+ *       creates D/RUNNING after step 1 (for a test that signals the
+ *       launcher).
  *   dist_check stall rank=R step=K sleep=S first=A timeout=B first_steps=F [steps=N] [report=DIR]
  *       a step loop of collectives where rank R sleeps S seconds before
  *       step K's; the watchdog (timeouts A for steps < F, then B) ends a
@@ -571,6 +573,12 @@ static int cmd_agree(wf_comm *c, int argc, char **argv) {
         }
         float loss = (float)step;
         if (wf_comm_all_reduce(c, &loss, 1, WF_COMM_AVG, "loss") != WF_OK) return die("loss");
+        if (step == 1 && rank_ == 0) { /* tells a test that every rank is running */
+            char path[1100];
+            snprintf(path, sizeof path, "%s/RUNNING", dir);
+            FILE *f = fopen(path, "w");
+            if (f) fclose(f);
+        }
         /* Each rank's own view: only the rank that met the event sees it at
          * this step (the files are checked by one rank each step, in turn,
          * as slow shared file systems make ranks see them at different
