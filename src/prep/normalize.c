@@ -95,6 +95,60 @@ static wf_status utf8_repair(const char *str, size_t len, wf_buf *out) {
     return WF_OK;
 }
 
+/* NFC or NFKC of valid UTF-8 into out, touching only what can change.
+ *
+ * An ASCII character has combining class 0, is its own normal form and is
+ * never the second character of a composition, so normalization never
+ * reaches across one: the text before an ASCII character normalizes on its
+ * own. So only the runs of non-ASCII characters, each with the ASCII
+ * character just before it (which may be the base of a combining mark that
+ * follows), go through utf8proc; everything else is copied. Mostly-ASCII
+ * text (most of the web) then costs little more than a copy. */
+static wf_status unicode_form(const char *str, size_t len, int compat, wf_buf *out) {
+    const unsigned char *s = (const unsigned char *)str;
+    utf8proc_option_t opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE | (compat ? UTF8PROC_COMPAT : 0);
+    out->len = 0;
+    WF_TRY(wf_buf_reserve(out, len + 16));
+    utf8proc_int32_t stack_buf[256], *cps = stack_buf;
+    utf8proc_ssize_t cps_cap = 256;
+    wf_status st = WF_OK;
+    size_t i = 0;
+    while (i < len && st == WF_OK) {
+        size_t p = i;
+        while (p < len && s[p] < 0x80) p++;
+        if (p == len) {
+            st = wf_buf_append(out, s + i, len - i);
+            break;
+        }
+        size_t seg = p > i ? p - 1 : p; /* the ASCII character before the run goes with it */
+        size_t e = p;
+        while (e < len && s[e] >= 0x80) e++;
+        if (seg > i) st = wf_buf_append(out, s + i, seg - i);
+        if (st != WF_OK) break;
+        utf8proc_ssize_t n = utf8proc_decompose(s + seg, (utf8proc_ssize_t)(e - seg), cps, cps_cap, opt);
+        if (n > cps_cap) {
+            utf8proc_int32_t *nc = malloc((size_t)n * sizeof *nc);
+            if (!nc) {
+                st = wf_error(WF_ERR_NOMEM, "out of memory normalizing text");
+                break;
+            }
+            if (cps != stack_buf) free(cps);
+            cps = nc;
+            cps_cap = n;
+            n = utf8proc_decompose(s + seg, (utf8proc_ssize_t)(e - seg), cps, cps_cap, opt);
+        }
+        if (n < 0) {
+            st = wf_buf_append(out, s + seg, e - seg); /* cannot happen on valid UTF-8: keep as is */
+        } else {
+            utf8proc_ssize_t m = utf8proc_reencode(cps, n, opt);
+            st = m < 0 ? wf_buf_append(out, s + seg, e - seg) : wf_buf_append(out, cps, (size_t)m);
+        }
+        i = e;
+    }
+    if (cps != stack_buf) free(cps);
+    return st;
+}
+
 /* What the cleanup does with a code point. */
 enum { CH_KEEP, CH_SPACE, CH_NEWLINE, CH_DROP, CH_CR };
 
@@ -207,17 +261,12 @@ wf_norm_result wf_text_normalize(const char *s, size_t len, const wf_normalize_o
         cur = tmp.data;
         cur_len = tmp.len;
     }
-    unsigned char *mapped = NULL;
+    wf_buf mapped = {0};
     if (!ascii && o->form && cur_len) {
-        utf8proc_option_t opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
-        if (o->form == 2) opt |= UTF8PROC_COMPAT;
-        utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)cur, (utf8proc_ssize_t)cur_len, &mapped, opt);
-        if (r >= 0) {
-            cur = (const char *)mapped;
-            cur_len = (size_t)r;
-        } else {
-            mapped = NULL; /* keep the text as it is */
-        }
+        if (unicode_form(cur, cur_len, o->form == 2, &mapped) == WF_OK) {
+            cur = mapped.data;
+            cur_len = mapped.len;
+        } /* else (out of memory): keep the text as it is */
     }
     wf_status st;
     if (o->cleanup) {
@@ -226,7 +275,7 @@ wf_norm_result wf_text_normalize(const char *s, size_t len, const wf_normalize_o
         out->len = 0;
         st = wf_buf_append(out, cur, cur_len);
     }
-    free(mapped);
+    wf_buf_free(&mapped);
     wf_buf_free(&tmp);
     if (st != WF_OK) return WF_NORM_INVALID;
     size_t k = 0;

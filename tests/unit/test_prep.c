@@ -5,6 +5,7 @@
  * quality rule, and JSON escaping. The whole pipeline is tested in
  * test_prep_pipeline.c and tests/py/test_prep_cli.py. */
 #include <math.h>
+#include <utf8proc.h>
 #include <zlib.h>
 
 #include "harness.h"
@@ -318,6 +319,45 @@ WF_TEST(normalize_text) {
     WF_CHECK_EQ(wf_text_normalize("a\0b", 3, &o, &out, &rep), WF_NORM_BINARY);
     WF_CHECK_EQ(wf_text_normalize("ab\x02\x03\x04 cdef", 10, &o, &out, &rep), WF_NORM_BINARY);
     WF_CHECK_EQ(wf_text_normalize(" \n\t \r\n", 6, &o, &out, &rep), WF_NORM_EMPTY);
+    wf_buf_free(&out);
+}
+
+/* The normalizer only sends the non-ASCII runs (with the character before
+ * each) through utf8proc; on random mixes of bases, combining marks (of
+ * different classes, to be reordered), Hangul jamo, kana with voicing
+ * marks, singletons and compatibility characters it must agree with
+ * utf8proc_map on the whole text. */
+WF_TEST(unicode_forms_match_utf8proc_on_whole_text) {
+    static const char *pieces[] = {"a", "e", " ", "x", ".", "\xcc\x81", "\xcc\xa3", "\xcc\x88", "\xc3\xa9",
+                                   "\xe1\x84\x80", "\xe1\x85\xa1", "\xe1\x86\xa8", "\xef\xac\x81",
+                                   "\xe2\x84\xab", "\xe3\x81\x8b", "\xe3\x82\x99", "\xe2\x80\x80",
+                                   "\xef\xbc\xa1", "\xc5\xbf", "\xe1\xba\x9b"};
+    wf_buf in = {0}, out = {0};
+    uint64_t state = 12345;
+    for (int form = 1; form <= 2; form++) {
+        wf_normalize_opts o = {form, 0, 0, 1.0};
+        for (int t = 0; t < 3000; t++) {
+            in.len = 0;
+            int n = 1 + (int)(state % 12);
+            for (int k = 0; k < n; k++) {
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                const char *pc = pieces[(state >> 33) % (sizeof pieces / sizeof *pieces)];
+                WF_CHECK_OK(wf_buf_append(&in, pc, strlen(pc)));
+            }
+            WF_CHECK_OK(wf_buf_append(&in, "z", 1)); /* never empty after trimming */
+            int rep;
+            WF_CHECK_EQ(wf_text_normalize(in.data, in.len, &o, &out, &rep), WF_NORM_OK);
+            utf8proc_uint8_t *want = NULL;
+            utf8proc_option_t opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE | (form == 2 ? UTF8PROC_COMPAT : 0);
+            utf8proc_ssize_t wn = utf8proc_map((const utf8proc_uint8_t *)in.data, (utf8proc_ssize_t)in.len, &want, opt);
+            WF_CHECK_TRUE(wn >= 0);
+            if ((size_t)wn != out.len || memcmp(want, out.data, out.len) != 0)
+                wf_test_fail(__FILE__, __LINE__, "form %d of '%s': got '%.*s', utf8proc says '%s'", form, in.data,
+                             (int)out.len, out.data, (const char *)want);
+            free(want);
+        }
+    }
+    wf_buf_free(&in);
     wf_buf_free(&out);
 }
 
