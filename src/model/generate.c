@@ -243,6 +243,7 @@ static void gen_attention(wf_generator *g, int l, int p0, int n) {
         for (int j = 0; j <= t; j++) {
             const float *restrict k_j = K + (size_t)j * KVD + (size_t)kvh * HD;
             float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
             for (int d = 0; d < HD; d++) dot += q_ih[d] * k_j[d];
             s[j] = dot * scale;
             mx = s[j] > mx ? s[j] : mx;
@@ -257,6 +258,7 @@ static void gen_attention(wf_generator *g, int l, int p0, int n) {
         for (int j = 0; j <= t; j++) {
             const float *restrict v_j = V + (size_t)j * KVD + (size_t)kvh * HD;
             float pj = s[j];
+#pragma omp simd
             for (int d = 0; d < HD; d++) out[d] += pj * v_j[d];
         }
         float inv = 1.0f / sum;
