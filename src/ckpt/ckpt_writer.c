@@ -208,7 +208,7 @@ wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const 
 
     /* Not busy: the staging buffer and the job fields are ours. */
     char *dir_copy = strdup(dir);
-    json_t *state = json_deep_copy(wf_ckpt_meta_json(meta) ? wf_ckpt_meta_json(meta) : json_object());
+    json_t *state = wf_ckpt_meta_json(meta) ? json_deep_copy(wf_ckpt_meta_json(meta)) : json_object();
     if (!dir_copy || !state) {
         free(dir_copy);
         json_decref(state);
