@@ -10,8 +10,10 @@
  *
  * Part 1, per message size (floats, powers of 4 from min to max bytes):
  * the time of one wf_comm_all_reduce (SUM): the slowest rank's mean over a
- * batch of iterations, the best of 5 batches that together take about S
- * seconds (default 0.3), after warm-up; and from it, as nccl-tests and the seeds' all_reduce_bench compute
+ * short batch of iterations (about 2 ms), the best of as many batches as fit
+ * in S seconds (default 0.3, at least 10); the median batch is printed too,
+ * as on a shared machine the slow batches measure other people's work. From
+ * the best time, as nccl-tests and the seeds' all_reduce_bench compute
  * them:
  *   algbw = bytes / time
  *   busbw = algbw * 2 (n - 1) / n
@@ -39,13 +41,19 @@
 #include "weft/dist.h"
 #include "weft/thread.h"
 
-#define BATCHES 5
+#define MIN_BATCHES 10
+#define MAX_BATCHES 400
 
 static int rank_, size_;
 
 static int fail(const char *what) {
     fprintf(stderr, "allreduce_bench (rank %d): %s: %s\n", rank_, what, wf_error_msg());
     return 1;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
 /* The slowest rank's value. */
@@ -57,7 +65,7 @@ static double max_over_ranks(wf_comm *c, double x) {
 /* Iterations that take about `seconds` given one took t (same on all ranks). */
 static int iterations(wf_comm *c, double t, double seconds) {
     double n = t > 0 ? seconds / t : 1000;
-    if (n < 3) n = 3;
+    if (n < 1) n = 1;
     if (n > 2000) n = 2000;
     int32_t k = (int32_t)n;
     if (wf_comm_all_reduce_i32(c, &k, 1, WF_COMM_MAX, "bench iters") != WF_OK) return -1;
@@ -86,8 +94,8 @@ static int part_bandwidth(wf_comm *c, size_t min_bytes, size_t max_bytes, double
     if (rank_ == 0) {
         printf("all-reduce (sum, float32) over %d ranks, %s backend (%s)\n", size_,
                wf_comm_backend(c), wf_comm_library_version(c));
-        printf("%12s %8s %12s %12s %12s %14s %10s\n", "bytes", "iters", "time (us)",
-               "algbw GB/s", "busbw GB/s", "memcpy GB/s", "bus/memcpy");
+        printf("%12s %8s %10s %10s %12s %12s %12s %10s\n", "bytes", "iters", "best us",
+               "median us", "algbw GB/s", "busbw GB/s", "memcpy GB/s", "bus/memcpy");
     }
     for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
         size_t n = bytes / sizeof(float);
@@ -98,19 +106,22 @@ static int part_bandwidth(wf_comm *c, size_t min_bytes, size_t max_bytes, double
         for (int w = 0; w < 3; w++)
             if (wf_comm_all_reduce(c, buf, n, WF_COMM_SUM, "bench probe") != WF_OK)
                 return fail("all_reduce");
-        int iters = iterations(c, max_over_ranks(c, (wf_time_now() - t0) / 3), seconds / BATCHES);
-        if (iters < 0) return fail("iterations");
-        /* The best of BATCHES batches: on a shared machine the slow ones
-         * measure other people's work. */
-        double t = 1e30, tm = 1e30;
-        for (int b = 0; b < BATCHES; b++) {
+        /* Short batches (~2 ms), as many as fit in `seconds`: the best one
+         * is the machine's speed, the median what a busy machine gives. */
+        double probe = max_over_ranks(c, (wf_time_now() - t0) / 3);
+        int iters = iterations(c, probe, 2e-3);
+        double nb = seconds / (probe * iters + 1e-9);
+        int32_t batches = nb < MIN_BATCHES ? MIN_BATCHES : nb > MAX_BATCHES ? MAX_BATCHES : (int32_t)nb;
+        if (iters < 0 || wf_comm_all_reduce_i32(c, &batches, 1, WF_COMM_MAX, "bench") != WF_OK)
+            return fail("iterations");
+        double ta[MAX_BATCHES], tma[MAX_BATCHES];
+        for (int b = 0; b < batches; b++) {
             if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier");
             t0 = wf_time_now();
             for (int i = 0; i < iters; i++)
                 if (wf_comm_all_reduce(c, buf, n, WF_COMM_SUM, "bench") != WF_OK)
                     return fail("all_reduce");
-            double tb = max_over_ranks(c, (wf_time_now() - t0) / iters);
-            if (tb < t) t = tb;
+            ta[b] = max_over_ranks(c, (wf_time_now() - t0) / iters);
             /* memcpy on every rank at once. */
             if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier");
             double m0 = wf_time_now();
@@ -118,15 +129,17 @@ static int part_bandwidth(wf_comm *c, size_t min_bytes, size_t max_bytes, double
                 memcpy(dst, src, bytes);
                 sink_ = dst[(size_t)i % n];
             }
-            double tmb = max_over_ranks(c, (wf_time_now() - m0) / iters);
-            if (tmb < tm) tm = tmb;
+            tma[b] = max_over_ranks(c, (wf_time_now() - m0) / iters);
         }
+        qsort(ta, (size_t)batches, sizeof *ta, cmp_double);
+        qsort(tma, (size_t)batches, sizeof *tma, cmp_double);
+        double t = ta[0], tm = tma[0], tmed = ta[batches / 2];
         double algbw = (double)bytes / t / 1e9;
         double busbw = algbw * 2.0 * (size_ - 1) / size_;
         double membw = (double)bytes / tm / 1e9;
         if (rank_ == 0)
-            printf("%12zu %8d %12.1f %12.3f %12.3f %14.3f %10.2f\n", bytes, iters * BATCHES,
-                   t * 1e6, algbw, busbw, membw, busbw / membw);
+            printf("%12zu %8d %10.1f %10.1f %12.3f %12.3f %12.3f %10.2f\n", bytes, iters * batches,
+                   t * 1e6, tmed * 1e6, algbw, busbw, membw, busbw / membw);
     }
     free(buf);
     free(src);
@@ -149,7 +162,7 @@ static int backward(wf_comm *c, wf_reducer *r, int n_tensors, long work, int sli
 }
 
 static int part_overlap(wf_comm *c, double grad_mb, double bucket_mb) {
-    enum { NT = 16, REPS = 7 };
+    enum { NT = 16, REPS = 15 };
     size_t n = (size_t)(grad_mb * (1 << 20)) / sizeof(float);
     float *grads = calloc(n, sizeof *grads);
     if (!grads) return fail("out of memory");
