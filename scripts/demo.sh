@@ -31,11 +31,11 @@ $WEFT data batch "$RUN/data" --tokenizer "$RUN/tokenizer.json" --batch 2 --seq-l
 
 echo "[demo] training a 3.3M-parameter model (configs/austen-small.toml)"
 $WEFT train --config configs/austen-small.toml --data.dir="$RUN/data" --train.run_dir="$RUN" \
-  --data.tokenizer="$RUN/tokenizer.json" ${DEMO_STEPS:+--train.steps=$DEMO_STEPS}
+  --data.tokenizer="$RUN/tokenizer.json" --no-resume ${DEMO_STEPS:+--train.steps=$DEMO_STEPS}
 
 echo "[demo] what an untrained model of the same size says (the baseline):"
 $WEFT train --config configs/austen-small.toml --data.dir="$RUN/data" --train.run_dir="$RUN/untrained" \
-  --data.tokenizer="$RUN/tokenizer.json" --train.steps=1 --optim.lr=0 --optim.min_lr=0 \
+  --data.tokenizer="$RUN/tokenizer.json" --no-resume --train.steps=1 --optim.lr=0 --optim.min_lr=0 \
   --train.eval_every=0 >/dev/null 2>&1
 $WEFT sample --model "$RUN/untrained" --prompt "It is a truth universally acknowledged" \
   --max-tokens 60 --seed 1 2>/dev/null
