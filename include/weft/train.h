@@ -1,11 +1,14 @@
 /* weft: the trainer. Wires the data loader, the model, the optimizer and
  * the schedule into the step loop of `weft train`, and writes the run
- * directory (the effective config, checkpoints, the final weights). Resumes
- * from the run's latest valid checkpoint bit-exactly, and stops cleanly on
- * SIGTERM/SIGUSR1 and on the run directory's STOP file (docs/checkpoints.md).
+ * directory (the effective config, checkpoints, the final weights, the
+ * metrics and TensorBoard events, the reproducibility record, traces).
+ * Resumes from the run's latest valid checkpoint bit-exactly, and stops
+ * cleanly on SIGTERM/SIGUSR1, on the run directory's STOP file
+ * (docs/checkpoints.md) and when the memory watchdog trips. Watches the loss
+ * for spikes and warns, skips the update or rolls back (docs/metrics.md);
+ * captures profiling traces on a schedule or on request (docs/tracing.md).
  *
- * This module does not do (yet): metrics sinks beyond the console, data
- * parallelism across processes.
+ * This module does not do (yet): data parallelism across processes.
  */
 #ifndef WEFT_TRAIN_H
 #define WEFT_TRAIN_H
@@ -17,7 +20,7 @@
 #include "weft/status.h"
 
 /* Every key of a training config (TOML sections [model], [data], [optim],
- * [train]). Numeric model sizes of 0 mean "from the preset"; the vocabulary
+ * [train], [ckpt], [metrics], [spike], [memory], [trace]). Numeric model sizes of 0 mean "from the preset"; the vocabulary
  * defaults to the dataset's. docs/train.md lists them all. */
 typedef struct {
     /* [model] */
@@ -40,20 +43,44 @@ typedef struct {
     int64_t ckpt_every, ckpt_keep_last, ckpt_keep_every, ckpt_stop_at;
     int ckpt_async, ckpt_resume;
     char *ckpt_resume_from, *ckpt_init_from;
+    /* [metrics] */
+    int metrics_jsonl, metrics_tensorboard, metrics_remeasure_peak;
+    double metrics_flush_every_s, metrics_peak_tflops;
+    /* [spike] */
+    int64_t spike_window, spike_warmup, spike_skip_batches, spike_max_rollbacks;
+    double spike_z;
+    int spike_grad_norm;
+    char *spike_action;
+    /* [memory] */
+    double memory_max_used_frac, memory_max_rss_frac, memory_max_rss_gib;
+    /* [trace] */
+    char *trace_dir;
+    int64_t trace_skip_first, trace_wait, trace_warmup, trace_active, trace_repeat, trace_buffer_events;
+    int trace_requests;
+    /* Not config keys: the command line, recorded in RUN_DIR/run.json (set
+     * by the caller; argc 0 records none). Borrowed, not freed. */
+    int argc;
+    char **argv;
 } wf_train_config;
 
 /* The exit status of `weft train` when it stopped early on SIGTERM,
- * SIGUSR1 or ckpt.stop_at, after saving a checkpoint: EX_TEMPFAIL of
- * sysexits.h, "try again later". A scheduler's wrapper requeues the job on
- * it; the next run resumes. (A STOP file exits 0: the user asked for it.) */
+ * SIGUSR1, ckpt.stop_at or the memory watchdog, after saving a checkpoint:
+ * EX_TEMPFAIL of sysexits.h, "try again later". A scheduler's wrapper
+ * requeues the job on it; the next run resumes. (A STOP file exits 0: the
+ * user asked for it.) */
 #define WF_TRAIN_EXIT_REQUEUE 75
 
 /* How a run ended, when wf_train_execute returns WF_OK. */
 typedef struct {
     int64_t step;     /* optimizer steps done (and saved) */
     int finished;     /* 1: reached train.steps */
-    int requeue;      /* 1: stopped early by a signal or ckpt.stop_at: exit WF_TRAIN_EXIT_REQUEUE */
+    int requeue;      /* 1: stopped early by a signal, ckpt.stop_at or the memory watchdog:
+                         exit WF_TRAIN_EXIT_REQUEUE */
     int stop_file;    /* 1: stopped (or not started) because RUN_DIR/STOP exists */
+    int memory;       /* 1: the memory watchdog stopped it (requeue is set too) */
+    int spikes;       /* loss spikes seen */
+    int skipped;      /* updates skipped for a spike */
+    int rollbacks;    /* rollbacks to a checkpoint for a spike */
 } wf_train_result;
 
 /* The option table of `weft train` (also usable by tests and benchmarks). */
@@ -72,7 +99,8 @@ wf_status wf_train_run(const wf_train_config *tc);
 /* wf_train_run, saying in *result how the run ended. While it runs,
  * SIGTERM and SIGUSR1 are caught (the previous handlers come back after):
  * the current step finishes, a checkpoint is saved and it returns with
- * result->requeue set. */
+ * result->requeue set. The tracer (trace.h) is process-wide: one training
+ * at a time per process. */
 wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result);
 
 #endif

@@ -19,6 +19,7 @@
 #include "ckpt/ckpt_impl.h"
 #include "weft/fileio.h"
 #include "weft/thread.h"
+#include "weft/trace.h"
 
 struct wf_ckpt_writer {
     wf_ckpt_plan plan;
@@ -72,6 +73,8 @@ static wf_status do_save(wf_ckpt_writer *w, const char *dir, uint64_t step, cons
 
 static void *writer_main(void *arg) {
     wf_ckpt_writer *w = arg;
+    wf_trace_thread_setup("ckpt-writer", 40); /* its spans: docs/tracing.md; only fails out of memory */
+    wf_error_clear();
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (!w->busy && !w->quit) pthread_cond_wait(&w->cv, &w->mu);
@@ -83,7 +86,9 @@ static void *writer_main(void *arg) {
 
         double t0 = wf_time_now();
         int pruned;
+        wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_IO, "ckpt write", (int64_t)w->plan.rank_bytes[w->o.rank]);
         wf_status s = do_save(w, dir, step, state, w->staging, &pruned);
+        wf_trace_end(span);
         double dt = wf_time_now() - t0;
 
         pthread_mutex_lock(&w->mu);
@@ -182,7 +187,9 @@ wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const 
     st.bytes = w->plan.rank_bytes[w->o.rank];
     if (!w->o.async) {
         int pruned;
+        wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_IO, "ckpt write", (int64_t)st.bytes);
         wf_status s = do_save(w, dir, step, wf_ckpt_meta_json(meta), NULL, &pruned);
+        wf_trace_end(span);
         st.write_seconds = st.blocked_seconds = wf_time_now() - t0;
         st.pruned = pruned;
         st.status = s;
@@ -215,7 +222,9 @@ wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const 
         return wf_error(WF_ERR_NOMEM, "out of memory");
     }
     double t1 = wf_time_now();
+    wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_MEMORY, "ckpt snapshot", (int64_t)st.bytes);
     wf_ckpt_stage(&w->plan, w->o.rank, step, w->staging);
+    wf_trace_end(span);
     double t2 = wf_time_now();
     st.copy_seconds = t2 - t1;
     st.blocked_seconds = t2 - t0;

@@ -34,6 +34,7 @@
 #include "data/loader_internal.h"
 #include "weft/rng.h"
 #include "weft/thread.h"
+#include "weft/trace.h"
 
 #define WF_LOADER_MAX_PREFETCH 64
 #define WF_LOADER_MSG_CAP 1024
@@ -127,6 +128,7 @@ static wf_status read_batch(wf_loader *l, wf_loader_state s, int32_t *tokens, in
 
 static void *producer_main(void *arg) {
     wf_loader *l = arg;
+    wf_trace_thread_setup("loader", 30); /* names it in traces; only fails out of memory */
     pthread_mutex_lock(&l->mu);
     for (;;) {
         while (!l->stop && (l->failed || l->count >= l->prefetch))
@@ -140,7 +142,9 @@ static void *producer_main(void *arg) {
         pthread_mutex_unlock(&l->mu);
 
         /* Slot w is neither ready nor held, so nobody else touches it. */
+        wf_trace_span span = wf_trace_begin(WF_TRACE_IO, "loader read");
         wf_status st = read_batch(l, s, slot->tokens, inject, gen);
+        wf_trace_end(span);
 
         pthread_mutex_lock(&l->mu);
         if (gen != atomic_load_explicit(&l->gen, memory_order_relaxed)) continue; /* cursor moved */

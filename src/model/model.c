@@ -17,6 +17,7 @@
 #include "model/model_impl.h"
 #include "weft/kernels.h"
 #include "weft/thread.h"
+#include "weft/trace.h"
 
 /* Carves float buffers out of one block: a first pass with base NULL
  * counts, a second assigns. Every buffer starts on a 64-byte boundary. */
@@ -67,12 +68,22 @@ static void plan_layout(wf_model *m, carver_ *cv) {
     m->dg = carve(cv, N * H);
 }
 
-/* Runs one kernel call and adds its time to m->times.dir[op]. */
-#define TIMED_(dir, op, ...)                     \
-    do {                                         \
-        double t0_ = wf_time_now();              \
-        __VA_ARGS__;                             \
-        m->times.dir[op] += wf_time_now() - t0_; \
+/* Runs one kernel call and adds its time to m->times.dir[op]; while a trace
+ * captures, the same two clock reads also make it a compute span named
+ * "fwd <op>" or "bwd <op>" (docs/tracing.md). Never inside OpenMP regions:
+ * spans are the calling thread's. */
+#define TRACE_NAME_FWD_(name, str) "fwd " str,
+#define TRACE_NAME_BWD_(name, str) "bwd " str,
+static const char *const op_span_fwd_[] = {WF_MODEL_OPS(TRACE_NAME_FWD_)};
+static const char *const op_span_bwd_[] = {WF_MODEL_OPS(TRACE_NAME_BWD_)};
+#define TIMED_(dir, op, ...)                                                     \
+    do {                                                                         \
+        uint64_t t0_ = wf_trace_now();                                           \
+        __VA_ARGS__;                                                             \
+        uint64_t t1_ = wf_trace_now();                                           \
+        m->times.dir[op] += (double)(t1_ - t0_) * 1e-9;                          \
+        if (atomic_load_explicit(&wf_trace_on_, memory_order_relaxed))           \
+            wf_trace_record(WF_TRACE_COMPUTE, op_span_##dir##_[op], t0_, t1_, -1); \
     } while (0)
 
 static wf_status check_seq_len(const wf_model *m, int T) {

@@ -66,7 +66,7 @@ static const wf_opt train_opts[] = {
      "clip gradients to this global L2 norm (0: no clipping)"},
     /* [train] */
     {"train.run_dir", "run-dir", WF_OPT_STR, O(run_dir), "runs/default", WF_NO_RANGE,
-     "where the run's files go (config.toml, checkpoints/, model.safetensors)"},
+     "where the run's files go (config.toml, checkpoints/, model.safetensors, metrics.jsonl, tb/, run.json, traces/)"},
     {"train.steps", "steps", WF_OPT_INT, O(steps), "100", 1, 1e12, "optimizer steps"},
     {"train.seed", "seed", WF_OPT_INT, O(seed), "1337", 0, 9.2e18, "seed of the initialisation"},
     {"train.eval_every", NULL, WF_OPT_INT, O(eval_every), "50", 0, 1e12,
@@ -95,6 +95,57 @@ static const wf_opt train_opts[] = {
      "model.safetensors and config.json) when not resuming"},
     {"ckpt.stop_at", NULL, WF_OPT_INT, O(ckpt_stop_at), "0", 0, 1e12,
      "after this step, save and exit with status 75 as if preempted (0: never); splits a run into jobs"},
+    /* [metrics] */
+    {"metrics.jsonl", NULL, WF_OPT_BOOL, O(metrics_jsonl), "true", WF_NO_RANGE,
+     "write RUN_DIR/metrics.jsonl, one JSON object per step"},
+    {"metrics.tensorboard", NULL, WF_OPT_BOOL, O(metrics_tensorboard), "true", WF_NO_RANGE,
+     "write TensorBoard event files into RUN_DIR/tb/"},
+    {"metrics.flush_every_s", NULL, WF_OPT_FLOAT, O(metrics_flush_every_s), "10", 0, 86400,
+     "seconds between writes of the buffered metrics (and at exit); 0: every step"},
+    {"metrics.peak_tflops", NULL, WF_OPT_FLOAT, O(metrics_peak_tflops), "0", 0, 1e9,
+     "one process's peak TFLOP/s for MFU (0: measure it with a short sgemm benchmark, or use the cached "
+     "measurement of this machine)"},
+    {"metrics.remeasure_peak", NULL, WF_OPT_BOOL, O(metrics_remeasure_peak), "false", WF_NO_RANGE,
+     "measure the peak even when this machine's measurement is cached"},
+    /* [spike] */
+    {"spike.window", NULL, WF_OPT_INT, O(spike_window), "100", 2, 1048576,
+     "steps in the rolling mean and standard deviation of the loss and gradient norm"},
+    {"spike.z", NULL, WF_OPT_FLOAT, O(spike_z), "6", 0.001, 1e6,
+     "a step whose loss (or gradient norm) is more than z standard deviations above the window's mean is a spike"},
+    {"spike.warmup", NULL, WF_OPT_INT, O(spike_warmup), "20", 0, 1048576,
+     "steps that only fill the window before the first check (2..window; 0: the window)"},
+    {"spike.grad_norm", NULL, WF_OPT_BOOL, O(spike_grad_norm), "true", WF_NO_RANGE,
+     "the gradient norm can make a spike too, not only the loss"},
+    {"spike.action", NULL, WF_OPT_STR, O(spike_action), "warn", WF_NO_RANGE,
+     "on a spike: warn (log it), skip (drop the step's update) or rollback (reload the last checkpoint and "
+     "skip the data from there to past the spike's batch)"},
+    {"spike.skip_batches", NULL, WF_OPT_INT, O(spike_skip_batches), "200", 0, 1e12,
+     "rollback: micro-batches skipped after the spike's own"},
+    {"spike.max_rollbacks", NULL, WF_OPT_INT, O(spike_max_rollbacks), "3", 0, 1e9,
+     "rollback: at most this many rollbacks to the same checkpoint; further spikes skip their update"},
+    /* [memory] */
+    {"memory.max_used_frac", NULL, WF_OPT_FLOAT, O(memory_max_used_frac), "0.95", 0, 1,
+     "watchdog: save and stop (exit 75) when the machine's memory is more than this fraction used "
+     "(1 - MemAvailable/MemTotal; 0: off)"},
+    {"memory.max_rss_frac", NULL, WF_OPT_FLOAT, O(memory_max_rss_frac), "0", 0, 1,
+     "watchdog: save and stop when this process's resident memory passes this fraction of MemTotal (0: off)"},
+    {"memory.max_rss_gib", NULL, WF_OPT_FLOAT, O(memory_max_rss_gib), "0", 0, 1e9,
+     "watchdog: save and stop when this process's resident memory passes this many GiB (0: off)"},
+    /* [trace] */
+    {"trace.dir", NULL, WF_OPT_STR, O(trace_dir), NULL, WF_NO_RANGE,
+     "where trace captures go, one folder per capture (default: RUN_DIR/traces)"},
+    {"trace.skip_first", NULL, WF_OPT_INT, O(trace_skip_first), "0", 0, 1e12,
+     "schedule: steps before the first cycle"},
+    {"trace.wait", NULL, WF_OPT_INT, O(trace_wait), "0", 0, 1e12, "schedule: steps not recorded at the start of a cycle"},
+    {"trace.warmup", NULL, WF_OPT_INT, O(trace_warmup), "1", 0, 1e12,
+     "schedule: steps recorded and discarded before the active ones"},
+    {"trace.active", NULL, WF_OPT_INT, O(trace_active), "0", 0, 1e6,
+     "schedule: steps recorded and written per capture (0: no scheduled captures)"},
+    {"trace.repeat", NULL, WF_OPT_INT, O(trace_repeat), "1", 0, 1e12, "schedule: cycles (0: for ever)"},
+    {"trace.requests", NULL, WF_OPT_BOOL, O(trace_requests), "true", WF_NO_RANGE,
+     "capture the next N steps when `weft trace request RUN_DIR --steps N` asks"},
+    {"trace.buffer_events", NULL, WF_OPT_INT, O(trace_buffer_events), "65536", 16, 1 << 30,
+     "spans each thread can hold per capture (40 bytes each); more are dropped and counted"},
 };
 
 static const wf_cmd_spec train_spec = {
@@ -102,9 +153,13 @@ static const wf_cmd_spec train_spec = {
     "weft train --config run.toml [--section.key=value ...]",
     "Trains a Llama-style model on a tokenized dataset (fp32, CPU) and writes the weights to "
     "RUN_DIR/model.safetensors. Prints one line per step: loss, learning rate, gradient norm, "
-    "tokens/s and step time. Saves checkpoints to RUN_DIR/checkpoints and resumes from the latest "
-    "one; SIGTERM or SIGUSR1 saves and exits with status 75 (requeue), a RUN_DIR/SAVE file saves, a "
-    "RUN_DIR/STOP file saves and exits 0. See docs/train.md and docs/checkpoints.md.",
+    "tokens/s, step time and MFU; records every step in RUN_DIR/metrics.jsonl and TensorBoard "
+    "events in RUN_DIR/tb (`weft report RUN_DIR` plots them) and the run's environment in "
+    "RUN_DIR/run.json. Saves checkpoints to RUN_DIR/checkpoints and resumes from the latest one; "
+    "SIGTERM or SIGUSR1 saves and exits with status 75 (requeue), as does the memory watchdog; a "
+    "RUN_DIR/SAVE file saves, a RUN_DIR/STOP file saves and exits 0. Loss spikes are logged and, "
+    "with spike.action, skipped or rolled back. `weft trace request RUN_DIR` captures a profile "
+    "of the next steps. See docs/train.md, docs/checkpoints.md, docs/metrics.md, docs/tracing.md.",
     train_opts,
     sizeof train_opts / sizeof *train_opts,
     0,

@@ -4,11 +4,21 @@
  * safetensors model), then for each step accumulate gradients over the
  * micro-batches of one global batch, clip, update with the scheduled
  * learning rate, report, and save when it is time or when asked (SAVE and
- * STOP files, SIGTERM/SIGUSR1). Nothing is allocated inside the step. The
- * same config and seeds give bit-identical losses, across a stop and resume
- * too: the checkpoint holds every bit the next step depends on (parameters,
- * AdamW moments and step count, the loader's cursor; the schedule is a
- * function of the step, initialisation and data order of the seeds). */
+ * STOP files, SIGTERM/SIGUSR1, the memory watchdog). Nothing is allocated
+ * inside the step. The same config and seeds give bit-identical losses,
+ * across a stop and resume too: the checkpoint holds every bit the next
+ * step depends on (parameters, AdamW moments and step count, the loader's
+ * cursor; the schedule is a function of the step, initialisation and data
+ * order of the seeds).
+ *
+ * Observability (src/obs): every step becomes one wf_metrics_step record
+ * (metrics.jsonl, TensorBoard, the console line with MFU), is judged by the
+ * loss-spike detector (warn, skip the update, or roll back to the last
+ * checkpoint and skip the data that led to the spike), and host memory is
+ * checked against the watchdog's limits. The tracer gets a step marker per
+ * step and region spans (forward, backward, optimizer, eval, checkpoint);
+ * the model records its own ops, the loader and checkpoint writer threads
+ * theirs. */
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -24,12 +34,14 @@
 #include "weft/kernels.h"
 #include "weft/loader.h"
 #include "weft/log.h"
+#include "weft/metrics.h"
 #include "weft/optim.h"
 #include "weft/progress.h"
 #include "weft/safetensors.h"
 #include "weft/shard.h"
 #include "weft/thread.h"
 #include "weft/tokenizer.h"
+#include "weft/trace.h"
 #include "weft/train.h"
 
 typedef struct {
@@ -51,9 +63,21 @@ typedef struct {
     size_t n_state;
     wf_ckpt_writer *writer;
     int64_t last_saved;        /* step of the last save started, -1 if none */
+    char rollback_dir[4096];   /* the checkpoint a rollback goes back to: the last one this job
+                                  saved or resumed from ("" if none) */
+    /* observability */
+    wf_peak peak;
+    double flops_per_token;
+    wf_metrics *metrics;
+    wf_spike_detector spike;
+    wf_spike_action spike_action;
+    wf_mem_limits mem_limits;
+    int tracing;               /* wf_trace_init succeeded */
 } trainer;
 
 static void trainer_free(trainer *t) {
+    wf_metrics_close(t->metrics); /* writes what is buffered; its errors were reported on success paths */
+    wf_spike_deinit(&t->spike);
     wf_ckpt_writer_destroy(t->writer); /* waits for a save in flight */
     for (size_t i = 0; t->state_names && i < t->n_state; i++) free(t->state_names[i]);
     free(t->state_names);
@@ -106,6 +130,15 @@ static wf_status trainer_setup(trainer *t, const wf_train_config *tc) {
         return wf_error(WF_ERR_CONFIG, "optim.schedule = '%s': use cosine, wsd or constant", tc->schedule);
     if (tc->min_lr > tc->lr)
         return wf_error(WF_ERR_CONFIG, "optim.min_lr = %g is above optim.lr = %g", tc->min_lr, tc->lr);
+    int action = wf_spike_action_parse(tc->spike_action);
+    if (action < 0)
+        return wf_error(WF_ERR_CONFIG, "spike.action = '%s': use warn, skip or rollback",
+                        tc->spike_action ? tc->spike_action : "");
+    t->spike_action = (wf_spike_action)action;
+    wf_spike_config sc = {(int)tc->spike_window, tc->spike_z, (int)tc->spike_warmup, tc->spike_grad_norm, 0};
+    WF_TRY(wf_spike_init(&t->spike, &sc));
+    t->mem_limits = (wf_mem_limits){tc->memory_max_used_frac, tc->memory_max_rss_frac,
+                                    (int64_t)(tc->memory_max_rss_gib * 1073741824.0)};
     wf_dataset_info info;
     WF_TRY(wf_dataset_info_load(&info, tc->data_dir));
     wf_status s = wf_train_model_config(tc, info.vocab_size, &t->mc);
@@ -168,21 +201,24 @@ static wf_status trainer_setup(trainer *t, const wf_train_config *tc) {
 /* Mean loss over the first eval_batches batches of the validation split
  * (always the same ones, so evaluations are comparable). */
 static wf_status evaluate(trainer *t, double *loss) {
-    WF_TRY(wf_loader_set_state(t->val, (wf_loader_state){0, 0}));
+    wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, "eval");
     double sum = 0;
     int n = 0;
     uint64_t per_epoch = wf_loader_batches_per_epoch(t->val);
-    for (int64_t i = 0; i < t->tc->eval_batches && (uint64_t)i < per_epoch; i++) {
+    wf_status s = wf_loader_set_state(t->val, (wf_loader_state){0, 0});
+    for (int64_t i = 0; s == WF_OK && i < t->tc->eval_batches && (uint64_t)i < per_epoch; i++) {
         const wf_batch *b;
-        WF_TRY(wf_loader_next(t->val, &b));
+        s = wf_loader_next(t->val, &b);
+        if (s != WF_OK) break;
         split_batch(b, t->inputs, t->targets);
         float l;
-        WF_TRY(wf_model_forward(t->model, t->inputs, t->targets, b->batch, b->seq_len, &l));
+        s = wf_model_forward(t->model, t->inputs, t->targets, b->batch, b->seq_len, &l);
         sum += l;
         n++;
     }
+    wf_trace_end(span);
     *loss = n ? sum / n : NAN;
-    return WF_OK;
+    return s;
 }
 
 static void fmt_rate(char *buf, size_t n, double v) {
@@ -337,6 +373,7 @@ static wf_status save_checkpoint(trainer *t, int64_t step) {
     wf_ckpt_meta_destroy(meta);
     WF_TRY(s);
     t->last_saved = step;
+    snprintf(t->rollback_dir, sizeof t->rollback_dir, "%s", dir);
     return report_saves(t);
 }
 
@@ -431,7 +468,10 @@ static wf_status resume_or_init(trainer *t, int64_t *start) {
     if (c) {
         if (is_set(tc->ckpt_init_from)) WF_INFO("resuming, so ckpt.init_from = %s is not used", tc->ckpt_init_from);
         wf_status s = restore(t, c, start);
-        if (s == WF_OK) WF_INFO("resumed from %s (step %" PRId64 ")", wf_ckpt_path(c), *start);
+        if (s == WF_OK) {
+            WF_INFO("resumed from %s (step %" PRId64 ")", wf_ckpt_path(c), *start);
+            snprintf(t->rollback_dir, sizeof t->rollback_dir, "%s", wf_ckpt_path(c));
+        }
         wf_ckpt_close(c);
         return s;
     }
@@ -474,6 +514,196 @@ static wf_status write_final_model(trainer *t, int64_t steps) {
     return WF_OK;
 }
 
+/* ---- observability ---- */
+
+/* Where a loader cursor lies in the data order, in micro-batches from the
+ * start of the run's first epoch (the loader's global batch is one
+ * micro-batch, B samples). */
+static int64_t data_position(const trainer *t, wf_loader_state s) {
+    return (int64_t)(s.epoch * wf_loader_batches_per_epoch(t->train) + s.sample / (uint64_t)t->B);
+}
+
+static wf_loader_state data_cursor(const trainer *t, int64_t pos) {
+    uint64_t per_epoch = wf_loader_batches_per_epoch(t->train);
+    return (wf_loader_state){(uint64_t)pos / per_epoch, (uint64_t)pos % per_epoch * (uint64_t)t->B};
+}
+
+/* The peak MFU is measured against, the FLOP count, run.json, the metrics
+ * sinks and the tracer. Runs after resume_or_init: `start` > 0 marks the
+ * restart in the event files. */
+static wf_status setup_obs(trainer *t, int64_t start) {
+    const wf_train_config *tc = t->tc;
+    wf_peak_options po = {tc->metrics_peak_tflops, NULL, 0, 0, tc->metrics_remeasure_peak};
+    char line[1536];
+    if (wf_peak_get(&t->peak, &po) == WF_OK) {
+        wf_peak_describe(&t->peak, line, sizeof line);
+        WF_INFO("MFU: %s", line);
+    } else {
+        WF_WARN("MFU: no peak (%s); set metrics.peak_tflops to get MFU", wf_error_msg());
+        wf_error_clear();
+        memset(&t->peak, 0, sizeof t->peak);
+    }
+    t->flops_per_token = wf_model_flops_per_token(&t->mc, t->T);
+    wf_run_record rec = {t->config_text, tc->argc, tc->argv, t->peak.tflops > 0 ? &t->peak : NULL,
+                         t->flops_per_token, (int64_t)wf_model_num_params(t->model), NULL};
+    WF_TRY(wf_run_record_write(tc->run_dir, &rec));
+
+    wf_metrics_options mo = {tc->run_dir, tc->metrics_jsonl, tc->metrics_tensorboard, tc->metrics_flush_every_s};
+    if (mo.jsonl || mo.tensorboard) {
+        WF_TRY(wf_metrics_open(&t->metrics, &mo));
+        if (start > 0) WF_TRY(wf_metrics_restart(t->metrics, start + 1));
+        const char *tb = wf_metrics_tb_path(t->metrics);
+        if (mo.jsonl) WF_INFO("metrics: %s/metrics.jsonl", tc->run_dir);
+        if (tb) WF_INFO("metrics: TensorBoard events %s", tb);
+    }
+
+    if (tc->trace_active > 0 || tc->trace_requests) {
+        char dir[4096];
+        if (is_set(tc->trace_dir)) snprintf(dir, sizeof dir, "%s", tc->trace_dir);
+        else snprintf(dir, sizeof dir, "%s/traces", tc->run_dir);
+        wf_trace_config cfg = {dir,
+                               tc->trace_requests ? tc->run_dir : NULL,
+                               tc->trace_requests,
+                               0,
+                               1,
+                               "single",
+                               {tc->trace_skip_first, tc->trace_wait, tc->trace_warmup, tc->trace_active,
+                                tc->trace_repeat},
+                               tc->trace_buffer_events,
+                               0};
+        WF_TRY(wf_trace_init(&cfg));
+        t->tracing = 1;
+        if (tc->trace_active > 0)
+            WF_INFO("trace: %lld step%s per capture into %s (after %lld steps, then wait %lld, warmup %lld; %s)",
+                    (long long)tc->trace_active, tc->trace_active == 1 ? "" : "s", dir, (long long)tc->trace_skip_first,
+                    (long long)tc->trace_wait, (long long)tc->trace_warmup,
+                    tc->trace_repeat ? "repeated" : "for ever");
+    }
+    return WF_OK;
+}
+
+/* What one step measured and decided. */
+typedef struct {
+    double loss, lr, grad_norm;
+    int64_t data_pos;
+    double data_s, fwd_bwd_s, optim_s;
+    wf_spike_result spike;
+    int skipped; /* the update was not applied */
+} step_outcome;
+
+/* Forward and backward over the step's micro-batches (gradients summed
+ * with scale 1/accum), then the spike check and the update (or not). */
+static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step, step_outcome *o) {
+    memset(o, 0, sizeof *o);
+    o->data_pos = -1;
+    wf_model_zero_grad(t->model);
+    for (int k = 0; k < t->accum; k++) {
+        double ta = wf_time_now();
+        const wf_batch *b;
+        wf_trace_span span = wf_trace_begin(WF_TRACE_DATA_WAIT, "data wait");
+        wf_status s = wf_loader_next(t->train, &b);
+        wf_trace_end(span);
+        WF_TRY(s);
+        split_batch(b, t->inputs, t->targets);
+        if (k == 0) o->data_pos = data_position(t, b->state);
+        double tb = wf_time_now();
+        o->data_s += tb - ta;
+        float l = 0;
+        span = wf_trace_begin(WF_TRACE_REGION, "forward");
+        s = wf_model_forward(t->model, t->inputs, t->targets, t->B, t->T, &l);
+        wf_trace_end(span);
+        WF_TRY(s);
+        span = wf_trace_begin(WF_TRACE_REGION, "backward");
+        s = wf_model_backward(t->model, 1.0f / (float)t->accum);
+        wf_trace_end(span);
+        WF_TRY(s);
+        o->loss += (double)l / t->accum;
+        o->fwd_bwd_s += wf_time_now() - tb;
+    }
+
+    double t0 = wf_time_now();
+    o->lr = wf_lr_at(sched, (uint64_t)step);
+    wf_trace_span region = wf_trace_begin(WF_TRACE_REGION, "optimizer");
+    wf_status s = WF_OK;
+    if (t->spike_action == WF_SPIKE_WARN) {
+        /* Judged after the update, which computes the norm anyway. */
+        if (!isfinite(o->loss))
+            s = wf_error(WF_ERR_RANGE,
+                         "step %lld: the loss is %g; lower optim.lr or check the data (spike.action = skip or "
+                         "rollback would drop the step instead)",
+                         (long long)step + 1, o->loss);
+        if (s == WF_OK) {
+            wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
+            s = wf_adamw_step(t->opt, o->lr, &o->grad_norm);
+            wf_trace_end(span);
+            if (s != WF_OK) s = wf_error_wrap(s, "step %lld: ", (long long)step + 1);
+        }
+        if (s == WF_OK) o->spike = wf_spike_check(&t->spike, o->loss, o->grad_norm);
+    } else {
+        /* Judged before: a spike's update must not be applied. */
+        wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "grad norm");
+        o->grad_norm = wf_grad_norm(t->model);
+        wf_trace_end(span);
+        o->spike = wf_spike_check(&t->spike, o->loss, o->grad_norm);
+        if (o->spike.spike) {
+            o->skipped = 1;
+        } else {
+            span = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
+            s = wf_adamw_step(t->opt, o->lr, NULL);
+            wf_trace_end(span);
+            if (s != WF_OK) s = wf_error_wrap(s, "step %lld: ", (long long)step + 1);
+        }
+    }
+    wf_trace_end(region);
+    o->optim_s = wf_time_now() - t0;
+    return s;
+}
+
+/* PaLM's recipe for a spike at `step` whose first micro-batch is at
+ * `spike_pos` of the data order: reload the last checkpoint this job saved
+ * (or resumed from) and continue the data past the spike's batches plus
+ * spike.skip_batches, so the steps after the checkpoint see other data.
+ * *back gets the checkpoint's step, or -1 when there is none to go back to
+ * (or it was used spike.max_rollbacks times already): the caller skips the
+ * update instead. */
+static wf_status rollback(trainer *t, int64_t step, int64_t spike_pos, int64_t *rb_step, int *rb_count,
+                          int64_t *back) {
+    *back = -1;
+    WF_TRY(finish_saves(t)); /* the save in flight may be the one to go back to */
+    if (!t->rollback_dir[0]) {
+        WF_WARN("spike at step %lld: no checkpoint of this run to roll back to yet; its update is skipped instead",
+                (long long)step);
+        return WF_OK;
+    }
+    wf_ckpt *c;
+    WF_TRY(wf_ckpt_open(&c, t->rollback_dir));
+    int64_t to = (int64_t)wf_ckpt_step(c);
+    if (to == *rb_step && *rb_count >= t->tc->spike_max_rollbacks) {
+        wf_ckpt_close(c);
+        WF_WARN("spike at step %lld: already rolled back to %s %d time%s (spike.max_rollbacks); its update is "
+                "skipped instead",
+                (long long)step, t->rollback_dir, *rb_count, *rb_count == 1 ? "" : "s");
+        return WF_OK;
+    }
+    wf_status s = wf_ckpt_verify(c, NULL, NULL);
+    int64_t got = 0;
+    if (s == WF_OK) s = restore(t, c, &got);
+    wf_ckpt_close(c);
+    if (s != WF_OK) return wf_error_wrap(s, "rolling back for the spike at step %lld: ", (long long)step);
+    int64_t from = data_position(t, wf_loader_get_state(t->train));
+    int64_t resume_at = spike_pos + t->accum + t->tc->spike_skip_batches;
+    WF_TRY(wf_loader_set_state(t->train, data_cursor(t, resume_at)));
+    *rb_count = to == *rb_step ? *rb_count + 1 : 1;
+    *rb_step = to;
+    t->last_saved = to;
+    WF_WARN("rolled back to %s (step %lld) for the spike at step %lld; the data continues at micro-batch %lld, "
+            "skipping micro-batches %lld to %lld (spike.skip_batches = %lld after the spike's)",
+            t->rollback_dir, (long long)to, (long long)step, (long long)resume_at, (long long)from,
+            (long long)resume_at - 1, (long long)t->tc->spike_skip_batches);
+    *back = to;
+    return WF_OK;
+}
+
 static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
     const wf_train_config *tc = t->tc;
     wf_lr_schedule sched = {(wf_lr_kind)wf_lr_parse_kind(tc->schedule), tc->lr, tc->min_lr,
@@ -488,6 +718,8 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
             (long long)tc->steps, wf_kern_threads());
     WF_INFO("memory: parameters %.1f MB, gradients %.1f MB, optimizer %.1f MB, activations %.1f MB",
             mem.param_bytes / 1e6, mem.grad_bytes / 1e6, 2.0 * mem.param_bytes / 1e6, mem.activation_bytes / 1e6);
+    WF_INFO("FLOPs: %.4g per token (docs/train.md), %.4g per step", t->flops_per_token,
+            t->flops_per_token * (double)t->accum * t->B * t->T);
 
     res->step = start;
     if (start >= tc->steps) {
@@ -501,64 +733,133 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
     wf_progress_update(&bar, (uint64_t)start);
     double t_run = wf_time_now();
     double val_loss = NAN;
+    int64_t tokens = (int64_t)t->accum * t->B * t->T;
+    int64_t rb_step = -1;
+    int rb_count = 0;
+    int step_width = (int)snprintf(NULL, 0, "%lld", (long long)tc->steps);
     int64_t step;
     for (step = start; step < tc->steps; step++) {
-        double t0 = wf_time_now(), wait = 0;
-        wf_model_zero_grad(t->model);
-        double loss = 0;
-        for (int k = 0; k < t->accum; k++) {
-            const wf_batch *b;
-            WF_TRY(wf_loader_next(t->train, &b));
-            wait += b->wait_seconds;
-            split_batch(b, t->inputs, t->targets);
-            float l;
-            WF_TRY(wf_model_forward(t->model, t->inputs, t->targets, t->B, t->T, &l));
-            WF_TRY(wf_model_backward(t->model, 1.0f / (float)t->accum));
-            loss += (double)l / t->accum;
+        /* The tracer's step marker comes first, outside the step's time. */
+        if (wf_trace_step(step + 1) != WF_OK) {
+            WF_WARN("trace: %s (training goes on)", wf_error_msg());
+            wf_error_clear();
         }
-        if (!isfinite(loss))
-            return wf_error(WF_ERR_RANGE, "step %lld: the loss is %g; lower optim.lr or check the data",
-                            (long long)step + 1, loss);
-        double lr = wf_lr_at(&sched, (uint64_t)step), gnorm = 0;
-        wf_status s = wf_adamw_step(t->opt, lr, &gnorm);
-        if (s != WF_OK) return wf_error_wrap(s, "step %lld: ", (long long)step + 1);
-        double dt = wf_time_now() - t0;
-        int last = step + 1 == tc->steps;
-        int eval = t->val && tc->eval_every > 0 && ((step + 1) % tc->eval_every == 0 || last);
-        if (eval) WF_TRY(evaluate(t, &val_loss));
-        if ((step + 1) % tc->log_every == 0 || last || eval) {
-            char rate[32], vbuf[48] = "";
-            fmt_rate(rate, sizeof rate, (double)t->accum * t->B * t->T / dt);
-            if (eval) snprintf(vbuf, sizeof vbuf, " | val loss %.4f", val_loss);
+        double t0 = wf_time_now();
+        step_outcome o;
+        WF_TRY(run_step(t, &sched, step, &o));
+        int64_t done = step + 1;
+        int last = done == tc->steps;
+        int roll = o.spike.spike && t->spike_action == WF_SPIKE_ROLLBACK;
+        char spike_note[48] = "";
+        if (o.spike.spike) {
+            res->spikes++;
+            char msg[1024];
+            wf_spike_describe(&o.spike, done, o.data_pos, o.loss, o.grad_norm, t->spike_action, msg, sizeof msg);
             wf_progress_clear(&bar);
-            printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | %.0f ms (data %.1f ms)%s\n",
-                   (int)snprintf(NULL, 0, "%lld", (long long)tc->steps), (long long)step + 1, (long long)tc->steps,
-                   loss, lr, gnorm, rate, dt * 1e3, wait * 1e3, vbuf);
-            fflush(stdout);
+            WF_WARN("%s", msg);
+            snprintf(spike_note, sizeof spike_note, " | spike (%s)",
+                     t->spike_action == WF_SPIKE_WARN ? "warned" : roll ? "rolled back" : "skipped");
         }
-        wf_progress_update(&bar, (uint64_t)step + 1);
+
+        double eval_s = NAN;
+        int eval = !roll && t->val && tc->eval_every > 0 && (done % tc->eval_every == 0 || last);
+        if (eval) {
+            double te = wf_time_now();
+            WF_TRY(evaluate(t, &val_loss));
+            eval_s = wf_time_now() - te;
+        }
 
         /* Saves: on schedule, at the end, and when asked (between steps, so
-         * that a checkpoint always holds a whole step). */
-        int64_t done = step + 1;
-        int save_file = access(t->save_path, F_OK) == 0, stop_file = access(t->stop_path, F_OK) == 0;
-        int sig = g_stop_signal, stop_at = tc->ckpt_stop_at > 0 && done == tc->ckpt_stop_at;
-        int stopping = !last && (stop_file || sig || stop_at);
-        if (last || stopping || save_file || (tc->ckpt_every > 0 && done % tc->ckpt_every == 0)) {
+         * that a checkpoint always holds a whole step). Not after a spike
+         * that is rolled back: that step's state is thrown away. */
+        wf_host_mem hm;
+        char mem_msg[512] = "";
+        int mem_trip = !roll && wf_host_mem_read(&hm) == WF_OK &&
+                       wf_mem_watchdog_check(&t->mem_limits, &hm, mem_msg, sizeof mem_msg);
+        wf_error_clear();
+        int save_file = !roll && access(t->save_path, F_OK) == 0, stop_file = !roll && access(t->stop_path, F_OK) == 0;
+        int sig = roll ? 0 : g_stop_signal, stop_at = !roll && tc->ckpt_stop_at > 0 && done == tc->ckpt_stop_at;
+        int stopping = !last && (stop_file || sig || stop_at || mem_trip);
+        double tc0 = wf_time_now();
+        if (!roll && (last || stopping || save_file || (tc->ckpt_every > 0 && done % tc->ckpt_every == 0))) {
+            wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, "checkpoint");
             wf_progress_clear(&bar);
             if (save_file && unlink(t->save_path) == 0) WF_INFO("%s: saving at step %lld", t->save_path, (long long)done);
-            WF_TRY(save_checkpoint(t, done));
+            wf_status s = save_checkpoint(t, done);
+            wf_trace_end(span);
+            WF_TRY(s);
         } else {
             WF_TRY(report_saves(t));
         }
+        double t_end = wf_time_now();
+
+        wf_metrics_step r;
+        wf_metrics_step_init(&r);
+        r.step = done;
+        r.elapsed_s = t_end - t_run;
+        r.loss = o.loss;
+        r.val_loss = eval ? val_loss : NAN;
+        r.lr = o.lr;
+        r.grad_norm = o.grad_norm;
+        r.tokens = tokens;
+        r.step_s = t_end - t0 - (eval ? eval_s : 0);
+        r.data_s = o.data_s;
+        r.fwd_bwd_s = o.fwd_bwd_s;
+        r.optim_s = o.optim_s;
+        r.ckpt_s = t_end - tc0;
+        r.eval_s = eval_s;
+        r.loss_z = o.spike.loss_z;
+        r.grad_norm_z = o.spike.grad_norm_z;
+        r.spike = o.spike.spike;
+        r.data_pos = o.data_pos;
+        wf_metrics_step_derive(&r, t->flops_per_token, 1, t->peak.tflops);
+        wf_metrics_step_memory(&r, t->arena);
+        if (t->metrics) WF_TRY(wf_metrics_log(t->metrics, &r));
+
+        if (done % tc->log_every == 0 || last || eval || o.spike.spike) {
+            char rate[32], vbuf[48] = "", mbuf[32] = "";
+            fmt_rate(rate, sizeof rate, r.tokens_per_s);
+            if (isfinite(r.mfu_pct)) snprintf(mbuf, sizeof mbuf, " | mfu %.1f%%", r.mfu_pct);
+            if (eval) snprintf(vbuf, sizeof vbuf, " | val loss %.4f", val_loss);
+            wf_progress_clear(&bar);
+            printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | %.0f ms (data %.1f ms)%s%s%s\n",
+                   step_width, (long long)done, (long long)tc->steps, o.loss, o.lr, o.grad_norm, rate, r.step_s * 1e3,
+                   o.data_s * 1e3, mbuf, vbuf, spike_note);
+            fflush(stdout);
+        }
+
+        if (o.skipped && !roll) res->skipped++;
+        if (roll) {
+            int64_t back;
+            WF_TRY(rollback(t, done, o.data_pos, &rb_step, &rb_count, &back));
+            if (back >= 0) {
+                res->rollbacks++;
+                if (t->metrics) WF_TRY(wf_metrics_restart(t->metrics, back + 1));
+                wf_progress_update(&bar, (uint64_t)back);
+                res->step = back;
+                step = back - 1; /* the loop's step++ makes it `back`: step back+1 runs next */
+                continue;
+            }
+            res->skipped++; /* nothing to go back to: the update stays skipped, the step counts */
+        }
+        wf_progress_update(&bar, (uint64_t)done);
         res->step = done;
         if (stopping) {
             wf_progress_clear(&bar);
+            if (wf_trace_flush() != WF_OK) {
+                WF_WARN("trace: %s", wf_error_msg());
+                wf_error_clear();
+            }
             WF_TRY(finish_saves(t));
             if (stop_file) {
                 res->stop_file = 1;
                 WF_INFO("%s exists: stopped after step %lld of %lld (remove it and rerun to continue)", t->stop_path,
                         (long long)done, (long long)tc->steps);
+            } else if (!sig && !stop_at) {
+                res->requeue = res->memory = 1;
+                WF_WARN("memory watchdog: %s; saved and stopped after step %lld of %lld; exiting with status %d "
+                        "(rerun the same command to resume once memory is free, or raise the memory.* limits)",
+                        mem_msg, (long long)done, (long long)tc->steps, WF_TRAIN_EXIT_REQUEUE);
             } else {
                 res->requeue = 1;
                 WF_INFO("%s: stopped after step %lld of %lld; exiting with status %d so that the job is requeued "
@@ -570,11 +871,18 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
         }
     }
     wf_progress_done(&bar);
+    if (wf_trace_flush() != WF_OK) {
+        WF_WARN("trace: %s", wf_error_msg());
+        wf_error_clear();
+    }
     WF_TRY(finish_saves(t));
     double el = wf_time_now() - t_run;
     WF_INFO("trained %lld steps in %.1f s (%.0f tokens/s)", (long long)(tc->steps - start), el,
-            (double)(tc->steps - start) * t->accum * t->B * t->T / el);
+            (double)(tc->steps - start) * (double)tokens / el);
     if (!isnan(val_loss)) WF_INFO("final validation loss %.4f", val_loss);
+    if (res->spikes)
+        WF_INFO("loss spikes: %d (%d update%s skipped, %d rollback%s)", res->spikes, res->skipped,
+                res->skipped == 1 ? "" : "s", res->rollbacks, res->rollbacks == 1 ? "" : "s");
     res->finished = 1;
     return write_final_model(t, tc->steps);
 }
@@ -602,16 +910,30 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
     if (s == WF_OK) s = write_run_config(tc);
     if (s == WF_OK) s = setup_checkpoints(&t);
     if (s == WF_OK) s = resume_or_init(&t, &start);
+    if (s == WF_OK) s = setup_obs(&t, start);
     if (s == WF_OK) s = train_loop(&t, start, result);
-    if (s != WF_OK && t.writer) {
-        /* Let a save in flight finish (it is consistent) before exiting;
-         * keep this error's message. */
+    if (s == WF_OK) {
+        s = wf_metrics_close(t.metrics); /* reported: the last records must reach the disk */
+        t.metrics = NULL;
+    }
+    if (s != WF_OK) {
+        /* Let a save in flight finish (it is consistent) before exiting, and
+         * drop a trace capture of the step that failed; keep this error's
+         * message. */
         char msg[2048];
         snprintf(msg, sizeof msg, "%s", wf_error_msg());
-        wf_ckpt_writer_wait(t.writer, NULL);
+        if (t.writer) wf_ckpt_writer_wait(t.writer, NULL);
+        wf_trace_discard();
         wf_error(s, "%s", msg);
     }
-    trainer_free(&t);
+    trainer_free(&t); /* closes the metrics (writing what is buffered), stops the threads */
+    if (t.tracing) {
+        /* After the threads that record spans have stopped. */
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", wf_error_msg());
+        if (wf_trace_shutdown() != WF_OK) WF_WARN("trace: %s", wf_error_msg());
+        if (s != WF_OK) wf_error(s, "%s", msg);
+    }
     restore_signals(&old);
     return s;
 }

@@ -51,7 +51,7 @@ def step_records(out):
     for line in out.splitlines():
         m = STEP.match(line)
         if m:
-            recs[int(m.group(1))] = [f for f in line.split(" | ") if "tok/s" not in f and " ms" not in f]
+            recs[int(m.group(1))] = [f for f in line.split(" | ") if "tok/s" not in f and " ms" not in f and "mfu" not in f]
     return recs
 
 
