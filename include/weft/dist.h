@@ -132,6 +132,12 @@ wf_status wf_comm_reduce_scatter(wf_comm *c, const float *send, float *recv, con
  * are overwritten with the other ranks' parts. */
 wf_status wf_comm_all_gather(wf_comm *c, float *buf, const size_t *counts, const char *tag);
 
+/* Gathers `bytes` bytes from every rank into out (world size x bytes, in
+ * rank order) on every rank: per-rank checksums, sizes or names. `mine`
+ * must not overlap out. bytes <= 2^31-1. */
+wf_status wf_comm_all_gather_bytes(wf_comm *c, const void *mine, void *out, size_t bytes,
+                                   const char *tag);
+
 /* Checks that `bytes` bytes of buf are the same on every rank (a hash of
  * rank 0's, broadcast, compared, counted): WF_ERR_INTERNAL on every rank
  * if not, naming `what`, how many ranks differ and the first of them.

@@ -415,6 +415,23 @@ wf_status wf_comm_all_gather(wf_comm *c, float *buf, const size_t *counts, const
     return rc == 0 ? WF_OK : comm_fail(c, "all_gather", tag);
 }
 
+wf_status wf_comm_all_gather_bytes(wf_comm *c, const void *mine, void *out, size_t bytes,
+                                   const char *tag) {
+    if (bytes > WF_DIST_MAX_COUNT)
+        return wf_error(WF_ERR_RANGE, "dist: all_gather_bytes \"%s\": %zu bytes per rank is more "
+                        "than one call moves (%zu)", tag ? tag : "", bytes, WF_DIST_MAX_COUNT);
+    if (bytes && (!mine || !out))
+        return wf_error(WF_ERR_INVALID, "dist: all_gather_bytes \"%s\": NULL buffer", tag ? tag : "");
+    const char *m = mine, *o = out;
+    if (bytes && m < o + bytes * (size_t)c->size && o < m + bytes)
+        return wf_error(WF_ERR_INVALID,
+                        "dist: all_gather_bytes \"%s\": the input overlaps the output", tag ? tag : "");
+    uint64_t seq = wf_watchdog_begin(c->wd, "all_gather", tag, bytes * (size_t)c->size, 1);
+    int rc = c->be->all_gather_bytes(c->st, mine, out, bytes);
+    wf_watchdog_end(c->wd, seq, rc == 0);
+    return rc == 0 ? WF_OK : comm_fail(c, "all_gather_bytes", tag);
+}
+
 wf_status wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root, const char *tag) {
     if (root < 0 || root >= c->size)
         return wf_error(WF_ERR_INVALID, "dist: broadcast \"%s\": root %d is not a rank (0..%d)",

@@ -54,6 +54,9 @@ typedef struct wf_dist_backend {
     int (*reduce_scatter)(void *state, const float *send, float *recv, const size_t *counts,
                           wf_dist_bop op);
     int (*all_gather)(void *state, float *buf, const size_t *counts);
+    /* Every rank's `bytes` bytes of `mine`, in rank order, into out
+     * (size x bytes); bytes <= WF_DIST_MAX_COUNT. */
+    int (*all_gather_bytes)(void *state, const void *mine, void *out, size_t bytes);
     int (*broadcast)(void *state, void *buf, size_t bytes, int root);
     int (*barrier)(void *state);
     int max_requests;

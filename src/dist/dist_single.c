@@ -46,6 +46,11 @@ static int single_reduce_scatter(void *state, const float *send, float *recv,
 }
 
 static int single_all_gather(void *state, float *buf, const size_t *counts) { return 0; }
+static int single_all_gather_bytes(void *state, const void *mine, void *out, size_t bytes) {
+    if (bytes && out != mine) memmove(out, mine, bytes);
+    return 0;
+}
+
 static int single_broadcast(void *state, void *buf, size_t bytes, int root) { return 0; }
 static int single_barrier(void *state) { return 0; }
 
@@ -63,6 +68,7 @@ const wf_dist_backend *wf_dist_single_backend(void) {
         .wait = single_wait,
         .reduce_scatter = single_reduce_scatter,
         .all_gather = single_all_gather,
+        .all_gather_bytes = single_all_gather_bytes,
         .broadcast = single_broadcast,
         .barrier = single_barrier,
         .max_requests = 1 << 30,

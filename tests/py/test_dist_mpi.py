@@ -151,7 +151,7 @@ COLLECTIVE_CHECKS = (
     [f"all_reduce_{op}_{n}" for n in (1, 1000, 12345, 1 << 20) for op in ("sum", "avg", "max", "min")]
     + [f"all_reduce_same_bits_{n}" for n in (1, 1000, 12345, 1 << 20)]
     + ["all_reduce_f64_avg", "all_reduce_i32", "agree", "reduce_scatter_sum", "reduce_scatter_avg",
-       "all_gather", "broadcast", "check_replicas", "iall_reduce"])
+       "all_gather", "broadcast", "check_replicas", "all_gather_bytes", "iall_reduce"])
 
 
 @pytest.mark.parametrize("impl,n", CASES, ids=IDS)

@@ -297,6 +297,21 @@ static int cmd_collectives(wf_comm *c) {
         rep_ok = rep_ok && st == WF_ERR_INTERNAL && strstr(wf_error_msg(), expect) != NULL;
     }
     report(c, "check_replicas", rep_ok);
+    /* Byte gather: every rank's 24-byte record, in rank order. */
+    char rec[24], *recs = malloc(sizeof rec * (size_t)size_);
+    if (!recs) return 1;
+    memset(rec, 0, sizeof rec);
+    snprintf(rec, sizeof rec, "rank %05d", rank_);
+    if (wf_comm_all_gather_bytes(c, rec, recs, sizeof rec, "names") != WF_OK)
+        return die("all_gather_bytes");
+    int gb_ok = 1;
+    for (int r = 0; r < size_; r++) {
+        memset(rec, 0, sizeof rec);
+        snprintf(rec, sizeof rec, "rank %05d", r);
+        if (memcmp(recs + sizeof rec * (size_t)r, rec, sizeof rec) != 0) gb_ok = 0;
+    }
+    free(recs);
+    report(c, "all_gather_bytes", gb_ok);
     /* Several non-blocking all-reduces in flight at once, waited in any order. */
     enum { NB = 5 };
     float *bufs[NB];

@@ -79,6 +79,10 @@ WF_TEST(single_backend_identity) {
     WF_CHECK_TRUE(bytes[2] == 3);
     WF_CHECK_OK(wf_comm_barrier(c, "b"));
     WF_CHECK_OK(wf_comm_check_replicas(c, x, sizeof x, "x")); /* 3 collectives */
+    uint64_t sum = 0xabcdef, all[1] = {0};
+    WF_CHECK_OK(wf_comm_all_gather_bytes(c, &sum, all, sizeof sum, "checksums"));
+    WF_CHECK_TRUE(all[0] == 0xabcdef);
+    WF_CHECK_ERR(wf_comm_all_gather_bytes(c, all, all, sizeof sum, "x"), WF_ERR_INVALID, "overlaps");
     /* Reduce-scatter copies this rank's part; all-gather leaves it. */
     float send[4] = {1, 2, 3, 4}, recv[4] = {0};
     size_t counts[1] = {4};
@@ -86,7 +90,7 @@ WF_TEST(single_backend_identity) {
     WF_CHECK_TRUE(memcmp(send, recv, sizeof send) == 0);
     WF_CHECK_OK(wf_comm_all_gather(c, recv, counts, "ag"));
     WF_CHECK_TRUE(memcmp(send, recv, sizeof send) == 0);
-    WF_CHECK_EQ(wf_comm_completed(c), 14);
+    WF_CHECK_EQ(wf_comm_completed(c), 15);
     wf_comm_destroy(c);
 }
 

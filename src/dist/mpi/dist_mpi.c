@@ -209,6 +209,12 @@ static int mpi_all_gather(void *state, float *buf, const size_t *counts) {
     return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Allgatherv", rc);
 }
 
+static int mpi_all_gather_bytes(void *state, const void *mine, void *out, size_t bytes) {
+    mpi_state *s = state;
+    int rc = MPI_Allgather(mine, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, s->comm);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Allgather", rc);
+}
+
 static int mpi_broadcast(void *state, void *buf, size_t bytes, int root) {
     mpi_state *s = state;
     int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, s->comm);
@@ -237,6 +243,7 @@ const wf_dist_backend *wf_dist_backend_v1(void) {
         .wait = mpi_wait,
         .reduce_scatter = mpi_reduce_scatter,
         .all_gather = mpi_all_gather,
+        .all_gather_bytes = mpi_all_gather_bytes,
         .broadcast = mpi_broadcast,
         .barrier = mpi_barrier,
         .max_requests = MPI_BACKEND_MAX_REQUESTS,
