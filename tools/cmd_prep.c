@@ -3,6 +3,7 @@
  * regular file under it, in byte order of their paths, hidden ones left
  * out), runs the pipeline and prints its stats report. */
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,13 @@ static void list_free(path_list *l) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* The output directory, resolved, so that expanding an input directory
+ * that contains it does not read the run's own files. */
+static char out_real[PATH_MAX];
+
 static wf_status expand(const char *path, path_list *out) {
+    char real[PATH_MAX];
+    if (out_real[0] && realpath(path, real) && strcmp(real, out_real) == 0) return WF_OK;
     if (!wf_path_is_dir(path)) {
         if (list_push(out, path) != 0) return wf_error(WF_ERR_NOMEM, "out of memory");
         return WF_OK;
@@ -78,6 +85,7 @@ int wf_cmd_prep(int argc, char **argv) {
     }
     path_list inputs = {0};
     wf_status s = WF_OK;
+    if (!c.output || !realpath(c.output, out_real)) out_real[0] = '\0';
     for (size_t i = 0; i < pos.n && s == WF_OK; i++) s = expand(pos.items[i], &inputs);
     if (s == WF_OK && inputs.n == 0) s = wf_error(WF_ERR_CONFIG, "the input directories hold no files");
     if (s == WF_OK) s = wf_prep_run(&c, (const char *const *)inputs.v, inputs.n);
