@@ -130,7 +130,15 @@ $(BUILD)/libweft-mpi-mpich.so: src/dist/mpi/dist_mpi.c src/dist/dist_backend.h
 	@echo "  MPI     $@"
 	$(Q)$(CC) $(MPI_BE_FLAGS) $(call mpi_inc,$(shell mpicc.mpich -compile-info)) -o $@ $< $(call mpi_link,$(shell mpicc.mpich -link-info))
 
-$(BUILD)/obj/%.o: %.c
+# Everything is rebuilt when the compiler or its flags change (make itself
+# only compares file times): the flags line is kept in $(BUILD)/.flags.
+FLAGS_LINE  := $(strip $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $(LDLIBS))
+FLAGS_STAMP := $(BUILD)/.flags
+ifneq ($(FLAGS_LINE),$(strip $(shell cat $(FLAGS_STAMP) 2>/dev/null)))
+$(shell mkdir -p $(BUILD) && printf '%s\n' '$(FLAGS_LINE)' > $(FLAGS_STAMP))
+endif
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP) Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<

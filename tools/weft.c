@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
+#include "weft/kernels.h"
 #include "weft/weft.h"
 
 typedef struct {
@@ -70,7 +72,20 @@ int wf_tool_fail(const char *cmd) {
     return 1;
 }
 
+/* Debian's OpenBLAS 0.3.21 takes its slow SSE kernels on CPUs it does not
+ * recognise, and reads OPENBLAS_CORETYPE only when it loads: so weft
+ * restarts itself once with the right core type set (docs/model.md). An
+ * OPENBLAS_CORETYPE the user set is left alone. */
+static void blas_fast_kernels(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE")) return;
+    const char *core = wf_kern_blas_better_core();
+    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE"); /* exec failed: go on with the slow kernels */
+}
+
 int main(int argc, char **argv) {
+    blas_fast_kernels(argv);
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);

@@ -49,6 +49,10 @@ const char *wf_kern_blas_core(void);
  * starts, overrides the choice. Returns 1 and writes advice into msg when
  * the chosen kernels are slower than the CPU allows, else 0. */
 int wf_kern_blas_check(char *msg, size_t size);
+/* The OPENBLAS_CORETYPE that would give this CPU its fast kernels when
+ * OpenBLAS chose SSE ones, else NULL. `weft` restarts itself once with it
+ * (tools/weft.c), so users get the fast kernels without knowing this. */
+const char *wf_kern_blas_better_core(void);
 
 /* ---------------------------------------------------------------- matmul
  * A linear layer without bias, through cblas_sgemm. */

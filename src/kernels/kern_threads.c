@@ -30,7 +30,7 @@ const char *wf_kern_blas_core(void) {
     return name ? name : "unknown";
 }
 
-int wf_kern_blas_check(char *msg, size_t size) {
+const char *wf_kern_blas_better_core(void) {
     static const char *const sse_only[] = {"Prescott", "Core2", "Penryn", "Dunnington",
                                            "Nehalem", "Atom", "Katmai", "Coppermine",
                                            "Northwood", "Banias"};
@@ -38,18 +38,21 @@ int wf_kern_blas_check(char *msg, size_t size) {
     int slow = 0;
     for (size_t i = 0; i < sizeof sse_only / sizeof *sse_only; i++)
         if (strcmp(core, sse_only[i]) == 0) slow = 1;
+    if (!slow) return NULL;
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    const char *better = __builtin_cpu_supports("avx512f") ? "SkylakeX"
-                         : __builtin_cpu_supports("avx2")  ? "Haswell"
-                                                           : NULL;
+    return __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : NULL;
 #else
-    const char *better = NULL;
+    return NULL;
 #endif
-    if (!slow || !better) return 0;
+}
+
+int wf_kern_blas_check(char *msg, size_t size) {
+    const char *better = wf_kern_blas_better_core();
+    if (!better) return 0;
     snprintf(msg, size,
              "OpenBLAS chose its %s (SSE) kernels on a CPU with %s: sgemm runs several times "
              "slower than it could; start the program with OPENBLAS_CORETYPE=%s",
-             core, strcmp(better, "SkylakeX") == 0 ? "AVX-512" : "AVX2", better);
+             wf_kern_blas_core(), strcmp(better, "SkylakeX") == 0 ? "AVX-512" : "AVX2", better);
     return 1;
 }
