@@ -152,6 +152,16 @@ static const wf_dist_backend *find_backend(const char *name, char *tried, size_t
 wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
     *out = NULL;
     wf_comm_options o = opts ? *opts : wf_comm_options_default();
+    /* Options first: a bad one must not cost the process its MPI_Init. */
+    if (o.recorder_size < 4 || o.recorder_size > (1 << 20))
+        return wf_error(WF_ERR_CONFIG,
+                        "dist: recorder_size %d is out of range: use 4 .. 1048576 entries",
+                        o.recorder_size);
+    if (o.timeout_exit_code < 1 || o.timeout_exit_code > 255)
+        return wf_error(WF_ERR_CONFIG,
+                        "dist: timeout_exit_code %d is out of range: use 1 .. 255 (0 would "
+                        "report success)",
+                        o.timeout_exit_code);
     const char *name = wf_comm_detect_backend(&o);
     const wf_dist_backend *be;
     if (strcmp(name, "single") == 0) {
