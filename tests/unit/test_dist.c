@@ -350,6 +350,9 @@ WF_TEST(recorder_keeps_the_last_collectives) {
     o.recorder_size = 2;
     wf_comm *bad = NULL;
     WF_CHECK_ERR(wf_comm_create(&bad, &o), WF_ERR_CONFIG, "recorder_size 2");
+    o.recorder_size = 8;
+    o.timeout_exit_code = 0;
+    WF_CHECK_ERR(wf_comm_create(&bad, &o), WF_ERR_CONFIG, "timeout_exit_code 0");
     wf_comm_destroy(c);
 }
 
