@@ -1,14 +1,24 @@
-"""The peer of bench/train_step_bench.c: PyTorch's tokens/s for the same
-training step (forward + backward, fp32, CPU) of the same model, the
-reference in tests/reference/llama_ref.py.
+"""The peer of bench/train_step_bench.c: PyTorch's whole training step
+(zero_grad, forward with loss, backward, clip_grad_norm_(1.0), AdamW; fp32,
+CPU) of the same model, the reference in tests/reference/llama_ref.py.
 
     python3 bench/train_step_torch.py [--preset stories15M] [--batch 8]
                                       [--seq 256] [--steps 5] [--threads 2]
+                                      [--serve]
 
-Needs a Python with torch (Debian's python3-torch). Prints tokens/s; the
-numbers in bench/README.md come from both programs run back to back.
+The optimizer is weft's (docs/optim.md, wf_adamw_config_default):
+torch.optim.AdamW(lr 3e-4, betas (0.9, 0.95), eps 1e-8) with weight decay
+0.1 on the 2-D weights except the token embedding, none on the norms; the
+gradients clipped to a global L2 norm of 1.0 first. zero_grad sets the
+gradients to None (PyTorch 2's default, and the faster one here).
+
+--serve speaks train_step_bench's protocol for bench/train_step_compare.py:
+"ready {json}", then one JSON line per command read from stdin (peak, run
+K, quit). Set OPENBLAS_CORETYPE and OMP_WAIT_POLICY before starting it:
+they are read when the libraries load. Needs torch (Debian's python3-torch).
 """
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -25,6 +35,116 @@ PRESETS = {
     "gpt2-small": dict(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=50257,
                        ffn_hidden_dim=2048),
 }
+LR = 3e-4
+
+
+def flops_per_token(cfg, T):
+    """docs/train.md: 6 N_mm + 6 L T C per token."""
+    C, L, V, H = cfg["dim"], cfg["n_layers"], cfg["vocab_size"], cfg["ffn_hidden_dim"]
+    KV = cfg["n_kv_heads"] * (C // cfg["n_heads"])
+    n_mm = L * (2 * C * C + 2 * C * KV + 3 * C * H) + V * C
+    return 6 * n_mm + 6 * L * T * C
+
+
+class Step:
+    """The model, its optimizer and one fixed batch."""
+
+    def __init__(self, preset, B, T):
+        torch.manual_seed(0)
+        self.cfg = dict(PRESETS[preset], norm_eps=1e-5, rope_theta=10000.0, tied_embeddings=1)
+        self.model = LlamaRef(self.cfg).float()
+        decay, no_decay = [], []
+        with torch.no_grad():  # weft's init: normal(0, 0.02), residual projections scaled down
+            for name, p in self.model.named_parameters():
+                if p.ndim == 2:
+                    std = 0.02
+                    if name.endswith(("o_proj.weight", "down_proj.weight")):
+                        std /= (2 * self.cfg["n_layers"]) ** 0.5
+                    p.normal_(0.0, std)
+                is_emb = name in ("model.embed_tokens.weight", "lm_head.weight")
+                (decay if p.ndim == 2 and not is_emb else no_decay).append(p)
+        self.params = decay + no_decay
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                      {"params": no_decay, "weight_decay": 0.0}],
+                                     lr=LR, betas=(0.9, 0.95), eps=1e-8)
+        V = self.cfg["vocab_size"]
+        self.tokens = torch.randint(0, V, (B, T))
+        self.targets = torch.randint(0, V, (B, T))
+        self.phases = dict(zero=0.0, fwd=0.0, bwd=0.0, opt=0.0)
+        self.loss = float("nan")
+
+    def step(self):
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        t1 = time.perf_counter()
+        _, loss = self.model(self.tokens, self.targets)
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        t4 = time.perf_counter()
+        ph = self.phases
+        ph["zero"] += t1 - t0
+        ph["fwd"] += t2 - t1
+        ph["bwd"] += t3 - t2
+        ph["opt"] += t4 - t3
+        self.loss = loss.item()
+        return t4 - t0
+
+
+def mm_gflops(M, N, K, reps):
+    """Best GFLOP/s of torch.mm on (M, K) @ (K, N) after a warm-up, by the
+    wall clock and per thread-second of CPU time."""
+    a, b = torch.rand(M, K), torch.rand(K, N)
+    best = best_cpu = float("inf")
+    for r in range(reps + 1):
+        t0, c0 = time.perf_counter(), time.process_time()
+        torch.mm(a, b)
+        t = time.perf_counter() - t0
+        tc = (time.process_time() - c0) / torch.get_num_threads()
+        if r:
+            best, best_cpu = min(best, t), min(best_cpu, tc)
+    f = 2.0 * M * N * K / 1e9
+    return f / best, f / max(best_cpu, 1e-9)
+
+
+def peak(cfg, B, T):
+    """torch.mm's best GFLOP/s over large squares and the step's products:
+    a cross-check of train_step_bench's sgemm peak (same OpenBLAS)."""
+    N, C, H, V = B * T, cfg["dim"], cfg["ffn_hidden_dim"], cfg["vocab_size"]
+    QKV = C + 2 * cfg["n_kv_heads"] * (C // cfg["n_heads"])
+    shapes = [(s, s, s) for s in (1024, 1536, 2048, 3072)]
+    for i, o in ((C, QKV), (C, C), (C, 2 * H), (H, C), (C, V)):
+        shapes += [(N, o, i), (N, i, o), (o, i, N)]
+    res = []
+    for M, Nn, K in shapes:
+        g, gc = mm_gflops(M, Nn, K, 2 if M * Nn * K > 4e9 else 4)
+        res.append(dict(mnk=[M, Nn, K], gflops=g, cpu_gflops=gc))
+    return dict(peak=max(r["gflops"] for r in res), cpu_peak=max(r["cpu_gflops"] for r in res),
+                shapes=res)
+
+
+def serve(st, a):
+    print("ready " + json.dumps(dict(torch=torch.__version__, threads=torch.get_num_threads(),
+                                     params=sum(p.numel() for p in st.params),
+                                     flops_per_token=flops_per_token(st.cfg, a.seq))), flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd:
+            continue
+        if cmd[0] == "quit":
+            break
+        if cmd[0] == "peak":
+            out = peak(st.cfg, a.batch, a.seq)
+        elif cmd[0] == "run" and len(cmd) == 2:
+            st.phases = dict(zero=0.0, fwd=0.0, bwd=0.0, opt=0.0)
+            c0 = time.process_time()
+            times = [st.step() for _ in range(int(cmd[1]))]
+            out = dict(times=times, cpu=time.process_time() - c0, loss=st.loss, **st.phases)
+        else:
+            out = dict(error="unknown command; use peak, run K or quit")
+        print(json.dumps(out), flush=True)
 
 
 def main():
@@ -34,34 +154,24 @@ def main():
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--serve", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    cfg = dict(PRESETS[a.preset], norm_eps=1e-5, rope_theta=10000.0, tied_embeddings=1)
-    model = LlamaRef(cfg).float()
-    with torch.no_grad():  # weft's init: normal(0, 0.02), residual projections scaled down
-        for name, p in model.named_parameters():
-            if p.ndim == 2:
-                std = 0.02
-                if name.endswith(("o_proj.weight", "down_proj.weight")):
-                    std /= (2 * cfg["n_layers"]) ** 0.5
-                p.normal_(0.0, std)
-    V = cfg["vocab_size"]
-    tokens = torch.randint(0, V, (a.batch, a.seq))
-    targets = torch.randint(0, V, (a.batch, a.seq))
-    times = []
-    for step in range(a.steps + 1):
-        t0 = time.perf_counter()
-        model.zero_grad(set_to_none=False)
-        _, loss = model(tokens, targets)
-        loss.backward()
-        if step > 0:
-            times.append(time.perf_counter() - t0)
+    st = Step(a.preset, a.batch, a.seq)
+    if a.serve:
+        serve(st, a)
+        return
+    st.step()  # warm-up
+    st.phases = dict(zero=0.0, fwd=0.0, bwd=0.0, opt=0.0)
+    times = [st.step() for _ in range(a.steps)]
     mean = sum(times) / len(times)
     n = a.batch * a.seq
+    ph = {k: v / len(times) * 1e3 for k, v in st.phases.items()}
     print(f"torch {torch.__version__}, {a.preset}, B x T = {a.batch} x {a.seq}, "
           f"{torch.get_num_threads()} threads: {mean:.3f} s mean, {min(times):.3f} s best "
-          f"-> {n / mean:.0f} tokens/s (loss {loss.item():.4f})")
+          f"-> {n / mean:.0f} tokens/s (loss {st.loss:.4f}); zero_grad {ph['zero']:.1f} ms, "
+          f"forward {ph['fwd']:.1f} ms, backward {ph['bwd']:.1f} ms, clip+AdamW "
+          f"{ph['opt']:.1f} ms")
 
 
 if __name__ == "__main__":
