@@ -168,6 +168,109 @@ WF_TEST(warc_reader_truncated_gzip_and_too_large) {
     wf_prep_config_free(&c);
 }
 
+/* Damaged WARC files, plain and gzipped: random byte flips, cuts, repeated
+ * and inserted spans, rewritten lengths. Reading them, and taking every
+ * record through HTTP parsing, HTML extraction and normalization, must end
+ * (no loop), return only WF_OK and never touch memory it should not (the
+ * sanitizer builds run this too). */
+WF_TEST(readers_survive_damaged_warcs) {
+    wf_buf good = {0};
+    warc_record(&good, "warcinfo", NULL, "application/warc-fields", "software: test\r\n");
+    warc_record(&good, "response", "http://x/", "application/http; msgtype=response", HTML_PAGE);
+    warc_record(&good, "response", "http://c/", "application/http; msgtype=response",
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/html\r\n\r\n"
+                "7\r\n<p>abc \r\n4\r\ndef<\r\n0\r\n\r\n");
+    warc_record(&good, "conversion", "http://y/", "text/plain", "plain WET text, line one\nline two");
+    warc_record(&good, "response", "http://z/", "application/http; msgtype=response",
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=iso-8859-1\r\n\r\n"
+                "<html><body><ul><li>caf\xe9<li>na\xefve</ul><pre>x\n y</pre><table><tr><td>1<td>2</table>");
+    wf_prep_config c = defaults();
+    wf_normalize_opts no = {1, 1, 0, 0.01};
+    wf_buf m = {0}, body = {0}, text = {0}, norm = {0};
+    uint64_t st = 99;
+#define RND() (st = st * 6364136223846793005ull + 1442695040888963407ull, (size_t)(st >> 33))
+    for (int it = 0; it < 300; it++) {
+        m.len = 0;
+        WF_CHECK_OK(wf_buf_append(&m, good.data, good.len));
+        int muts = 1 + (int)(RND() % 4);
+        for (int k = 0; k < muts && m.len > 2; k++) {
+            size_t at = RND() % m.len;
+            switch (RND() % 5) {
+            case 0: m.data[at] ^= (char)(1 + RND() % 255); break;
+            case 1: m.len = at; break;
+            case 2: { /* repeat a span */
+                size_t n = RND() % 64 % (m.len - at);
+                WF_CHECK_OK(wf_buf_append(&m, m.data + at, n));
+                break;
+            }
+            case 3: { /* a digit of some Content-Length */
+                char *cl = strstr(m.data, "Length: ");
+                size_t which = RND() % 2;
+                char digit = (char)('0' + RND() % 10);
+                if (cl) cl[8 + which] = digit;
+                break;
+            }
+            default: m.data[at] = "\r\n:W0 \x00<>"[RND() % 9]; break;
+            }
+        }
+        const char *p = tpath(it % 3 == 0 ? "m.warc.gz" : "m.warc");
+        if (it % 3 == 0) {
+            gzFile g = gzopen(p, "wb");
+            gzwrite(g, m.data, (unsigned)m.len);
+            gzclose(g);
+            if (it % 2 == 0) { /* and cut the compressed file too */
+                char *data;
+                size_t len;
+                WF_CHECK_OK(wf_file_read(p, &data, &len));
+                wf_test_write_file(p, data, RND() % (len + 1));
+                free(data);
+            }
+        } else {
+            wf_test_write_file(p, m.data, m.len);
+        }
+        prep_reader *r;
+        WF_CHECK_OK(prep_reader_open(&r, p, &c));
+        int n = 0, eof = 0;
+        while (!eof) {
+            prep_record rec;
+            WF_CHECK_OK(prep_reader_next(r, &rec, &eof));
+            WF_CHECK_TRUE(++n < 1000);
+            if (eof || rec.drop != R_NONE || !rec.data) continue;
+            const char *t = rec.data;
+            size_t tl = rec.len;
+            int html = rec.kind == REC_HTML;
+            char cs[32] = "";
+            if (rec.kind == REC_HTTP) {
+                if (prep_http_parse(rec.data, rec.len, 1 << 20, &body, &html, cs) != R_NONE) continue;
+                t = body.data ? body.data : "";
+                tl = body.len;
+            }
+            if (prep_to_utf8(t, tl, cs, &norm)) t = norm.data, tl = norm.len;
+            if (html) {
+                WF_CHECK_OK(wf_html_to_text(t, tl, &text));
+                t = text.data ? text.data : "";
+                tl = text.len;
+            }
+            int rep;
+            wf_buf out = {0};
+            if (wf_text_normalize(t, tl, &no, &out, &rep) == WF_NORM_OK) {
+                WF_CHECK_TRUE(wf_utf8_valid(out.data, out.len));
+                uint64_t lr;
+                prep_quality(&c, &out, &lr);
+            }
+            wf_buf_free(&out);
+        }
+        prep_reader_close(r);
+    }
+#undef RND
+    wf_buf_free(&m);
+    wf_buf_free(&body);
+    wf_buf_free(&text);
+    wf_buf_free(&norm);
+    wf_buf_free(&good);
+    wf_prep_config_free(&c);
+}
+
 WF_TEST(jsonl_and_text_readers) {
     const char *j = tpath("d.jsonl");
     const char *jt = "{\"text\": \"one\", \"url\": \"http://u/\"}\n\n{bad json\n{\"other\": 1}\n{\"text\": \"two\"}\n";
