@@ -37,6 +37,7 @@ typedef struct {
     char *output;            /* output directory (required) */
     int64_t threads;         /* 0: WEFT_THREADS or every CPU */
     int64_t batch_mb;        /* raw bytes read per batch: bounds memory */
+    double checkpoint_mb;    /* checkpoint after the input that makes this much input since the last */
     int force;               /* discard a previous run's output instead of resuming */
     int json;                /* CLI: print the stats as JSON on stdout */
     /* [input] */

@@ -15,13 +15,16 @@
  * and 5 see them in input order, so the output is the same for any number
  * of threads.
  *
- * After each input: the open shards' zstd frames are ended and fsynced, the
- * hashes the input added to the dedup tables are logged, and the state file
+ * Inputs are read in order and a batch may span several (many small files
+ * are processed in parallel too). After the input that brings the input
+ * read since the last checkpoint to checkpoint_mb, and after the last one:
+ * the open shards' zstd frames are ended and fsynced, the hashes added to
+ * the dedup tables since the last checkpoint are logged, and the state file
  * is replaced. A rerun of the same command rolls the output back to that
  * point, replays the logs into the tables and goes on with the next input.
  * Memory: the batch (a few times batch_mb), the two hash tables (capped by
- * dedup.max_mb and minhash.max_mb), the hashes the current input added
- * (at most the tables) and the perplexity model. */
+ * dedup.max_mb and minhash.max_mb), the hashes added since the last
+ * checkpoint (at most the tables) and the perplexity model. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -44,6 +47,7 @@
 typedef struct {
     /* from the reader */
     int kind, reader_drop;
+    size_t input;                  /* which input it came from */
     uint64_t index;
     wf_buf raw, url;
     /* work */
@@ -85,7 +89,13 @@ typedef struct {
     pdoc *docs;
     size_t n_docs, docs_cap;
     atomic_size_t next;
-    size_t input;                  /* index of the input being read */
+    /* reading: inputs are read in order, a batch may span several */
+    prep_reader *rd;               /* the open input, or NULL */
+    size_t reading;                /* its index */
+    size_t next_input;             /* the next one to open */
+    uint64_t since_ckpt;           /* input bytes finished since the last checkpoint */
+    uint64_t ckpt_bytes;           /* checkpoint when since_ckpt reaches this (0: every input) */
+    uint64_t done_bytes;           /* input bytes of finished inputs, for progress */
     wf_buf line;
     int n_hashes;
     size_t max_doc;
@@ -437,7 +447,7 @@ static wf_status output_serial(prep_run *r) {
         WF_TRY(prep_json_string(l, d->text.data, d->text.len));
         WF_TRY(wf_buf_append(l, ",\"id\":", 6));
         char id[4200];
-        int n = snprintf(id, sizeof id, "%s#%llu", r->inputs[r->input], (unsigned long long)d->index);
+        int n = snprintf(id, sizeof id, "%s#%llu", r->inputs[d->input], (unsigned long long)d->index);
         WF_TRY(prep_json_string(l, id, (size_t)n < sizeof id ? (size_t)n : sizeof id - 1));
         if (d->url.len) {
             WF_TRY(wf_buf_append(l, ",\"url\":", 7));
@@ -545,29 +555,68 @@ static wf_status batch_slot(prep_run *r, pdoc **out) {
     return WF_OK;
 }
 
-/* Phase 1: reads records into the batch; *eof when the input is done. */
-static wf_status fill_batch(prep_run *r, prep_reader *rd, int *eof) {
+/* Counts a finished input and closes it. */
+static void finish_input(prep_run *r) {
+    prep_reader *rd = r->rd;
+    r->st.extra[E_INPUTS]++;
+    r->st.extra[E_INPUT_BYTES] += r->sizes[r->reading];
+    r->st.extra[E_RECORDS_SKIPPED] += prep_reader_skipped(rd);
+    r->st.extra[E_INPUTS_DAMAGED] += (uint64_t)prep_reader_damaged(rd);
+    r->done_bytes += r->sizes[r->reading];
+    r->since_ckpt += r->sizes[r->reading];
+    prep_reader_close(rd);
+    r->rd = NULL;
+    WF_DEBUG("prep: read input %zu/%zu %s", r->reading + 1, r->n_inputs, r->inputs[r->reading]);
+}
+
+/* Phase 1: reads records into the batch, across inputs, in order. Stops at
+ * the batch's limits, or after the input that makes a checkpoint due
+ * (*checkpoint set: its index + 1 inputs are then finished). Whether a
+ * checkpoint follows an input depends only on the inputs' sizes, so a
+ * resumed run checkpoints (and ends zstd frames) where a run that never
+ * stopped does. */
+static wf_status fill_batch(prep_run *r, int *checkpoint) {
     double t0 = wf_time_now();
     for (size_t i = 0; i < r->n_docs; i++) pdoc_reset(&r->docs[i]);
     r->n_docs = 0;
     size_t bytes = 0, budget = (size_t)r->c->batch_mb << 20;
-    *eof = 0;
+    *checkpoint = 0;
+    wf_status s = WF_OK;
     while (r->n_docs < BATCH_MAX_DOCS && bytes < budget) {
+        if (!r->rd) {
+            if (r->next_input >= r->n_inputs) break;
+            r->reading = r->next_input++;
+            s = prep_reader_open(&r->rd, r->inputs[r->reading], r->c);
+            if (s != WF_OK) break;
+        }
         prep_record rec;
-        WF_TRY(prep_reader_next(rd, &rec, eof));
-        if (*eof) break;
+        int eof;
+        s = prep_reader_next(r->rd, &rec, &eof);
+        if (s != WF_OK) {
+            wf_error_wrap(s, "%s: ", r->inputs[r->reading]);
+            break;
+        }
+        if (eof) {
+            finish_input(r);
+            if (r->since_ckpt >= r->ckpt_bytes || r->reading + 1 == r->n_inputs) {
+                *checkpoint = 1;
+                break;
+            }
+            continue;
+        }
         pdoc *d = NULL;
-        WF_TRY(batch_slot(r, &d));
+        if ((s = batch_slot(r, &d)) != WF_OK) break;
         r->st.extra[E_RECORDS]++;
         d->kind = rec.kind;
         d->reader_drop = rec.drop;
+        d->input = r->reading;
         d->index = rec.index;
-        if (rec.data) WF_TRY(wf_buf_append(&d->raw, rec.data, rec.len));
-        if (rec.url) WF_TRY(wf_buf_append(&d->url, rec.url, strlen(rec.url)));
+        if (rec.data && (s = wf_buf_append(&d->raw, rec.data, rec.len)) != WF_OK) break;
+        if (rec.url && (s = wf_buf_append(&d->url, rec.url, strlen(rec.url))) != WF_OK) break;
         bytes += rec.len + 256;
     }
     r->st.seconds[ST_READ] += wf_time_now() - t0;
-    return WF_OK;
+    return s;
 }
 
 static wf_status process_batch(prep_run *r) {
@@ -605,50 +654,28 @@ static wf_status fingerprint(const prep_run *r, char out[32]) {
 static wf_status checkpoint(prep_run *r, double t_start, double wall_base) {
     WF_TRY(prep_output_checkpoint(&r->out));
     WF_TRY(prep_hashlog_write(r->c->output, r->ps.inputs_done - 1, &r->par_log, &r->lsh_log));
+    WF_TRY(u64vec_push(&r->ps.checkpoints, r->ps.inputs_done));
     r->par_log.n = r->lsh_log.n = 0;
+    r->since_ckpt = 0;
     r->st.wall_seconds = wall_base + (wf_time_now() - t_start);
     return prep_state_write(r->c->output, &r->ps, &r->out, &r->st);
 }
 
-/* The test hook behind a killed-run test: WEFT_PREP_CRASH_AFTER=K kills the
- * process with SIGKILL in the middle of input K (after its first batch has
- * been written), as a crash or an OOM kill would. */
+/* The test hook behind the killed-run tests: WEFT_PREP_CRASH_AFTER=K kills
+ * the process with SIGKILL once documents of input K have been written
+ * (after the batch that holds them, before any later checkpoint), as a
+ * crash or an OOM kill would. */
 static void maybe_crash(const prep_run *r) {
     const char *env = getenv("WEFT_PREP_CRASH_AFTER");
-    if (!env || (size_t)atol(env) != r->input) return;
+    if (!env || !r->n_docs || r->docs[r->n_docs - 1].input < (size_t)atol(env)) return;
     for (size_t i = 0; i < r->out.n; i++)
         if (r->out.w[i].fp) fflush(r->out.w[i].fp);
     raise(SIGKILL);
 }
 
-static wf_status process_input(prep_run *r, size_t i, wf_progress *prog, uint64_t done_bytes) {
-    prep_reader *rd = NULL;
-    r->input = i;
-    WF_TRY(prep_reader_open(&rd, r->inputs[i], r->c));
-    wf_status s = WF_OK;
-    for (;;) {
-        int eof;
-        s = fill_batch(r, rd, &eof);
-        if (s != WF_OK || r->n_docs == 0) break;
-        s = process_batch(r);
-        if (s != WF_OK) break;
-        wf_progress_update(prog, done_bytes + prep_reader_consumed(rd));
-        maybe_crash(r);
-        if (eof) break;
-    }
-    if (s == WF_OK) {
-        r->st.extra[E_INPUTS]++;
-        r->st.extra[E_INPUT_BYTES] += r->sizes[i];
-        r->st.extra[E_RECORDS_SKIPPED] += prep_reader_skipped(rd);
-        r->st.extra[E_INPUTS_DAMAGED] += (uint64_t)prep_reader_damaged(rd);
-    } else {
-        wf_error_wrap(s, "%s: ", r->inputs[i]);
-    }
-    prep_reader_close(rd);
-    return s;
-}
-
 static void run_free(prep_run *r) {
+    prep_reader_close(r->rd);
+    u64vec_free(&r->ps.checkpoints);
     for (size_t i = 0; i < r->docs_cap; i++) pdoc_free(&r->docs[i]);
     free(r->docs);
     free(r->sizes);
@@ -666,9 +693,9 @@ static void run_free(prep_run *r) {
 static wf_status replay(prep_run *r) {
     u64vec par = {0}, lsh = {0};
     wf_status s = WF_OK;
-    for (size_t i = 0; i < r->ps.inputs_done && s == WF_OK; i++) {
+    for (size_t ck = 0; ck < r->ps.checkpoints.n && s == WF_OK; ck++) {
         par.n = lsh.n = 0;
-        s = prep_hashlog_read(r->c->output, i, &par, &lsh);
+        s = prep_hashlog_read(r->c->output, (size_t)r->ps.checkpoints.v[ck] - 1, &par, &lsh);
         for (size_t k = 0; s == WF_OK && k < par.n; k++) u64set_insert(&r->par, par.v[k]);
         for (size_t k = 0; s == WF_OK && k < lsh.n; k++) u64set_insert(&r->lsh, lsh.v[k]);
     }
@@ -769,6 +796,7 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     } else {
         s = rs; /* a damaged state file: its message says what to do */
     }
+    if (r.ps.checkpoints.v != old.checkpoints.v) u64vec_free(&old.checkpoints);
     if (s == WF_OK && c->ppl_model && c->ppl_model[0])
         s = prep_ppl_open(&r.ppl, c->ppl_model, c->ppl_tokenizer, c->ppl_max_tokens, r.threads);
     if (s != WF_OK) {
@@ -777,17 +805,24 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     }
 
     wf_progress prog;
-    uint64_t done_bytes = 0;
-    for (size_t i = 0; i < r.ps.inputs_done; i++) done_bytes += r.sizes[i];
+    r.next_input = r.ps.inputs_done;
+    for (size_t i = 0; i < r.ps.inputs_done; i++) r.done_bytes += r.sizes[i];
+    r.ckpt_bytes = (uint64_t)(c->checkpoint_mb * 1048576.0);
     wf_progress_init(&prog, "prep", "B", total_bytes);
-    wf_progress_update(&prog, done_bytes);
-    for (size_t i = r.ps.inputs_done; i < n_inputs && s == WF_OK; i++) {
-        s = process_input(&r, i, &prog, done_bytes);
+    wf_progress_update(&prog, r.done_bytes);
+    while (s == WF_OK && r.ps.inputs_done < n_inputs) {
+        int ckpt;
+        s = fill_batch(&r, &ckpt);
+        if (s == WF_OK && r.n_docs) s = process_batch(&r);
         if (s != WF_OK) break;
-        done_bytes += r.sizes[i];
-        r.ps.inputs_done = i + 1;
-        s = checkpoint(&r, t_start, wall_base);
-        WF_DEBUG("prep: finished input %zu/%zu %s", i + 1, n_inputs, inputs[i]);
+        wf_progress_update(&prog, r.done_bytes + (r.rd ? prep_reader_consumed(r.rd) : 0));
+        maybe_crash(&r);
+        if (ckpt) {
+            r.ps.inputs_done = r.reading + 1;
+            s = checkpoint(&r, t_start, wall_base);
+        } else if (!r.n_docs && !r.rd && r.next_input >= n_inputs) {
+            s = wf_error(WF_ERR_INTERNAL, "prep: inputs ended without a checkpoint");
+        }
     }
     if (s == WF_OK) s = prep_output_finish(&r.out, &r.st);
     if (s == WF_OK) {

@@ -17,6 +17,9 @@ static const wf_opt prep_opts[] = {
      "worker threads (0: WEFT_THREADS or every CPU); the output does not depend on it"},
     {"batch_mb", NULL, WF_OPT_INT, O(batch_mb), "16", 1, 1 << 20,
      "MB of records read and processed together; with the two hash tables this bounds memory"},
+    {"checkpoint_mb", NULL, WF_OPT_FLOAT, O(checkpoint_mb), "64", 0, 1e9,
+     "checkpoint for resuming after the input that brings the input read since the last checkpoint "
+     "to this many MB (0: after every input); a crash redoes at most the inputs since then"},
     {"force", NULL, WF_OPT_BOOL, O(force), "false", WF_NO_RANGE,
      "start over: delete the output of a previous run in the output directory instead of resuming"},
     {"json", NULL, WF_OPT_BOOL, O(json), "false", WF_NO_RANGE, "print the stats as JSON on stdout"},

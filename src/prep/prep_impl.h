@@ -281,6 +281,7 @@ typedef struct {
     char fingerprint[32];
     size_t n_inputs, inputs_done;
     int complete;
+    u64vec checkpoints; /* inputs_done at each checkpoint so far, ascending */
 } prep_progress_state;
 
 wf_status prep_state_write(const char *dir, const prep_progress_state *ps, const prep_output *o,

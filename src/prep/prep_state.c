@@ -160,6 +160,9 @@ wf_status prep_state_write(const char *dir, const prep_progress_state *ps, const
     json_object_set_new(root, "inputs", u64(ps->n_inputs));
     json_object_set_new(root, "inputs_done", u64(ps->inputs_done));
     json_object_set_new(root, "complete", json_boolean(ps->complete));
+    json_t *cks = json_array();
+    for (size_t i = 0; i < ps->checkpoints.n; i++) json_array_append_new(cks, u64(ps->checkpoints.v[i]));
+    json_object_set_new(root, "checkpoints", cks);
     json_t *ws = json_array();
     for (size_t i = 0; i < o->n; i++) {
         const prep_writer *w = &o->w[i];
@@ -211,6 +214,20 @@ wf_status prep_state_read(const char *dir, prep_progress_state *ps, prep_output 
     ps->complete = json_is_true(json_object_get(root, "complete"));
     size_t i;
     json_t *w;
+    uint64_t prev = 0;
+    json_array_foreach(json_object_get(root, "checkpoints"), i, w) {
+        uint64_t v = json_is_integer(w) ? (uint64_t)json_integer_value(w) : 0;
+        if (v <= prev || v > ps->inputs_done) {
+            s = wf_error(WF_ERR_FORMAT, "%s: checkpoint %zu is out of order; rerun with --force", path, i);
+            goto done;
+        }
+        prev = v;
+        if ((s = u64vec_push(&ps->checkpoints, v)) != WF_OK) goto done;
+    }
+    if (prev != ps->inputs_done) {
+        s = wf_error(WF_ERR_FORMAT, "%s: the last checkpoint is not inputs_done; rerun with --force", path);
+        goto done;
+    }
     json_array_foreach(json_object_get(root, "writers"), i, w) {
         const char *lang = json_string_value(json_object_get(w, "lang"));
         const char *bucket = json_string_value(json_object_get(w, "bucket"));

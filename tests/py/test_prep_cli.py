@@ -273,7 +273,7 @@ def test_output_is_the_same_for_1_and_2_threads(crawl, wet, tmp_path):
 
 def test_killed_run_resumes_to_the_same_output(crawl, wet, root, tmp_path):
     inputs = [crawl, wet] + _man_page_chunks(root, tmp_path)
-    extra = ["--output.shard_mb=0.2", "--threads=2", "--quality.enabled=false"]
+    extra = ["--output.shard_mb=0.2", "--threads=2", "--quality.enabled=false", "--checkpoint_mb=0"]
     full = tmp_path / "full"
     prep(full, *inputs, extra=extra)
 

@@ -354,6 +354,7 @@ WF_TEST(resume_after_sigkill_gives_the_same_output) {
     c.quality = 0;
     c.shard_mb = 0.05; /* shards roll over inside each input */
     c.threads = 2;
+    c.checkpoint_mb = 0; /* a checkpoint after every input */
     WF_CHECK_OK(wf_prep_run(&c, paths, 3));
 
     set_str(&c.output, crashed);
@@ -394,6 +395,58 @@ WF_TEST(resume_after_sigkill_gives_the_same_output) {
     c.mh_bands = 14;
     WF_CHECK_OK(wf_prep_run(&c, paths, 3));
     check_same_output(full, crashed);
+    wf_prep_config_free(&c);
+}
+
+/* Many small inputs (one document each) share batches, so that they are
+ * processed in parallel, and checkpoints (every checkpoint_mb of input)
+ * cover several inputs: a crash between two redoes the inputs since the
+ * last one, and the output is still the same bytes. */
+WF_TEST(grouped_checkpoints_resume_to_the_same_output) {
+    enum { N = 40 };
+    const char *paths[N];
+    static char names[N][600];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "%s/doc%02d.txt", wf_test_tmpdir(), i);
+        wf_buf doc = {0};
+        prose(&doc, (uint64_t)(i % 29), 8 + i % 5); /* some files repeat others */
+        wf_test_write_file(names[i], doc.data, doc.len);
+        wf_buf_free(&doc);
+        paths[i] = names[i];
+    }
+    const char *full = tpath("full"), *crashed = tpath("crashed");
+    wf_prep_config c = config(full);
+    c.quality = 0;
+    c.checkpoint_mb = 0.004; /* about every 5 inputs */
+    c.shard_mb = 0.005;
+    c.threads = 2;
+    WF_CHECK_OK(wf_prep_run(&c, paths, N));
+    set_str(&c.output, crashed);
+    fflush(NULL);
+    pid_t pid = fork();
+    WF_CHECK_TRUE(pid >= 0);
+    if (pid == 0) {
+        setenv("WEFT_PREP_CRASH_AFTER", "23", 1);
+        _exit(wf_prep_run(&c, paths, N) == WF_OK ? 0 : 3);
+    }
+    int status;
+    WF_CHECK_TRUE(waitpid(pid, &status, 0) == pid);
+    WF_CHECK_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    char st[1024];
+    snprintf(st, sizeof st, "%s/_prep/state.json", crashed);
+    json_error_t err;
+    json_t *j = json_load_file(st, 0, &err);
+    WF_CHECK_TRUE(j != NULL);
+    long long done = json_integer_value(json_object_get(j, "inputs_done"));
+    size_t n_ck = json_array_size(json_object_get(j, "checkpoints"));
+    json_decref(j);
+    WF_CHECK_TRUE(done > 0 && done <= 23); /* inputs up to 23 may be redone */
+    WF_CHECK_TRUE(n_ck >= 2 && n_ck < (size_t)done);
+    WF_CHECK_OK(wf_prep_run(&c, paths, N));
+    check_same_output(full, crashed);
+    json_t *s1 = stats_of(full);
+    WF_CHECK_TRUE(stat_get(s1, "dedup", "counters", "units_removed") >= 11 * 8);
+    json_decref(s1);
     wf_prep_config_free(&c);
 }
 
