@@ -37,6 +37,39 @@ static void att_scores(float *S, int ldS, const float *q, const float *k, int ro
                 (int)QKV, 0.0f, S, ldS);
 }
 
+/* One query row's softmax over its scores p[0..t], in place, and zeros
+ * for the masked keys p[t+1..keys-1]; returns log(sum_j exp(p_j)).
+ * Cloned for AVX-512 and AVX2 (KERN_CLONES_), like the next one. */
+KERN_CLONES_ static float att_softmax_row(float *restrict p, int t, int keys) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= t; j++) {
+        p[j] = kern_expf_(p[j] - mx);
+        sum += p[j];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int j = 0; j <= t; j++) p[j] *= inv;
+    for (int j = t + 1; j < keys; j++) p[j] = 0.0f;
+    return mx + logf(sum);
+}
+
+/* One query row of the backward: from its scores p and dP = ds (keys),
+ * p_j = exp(p_j - L) and ds_j = p_j (ds_j - D) * scale for j <= t, zeros
+ * past t. */
+KERN_CLONES_ static void att_grad_row(float *restrict p, float *restrict ds, int t, int keys,
+                                      float L, float D, float scale) {
+#pragma omp simd
+    for (int j = 0; j <= t; j++) {
+        p[j] = kern_expf_(p[j] - L);
+        ds[j] = p[j] * (ds[j] - D) * scale;
+    }
+    for (int j = t + 1; j < keys; j++) p[j] = ds[j] = 0.0f;
+}
+
 void wf_kern_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH,
                            int NKV, int HD, float *scratch, int n_threads) {
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD, OW = (size_t)NH * HD;
@@ -58,21 +91,7 @@ void wf_kern_attention_fwd(float *out, float *lse, const float *qkv, int B, int 
                 att_scores(P, T, q + r0 * QKV, k, rows, keys, HD, QKV, scale);
                 for (int i = 0; i < rows; i++) {
                     int t = r0 + i;
-                    float *restrict p = P + (size_t)i * T;
-                    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-                    for (int j = 0; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
-                    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                    for (int j = 0; j <= t; j++) {
-                        p[j] = kern_expf_(p[j] - mx);
-                        sum += p[j];
-                    }
-                    float inv = 1.0f / sum;
-#pragma omp simd
-                    for (int j = 0; j <= t; j++) p[j] *= inv;
-                    for (int j = t + 1; j < keys; j++) p[j] = 0.0f;
-                    lse[((size_t)b * NH + h) * T + t] = mx + logf(sum);
+                    lse[((size_t)b * NH + h) * T + t] = att_softmax_row(P + (size_t)i * T, t, keys);
                 }
                 /* out[r0:r1] = P @ V[0:keys] */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HD, keys, 1.0f, P, T,
@@ -120,18 +139,12 @@ void wf_kern_attention_bwd(float *dqkv, const float *dout, const float *qkv, con
                                 dy + r0 * OW, (int)OW, v, (int)QKV, 0.0f, dS, T);
                     for (int i = 0; i < rows; i++) {
                         int t = r0 + i;
-                        float *restrict p = P + (size_t)i * T, *restrict ds = dS + (size_t)i * T;
                         const float *restrict dy_t = dy + t * OW, *restrict y_t = y + t * OW;
-                        const float L = lse[((size_t)b * NH + h) * T + t];
                         float D = 0.0f;
 #pragma omp simd reduction(+ : D)
                         for (int d = 0; d < HD; d++) D += dy_t[d] * y_t[d];
-#pragma omp simd
-                        for (int j = 0; j <= t; j++) {
-                            p[j] = kern_expf_(p[j] - L);
-                            ds[j] = p[j] * (ds[j] - D) * scale;
-                        }
-                        for (int j = t + 1; j < keys; j++) p[j] = ds[j] = 0.0f;
+                        att_grad_row(P + (size_t)i * T, dS + (size_t)i * T, t, keys,
+                                     lse[((size_t)b * NH + h) * T + t], D, scale);
                     }
                     /* dq[r0:r1] = dS @ K[0:keys]; dK[0:keys] += dS^T @ Q[r0:r1];
                      * dV[0:keys] += P^T @ dout[r0:r1] */

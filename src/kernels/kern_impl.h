@@ -14,6 +14,21 @@
 #define kern_thread_num_() 0
 #endif
 
+/* Marks a function that gcc and clang compile three times, for AVX-512,
+ * AVX2 and the baseline x86-64 (SSE2) the build targets; the loader picks
+ * the best one the CPU has (an ifunc, resolved once). For the exp-heavy
+ * vector loops (cross-entropy, softmax, SwiGLU), which run 2-4x faster
+ * with wider vectors. Only plain functions: gcc outlines an OpenMP region
+ * before it makes the clones, so a parallel loop calls a cloned function
+ * per row rather than being one. Results are the same on any thread count,
+ * but may differ in the last bits between CPUs that pick different
+ * clones (vector width changes the order of a sum). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KERN_CLONES_ __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KERN_CLONES_
+#endif
+
 /* Columns per task in the column-split reductions (RMSNorm weight and
  * embedding gradients): wide enough for contiguous loads, narrow enough to
  * give every thread work at C = 64. */

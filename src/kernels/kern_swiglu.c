@@ -1,38 +1,48 @@
 /* SwiGLU gate: out = silu(a) * b over the fused w1|w3 projection rows
  * [a (H) | b (H)], and its backward:
  *   silu'(a) = sigmoid(a) * (1 + a * (1 - sigmoid(a)))
- *   da = dout * b * silu'(a),  db = dout * silu(a). */
+ *   da = dout * b * silu'(a),  db = dout * silu(a).
+ * Rows over threads; each row's loop is cloned for AVX-512 and AVX2
+ * (KERN_CLONES_). */
 #include <math.h>
 
 #include "kernels/kern_impl.h"
 #include "weft/kernels.h"
 
+/* One row: o (H) = silu(a) * b. */
+KERN_CLONES_ static void swiglu_row_fwd(float *restrict o, const float *restrict a,
+                                        const float *restrict b, int H) {
+#pragma omp simd
+    for (int i = 0; i < H; i++) o[i] = a[i] / (1.0f + kern_expf_(-a[i])) * b[i];
+}
+
+/* One row: da, db (H) from dy (H) and the forward's a, b (H). */
+KERN_CLONES_ static void swiglu_row_bwd(float *restrict da, float *restrict db,
+                                        const float *restrict dy, const float *restrict a,
+                                        const float *restrict b, int H) {
+#pragma omp simd
+    for (int i = 0; i < H; i++) {
+        float sig = 1.0f / (1.0f + kern_expf_(-a[i]));
+        float silu = a[i] * sig;
+        da[i] = dy[i] * b[i] * sig * (1.0f + a[i] * (1.0f - sig));
+        db[i] = dy[i] * silu;
+    }
+}
+
 void wf_kern_swiglu_fwd(float *out, const float *h13, int N, int H) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *restrict a = h13 + (size_t)n * 2 * H;
-        const float *restrict b = a + H;
-        float *restrict o = out + (size_t)n * H;
-#pragma omp simd
-        for (int i = 0; i < H; i++) o[i] = a[i] / (1.0f + kern_expf_(-a[i])) * b[i];
+        const float *a = h13 + (size_t)n * 2 * H;
+        swiglu_row_fwd(out + (size_t)n * H, a, a + H, H);
     }
 }
 
 void wf_kern_swiglu_bwd(float *dh13, const float *dout, const float *h13, int N, int H) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *restrict a = h13 + (size_t)n * 2 * H;
-        const float *restrict b = a + H;
-        float *restrict da = dh13 + (size_t)n * 2 * H;
-        float *restrict db = da + H;
-        const float *restrict dy = dout + (size_t)n * H;
-#pragma omp simd
-        for (int i = 0; i < H; i++) {
-            float sig = 1.0f / (1.0f + kern_expf_(-a[i]));
-            float silu = a[i] * sig;
-            da[i] = dy[i] * b[i] * sig * (1.0f + a[i] * (1.0f - sig));
-            db[i] = dy[i] * silu;
-        }
+        const float *a = h13 + (size_t)n * 2 * H;
+        float *da = dh13 + (size_t)n * 2 * H;
+        swiglu_row_bwd(da, da + H, dout + (size_t)n * H, a, a + H, H);
     }
 }
 
