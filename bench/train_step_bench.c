@@ -64,12 +64,8 @@ static double cpu_now(void) {
 }
 
 /* Best GFLOP/s of c (M, N) = op(a) @ op(b) over `reps` timed runs after one
- * warm-up, row-major; ta / tb say whether a is stored (K, M) and b (N, K).
- * *cpu_gflops gets the best rate per `threads` seconds of CPU time: what
- * the threads did while they ran, which other jobs on a shared machine
- * change less than the wall-clock rate. */
-static double sgemm_gflops(int M, int N, int K, int ta, int tb, int reps, int threads,
-                           double *cpu_gflops) {
+ * warm-up, row-major; ta / tb say whether a is stored (K, M) and b (N, K). */
+static double sgemm_gflops(int M, int N, int K, int ta, int tb, int reps) {
     float *a = malloc((size_t)M * K * sizeof *a), *b = malloc((size_t)N * K * sizeof *b);
     float *c = malloc((size_t)M * N * sizeof *c);
     if (!a || !b || !c) {
@@ -78,24 +74,22 @@ static double sgemm_gflops(int M, int N, int K, int ta, int tb, int reps, int th
     }
     for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)(i % 17) * 0.01f;
     for (size_t i = 0; i < (size_t)N * K; i++) b[i] = (float)(i % 13) * 0.01f;
-    double best = 1e30, best_cpu = 1e30;
+    double best = 1e30;
     for (int r = 0; r < reps + 1; r++) {
-        double t0 = wf_time_now(), c0 = cpu_now();
+        double t0 = wf_time_now();
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                     M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, 0.0f, c, N);
-        double t = wf_time_now() - t0, tc = (cpu_now() - c0) / threads;
+        double t = wf_time_now() - t0;
         if (r > 0 && t < best) best = t; /* the first run warms up */
-        if (r > 0 && tc < best_cpu) best_cpu = tc;
     }
     free(a), free(b), free(c);
-    *cpu_gflops = 2.0 * M * N * K / best_cpu / 1e9;
     return 2.0 * M * N * K / best / 1e9;
 }
 
 typedef struct {
     const char *name;
     int M, N, K, ta, tb;
-    double gflops, cpu_gflops;
+    double gflops;
 } bench_shape_;
 
 /* The products of one step, as wf_kern_matmul_fwd / _bwd call them for a
@@ -106,26 +100,22 @@ static int step_shapes(bench_shape_ *s, int N, int C, int QKV, int H, int V) {
     const int in[] = {C, C, C, H, C}, out[] = {QKV, C, 2 * H, C, V};
     int n = 0;
     for (int i = 0; i < 5; i++) {
-        s[n++] = (bench_shape_){names[i], N, out[i], in[i], 0, 1, 0, 0};
-        s[n++] = (bench_shape_){names[i], N, in[i], out[i], 0, 0, 0, 0};
-        s[n++] = (bench_shape_){names[i], out[i], in[i], N, 1, 0, 0, 0};
+        s[n++] = (bench_shape_){names[i], N, out[i], in[i], 0, 1, 0};
+        s[n++] = (bench_shape_){names[i], N, in[i], out[i], 0, 0, 0};
+        s[n++] = (bench_shape_){names[i], out[i], in[i], N, 1, 0, 0};
     }
     return n;
 }
 
 #define BENCH_MAX_SHAPES_ 24
 
-/* Measures every shape (fills s[i].gflops, .cpu_gflops) and returns the
- * best wall-clock rate; *cpu_peak gets the best CPU-time rate. */
-static double sgemm_peak(bench_shape_ *s, int n, int threads, double *cpu_peak) {
+/* Measures every shape (fills s[i].gflops) and returns the best. */
+static double sgemm_peak(bench_shape_ *s, int n) {
     double peak = 0;
-    *cpu_peak = 0;
     for (int i = 0; i < n; i++) {
         int big = (double)s[i].M * s[i].N * s[i].K > 4e9;
-        s[i].gflops = sgemm_gflops(s[i].M, s[i].N, s[i].K, s[i].ta, s[i].tb, big ? 2 : 4, threads,
-                                   &s[i].cpu_gflops);
+        s[i].gflops = sgemm_gflops(s[i].M, s[i].N, s[i].K, s[i].ta, s[i].tb, big ? 2 : 4);
         if (s[i].gflops > peak) peak = s[i].gflops;
-        if (s[i].cpu_gflops > *cpu_peak) *cpu_peak = s[i].cpu_gflops;
     }
     return peak;
 }
@@ -133,7 +123,7 @@ static double sgemm_peak(bench_shape_ *s, int n, int threads, double *cpu_peak) 
 static int fill_shapes(bench_shape_ *s, int N, int C, int QKV, int H, int V) {
     static const int sq[] = {1024, 1536, 2048, 3072};
     int n = 0;
-    for (int i = 0; i < 4; i++) s[n++] = (bench_shape_){"square", sq[i], sq[i], sq[i], 0, 1, 0, 0};
+    for (int i = 0; i < 4; i++) s[n++] = (bench_shape_){"square", sq[i], sq[i], sq[i], 0, 1, 0};
     return n + step_shapes(s + n, N, C, QKV, H, V);
 }
 
@@ -169,21 +159,20 @@ static double flops_per_token(const wf_model_config *c, int T) {
 
 /* The --serve loop: one JSON line per command read from stdin. */
 static int serve(wf_model *m, wf_adamw *opt, const int32_t *tokens, const int32_t *targets, int B,
-                 int T, int threads, bench_shape_ *shapes, int n_shapes) {
+                 int T, bench_shape_ *shapes, int n_shapes) {
     char line[256];
     int steps_since_ops = 0;
     while (fgets(line, sizeof line, stdin)) {
         int k = 0;
         if (strncmp(line, "quit", 4) == 0) break;
         if (strncmp(line, "peak", 4) == 0) {
-            double cpu_peak = 0, peak = sgemm_peak(shapes, n_shapes, threads, &cpu_peak);
-            printf("{\"peak\": %.2f, \"cpu_peak\": %.2f, \"shapes\": [", peak, cpu_peak);
+            double peak = sgemm_peak(shapes, n_shapes);
+            printf("{\"peak\": %.2f, \"shapes\": [", peak);
             for (int i = 0; i < n_shapes; i++)
                 printf("%s{\"name\": \"%s\", \"mnk\": [%d, %d, %d], \"t\": \"%c%c\", "
-                       "\"gflops\": %.2f, \"cpu_gflops\": %.2f}",
+                       "\"gflops\": %.2f}",
                        i ? ", " : "", shapes[i].name, shapes[i].M, shapes[i].N, shapes[i].K,
-                       shapes[i].ta ? 'T' : 'N', shapes[i].tb ? 'T' : 'N', shapes[i].gflops,
-                       shapes[i].cpu_gflops);
+                       shapes[i].ta ? 'T' : 'N', shapes[i].tb ? 'T' : 'N', shapes[i].gflops);
             printf("]}\n");
         } else if (sscanf(line, "run %d", &k) == 1 && k > 0) {
             bench_phases_ ph = {0, 0, 0, 0};
@@ -283,7 +272,7 @@ int main(int argc, char **argv) {
                preset, B, T, threads, wf_model_num_params(m), fpt, mm_fpt, wf_kern_blas_core(),
                better ? better : "");
         fflush(stdout);
-        int rc = serve(m, opt, tokens, targets, B, T, threads, shapes, n_shapes);
+        int rc = serve(m, opt, tokens, targets, B, T, shapes, n_shapes);
         free(tokens), free(targets);
         wf_adamw_destroy(opt);
         wf_model_destroy(m);
@@ -296,13 +285,12 @@ int main(int argc, char **argv) {
            preset, B, T, threads, wf_model_num_params(m), wf_kern_blas_core());
     char advice[256];
     if (wf_kern_blas_check(advice, sizeof advice)) printf("  warning: %s\n", advice);
-    double cpu_peak = 0, peak = sgemm_peak(shapes, n_shapes, threads, &cpu_peak);
+    double peak = sgemm_peak(shapes, n_shapes);
     for (int i = 0; i < n_shapes; i++)
-        printf("  sgemm %-8s %5d x %5d x %5d %c%c: %7.1f GFLOP/s (per CPU second: %.1f)\n",
-               shapes[i].name, shapes[i].M, shapes[i].N, shapes[i].K, shapes[i].ta ? 'T' : 'N',
-               shapes[i].tb ? 'T' : 'N', shapes[i].gflops, shapes[i].cpu_gflops);
-    printf("  sgemm peak (best of the above): %.1f GFLOP/s (per CPU second: %.1f)\n", peak,
-           cpu_peak);
+        printf("  sgemm %-8s %5d x %5d x %5d %c%c: %7.1f GFLOP/s\n", shapes[i].name, shapes[i].M,
+               shapes[i].N, shapes[i].K, shapes[i].ta ? 'T' : 'N', shapes[i].tb ? 'T' : 'N',
+               shapes[i].gflops);
+    printf("  sgemm peak (best of the above): %.1f GFLOP/s\n", peak);
 
     float loss = 0;
     double best = 1e30, total = 0, cpu0 = 0;
@@ -336,9 +324,7 @@ int main(int argc, char **argv) {
            "MFU %.1f%% (mean), %.1f%% (best)\n",
            flops / 1e9, flops / mean / 1e9, 100.0 * flops / mean / 1e9 / peak,
            100.0 * flops / best / 1e9 / peak);
-    printf("  CPU time per step / threads: %.3f s -> MFU %.1f%% against the CPU-time peak (what "
-           "the threads did while they ran)\n",
-           cpu_step, 100.0 * flops / cpu_step / 1e9 / cpu_peak);
+    printf("  CPU time per step: %.3f s per thread (%d threads)\n", cpu_step, threads);
 
     wf_model_op_times ot = wf_model_get_op_times(m);
     double sum = ph.opt + ph.zero;

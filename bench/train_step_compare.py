@@ -103,13 +103,13 @@ def start_peers(a, core):
 
 
 def measure_peak(peers):
-    """{peer: (wall GFLOP/s, CPU-time GFLOP/s, best shape)} from weft's
-    cblas_sgemm and torch's torch.mm over the same shapes."""
+    """{peer: (GFLOP/s, best shape)} from weft's cblas_sgemm and torch's
+    torch.mm over the same shapes."""
     got = {}
     for p in peers[:2]:
         r = p.ask("peak")
         best = max(r["shapes"], key=lambda s: s["gflops"])
-        got[p.name] = (r["peak"], r["cpu_peak"], best["mnk"])
+        got[p.name] = (r["peak"], best["mnk"])
     return got
 
 
@@ -136,9 +136,8 @@ def compare(a, core, peers):
           f"{fpt * tok / 1e9:.1f} GFLOP per step ({fpt / 1e6:.2f} MFLOP/token)")
 
     peaks = measure_peak(peers)
-    for name, (g, gc, mnk) in peaks.items():
-        print(f"  sgemm peak at start, {name}: {g:.1f} GFLOP/s, {gc:.1f} per CPU second "
-              f"(best shape {mnk})")
+    for name, (g, mnk) in peaks.items():
+        print(f"  sgemm peak at start, {name}: {g:.1f} GFLOP/s (best shape {mnk})")
 
     for p in peers:
         p.ask(f"run {a.warmup}")
@@ -150,8 +149,8 @@ def compare(a, core, peers):
     rounds = []
     names = [p.name for p in peers]
     print("\n  per round: s/step (MFU against the start's peak), weft/torch tokens/s")
-    print(f"  round  load  " + "  ".join(f"{n:>19}" for n in names) + "  weft/torch")
-    p0 = max(g for g, _, _ in peaks.values())
+    print("  round  load  " + "  ".join(f"{n:>19}" for n in names) + "  weft/torch")
+    p0 = max(g for g, _ in peaks.values())
     for r in range(a.rounds):
         order = peers if r % 2 == 0 else peers[::-1]
         res = {}
@@ -168,20 +167,16 @@ def compare(a, core, peers):
               f"  {mean['torch'] / mean['weft']:9.2f}x")
 
     peaks_end = measure_peak(peers)
-    for name, (g, gc, mnk) in peaks_end.items():
-        print(f"  sgemm peak at end,   {name}: {g:.1f} GFLOP/s, {gc:.1f} per CPU second "
-              f"(best shape {mnk})")
-    all_peaks = list(peaks.values()) + list(peaks_end.values())
-    peak = max(g for g, _, _ in all_peaks)
-    cpu_peak = max(gc for _, gc, _ in all_peaks)
+    for name, (g, mnk) in peaks_end.items():
+        print(f"  sgemm peak at end,   {name}: {g:.1f} GFLOP/s (best shape {mnk})")
+    peak = max(g for g, _ in list(peaks.values()) + list(peaks_end.values()))
 
     med = {n: statistics.median(times[n]) for n in names}
     ratios = [rd["mean"]["torch"] / rd["mean"]["weft"] for rd in rounds]
-    print(f"\n  sgemm peak (best of all): {peak:.1f} GFLOP/s by the wall clock, {cpu_peak:.1f} "
-          f"per thread-second of CPU time")
+    print(f"\n  sgemm peak (best of all): {peak:.1f} GFLOP/s")
     print(f"  {'peer':13} {'median s/step':>13} {'best':>7} {'tokens/s':>9} {'MFU':>6} "
-          f"{'CPU s/step':>10} {'MFU(CPU)':>8} {'zero':>6} {'fwd':>7} {'bwd':>7} {'clip+opt':>8}")
-    summary = dict(core=core, peak=peak, cpu_peak=cpu_peak, peaks_start=peaks,
+          f"{'best MFU':>8} {'CPU s/step':>10} {'zero':>6} {'fwd':>7} {'bwd':>7} {'clip+opt':>8}")
+    summary = dict(core=core, peak=peak, peaks_start=peaks,
                    peaks_end=peaks_end, flops_per_token=fpt, tokens_per_step=tok, peers={})
     for n in names:
         steps = sum(len(rd["res"][n]["times"]) for rd in rounds)
@@ -191,15 +186,15 @@ def compare(a, core, peers):
         # jobs' share of the cores taken out (idle waits do not count)
         cpu = sum(rd["res"][n]["cpu"] for rd in rounds) / steps / a.threads
         mfu = flops / med[n] / 1e9 / peak
-        mfu_cpu = flops / cpu / 1e9 / cpu_peak
+        mfu_best = flops / min(times[n]) / 1e9 / peak
         print(f"  {n:13} {med[n]:13.3f} {min(times[n]):7.3f} {tok / med[n]:9.0f} "
-              f"{100 * mfu:5.1f}% {cpu:10.3f} {100 * mfu_cpu:7.1f}% {ph['zero']:6.1f} "
+              f"{100 * mfu:5.1f}% {100 * mfu_best:7.1f}% {cpu:10.3f} {ph['zero']:6.1f} "
               f"{ph['fwd']:7.1f} {ph['bwd']:7.1f} {ph['opt']:8.1f}")
         summary["peers"][n] = dict(median=med[n], best=min(times[n]), tokens_per_s=tok / med[n],
-                                   mfu=mfu, cpu_per_step=cpu, mfu_cpu=mfu_cpu, phases_ms=ph,
+                                   mfu=mfu, mfu_best=mfu_best, cpu_per_step=cpu, phases_ms=ph,
                                    times=times[n], loss=rounds[-1]["res"][n]["loss"])
-    print("  (phases: ms/step, mean of all rounds; MFU: median step against the wall-clock "
-          "peak; MFU(CPU): CPU time per thread against the CPU-time peak)")
+    print("  (MFU: the median step's FLOP rate against the peak; best MFU: the fastest "
+          "step's; CPU s/step: CPU time per thread; phases: ms/step, mean of all rounds)")
     print(f"  weft/torch tokens/s: {med['torch'] / med['weft']:.2f}x (median steps); "
           f"per round {min(ratios):.2f}x .. {max(ratios):.2f}x, median "
           f"{statistics.median(ratios):.2f}x; by CPU time "
