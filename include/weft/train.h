@@ -8,7 +8,10 @@
  * for spikes and warns, skips the update or rolls back (docs/metrics.md);
  * captures profiling traces on a schedule or on request (docs/tracing.md).
  *
- * This module does not do (yet): data parallelism across processes.
+ * Data-parallel across processes when started by mpirun/mpiexec/srun (the
+ * distributed layer, include/weft/dist.h; docs/distributed.md).
+ *
+ * This module does not do (yet): ZeRO-1 in the trainer.
  */
 #ifndef WEFT_TRAIN_H
 #define WEFT_TRAIN_H
@@ -20,7 +23,7 @@
 #include "weft/status.h"
 
 /* Every key of a training config (TOML sections [model], [data], [optim],
- * [train], [ckpt], [metrics], [spike], [memory], [trace]). Numeric model sizes of 0 mean "from the preset"; the vocabulary
+ * [train], [ckpt], [metrics], [spike], [memory], [dist], [trace]). Numeric model sizes of 0 mean "from the preset"; the vocabulary
  * defaults to the dataset's. docs/train.md lists them all. */
 typedef struct {
     /* [model] */
@@ -53,6 +56,9 @@ typedef struct {
     char *spike_action;
     /* [memory] */
     double memory_max_used_frac, memory_max_rss_frac, memory_max_rss_gib;
+    /* [dist] */
+    double dist_timeout_first_s, dist_timeout_s, dist_bucket_mb;
+    int64_t dist_first_steps;
     /* [trace] */
     char *trace_dir;
     int64_t trace_skip_first, trace_wait, trace_warmup, trace_active, trace_repeat, trace_buffer_events;

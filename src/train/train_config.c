@@ -131,6 +131,16 @@ static const wf_opt train_opts[] = {
      "watchdog: save and stop when this process's resident memory passes this fraction of MemTotal (0: off)"},
     {"memory.max_rss_gib", NULL, WF_OPT_FLOAT, O(memory_max_rss_gib), "0", 0, 1e9,
      "watchdog: save and stop when this process's resident memory passes this many GiB (0: off)"},
+    /* [dist] */
+    {"dist.timeout_first_s", NULL, WF_OPT_FLOAT, O(dist_timeout_first_s), "600", 0, 1e9,
+     "several ranks: a collective blocked longer than this in the first dist.first_steps steps ends the job "
+     "with the watchdog's report (0: no limit)"},
+    {"dist.timeout_s", NULL, WF_OPT_FLOAT, O(dist_timeout_s), "300", 0, 1e9,
+     "several ranks: the same limit after the first steps (0: no limit)"},
+    {"dist.first_steps", NULL, WF_OPT_INT, O(dist_first_steps), "2", 0, 1e12,
+     "steps that get dist.timeout_first_s (startup and the first steps are slower)"},
+    {"dist.bucket_mb", NULL, WF_OPT_FLOAT, O(dist_bucket_mb), "25", 0.001, 1e6,
+     "several ranks: MB of gradients per all-reduce bucket"},
     /* [trace] */
     {"trace.dir", NULL, WF_OPT_STR, O(trace_dir), NULL, WF_NO_RANGE,
      "where trace captures go, one folder per capture (default: RUN_DIR/traces)"},

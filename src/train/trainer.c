@@ -30,6 +30,7 @@
 
 #include "weft/arena.h"
 #include "weft/ckpt.h"
+#include "weft/dist.h"
 #include "weft/fileio.h"
 #include "weft/kernels.h"
 #include "weft/loader.h"
@@ -47,7 +48,12 @@
 typedef struct {
     const wf_train_config *tc;
     wf_model_config mc;
-    int B, T, accum;
+    int B, T, accum;           /* B: sequences per micro-batch over all ranks */
+    int Bl;                    /* this rank's part of them: B / world */
+    /* data parallelism */
+    wf_comm *comm;
+    int rank, world;
+    wf_reducer *reducer;       /* world > 1 */
     char *tokenizer_path;
     wf_arena *arena;
     wf_model *model;
@@ -78,6 +84,7 @@ typedef struct {
 static void trainer_free(trainer *t) {
     wf_metrics_close(t->metrics); /* writes what is buffered; its errors were reported on success paths */
     wf_spike_deinit(&t->spike);
+    wf_reducer_destroy(t->reducer);
     wf_ckpt_writer_destroy(t->writer); /* waits for a save in flight */
     for (size_t i = 0; t->state_names && i < t->n_state; i++) free(t->state_names[i]);
     free(t->state_names);
@@ -123,6 +130,25 @@ static wf_status resolve_tokenizer(trainer *t, const wf_dataset_info *info) {
     return t->tokenizer_path ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
 }
 
+/* DDP's gradient buckets over the model's tensors (in buffer order). */
+static wf_status make_reducer(trainer *t) {
+    int nt = wf_model_num_tensors(t->model);
+    wf_dist_span *spans = calloc((size_t)nt, sizeof *spans);
+    if (!spans) return wf_error(WF_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nt; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(t->model, i);
+        spans[i] = (wf_dist_span){ti->offset, ti->numel};
+    }
+    size_t bucket = (size_t)(t->tc->dist_bucket_mb * 1e6);
+    wf_status s = wf_reducer_create(&t->reducer, t->comm, wf_model_grads(t->model), spans, nt, bucket ? bucket : 1);
+    free(spans);
+    if (s == WF_OK)
+        WF_INFO("DDP: %d ranks (%s), %d gradient bucket%s of up to %.1f MB", t->world, wf_comm_backend(t->comm),
+                wf_reducer_num_buckets(t->reducer), wf_reducer_num_buckets(t->reducer) == 1 ? "" : "s",
+                t->tc->dist_bucket_mb);
+    return s;
+}
+
 static wf_status trainer_setup(trainer *t, const wf_train_config *tc) {
     t->tc = tc;
     if (!tc->data_dir) return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR)");
@@ -150,6 +176,12 @@ static wf_status trainer_setup(trainer *t, const wf_train_config *tc) {
     WF_TRY(s);
 
     t->B = (int)tc->batch_size;
+    if (t->B % t->world != 0)
+        return wf_error(WF_ERR_CONFIG,
+                        "data.batch_size = %d sequences is not divisible by the %d ranks: every rank gets an "
+                        "equal part of each micro-batch; use a multiple of %d (or another rank count)",
+                        t->B, t->world, t->world);
+    t->Bl = t->B / t->world;
     t->T = tc->seq_len ? (int)tc->seq_len : t->mc.max_seq_len;
     int64_t micro = (int64_t)t->B * t->T;
     int64_t global = tc->global_batch_tokens ? tc->global_batch_tokens : micro;
@@ -167,15 +199,19 @@ static wf_status trainer_setup(trainer *t, const wf_train_config *tc) {
 
     WF_TRY(wf_arena_create(&t->arena, 0));
     WF_TRY(wf_model_create(&t->model, &t->mc, t->arena));
-    WF_TRY(wf_model_plan(t->model, t->B, t->T));
+    WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
     wf_model_init(t->model, (uint64_t)tc->seed);
     wf_adamw_config ac = {tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->decay_embeddings, tc->grad_clip};
     WF_TRY(wf_adamw_create(&t->opt, &ac, t->model, t->arena));
-    t->inputs = wf_arena_alloc(t->arena, (size_t)micro * sizeof(int32_t), 64);
-    t->targets = wf_arena_alloc(t->arena, (size_t)micro * sizeof(int32_t), 64);
+    if (t->world > 1) WF_TRY(make_reducer(t));
+    size_t local = (size_t)t->Bl * (size_t)t->T;
+    t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
+    t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
     if (!t->inputs || !t->targets) return WF_ERR_NOMEM;
 
-    wf_loader_opts lo = {tc->data_dir, "train", (uint64_t)tc->data_seed, t->T, t->B, 0, 1, 1,
+    /* Every rank reads the same global order; rank r gets its part of each
+     * micro-batch, so any rank count sees the same global batches. */
+    wf_loader_opts lo = {tc->data_dir, "train", (uint64_t)tc->data_seed, t->T, t->B, t->rank, t->world, 1,
                          WF_LOADER_DEFAULT_PREFETCH, 1};
     WF_TRY(wf_loader_create(&t->train, &lo));
     if (tc->eval_every > 0) {
@@ -187,6 +223,9 @@ static wf_status trainer_setup(trainer *t, const wf_train_config *tc) {
             vo.global_batch = 1;
             while (vo.global_batch * 2 <= t->B && (uint64_t)(vo.global_batch * 2) * (uint64_t)t->T < val_tokens)
                 vo.global_batch *= 2;
+            /* Split over the ranks like training batches: a multiple of
+             * the world size (B is one, so this never passes B). */
+            if (vo.global_batch % t->world) vo.global_batch = t->world;
             s = wf_loader_create(&t->val, &vo);
             if (s != WF_OK) return wf_error_wrap(s, "validation split: ");
         } else {
@@ -218,6 +257,8 @@ static wf_status evaluate(trainer *t, double *loss) {
     }
     wf_trace_end(span);
     *loss = n ? sum / n : NAN;
+    /* Each rank's mean over equal parts: their average is the global mean. */
+    if (s == WF_OK && t->world > 1) s = wf_comm_all_reduce_f64(t->comm, loss, 1, WF_COMM_AVG, "val loss");
     return s;
 }
 
@@ -243,6 +284,9 @@ static wf_status write_run_config(const wf_train_config *tc) {
  * handler can only reach global state; this is the one global of the
  * trainer, set by the handler and read between steps. */
 static volatile sig_atomic_t g_stop_signal;
+
+/* The trainer's own bits in wf_comm_agree's flag word, next to WF_AGREE_*. */
+enum { AGREE_MEMORY = 1u << 8, AGREE_USR1 = 1u << 9 };
 
 static void on_stop_signal(int sig) { g_stop_signal = sig; }
 
@@ -355,6 +399,7 @@ static void log_save(const trainer *t, const wf_ckpt_save_stats *st) {
 /* Logs the saves that completed; a failed one stops the run (the previous
  * checkpoints are intact, so a rerun resumes from the last good one). */
 static wf_status report_saves(trainer *t) {
+    if (!t->writer) return WF_OK; /* ranks other than 0 save nothing */
     wf_ckpt_save_stats st;
     while (wf_ckpt_writer_poll(t->writer, &st)) {
         if (st.status != WF_OK) return wf_ckpt_writer_wait(t->writer, NULL);
@@ -365,6 +410,13 @@ static wf_status report_saves(trainer *t) {
 
 static wf_status save_checkpoint(trainer *t, int64_t step) {
     if (t->last_saved == step) return WF_OK;
+    if (!t->writer) {
+        /* Rank > 0: the replicas are identical, rank 0 writes the state of
+         * all (a world-size-1 checkpoint, which loads on any rank count). */
+        t->last_saved = step;
+        wf_ckpt_step_dir(t->rollback_dir, sizeof t->rollback_dir, t->root, (uint64_t)step);
+        return WF_OK;
+    }
     wf_ckpt_meta *meta = NULL;
     WF_TRY(make_meta(t, &meta));
     char dir[4096];
@@ -377,9 +429,18 @@ static wf_status save_checkpoint(trainer *t, int64_t step) {
     return report_saves(t);
 }
 
+/* Waits for rank 0's save in flight; with several ranks, every rank
+ * returns only once it is on disk (a barrier), so that all can read it. */
 static wf_status finish_saves(trainer *t) {
-    WF_TRY(wf_ckpt_writer_wait(t->writer, NULL));
-    return report_saves(t);
+    wf_status s = t->writer ? wf_ckpt_writer_wait(t->writer, NULL) : WF_OK;
+    if (s == WF_OK) s = report_saves(t);
+    if (t->world > 1) {
+        /* Collective on every path, so that a failed save does not leave the
+         * other ranks waiting (main aborts the job on the error). */
+        wf_status b = wf_comm_barrier(t->comm, "checkpoint done");
+        if (s == WF_OK) s = b;
+    }
+    return s;
 }
 
 /* Why a checkpoint does not fit this run's model, or WF_OK. */
@@ -488,13 +549,14 @@ static wf_status setup_checkpoints(trainer *t) {
     snprintf(t->save_path, sizeof t->save_path, "%s/SAVE", tc->run_dir);
     snprintf(t->stop_path, sizeof t->stop_path, "%s/STOP", tc->run_dir);
     t->last_saved = -1;
+    t->config_text = config_toml(tc);
+    if (!t->config_text) return wf_error(WF_ERR_NOMEM, "out of memory");
+    WF_TRY(build_state(t));
+    if (t->rank != 0) return WF_OK; /* rank 0 alone writes checkpoints */
     WF_TRY(wf_mkdirs(t->root));
     int removed = 0;
     WF_TRY(wf_ckpt_cleanup(t->root, &removed));
     if (removed) WF_INFO("removed %d unfinished checkpoint save%s from %s", removed, removed == 1 ? "" : "s", t->root);
-    t->config_text = config_toml(tc);
-    if (!t->config_text) return wf_error(WF_ERR_NOMEM, "out of memory");
-    WF_TRY(build_state(t));
     wf_ckpt_writer_opts wo = {0, 1, tc->ckpt_async, (int)tc->ckpt_keep_last, (uint64_t)tc->ckpt_keep_every};
     WF_TRY(wf_ckpt_writer_create(&t->writer, t->state, t->n_state, &wo));
     if (tc->ckpt_async)
@@ -504,6 +566,7 @@ static wf_status setup_checkpoints(trainer *t) {
 }
 
 static wf_status write_final_model(trainer *t, int64_t steps) {
+    if (t->rank != 0) return WF_OK;
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", t->tc->run_dir);
     char steps_s[32];
@@ -546,10 +609,10 @@ static wf_status setup_obs(trainer *t, int64_t start) {
     t->flops_per_token = wf_model_flops_per_token(&t->mc, t->T);
     wf_run_record rec = {t->config_text, tc->argc, tc->argv, t->peak.tflops > 0 ? &t->peak : NULL,
                          t->flops_per_token, (int64_t)wf_model_num_params(t->model), NULL};
-    WF_TRY(wf_run_record_write(tc->run_dir, &rec));
+    if (t->rank == 0) WF_TRY(wf_run_record_write(tc->run_dir, &rec));
 
     wf_metrics_options mo = {tc->run_dir, tc->metrics_jsonl, tc->metrics_tensorboard, tc->metrics_flush_every_s};
-    if (mo.jsonl || mo.tensorboard) {
+    if (t->rank == 0 && (mo.jsonl || mo.tensorboard)) {
         WF_TRY(wf_metrics_open(&t->metrics, &mo));
         if (start > 0) WF_TRY(wf_metrics_restart(t->metrics, start + 1));
         const char *tb = wf_metrics_tb_path(t->metrics);
@@ -562,11 +625,11 @@ static wf_status setup_obs(trainer *t, int64_t start) {
         if (is_set(tc->trace_dir)) snprintf(dir, sizeof dir, "%s", tc->trace_dir);
         else snprintf(dir, sizeof dir, "%s/traces", tc->run_dir);
         wf_trace_config cfg = {dir,
-                               tc->trace_requests ? tc->run_dir : NULL,
-                               tc->trace_requests,
-                               0,
-                               1,
-                               "single",
+                               tc->trace_requests && t->world == 1 ? tc->run_dir : NULL,
+                               tc->trace_requests && t->world == 1, /* on request: one process only (yet) */
+                               t->rank,
+                               t->world,
+                               t->comm ? wf_comm_backend(t->comm) : "single",
                                {tc->trace_skip_first, tc->trace_wait, tc->trace_warmup, tc->trace_active,
                                 tc->trace_repeat},
                                tc->trace_buffer_events,
@@ -610,7 +673,7 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
         o->data_s += tb - ta;
         float l = 0;
         span = wf_trace_begin(WF_TRACE_REGION, "forward");
-        s = wf_model_forward(t->model, t->inputs, t->targets, t->B, t->T, &l);
+        s = wf_model_forward(t->model, t->inputs, t->targets, t->Bl, t->T, &l);
         wf_trace_end(span);
         WF_TRY(s);
         span = wf_trace_begin(WF_TRACE_REGION, "backward");
@@ -619,6 +682,19 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
         WF_TRY(s);
         o->loss += (double)l / t->accum;
         o->fwd_bwd_s += wf_time_now() - tb;
+    }
+    if (t->world > 1) {
+        /* DDP: every rank's gradients become the average over ranks (each
+         * rank's are the mean over its equal part of the batch, so this is
+         * the mean over the global batch), and so does the logged loss.
+         * Every rank then applies the same update to the same parameters. */
+        double tr = wf_time_now();
+        wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, "grad all-reduce");
+        wf_status s = wf_reducer_finish(t->reducer);
+        if (s == WF_OK) s = wf_comm_all_reduce_f64(t->comm, &o->loss, 1, WF_COMM_AVG, "loss");
+        wf_trace_end(span);
+        WF_TRY(s);
+        o->fwd_bwd_s += wf_time_now() - tr;
     }
 
     double t0 = wf_time_now();
@@ -730,6 +806,7 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
     }
     wf_progress bar;
     wf_progress_init(&bar, "train", "steps", (uint64_t)tc->steps);
+    if (t->rank != 0) bar.tty = 0; /* one bar: rank 0's */
     wf_progress_update(&bar, (uint64_t)start);
     double t_run = wf_time_now();
     double val_loss = NAN;
@@ -744,6 +821,7 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
             WF_WARN("trace: %s (training goes on)", wf_error_msg());
             wf_error_clear();
         }
+        if (t->comm) wf_comm_set_step(t->comm, step);
         double t0 = wf_time_now();
         step_outcome o;
         WF_TRY(run_step(t, &sched, step, &o));
@@ -779,12 +857,26 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
         wf_error_clear();
         int save_file = !roll && access(t->save_path, F_OK) == 0, stop_file = !roll && access(t->stop_path, F_OK) == 0;
         int sig = roll ? 0 : g_stop_signal, stop_at = !roll && tc->ckpt_stop_at > 0 && done == tc->ckpt_stop_at;
+        if (t->world > 1) {
+            /* What one rank saw, all do, at this same step. `roll` and
+             * stop_at are the same on every rank already (the loss and the
+             * gradient norm are). */
+            uint32_t flags = (save_file ? WF_AGREE_SAVE : 0u) | (stop_file ? WF_AGREE_STOP : 0u) |
+                             (sig ? WF_AGREE_SIGNAL : 0u) | (mem_trip ? AGREE_MEMORY : 0u) |
+                             (sig == SIGUSR1 ? AGREE_USR1 : 0u);
+            WF_TRY(wf_comm_agree(t->comm, &flags, "agree"));
+            save_file = (flags & WF_AGREE_SAVE) != 0;
+            stop_file = (flags & WF_AGREE_STOP) != 0;
+            sig = (flags & WF_AGREE_SIGNAL) ? ((flags & AGREE_USR1) ? SIGUSR1 : SIGTERM) : 0;
+            if ((flags & AGREE_MEMORY) && !mem_trip) snprintf(mem_msg, sizeof mem_msg, "another rank's memory limit");
+            mem_trip = (flags & AGREE_MEMORY) != 0;
+        }
         int stopping = !last && (stop_file || sig || stop_at || mem_trip);
         double tc0 = wf_time_now();
         if (!roll && (last || stopping || save_file || (tc->ckpt_every > 0 && done % tc->ckpt_every == 0))) {
             wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, "checkpoint");
             wf_progress_clear(&bar);
-            if (save_file && unlink(t->save_path) == 0) WF_INFO("%s: saving at step %lld", t->save_path, (long long)done);
+            if (save_file && t->rank == 0 && unlink(t->save_path) == 0) WF_INFO("%s: saving at step %lld", t->save_path, (long long)done);
             wf_status s = save_checkpoint(t, done);
             wf_trace_end(span);
             WF_TRY(s);
@@ -812,11 +904,11 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
         r.grad_norm_z = o.spike.grad_norm_z;
         r.spike = o.spike.spike;
         r.data_pos = o.data_pos;
-        wf_metrics_step_derive(&r, t->flops_per_token, 1, t->peak.tflops);
+        wf_metrics_step_derive(&r, t->flops_per_token, t->world, t->peak.tflops);
         wf_metrics_step_memory(&r, t->arena);
         if (t->metrics) WF_TRY(wf_metrics_log(t->metrics, &r));
 
-        if (done % tc->log_every == 0 || last || eval || o.spike.spike) {
+        if (t->rank == 0 && (done % tc->log_every == 0 || last || eval || o.spike.spike)) {
             char rate[32], vbuf[48] = "", mbuf[32] = "";
             fmt_rate(rate, sizeof rate, r.tokens_per_s);
             if (isfinite(r.mfu_pct)) snprintf(mbuf, sizeof mbuf, " | mfu %.1f%%", r.mfu_pct);
@@ -905,10 +997,26 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
     trainer t;
     memset(&t, 0, sizeof t);
     int64_t start = 0;
-    wf_status s = trainer_setup(&t, tc);
-    if (s == WF_OK) s = wf_mkdirs(tc->run_dir);
-    if (s == WF_OK) s = write_run_config(tc);
+    /* The communicator first: before the loader's and the checkpoint
+     * writer's threads start (MPI_Init). One process: the single backend. */
+    wf_comm_options co = wf_comm_options_default();
+    co.timeout_first_s = tc->dist_timeout_first_s;
+    co.timeout_s = tc->dist_timeout_s;
+    co.first_steps = tc->dist_first_steps;
+    co.report_dir = tc->run_dir;
+    wf_status s = tc->run_dir ? wf_mkdirs(tc->run_dir) : WF_OK;
+    if (s == WF_OK) s = wf_comm_create(&t.comm, &co);
+    if (s == WF_OK) {
+        t.rank = wf_comm_rank(t.comm);
+        t.world = wf_comm_size(t.comm);
+    } else {
+        t.world = 1;
+    }
+    if (s == WF_OK) s = trainer_setup(&t, tc);
+    if (s == WF_OK && t.rank == 0) s = write_run_config(tc);
     if (s == WF_OK) s = setup_checkpoints(&t);
+    /* Rank 0 has made the checkpoint folder and removed unfinished saves. */
+    if (s == WF_OK && t.world > 1) s = wf_comm_barrier(t.comm, "setup");
     if (s == WF_OK) s = resume_or_init(&t, &start);
     if (s == WF_OK) s = setup_obs(&t, start);
     if (s == WF_OK) s = train_loop(&t, start, result);
@@ -925,6 +1033,12 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
         if (t.writer) wf_ckpt_writer_wait(t.writer, NULL);
         wf_trace_discard();
         wf_error(s, "%s", msg);
+        if (t.world > 1) {
+            /* The other ranks may be blocked in a collective this rank
+             * will never join: end the whole job, with the reason. */
+            WF_ERROR("train: %s (ending all %d ranks)", msg, t.world);
+            wf_comm_abort(t.comm, 1);
+        }
     }
     trainer_free(&t); /* closes the metrics (writing what is buffered), stops the threads */
     if (t.tracing) {
@@ -935,6 +1049,7 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
         if (s != WF_OK) wf_error(s, "%s", msg);
     }
     restore_signals(&old);
+    wf_comm_destroy(t.comm);
     return s;
 }
 
