@@ -3,15 +3,19 @@
  * (what generation costs without a cache), on the same model in the same
  * run.
  *
- *   generate_bench [--preset NAME] [--tokens N] [--threads N] [--reps R]
+ *   generate_bench [--preset NAME] [--tokens N] [--threads N] [--step-threads N] [--reps R]
  *
  * Defaults: stories15M (random init), N = 256 positions (the preset's
- * max_seq_len): one prompt token and N-1 generated ones, greedy. It prints:
+ * max_seq_len): one prompt token and N-1 generated ones, greedy; the
+ * kernels' default threads, and the generator's default threads for a
+ * one-token step (wf_generator_set_step_threads). It prints:
  *   - cached generation: tokens/s of wf_generate, and the cost of a step
  *     near the start and near the end of the sequence (the attention part
  *     grows with the position; the matmuls do not);
  *   - the peer: for t = 1 .. N-1, wf_model_forward over the first t tokens
- *     and the argmax of the last row; tokens/s; and the ratio;
+ *     and the argmax of the last row; tokens/s, the cost of a token near
+ *     the start and near the end (it grows with t: quadratic in total);
+ *     and the ratio;
  *   - prefill: N tokens in one wf_generator_prefill (chunks of 64), tokens/s;
  *   - the sampler alone on a vocab-sized row: greedy, plain, top-k 40,
  *     top-p 0.9, in microseconds per token.
@@ -54,16 +58,17 @@ static int fail(const char *what) {
 
 int main(int argc, char **argv) {
     const char *preset = "stories15M";
-    int N = 0, threads = 0, reps = 3;
+    int N = 0, threads = 0, reps = 3, step_threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--preset") && v) preset = v, i++;
         else if (!strcmp(argv[i], "--tokens") && v) N = atoi(v), i++;
         else if (!strcmp(argv[i], "--threads") && v) threads = atoi(v), i++;
         else if (!strcmp(argv[i], "--reps") && v) reps = atoi(v), i++;
+        else if (!strcmp(argv[i], "--step-threads") && v) step_threads = atoi(v), i++;
         else {
             fprintf(stderr, "usage: generate_bench [--preset NAME] [--tokens N] [--threads N] "
-                            "[--reps R]\n");
+                            "[--step-threads N] [--reps R]\n");
             return 2;
         }
     }
@@ -83,9 +88,11 @@ int main(int argc, char **argv) {
         return fail("model");
     wf_model_init(m, 1);
     if (wf_generator_create(&g, m, N) != WF_OK) return fail("generator");
-    printf("generate_bench: %s (%.1fM parameters), %d positions, %d threads, OpenBLAS %s, "
-           "best of %d\n",
-           preset, wf_model_num_params(m) / 1e6, N, threads, wf_kern_blas_core(), reps);
+    if (step_threads > 0) wf_generator_set_step_threads(g, step_threads);
+    printf("generate_bench: %s (%.1fM parameters), %d positions, %d threads (%d for a step), "
+           "OpenBLAS %s, best of %d\n",
+           preset, wf_model_num_params(m) / 1e6, N, threads, wf_generator_step_threads(g),
+           wf_kern_blas_core(), reps);
 
     int32_t *cached = calloc((size_t)N, sizeof *cached), *full = calloc((size_t)N, sizeof *full);
     const wf_sampler_config greedy = {0.0, 0, 1.0};
@@ -121,15 +128,19 @@ int main(int argc, char **argv) {
     }
 
     /* Peer: the full forward over the growing sequence, once per token. */
-    double t_full = 1e30;
+    double t_full = 1e30, f_first = 1e30, f_last = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = wf_time_now();
+        double t0 = wf_time_now(), ta = 0, tb = 0;
         for (int t = 1; t < N; t++) {
+            if (t == probe + 1) ta = wf_time_now();
+            if (t == N - probe) tb = wf_time_now();
             if (wf_model_forward(m, full, NULL, 1, t, NULL) != WF_OK) return fail("forward");
             full[t] = argmax(wf_model_logits(m) + (size_t)(t - 1) * V, V);
         }
-        double t = wf_time_now() - t0;
-        t_full = t < t_full ? t : t_full;
+        double t1 = wf_time_now();
+        t_full = t1 - t0 < t_full ? t1 - t0 : t_full;
+        f_first = ta - t0 < f_first ? ta - t0 : f_first;
+        f_last = t1 - tb < f_last ? t1 - tb : f_last;
     }
     int same = 0;
     while (same < N && cached[same] == full[same]) same++;
@@ -153,6 +164,10 @@ int main(int argc, char **argv) {
            1e3 * t_last / probe);
     printf("%-34s %12.1f %12.3f\n", "full forward per token (peer)", n_new / t_full,
            1e3 * t_full / n_new);
+    printf("%-34s %12.1f %12.3f\n", "  tokens at positions 1..N/8", probe / f_first,
+           1e3 * f_first / probe);
+    printf("%-34s %12.1f %12.3f\n", "  tokens at positions 7N/8..N", probe / f_last,
+           1e3 * f_last / probe);
     printf("%-34s %12.1f %12.3f\n", "prefill of N tokens", N / t_prefill, 1e3 * t_prefill / N);
     printf("\ncached / full-forward speed-up: %.1fx over %d tokens; same tokens: %s\n",
            t_full / t_cached, n_new, same == N ? "yes" : "NO");

@@ -40,6 +40,19 @@ void wf_generator_destroy(wf_generator *g); /* accepts NULL */
 /* Forgets the sequence: the next prefill starts at position 0. */
 void wf_generator_reset(wf_generator *g);
 
+/* Threads of a one-token step (wf_generator_step, and a prefill of one
+ * token): between 1 and the kernels' thread count at creation, which is
+ * the default (n is clamped). A step is a few milliseconds of
+ * matrix-vector products cut into dozens of short parallel regions. On an
+ * idle machine threads pay (stories15M, 2 cores: 1.37 ms a token on 2
+ * threads, 2.26 ms on 1), but when another process holds a core each
+ * region waits for the OS to schedule its last thread (measured: 28..68 ms
+ * a token on 2 threads of a busy 2-core machine, 4..5 ms on 1). On a
+ * shared machine, set 1. Prompts (more than one token) always use every
+ * thread: their regions are long. */
+void wf_generator_set_step_threads(wf_generator *g, int n);
+int wf_generator_step_threads(const wf_generator *g);
+
 /* Positions in the cache (tokens processed since the last reset), and the
  * most it can hold. */
 int wf_generator_pos(const wf_generator *g);

@@ -11,7 +11,8 @@
  *   att = attention(q, K[0:p+1], V[0:p+1]) for the row at position p
  *   x += att wo^T;  xn = rmsnorm(x);  x += swiglu(xn w13^T) w2^T
  * and the final norm and lm_head for the last row only. Everything but the
- * attention is a call of include/weft/kernels.h; the parameters are found
+ * attention and the one-row products (gen_linear: sgemv) is a call of
+ * include/weft/kernels.h; the parameters are found
  * by their Hugging Face names, so this file depends on the model's public
  * layout only (plus the documented adjacency of gate_proj and up_proj,
  * checked at creation).
@@ -56,7 +57,9 @@ struct wf_generator {
     wf_model *m;
     wf_arena *arena;
     int C, L, NH, NKV, HD, H, V, KVD; /* KVD = NKV*HD */
-    int cap, pos, chunk, n_threads;
+    int cap, pos, chunk;
+    int n_threads;    /* threads of a prefill chunk (and of the attention scratch) */
+    int step_threads; /* threads of a one-token step: wf_generator_set_step_threads */
     float eps;
 
     gen_layer_ *lp;                      /* (L) */
@@ -188,6 +191,7 @@ wf_status wf_generator_create(wf_generator **out, wf_model *m, int max_tokens) {
     g->cap = max_tokens;
     g->chunk = max_tokens < GEN_CHUNK_ ? max_tokens : GEN_CHUNK_;
     g->n_threads = wf_kern_threads();
+    g->step_threads = g->n_threads;
     g->eps = (float)cfg->norm_eps;
     g->lp = wf_arena_alloc(arena, (size_t)g->L * sizeof *g->lp, 0);
     wf_status s = g->lp ? find_params(g) : wf_error(WF_ERR_NOMEM, "generate: layer table");
@@ -215,6 +219,12 @@ void wf_generator_destroy(wf_generator *g) {
 }
 
 void wf_generator_reset(wf_generator *g) { g->pos = 0; }
+
+void wf_generator_set_step_threads(wf_generator *g, int n) {
+    g->step_threads = n < 1 ? 1 : n > g->n_threads ? g->n_threads : n;
+}
+
+int wf_generator_step_threads(const wf_generator *g) { return g->step_threads; }
 int wf_generator_pos(const wf_generator *g) { return g->pos; }
 int wf_generator_capacity(const wf_generator *g) { return g->cap; }
 
@@ -224,7 +234,7 @@ int wf_generator_capacity(const wf_generator *g) { return g->cap; }
  * cached keys and values of layer l up to each row's own position. Each
  * (row, head) is one task on one thread, its sums in a fixed order, so the
  * result does not depend on the thread count. */
-static void gen_attention(wf_generator *g, int l, int p0, int n) {
+static void gen_attention(wf_generator *g, int l, int p0, int n, int n_threads) {
     const int NH = g->NH, HD = g->HD, KVD = g->KVD, group = g->NH / g->NKV, cap = g->cap;
     const size_t QD = (size_t)NH * HD;
     const float scale = 1.0f / sqrtf((float)HD);
@@ -232,8 +242,8 @@ static void gen_attention(wf_generator *g, int l, int p0, int n) {
     const float *V = g->v_cache + (size_t)l * cap * KVD; /* (cap, KVD) */
     const int n_tasks = n * NH;
     const long long work = (long long)n_tasks * (p0 + n) * HD;
-    (void)work;
-#pragma omp parallel for schedule(static) num_threads(g->n_threads) \
+    (void)work; /* read only by the pragma, which some builds ignore */
+#pragma omp parallel for schedule(static) num_threads(n_threads) \
     if (work >= GEN_ATT_PARALLEL_MIN_)
     for (int task = 0; task < n_tasks; task++) {
         int i = task / NH, h = task % NH, t = p0 + i, kvh = h / group;
@@ -285,6 +295,14 @@ static void gen_linear(float *out, const float *inp, const float *weight, int n,
 static void gen_forward_chunk(wf_generator *g, const int32_t *tokens, int n, int want_logits) {
     const int C = g->C, H = g->H, KVD = g->KVD, QD = g->NH * g->HD, half = g->HD / 2;
     const int p0 = g->pos;
+    /* The kernels' OpenMP loops and OpenBLAS (OpenMP build) take their
+     * thread count from this thread's OpenMP setting: a step runs on
+     * step_threads, restored at the end. */
+    const int threads = n == 1 ? g->step_threads : g->n_threads;
+#ifdef _OPENMP
+    const int saved_threads = omp_get_max_threads();
+    if (threads != saved_threads) omp_set_num_threads(threads);
+#endif
     const float *cos_p0 = g->rope_cos + (size_t)p0 * half, *sin_p0 = g->rope_sin + (size_t)p0 * half;
     wf_kern_embedding_fwd(g->x, tokens, g->wte, n, C);
     for (int l = 0; l < g->L; l++) {
@@ -298,7 +316,7 @@ static void gen_forward_chunk(wf_generator *g, const int32_t *tokens, int n, int
         /* Rows are consecutive positions from p0: tables from row p0, T = n. */
         wf_kern_rope_fwd(g->q, cos_p0, sin_p0, 1, n, g->NH, g->HD, QD);
         wf_kern_rope_fwd(k_rows, cos_p0, sin_p0, 1, n, g->NKV, g->HD, KVD);
-        gen_attention(g, l, p0, n);
+        gen_attention(g, l, p0, n, threads);
         gen_linear(g->x, g->att, p->wo, n, QD, C, 1); /* x += att wo^T */
         wf_kern_rmsnorm_fwd(g->xn, g->rstd, g->x, p->ln2, n, C, g->eps);
         gen_linear(g->h13, g->xn, p->w13, n, C, 2 * H, 0);
@@ -306,10 +324,14 @@ static void gen_forward_chunk(wf_generator *g, const int32_t *tokens, int n, int
         gen_linear(g->x, g->gate, p->w2, n, H, C, 1); /* x += g w2^T */
     }
     g->pos = p0 + n;
-    if (!want_logits) return;
-    const float *x_last = g->x + (size_t)(n - 1) * C;
-    wf_kern_rmsnorm_fwd(g->xn, g->rstd, x_last, g->norm_f, 1, C, g->eps);
-    gen_linear(g->logits, g->xn, g->lm_head, 1, C, g->V, 0);
+    if (want_logits) {
+        const float *x_last = g->x + (size_t)(n - 1) * C;
+        wf_kern_rmsnorm_fwd(g->xn, g->rstd, x_last, g->norm_f, 1, C, g->eps);
+        gen_linear(g->logits, g->xn, g->lm_head, 1, C, g->V, 0);
+    }
+#ifdef _OPENMP
+    if (threads != saved_threads) omp_set_num_threads(saved_threads);
+#endif
 }
 
 wf_status wf_generator_prefill(wf_generator *g, const int32_t *tokens, int n,

@@ -11,6 +11,7 @@
 
 #include "harness.h"
 #include "weft/generate.h"
+#include "weft/kernels.h"
 #include "weft/model.h"
 #include "weft/rng.h"
 
@@ -152,6 +153,30 @@ WF_TEST(cache_of_fewer_positions_than_the_model) {
     WF_CHECK_OK(wf_generator_create(&g, f.m, 12));
     WF_CHECK_EQ(wf_generator_capacity(g), 12);
     WF_CHECK_TRUE(check_cache(&f, g, tokens, 12, 3) <= KV_TOL);
+    wf_generator_destroy(g);
+    free_model(&f);
+}
+
+/* The step's thread count: clamped, restored after each step, and the
+ * logits the same to rounding on one thread or all. */
+WF_TEST(step_threads_are_clamped_restored_and_change_only_rounding) {
+    wf_model_config cfg = kv_config(1);
+    fixture f = make_model(&cfg, 8);
+    int32_t tokens[40];
+    random_tokens(tokens, 40, cfg.vocab_size, 10);
+    const int all = wf_kern_threads();
+    wf_generator *g;
+    WF_CHECK_OK(wf_generator_create(&g, f.m, 40));
+    WF_CHECK_EQ(wf_generator_step_threads(g), all);
+    wf_generator_set_step_threads(g, 0);
+    WF_CHECK_EQ(wf_generator_step_threads(g), 1);
+    wf_generator_set_step_threads(g, all + 5);
+    WF_CHECK_EQ(wf_generator_step_threads(g), all);
+    for (int st = 1; st <= all; st++) {
+        wf_generator_set_step_threads(g, st);
+        WF_CHECK_TRUE(check_cache(&f, g, tokens, 40, 3) <= KV_TOL);
+        WF_CHECK_EQ(wf_kern_threads(), all); /* the caller's setting is back */
+    }
     wf_generator_destroy(g);
     free_model(&f);
 }
