@@ -1,0 +1,246 @@
+"""`weft train` data-parallel under real launchers (Open MPI's mpirun and
+MPICH's mpiexec): the same global batches at 1, 2 and 4 ranks give the same
+losses, a checkpoint saved at 2 ranks resumes at 1 and continues the same
+losses and data order, a STOP file stops every rank at the same step, and a
+batch the ranks cannot share fails at once on every rank (no hang).
+
+Tolerance. data.batch_size is the global micro-batch: each of W ranks
+computes the mean loss and gradients of B/W sequences and the gradients are
+averaged over ranks, so W ranks compute the same quantities as one process,
+summed in another order (float32: the per-rank means and the all-reduce's
+sum add rounding errors of a few ulps relative to the gradient). Over a few
+steps of a tiny model these differences stay far below the printed
+precision's last digit: the losses (4 decimals) must agree within 2e-3 and
+the final weights within 1e-4 absolute. A wrong split (ranks reading the same
+sequences, no gradient averaging, a rank's loss alone) changes the losses in
+the second or first decimal from step 2 on.
+
+Every launcher run has a timeout and its whole process group is killed when
+done, so a hang fails the test instead of blocking the suite."""
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import BUILD, run_weft_cmd
+
+WEFT = BUILD / "weft"
+LAUNCH = {
+    "openmpi": ["mpirun.openmpi", "--oversubscribe"],
+    "mpich": ["mpiexec.mpich"],
+}
+STEP = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.]+) \| lr ([0-9.e+-]+) \| grad norm ([0-9.]+)")
+VAL = re.compile(r"val loss ([0-9.]+)")
+LOSS_TOL = 2e-3
+WEIGHT_TOL = 1e-4
+
+
+def _env():
+    env = dict(os.environ)
+    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    for k in list(env):
+        if k.startswith(("OMPI_COMM_WORLD", "PMI_", "PMIX_", "SLURM_")) or k == "WEFT_DIST_BACKEND":
+            del env[k]
+    return env
+
+
+def _cmd(impl, np_, args):
+    cmd = [str(WEFT)] + [str(a) for a in args]
+    return LAUNCH[impl] + ["-np", str(np_)] + cmd if impl else cmd
+
+
+def launch(impl, np_, args, timeout=60):
+    """weft under impl's launcher with np_ ranks (impl None: one process)."""
+    cmd = _cmd(impl, np_, args)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout} s (hang)\n{out[-3000:]}\n{err[-3000:]}")
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def ok(impl, np_, args, codes=(0,), **kw):
+    r = launch(impl, np_, args, **kw)
+    if r.returncode not in codes:
+        pytest.fail(f"{' '.join(r.args)} exited {r.returncode}\nstdout:\n{r.stdout[-4000:]}\n"
+                    f"stderr:\n{r.stderr[-4000:]}")
+    return r
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, corpus_dir):
+    d = tmp_path_factory.mktemp("dist")
+    inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
+    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + inputs)
+    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
+                  "--seed", 3] + inputs)
+    return d
+
+
+def args(dataset, run, *extra, steps=6):
+    return ["train", "--data", dataset / "data", "--run-dir", run, "--preset", "tiny", "--steps", steps,
+            "--batch-size", 4, "--seq-len", 32, "--lr", 0.01, "--optim.warmup_steps=2", "--train.eval_every=3",
+            "--threads", 1, "--metrics.peak_tflops=1", "--data.global_batch_tokens=256"] + list(extra)
+
+
+def losses(out):
+    return [(int(m.group(1)), float(m.group(3))) for m in map(STEP.match, out.splitlines()) if m]
+
+
+def val_losses(out):
+    return [float(v) for v in VAL.findall(out)]
+
+
+def weights(path):
+    b = path.read_bytes()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32)
+            for k, v in h.items() if k != "__metadata__"}
+
+
+def close(a, b, tol=LOSS_TOL):
+    assert [s for s, _ in a] == [s for s, _ in b], (a, b)
+    assert all(abs(x - y) <= tol for (_, x), (_, y) in zip(a, b)), (a, b)
+
+
+@pytest.fixture(scope="module")
+def single(dataset, tmp_path_factory):
+    run = tmp_path_factory.mktemp("single") / "run"
+    r = ok(None, 1, args(dataset, run))
+    return r.stdout, run
+
+
+@pytest.mark.parametrize("impl,np_", [("openmpi", 2), ("mpich", 2), ("openmpi", 4)])
+def test_ranks_give_the_same_losses_as_one_process(dataset, single, tmp_path, impl, np_):
+    out1, run1 = single
+    run = tmp_path / "run"
+    r = ok(impl, np_, args(dataset, run))
+    ref = losses(out1)
+    assert len(ref) == 6
+    close(losses(r.stdout), ref)  # only rank 0 prints step lines: exactly 6 of them
+    assert len(val_losses(r.stdout)) == 2
+    assert all(abs(a - b) <= LOSS_TOL for a, b in zip(val_losses(r.stdout), val_losses(out1)))
+    assert f"DDP: {np_} ranks ({impl})" in r.stderr
+    w1, w = weights(run1 / "model.safetensors"), weights(run / "model.safetensors")
+    assert w.keys() == w1.keys()
+    diff = max(float(np.abs(w[k] - w1[k]).max()) for k in w)
+    assert diff <= WEIGHT_TOL, diff
+    # rank 0 alone writes the run's files: one metrics line per step
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 6
+
+
+def test_saved_at_two_ranks_resumes_at_one(dataset, single, tmp_path):
+    out1, _ = single
+    run = tmp_path / "run"
+    r = ok("openmpi", 2, args(dataset, run, "--ckpt.stop_at=3"), codes=(75,))
+    close(losses(r.stdout), losses(out1)[:3])
+    assert (run / "checkpoints" / "step-0000003").is_dir()
+    r = ok(None, 1, args(dataset, run))
+    assert "resumed from" in r.stderr
+    # steps 4..6 continue the same data order and the same state
+    close(losses(r.stdout), losses(out1)[3:])
+
+
+def test_stop_file_stops_every_rank_at_the_same_step(dataset, tmp_path):
+    run = tmp_path / "run"
+    cmd = _cmd("openmpi", 2, args(dataset, run, "--train.log_every=1", "--train.eval_every=0",
+                                  "--ckpt.every=0", steps=5000))
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                         start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        for line in p.stdout:
+            if line.startswith("step") and int(STEP.match(line).group(1)) >= 3:
+                (run / "STOP").write_text("")
+                break
+            if time.monotonic() - t0 > 60:
+                break
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"did not stop in 60 s after the STOP file\n{err[-3000:]}")
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert p.returncode == 0, err[-3000:]
+    stopped = re.findall(r"\[weft r(\d) [^\]]*\] \S*STOP exists: stopped after step (\d+) of 5000", err)
+    assert sorted(r for r, _ in stopped) == ["0", "1"], err[-3000:]
+    assert stopped[0][1] == stopped[1][1]
+    step = int(stopped[0][1])
+    assert 3 <= step < 5000
+    assert (run / "checkpoints" / f"step-{step:07d}").is_dir()
+
+
+def test_batch_not_divisible_by_ranks_fails_on_every_rank(dataset, tmp_path):
+    r = launch("mpich", 2, args(dataset, tmp_path / "run", "--batch-size", 3, "--data.global_batch_tokens=96"),
+               timeout=30)
+    assert r.returncode != 0
+    assert "data.batch_size = 3 sequences is not divisible by the 2 ranks" in r.stderr
+
+
+def _rank_pid(session, rank):
+    """The pid of weft's rank `rank` among the processes of a session."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.getsid(int(d)) != session or not os.readlink(f"/proc/{d}/exe").endswith("/weft"):
+                continue
+            env = open(f"/proc/{d}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return int(d)
+    return None
+
+
+def test_signal_to_one_rank_stops_every_rank_at_the_same_step(dataset, tmp_path):
+    # Only rank 1 gets SIGUSR1: without the agreement rank 1 alone would
+    # stop and rank 0 would wait for it in the next all-reduce.
+    run = tmp_path / "run"
+    cmd = _cmd("openmpi", 2, args(dataset, run, "--train.log_every=1", "--train.eval_every=0",
+                                  "--ckpt.every=0", "--dist.timeout_s=20", steps=5000))
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                         start_new_session=True)
+    try:
+        for line in p.stdout:
+            if line.startswith("step") and int(STEP.match(line).group(1)) >= 3:
+                pid = _rank_pid(p.pid, 1)
+                assert pid, "rank 1's process not found"
+                os.kill(pid, signal.SIGUSR1)
+                break
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"did not stop in 60 s after SIGUSR1 to rank 1\n{err[-3000:]}")
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert p.returncode == 75, err[-3000:]
+    stopped = re.findall(r"\[weft r(\d) [^\]]*\] SIGUSR1: stopped after step (\d+) of 5000", err)
+    assert sorted(r for r, _ in stopped) == ["0", "1"], err[-3000:]
+    assert stopped[0][1] == stopped[1][1]
+    assert (run / "checkpoints" / f"step-{int(stopped[0][1]):07d}").is_dir()
