@@ -22,9 +22,9 @@
  * removed by wf_ckpt_cleanup. Asynchronous saves copy the state into a
  * staging buffer (allocated once) and return; a writer thread does the I/O.
  *
- * This module does not: talk to other ranks (a multi-rank save needs a
- * communicator to gather the pieces' checksums to rank 0; the single-process
- * writer supports world_size 1), compress, or write to object stores.
+ * A multi-rank save is collective over a communicator (dist.h), and
+ * synchronous. This module does not: save asynchronously from several
+ * ranks, compress, or write to object stores.
  */
 #ifndef WEFT_CKPT_H
 #define WEFT_CKPT_H
@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "weft/dist.h"
 #include "weft/model.h"
 #include "weft/status.h"
 
@@ -63,7 +64,7 @@ wf_status wf_ckpt_meta_set_model_config(wf_ckpt_meta *m, const wf_model_config *
 /* ---- writing ---- */
 
 typedef struct {
-    int rank, world_size; /* this process writes rank `rank`'s part; only world_size 1 for now */
+    int rank, world_size; /* this process writes rank `rank`'s part of every tensor */
     int async;            /* 1: wf_ckpt_save copies into a staging buffer and a thread writes */
     int keep_last;        /* after each save, keep only the newest keep_last checkpoints of the
                              parent directory (0: keep all) ... */
@@ -90,6 +91,15 @@ typedef struct wf_ckpt_writer wf_ckpt_writer;
  * rank's bytes) and starts the writer thread. */
 wf_status wf_ckpt_writer_create(wf_ckpt_writer **out, const wf_ckpt_tensor *tensors, size_t n,
                                 const wf_ckpt_writer_opts *opts);
+/* The writer of rank opts->rank of opts->world_size > 1 ranks (the ranks of
+ * `comm`, which must outlive the writer). wf_ckpt_save is then collective
+ * and synchronous (opts->async must be 0): every rank writes its data file,
+ * rank 0 gathers the pieces' checksums, writes the manifest and commits
+ * once every data file is on disk, and prunes; every rank returns the same
+ * status (a rank that did not fail names the first that did). With
+ * world_size 1 it is wf_ckpt_writer_create. */
+wf_status wf_ckpt_writer_create_ranks(wf_ckpt_writer **out, const wf_ckpt_tensor *tensors, size_t n,
+                                      const wf_ckpt_writer_opts *opts, wf_comm *comm);
 /* Waits for a save in flight (its error, if any, is lost: call
  * wf_ckpt_writer_wait first to see it), stops the thread, frees. Accepts NULL. */
 void wf_ckpt_writer_destroy(wf_ckpt_writer *w);

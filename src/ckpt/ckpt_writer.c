@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "weft/dist.h"
 #include "weft/fileio.h"
 #include "weft/thread.h"
 #include "weft/trace.h"
@@ -24,6 +25,7 @@
 struct wf_ckpt_writer {
     wf_ckpt_plan plan;
     wf_ckpt_writer_opts o;
+    wf_comm *comm;           /* world_size > 1 */
     uint64_t *sums;          /* (n_pieces) checksums of the save being written */
     unsigned char *staging;  /* async: the data file image, rank_bytes[rank] bytes */
 
@@ -71,6 +73,84 @@ static wf_status do_save(wf_ckpt_writer *w, const char *dir, uint64_t step, cons
     return s;
 }
 
+/* One phase of a multi-rank save ends: every rank learns whether any
+ * failed (an all-reduce, so it is also a barrier). A rank that did not fail
+ * gets an error naming the first rank that did. */
+static wf_status agree_phase(wf_ckpt_writer *w, wf_status mine, const char *phase) {
+    int32_t v[2] = {mine != WF_OK, mine != WF_OK ? w->o.rank : INT32_MAX};
+    wf_status s = wf_comm_all_reduce_i32(w->comm, v, 1, WF_COMM_MAX, "ckpt save");
+    if (s == WF_OK) s = wf_comm_all_reduce_i32(w->comm, v + 1, 1, WF_COMM_MIN, "ckpt save");
+    if (s != WF_OK) return s;
+    if (mine != WF_OK) return mine;
+    if (v[0]) return wf_error(WF_ERR_IO, "checkpoint save: rank %d failed %s (its log says why)", v[1], phase);
+    return WF_OK;
+}
+
+/* The save of every rank (world size > 1, synchronous, collective): rank 0
+ * makes the temporary folder, every rank writes its data file, rank 0
+ * gathers the checksums of every piece (each rank contributes its own, the
+ * rest zero: a bitwise OR is a gather), writes the manifest and commits
+ * once every data file is on disk. */
+static wf_status do_save_ranks(wf_ckpt_writer *w, const char *dir, uint64_t step, const json_t *state,
+                               int *pruned) {
+    *pruned = 0;
+    int rank = w->o.rank;
+    /* Rank 0's temporary folder (its name holds rank 0's pid) for all. */
+    char *tmp = calloc(1, 4096);
+    char *mine = rank == 0 ? wf_ckpt_tmp_path(dir) : NULL;
+    wf_status s = tmp && (rank != 0 || mine) ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
+    if (s == WF_OK && mine && strlen(mine) >= 4096) s = wf_error(WF_ERR_INVALID, "checkpoint: path too long: %s", mine);
+    if (s == WF_OK && mine) memcpy(tmp, mine, strlen(mine) + 1);
+    free(mine);
+    s = agree_phase(w, s, "to name the temporary folder");
+    if (s == WF_OK) s = wf_comm_broadcast(w->comm, tmp, 4096, 0, "ckpt tmp dir");
+    if (s == WF_OK && rank == 0) {
+        if (wf_path_exists(tmp)) s = wf_ckpt_remove_tree(tmp);
+        if (s == WF_OK) s = wf_mkdirs(tmp);
+    }
+    s = agree_phase(w, s, "to make the temporary folder");
+    size_t n = w->plan.n_pieces;
+    int32_t *words = NULL;
+    if (s == WF_OK) {
+        memset(w->sums, 0, (n + 1) * sizeof *w->sums);
+        s = wf_ckpt_write_data(&w->plan, rank, tmp, step, NULL, w->sums);
+        s = agree_phase(w, s, "to write its data file");
+    }
+    if (s == WF_OK) {
+        words = calloc(2 * n + 2, sizeof *words);
+        if (!words) s = wf_error(WF_ERR_NOMEM, "out of memory");
+        else memcpy(words, w->sums, n * sizeof *w->sums);
+        s = agree_phase(w, s, "to allocate the checksums");
+    }
+    if (s == WF_OK) s = wf_comm_all_reduce_i32(w->comm, words, 2 * n, WF_COMM_BOR, "ckpt checksums");
+    if (s == WF_OK) {
+        wf_status m = WF_OK;
+        if (rank == 0) {
+            memcpy(w->sums, words, n * sizeof *w->sums);
+            m = wf_ckpt_write_manifest(&w->plan, tmp, step, state, w->sums);
+            if (m == WF_OK) m = wf_ckpt_commit(tmp, dir);
+            if (m == WF_OK && w->o.keep_last > 0) {
+                const char *slash = strrchr(dir, '/');
+                char *root = slash ? strndup(dir, (size_t)(slash - dir)) : strdup(".");
+                m = root ? wf_ckpt_prune(root, w->o.keep_last, w->o.keep_every, pruned)
+                         : wf_error(WF_ERR_NOMEM, "out of memory");
+                free(root);
+            }
+        }
+        s = agree_phase(w, m, "to write the manifest and commit");
+    }
+    free(words);
+    if (s != WF_OK && rank == 0 && tmp && wf_path_exists(tmp)) {
+        wf_status keep = s;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", wf_error_msg());
+        wf_ckpt_remove_tree(tmp); /* best effort; wf_ckpt_cleanup catches what is left */
+        wf_error(keep, "%s", msg);
+    }
+    free(tmp);
+    return s;
+}
+
 static void *writer_main(void *arg) {
     wf_ckpt_writer *w = arg;
     wf_trace_thread_setup("ckpt-writer", 40); /* its spans: docs/tracing.md; only fails out of memory */
@@ -111,15 +191,30 @@ static void *writer_main(void *arg) {
 
 wf_status wf_ckpt_writer_create(wf_ckpt_writer **out, const wf_ckpt_tensor *tensors, size_t n,
                                 const wf_ckpt_writer_opts *opts) {
+    return wf_ckpt_writer_create_ranks(out, tensors, n, opts, NULL);
+}
+
+wf_status wf_ckpt_writer_create_ranks(wf_ckpt_writer **out, const wf_ckpt_tensor *tensors, size_t n,
+                                      const wf_ckpt_writer_opts *opts, wf_comm *comm) {
     *out = NULL;
-    if (opts->world_size != 1 || opts->rank != 0)
+    if (opts->world_size < 1 || opts->rank < 0 || opts->rank >= opts->world_size)
+        return wf_error(WF_ERR_INVALID, "checkpoint writer: rank %d of %d is not a rank", opts->rank,
+                        opts->world_size);
+    if (opts->world_size > 1 &&
+        (!comm || wf_comm_size(comm) != opts->world_size || wf_comm_rank(comm) != opts->rank))
         return wf_error(WF_ERR_UNSUPPORTED,
-                        "checkpoint writer: rank %d of %d: saving from several processes needs a communicator "
-                        "to gather the checksums to rank 0, which weft does not have yet; use world_size 1",
+                        "checkpoint writer: rank %d of %d needs the communicator of those ranks to gather the "
+                        "checksums to rank 0 (wf_ckpt_writer_create_ranks)",
+                        opts->rank, opts->world_size);
+    if (opts->world_size > 1 && opts->async)
+        return wf_error(WF_ERR_UNSUPPORTED,
+                        "checkpoint writer: rank %d of %d: asynchronous saves from several ranks are not "
+                        "supported yet (the commit needs collectives on the training thread); use async = 0",
                         opts->rank, opts->world_size);
     wf_ckpt_writer *w = calloc(1, sizeof *w);
     if (!w) return wf_error(WF_ERR_NOMEM, "out of memory");
     w->o = *opts;
+    w->comm = comm;
     wf_status s = wf_ckpt_plan_make(&w->plan, tensors, n, opts->world_size);
     if (s != WF_OK) {
         free(w);
@@ -188,7 +283,8 @@ wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const 
     if (!w->o.async) {
         int pruned;
         wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_IO, "ckpt write", (int64_t)st.bytes);
-        wf_status s = do_save(w, dir, step, wf_ckpt_meta_json(meta), NULL, &pruned);
+        wf_status s = w->o.world_size > 1 ? do_save_ranks(w, dir, step, wf_ckpt_meta_json(meta), &pruned)
+                                          : do_save(w, dir, step, wf_ckpt_meta_json(meta), NULL, &pruned);
         wf_trace_end(span);
         st.write_seconds = st.blocked_seconds = wf_time_now() - t0;
         st.pruned = pruned;

@@ -386,7 +386,7 @@ static void log_save(const trainer *t, const wf_ckpt_save_stats *st) {
     double gbs = st->write_seconds > 0 ? (double)st->bytes / st->write_seconds / 1e9 : 0;
     char pruned[48] = "";
     if (st->pruned) snprintf(pruned, sizeof pruned, "; removed %d old", st->pruned);
-    if (t->tc->ckpt_async)
+    if (wf_ckpt_writer_staging_bytes(t->writer))
         WF_INFO("saved %s: %.1f MB written in %.1f ms (%.2f GB/s) by the writer thread; training blocked %.1f ms "
                 "(copy %.1f ms)%s",
                 dir, (double)st->bytes / 1e6, st->write_seconds * 1e3, gbs, st->blocked_seconds * 1e3,
@@ -399,7 +399,6 @@ static void log_save(const trainer *t, const wf_ckpt_save_stats *st) {
 /* Logs the saves that completed; a failed one stops the run (the previous
  * checkpoints are intact, so a rerun resumes from the last good one). */
 static wf_status report_saves(trainer *t) {
-    if (!t->writer) return WF_OK; /* ranks other than 0 save nothing */
     wf_ckpt_save_stats st;
     while (wf_ckpt_writer_poll(t->writer, &st)) {
         if (st.status != WF_OK) return wf_ckpt_writer_wait(t->writer, NULL);
@@ -410,13 +409,6 @@ static wf_status report_saves(trainer *t) {
 
 static wf_status save_checkpoint(trainer *t, int64_t step) {
     if (t->last_saved == step) return WF_OK;
-    if (!t->writer) {
-        /* Rank > 0: the replicas are identical, rank 0 writes the state of
-         * all (a world-size-1 checkpoint, which loads on any rank count). */
-        t->last_saved = step;
-        wf_ckpt_step_dir(t->rollback_dir, sizeof t->rollback_dir, t->root, (uint64_t)step);
-        return WF_OK;
-    }
     wf_ckpt_meta *meta = NULL;
     WF_TRY(make_meta(t, &meta));
     char dir[4096];
@@ -429,10 +421,11 @@ static wf_status save_checkpoint(trainer *t, int64_t step) {
     return report_saves(t);
 }
 
-/* Waits for rank 0's save in flight; with several ranks, every rank
- * returns only once it is on disk (a barrier), so that all can read it. */
+/* Waits for the save in flight; with several ranks (whose saves are
+ * synchronous and collective) also a barrier, so that all ranks leave
+ * together. */
 static wf_status finish_saves(trainer *t) {
-    wf_status s = t->writer ? wf_ckpt_writer_wait(t->writer, NULL) : WF_OK;
+    wf_status s = wf_ckpt_writer_wait(t->writer, NULL);
     if (s == WF_OK) s = report_saves(t);
     if (t->world > 1) {
         /* Collective on every path, so that a failed save does not leave the
@@ -552,14 +545,22 @@ static wf_status setup_checkpoints(trainer *t) {
     t->config_text = config_toml(tc);
     if (!t->config_text) return wf_error(WF_ERR_NOMEM, "out of memory");
     WF_TRY(build_state(t));
-    if (t->rank != 0) return WF_OK; /* rank 0 alone writes checkpoints */
-    WF_TRY(wf_mkdirs(t->root));
-    int removed = 0;
-    WF_TRY(wf_ckpt_cleanup(t->root, &removed));
-    if (removed) WF_INFO("removed %d unfinished checkpoint save%s from %s", removed, removed == 1 ? "" : "s", t->root);
-    wf_ckpt_writer_opts wo = {0, 1, tc->ckpt_async, (int)tc->ckpt_keep_last, (uint64_t)tc->ckpt_keep_every};
-    WF_TRY(wf_ckpt_writer_create(&t->writer, t->state, t->n_state, &wo));
-    if (tc->ckpt_async)
+    if (t->rank == 0) {
+        /* Rank 0 alone tidies the folder; the caller's barrier follows. */
+        WF_TRY(wf_mkdirs(t->root));
+        int removed = 0;
+        WF_TRY(wf_ckpt_cleanup(t->root, &removed));
+        if (removed)
+            WF_INFO("removed %d unfinished checkpoint save%s from %s", removed, removed == 1 ? "" : "s", t->root);
+    }
+    /* Several ranks: each writes 1/W of every tensor's rows, synchronously
+     * (the commit is collective, on this thread). */
+    int async = tc->ckpt_async && t->world == 1;
+    if (tc->ckpt_async && !async && t->rank == 0)
+        WF_INFO("checkpoints: synchronous with %d ranks (ckpt.async is for one process, for now)", t->world);
+    wf_ckpt_writer_opts wo = {t->rank, t->world, async, (int)tc->ckpt_keep_last, (uint64_t)tc->ckpt_keep_every};
+    WF_TRY(wf_ckpt_writer_create_ranks(&t->writer, t->state, t->n_state, &wo, t->comm));
+    if (async)
         WF_INFO("checkpoints: %s, asynchronous (staging buffer %.1f MB)", t->root,
                 (double)wf_ckpt_writer_staging_bytes(t->writer) / 1e6);
     return WF_OK;
@@ -1012,11 +1013,26 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
     } else {
         t.world = 1;
     }
+    int comm_ok = s == WF_OK, setup_failed = 0;
     if (s == WF_OK) s = trainer_setup(&t, tc);
     if (s == WF_OK && t.rank == 0) s = write_run_config(tc);
     if (s == WF_OK) s = setup_checkpoints(&t);
-    /* Rank 0 has made the checkpoint folder and removed unfinished saves. */
-    if (s == WF_OK && t.world > 1) s = wf_comm_barrier(t.comm, "setup");
+    if (comm_ok && t.world > 1) {
+        /* Every rank gets here, failed or not: the ranks agree, so that a
+         * config error (usually the same on all) ends every rank normally,
+         * with its message, and no rank waits for one that left. Also
+         * orders rank 0's tidying of the checkpoint folder before the
+         * others read it. */
+        uint32_t flags = s != WF_OK ? WF_AGREE_ERROR : 0u;
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", s != WF_OK ? wf_error_msg() : "");
+        wf_status a = wf_comm_agree(t.comm, &flags, "setup");
+        if (s != WF_OK) wf_error(s, "%s", msg);
+        else if (a != WF_OK) s = a;
+        else if (flags & WF_AGREE_ERROR)
+            s = wf_error(WF_ERR_CONFIG, "another rank failed to set up the run (its log says why)");
+        setup_failed = s != WF_OK && a == WF_OK;
+    }
     if (s == WF_OK) s = resume_or_init(&t, &start);
     if (s == WF_OK) s = setup_obs(&t, start);
     if (s == WF_OK) s = train_loop(&t, start, result);
@@ -1033,7 +1049,7 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
         if (t.writer) wf_ckpt_writer_wait(t.writer, NULL);
         wf_trace_discard();
         wf_error(s, "%s", msg);
-        if (t.world > 1) {
+        if (t.world > 1 && !setup_failed) {
             /* The other ranks may be blocked in a collective this rank
              * will never join: end the whole job, with the reason. */
             WF_ERROR("train: %s (ending all %d ranks)", msg, t.world);
