@@ -54,7 +54,7 @@ else
 CFLAGS  += -fopenmp
 endif
 ifneq ($(SANITIZE),)
-CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -DWF_NO_CLONES
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 

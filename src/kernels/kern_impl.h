@@ -22,8 +22,10 @@
  * before it makes the clones, so a parallel loop calls a cloned function
  * per row rather than being one. Results are the same on any thread count,
  * but may differ in the last bits between CPUs that pick different
- * clones (vector width changes the order of a sum). */
-#if defined(__x86_64__) && defined(__GNUC__)
+ * clones (vector width changes the order of a sum). Sanitizer builds define
+ * WF_NO_CLONES: the ifunc resolvers run before the sanitizer runtime is up
+ * and crash ThreadSanitizer binaries at load. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(WF_NO_CLONES)
 #define KERN_CLONES_ __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define KERN_CLONES_
