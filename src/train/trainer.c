@@ -1034,6 +1034,11 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
         setup_failed = s != WF_OK && a == WF_OK;
     }
     if (s == WF_OK) s = resume_or_init(&t, &start);
+    /* The replicas must start equal (same seed, or the same checkpoint);
+     * from here identical averaged gradients keep them so. */
+    if (s == WF_OK && t.world > 1)
+        s = wf_comm_check_replicas(t.comm, wf_model_params(t.model), wf_model_num_params(t.model) * sizeof(float),
+                                   "the model's parameters after initialisation");
     if (s == WF_OK) s = setup_obs(&t, start);
     if (s == WF_OK) s = train_loop(&t, start, result);
     if (s == WF_OK) {
