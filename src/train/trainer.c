@@ -793,6 +793,9 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
     WF_INFO("batch: %d x %d tokens, %d micro-batch%s per step (%lld tokens); %lld steps on %d threads",
             t->B, t->T, t->accum, t->accum == 1 ? "" : "es", (long long)t->accum * t->B * t->T,
             (long long)tc->steps, wf_kern_threads());
+    if (t->world > 1)
+        WF_INFO("data parallel: %d ranks, %d of the %d sequences of each micro-batch on this rank (rank %d)",
+                t->world, t->Bl, t->B, t->rank);
     WF_INFO("memory: parameters %.1f MB, gradients %.1f MB, optimizer %.1f MB, activations %.1f MB",
             mem.param_bytes / 1e6, mem.grad_bytes / 1e6, 2.0 * mem.param_bytes / 1e6, mem.activation_bytes / 1e6);
     WF_INFO("FLOPs: %.4g per token (docs/train.md), %.4g per step", t->flops_per_token,
