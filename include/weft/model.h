@@ -127,6 +127,16 @@ const float *wf_model_logits(const wf_model *m);
  * mean). Overwrites the logits with their gradient. */
 wf_status wf_model_backward(wf_model *m, float loss_scale);
 
+/* Called by wf_model_backward, on the calling thread, as soon as the
+ * gradient of a block of parameters is final for that backward: floats
+ * [offset, offset + numel) of the gradient buffer, one or several whole
+ * tensors (a layer's fused q/k/v projections come as one block; tied
+ * embeddings only after the embedding's backward). Every parameter is
+ * reported exactly once per backward. For overlapping DDP's gradient
+ * all-reduce with the backward. fn NULL: none (the default). */
+typedef void (*wf_model_grad_hook)(void *ctx, size_t offset, size_t numel);
+void wf_model_set_grad_hook(wf_model *m, wf_model_grad_hook fn, void *ctx);
+
 /* Where a step's time goes: seconds spent in each kind of op, forward and
  * backward, summed since the model was created or the last reset. Kept by
  * every forward and backward (two clock reads per kernel call); for

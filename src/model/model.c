@@ -221,6 +221,16 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
 
 const float *wf_model_logits(const wf_model *m) { return m->logits; }
 
+void wf_model_set_grad_hook(wf_model *m, wf_model_grad_hook fn, void *ctx) {
+    m->grad_hook = fn;
+    m->grad_hook_ctx = ctx;
+}
+
+/* The gradient of parameters [p, p + numel) is final: tell the hook. */
+static void grad_done_(const wf_model *m, const float *p, size_t numel) {
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, (size_t)(p - m->params), numel);
+}
+
 wf_status wf_model_backward(wf_model *m, float loss_scale) {
     if (!m->has_targets)
         return wf_error(WF_ERR_INVALID,
@@ -236,10 +246,12 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
     TIMED_(bwd, WF_OP_MATMUL,
            wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, m->lm_head), m->logits, m->xf, m->lm_head,
                               N, C, m->V, 0));
+    if (m->lm_head != m->wte) grad_done_(m, m->lm_head, (size_t)m->V * C);
     TIMED_(bwd, WF_OP_COPY, memset(m->dres, 0, (size_t)N * C * sizeof(float)));
     TIMED_(bwd, WF_OP_RMSNORM,
            wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, m->norm_f), m->dxn, m->res[m->L],
                                m->norm_f, m->rstdf, N, C));
+    grad_done_(m, m->norm_f, (size_t)C);
     for (int l = m->L - 1; l >= 0; l--) {
         const model_layer_params_ *p = &m->lp[l];
         const model_layer_acts_ *a = &m->la[l];
@@ -247,17 +259,21 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
         TIMED_(
             bwd, WF_OP_MATMUL,
             wf_kern_matmul_bwd(m->dg, model_grad_of_(m, p->w2), m->dres, a->g, p->w2, N, H, C, 0));
+        grad_done_(m, p->w2, (size_t)C * H);
         TIMED_(bwd, WF_OP_SWIGLU, wf_kern_swiglu_bwd(m->dh13, m->dg, a->h13, N, H));
         TIMED_(bwd, WF_OP_MATMUL,
                wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->w13), m->dh13, a->xn2, p->w13, N, C,
                                   2 * H, 0));
+        grad_done_(m, p->w13, (size_t)2 * H * C);
         TIMED_(bwd, WF_OP_RMSNORM,
                wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln2), m->dxn, a->mid, p->ln2,
                                    a->rstd2, N, C));
+        grad_done_(m, p->ln2, (size_t)C);
         /* mid = res[l] + att @ wo^T */
         TIMED_(bwd, WF_OP_MATMUL,
                wf_kern_matmul_bwd(m->datt, model_grad_of_(m, p->wo), m->dres, a->att, p->wo, N, C,
                                   C, 0));
+        grad_done_(m, p->wo, (size_t)C * C);
         TIMED_(bwd, WF_OP_ATTENTION,
                wf_kern_attention_bwd(m->dqkv, m->datt, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
                                      m->HD, m->attn_scratch, m->n_threads));
@@ -267,12 +283,15 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
         TIMED_(bwd, WF_OP_MATMUL,
                wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->wqkv), m->dqkv, a->xn1, p->wqkv, N,
                                   C, QKV, 0));
+        grad_done_(m, p->wqkv, (size_t)QKV * C);
         TIMED_(bwd, WF_OP_RMSNORM,
                wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln1), m->dxn, m->res[l], p->ln1,
                                    a->rstd1, N, C));
+        grad_done_(m, p->ln1, (size_t)C);
     }
     TIMED_(bwd, WF_OP_EMBEDDING,
            wf_kern_embedding_bwd(model_grad_of_(m, m->wte), m->dres, m->tokens, N, C));
+    grad_done_(m, m->wte, (size_t)m->V * C);
     return WF_OK;
 }
 

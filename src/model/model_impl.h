@@ -61,6 +61,10 @@ struct wf_model {
     /* The last forward. */
     int B, T, has_targets, logits_are_grads;
     size_t n_valid;
+
+    /* wf_model_set_grad_hook */
+    wf_model_grad_hook grad_hook;
+    void *grad_hook_ctx;
 };
 
 /* Gradient pointer for a parameter pointer. */

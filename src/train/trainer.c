@@ -54,6 +54,7 @@ typedef struct {
     wf_comm *comm;
     int rank, world;
     wf_reducer *reducer;       /* world > 1 */
+    wf_status hook_status;     /* the first error of grad_ready this step */
     char *tokenizer_path;
     wf_arena *arena;
     wf_model *model;
@@ -128,6 +129,25 @@ static wf_status resolve_tokenizer(trainer *t, const wf_dataset_info *info) {
                         t->mc.vocab_size, tv, path);
     t->tokenizer_path = strdup(path);
     return t->tokenizer_path ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
+}
+
+/* The model's backward hook (last micro-batch of a step): the tensors in
+ * floats [offset, offset + numel) have their final gradient, so their
+ * buckets may start their all-reduce while backward goes on. */
+static void grad_ready(void *ctx, size_t offset, size_t numel) {
+    trainer *t = ctx;
+    int nt = wf_model_num_tensors(t->model);
+    /* The first tensor at or after offset (tensors are in buffer order). */
+    int lo = 0, hi = nt;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (wf_model_tensor(t->model, mid)->offset < offset) lo = mid + 1;
+        else hi = mid;
+    }
+    for (int i = lo; i < nt && t->hook_status == WF_OK; i++) {
+        if (wf_model_tensor(t->model, i)->offset >= offset + numel) break;
+        t->hook_status = wf_reducer_ready(t->reducer, i);
+    }
 }
 
 /* DDP's gradient buckets over the model's tensors (in buffer order). */
@@ -678,7 +698,18 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
         wf_trace_end(span);
         WF_TRY(s);
         span = wf_trace_begin(WF_TRACE_REGION, "backward");
+        /* The last micro-batch's backward finishes the gradients: buckets
+         * start reducing as it goes (DDP's overlap). */
+        int hook = t->reducer && k == t->accum - 1;
+        if (hook) {
+            t->hook_status = WF_OK;
+            wf_model_set_grad_hook(t->model, grad_ready, t);
+        }
         s = wf_model_backward(t->model, 1.0f / (float)t->accum);
+        if (hook) {
+            wf_model_set_grad_hook(t->model, NULL, NULL);
+            if (s == WF_OK) s = t->hook_status;
+        }
         wf_trace_end(span);
         WF_TRY(s);
         o->loss += (double)l / t->accum;
@@ -693,6 +724,9 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
         wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, "grad all-reduce");
         wf_status s = wf_reducer_finish(t->reducer);
         if (s == WF_OK) s = wf_comm_all_reduce_f64(t->comm, &o->loss, 1, WF_COMM_AVG, "loss");
+        if (s == WF_OK && step == 0 && t->rank == 0)
+            WF_INFO("DDP: %d of %d gradient buckets started during the backward", wf_reducer_overlapped(t->reducer),
+                    wf_reducer_num_buckets(t->reducer));
         wf_trace_end(span);
         WF_TRY(s);
         o->fwd_bwd_s += wf_time_now() - tr;

@@ -96,7 +96,8 @@ def dataset(tmp_path_factory, corpus_dir):
 def args(dataset, run, *extra, steps=6):
     return ["train", "--data", dataset / "data", "--run-dir", run, "--preset", "tiny", "--steps", steps,
             "--batch-size", 4, "--seq-len", 32, "--lr", 0.01, "--optim.warmup_steps=2", "--train.eval_every=3",
-            "--threads", 1, "--metrics.peak_tflops=1", "--data.global_batch_tokens=256"] + list(extra)
+            "--threads", 1, "--metrics.peak_tflops=1", "--data.global_batch_tokens=256",
+            "--dist.bucket_mb=0.05"] + list(extra)
 
 
 def losses(out):
@@ -137,7 +138,11 @@ def test_ranks_give_the_same_losses_as_one_process(dataset, single, tmp_path, im
     close(losses(r.stdout), ref)  # only rank 0 prints step lines: exactly 6 of them
     assert len(val_losses(r.stdout)) == 2
     assert all(abs(a - b) <= LOSS_TOL for a, b in zip(val_losses(r.stdout), val_losses(out1)))
-    assert f"DDP: {np_} ranks ({impl})" in r.stderr
+    assert f"DDP: {np_} ranks ({impl}), 5 gradient buckets" in r.stderr
+    # the model's backward hook reports every tensor: every bucket starts
+    # during the backward (a tensor never reported would leave its bucket
+    # to wf_reducer_finish)
+    assert "DDP: 5 of 5 gradient buckets started during the backward" in r.stderr
     w1, w = weights(run1 / "model.safetensors"), weights(run / "model.safetensors")
     assert w.keys() == w1.keys()
     diff = max(float(np.abs(w[k] - w1[k]).max()) for k in w)
@@ -250,3 +255,12 @@ def test_signal_to_one_rank_stops_every_rank_at_the_same_step(dataset, tmp_path)
     assert sorted(r for r, _ in stopped) == ["0", "1"], err[-3000:]
     assert stopped[0][1] == stopped[1][1]
     assert (run / "checkpoints" / f"step-{int(stopped[0][1]):07d}").is_dir()
+
+
+def test_untied_model_reports_lm_head_too(dataset, tmp_path):
+    # untied: lm_head's gradient is final first, the embedding's last
+    one = ok(None, 1, args(dataset, tmp_path / "one", "--model.tied=false"))
+    two = ok("openmpi", 2, args(dataset, tmp_path / "two", "--model.tied=false"))
+    close(losses(two.stdout), losses(one.stdout))
+    m = re.search(r"DDP: (\d+) of (\d+) gradient buckets started during the backward", two.stderr)
+    assert m and m.group(1) == m.group(2) and int(m.group(2)) > 5, two.stderr[-2000:]
