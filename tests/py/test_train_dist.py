@@ -264,3 +264,20 @@ def test_untied_model_reports_lm_head_too(dataset, tmp_path):
     close(losses(two.stdout), losses(one.stdout))
     m = re.search(r"DDP: (\d+) of (\d+) gradient buckets started during the backward", two.stderr)
     assert m and m.group(1) == m.group(2) and int(m.group(2)) > 5, two.stderr[-2000:]
+
+
+def test_saved_at_four_resumes_at_two_then_one(dataset, single, tmp_path):
+    # 4 ranks save at step 2 (each writes a quarter of every tensor), 2 ranks
+    # resume and save at step 4, 1 process finishes: the same losses as one
+    # uninterrupted process, so the state and the data order carried over.
+    out1, _ = single
+    ref = losses(out1)
+    run = tmp_path / "run"
+    r = ok("openmpi", 4, args(dataset, run, "--ckpt.stop_at=2"), codes=(75,))
+    close(losses(r.stdout), ref[:2])
+    assert len(list((run / "checkpoints" / "step-0000002").glob("data-*-of-00004.bin"))) == 4
+    r = ok("mpich", 2, args(dataset, run, "--ckpt.stop_at=4"), codes=(75,))
+    assert "resumed from" in r.stderr
+    close(losses(r.stdout), ref[2:4])
+    r = ok(None, 1, args(dataset, run))
+    close(losses(r.stdout), ref[4:])
