@@ -102,14 +102,16 @@ def start_peers(a, core):
     return peers
 
 
-def measure_peak(peers):
+def measure_peak(peers, tables=None):
     """{peer: (GFLOP/s, best shape)} from weft's cblas_sgemm and torch's
-    torch.mm over the same shapes."""
+    torch.mm over the same shapes; every shape's rate goes into `tables`."""
     got = {}
     for p in peers[:2]:
         r = p.ask("peak")
         best = max(r["shapes"], key=lambda s: s["gflops"])
         got[p.name] = (r["peak"], best["mnk"])
+        if tables is not None:
+            tables.append(dict(peer=p.name, load=load_avg(), shapes=r["shapes"]))
     return got
 
 
@@ -135,7 +137,8 @@ def compare(a, core, peers):
           f"torch {peers[1].info['torch']}, {peers[1].info['threads']} threads; "
           f"{fpt * tok / 1e9:.1f} GFLOP per step ({fpt / 1e6:.2f} MFLOP/token)")
 
-    peaks = measure_peak(peers)
+    tables = []
+    peaks = measure_peak(peers, tables)
     for name, (g, mnk) in peaks.items():
         print(f"  sgemm peak at start, {name}: {g:.1f} GFLOP/s (best shape {mnk})")
 
@@ -148,9 +151,6 @@ def compare(a, core, peers):
     times = {p.name: [] for p in peers}
     rounds = []
     names = [p.name for p in peers]
-    print("\n  per round: s/step (MFU against the start's peak), weft/torch tokens/s")
-    print("  round  load  " + "  ".join(f"{n:>19}" for n in names) + "  weft/torch")
-    p0 = max(g for g, _ in peaks.values())
     for r in range(a.rounds):
         order = peers if r % 2 == 0 else peers[::-1]
         res = {}
@@ -161,22 +161,28 @@ def compare(a, core, peers):
         l1 = load_avg()
         mean = {n: statistics.mean(res[n]["times"]) for n in names}
         rounds.append(dict(load=(l0 + l1) / 2, res=res, mean=mean))
-        print(f"  {r + 1:5d} {(l0 + l1) / 2:5.2f}  " +
-              "  ".join(f"{mean[n]:11.3f} ({100 * flops / mean[n] / 1e9 / p0:3.0f}%)"
-                        for n in names) +
-              f"  {mean['torch'] / mean['weft']:9.2f}x")
+        print(f"  round {r + 1} of {a.rounds} done", flush=True)
 
-    peaks_end = measure_peak(peers)
+    peaks_end = measure_peak(peers, tables)
     for name, (g, mnk) in peaks_end.items():
         print(f"  sgemm peak at end,   {name}: {g:.1f} GFLOP/s (best shape {mnk})")
     peak = max(g for g, _ in list(peaks.values()) + list(peaks_end.values()))
+
+    print("\n  per round: s/step (MFU against the best peak), weft/torch tokens/s")
+    print("  round  load  " + "  ".join(f"{n:>19}" for n in names) + "  weft/torch")
+    for r, rd in enumerate(rounds):
+        mean = rd["mean"]
+        print(f"  {r + 1:5d} {rd['load']:5.2f}  " +
+              "  ".join(f"{mean[n]:11.3f} ({100 * flops / mean[n] / 1e9 / peak:3.0f}%)"
+                        for n in names) +
+              f"  {mean['torch'] / mean['weft']:9.2f}x")
 
     med = {n: statistics.median(times[n]) for n in names}
     ratios = [rd["mean"]["torch"] / rd["mean"]["weft"] for rd in rounds]
     print(f"\n  sgemm peak (best of all): {peak:.1f} GFLOP/s")
     print(f"  {'peer':13} {'median s/step':>13} {'best':>7} {'tokens/s':>9} {'MFU':>6} "
           f"{'best MFU':>8} {'CPU s/step':>10} {'zero':>6} {'fwd':>7} {'bwd':>7} {'clip+opt':>8}")
-    summary = dict(core=core, peak=peak, peaks_start=peaks,
+    summary = dict(core=core, peak=peak, peaks_start=peaks, peak_tables=tables,
                    peaks_end=peaks_end, flops_per_token=fpt, tokens_per_step=tok, peers={})
     for n in names:
         steps = sum(len(rd["res"][n]["times"]) for rd in rounds)
