@@ -72,20 +72,27 @@ int wf_tool_fail(const char *cmd) {
     return 1;
 }
 
-/* Debian's OpenBLAS 0.3.21 takes its slow SSE kernels on CPUs it does not
- * recognise, and reads OPENBLAS_CORETYPE only when it loads: so weft
- * restarts itself once with the right core type set (docs/model.md). An
- * OPENBLAS_CORETYPE the user set is left alone. */
-static void blas_fast_kernels(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE")) return;
-    const char *core = wf_kern_blas_better_core();
-    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+/* Two settings that the OpenMP runtime and OpenBLAS read only when they
+ * load, so weft restarts itself once with them set (docs/model.md):
+ * - OPENBLAS_CORETYPE: Debian's OpenBLAS 0.3.21 takes its slow SSE kernels
+ *   on CPUs it does not recognise (5x slower sgemm here);
+ * - OMP_WAIT_POLICY=PASSIVE: idle OpenMP threads sleep instead of spinning,
+ *   1.3-1.6x faster steps when other jobs share the cores, and no slower on
+ *   a quiet machine (bench/README.md, "Model step").
+ * Values the user set are left alone. */
+static void runtime_settings(char **argv) {
+    const char *core = getenv("OPENBLAS_CORETYPE") ? NULL : wf_kern_blas_better_core();
+    int set_core = core && setenv("OPENBLAS_CORETYPE", core, 1) == 0;
+    int set_wait = !getenv("OMP_WAIT_POLICY") && setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0;
+    if (!set_core && !set_wait) return;
     execv("/proc/self/exe", argv);
-    unsetenv("OPENBLAS_CORETYPE"); /* exec failed: go on with the slow kernels */
+    /* exec failed: go on as we are, without pretending the settings apply */
+    if (set_core) unsetenv("OPENBLAS_CORETYPE");
+    if (set_wait) unsetenv("OMP_WAIT_POLICY");
 }
 
 int main(int argc, char **argv) {
-    blas_fast_kernels(argv);
+    runtime_settings(argv);
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);
