@@ -26,6 +26,7 @@
 #include "dist/dist_impl.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
+#include "weft/trace.h"
 
 typedef struct {
     int used, done, ok;
@@ -311,6 +312,7 @@ static wf_status all_reduce_any(wf_comm *c, void *buf, size_t n, wf_dist_dtype d
     WF_TRY(backend_op(op, dt, "all_reduce", tag, &bop));
     if (n && !buf) return wf_error(WF_ERR_INVALID, "dist: all_reduce \"%s\": NULL buffer", tag ? tag : "");
     size_t es = dtype_size(dt);
+    wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_reduce", (int64_t)(n * es));
     uint64_t seq = wf_watchdog_begin(c->wd, "all_reduce", tag, n * es, 1);
     int rc = 0;
     for (size_t done = 0; done < n && rc == 0;) {
@@ -319,6 +321,7 @@ static wf_status all_reduce_any(wf_comm *c, void *buf, size_t n, wf_dist_dtype d
         done += k;
     }
     wf_watchdog_end(c->wd, seq, rc == 0);
+    wf_trace_end(span);
     if (rc != 0) return comm_fail(c, "all_reduce", tag);
     if (op == WF_COMM_AVG && c->size > 1) {
         if (dt == WF_DT_F32) {
@@ -404,9 +407,11 @@ wf_status wf_comm_reduce_scatter(wf_comm *c, const float *send, float *recv, con
         return wf_error(WF_ERR_INVALID,
                         "dist: reduce_scatter \"%s\": the receive buffer overlaps the send buffer",
                         tag ? tag : "");
+    wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "reduce_scatter", (int64_t)(total * sizeof(float)));
     uint64_t seq = wf_watchdog_begin(c->wd, "reduce_scatter", tag, total * sizeof(float), 1);
     int rc = c->be->reduce_scatter(c->st, send, recv, counts, bop);
     wf_watchdog_end(c->wd, seq, rc == 0);
+    wf_trace_end(span);
     if (rc != 0) return comm_fail(c, "reduce_scatter", tag);
     if (op == WF_COMM_AVG && c->size > 1) {
         float w = (float)c->size;
@@ -419,9 +424,11 @@ wf_status wf_comm_all_gather(wf_comm *c, float *buf, const size_t *counts, const
     size_t total;
     WF_TRY(check_counts(c, counts, "all_gather", tag, &total));
     if (total && !buf) return wf_error(WF_ERR_INVALID, "dist: all_gather \"%s\": NULL buffer", tag ? tag : "");
+    wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_gather", (int64_t)(total * sizeof(float)));
     uint64_t seq = wf_watchdog_begin(c->wd, "all_gather", tag, total * sizeof(float), 1);
     int rc = c->be->all_gather(c->st, buf, counts);
     wf_watchdog_end(c->wd, seq, rc == 0);
+    wf_trace_end(span);
     return rc == 0 ? WF_OK : comm_fail(c, "all_gather", tag);
 }
 
@@ -436,9 +443,11 @@ wf_status wf_comm_all_gather_bytes(wf_comm *c, const void *mine, void *out, size
     if (bytes && m < o + bytes * (size_t)c->size && o < m + bytes)
         return wf_error(WF_ERR_INVALID,
                         "dist: all_gather_bytes \"%s\": the input overlaps the output", tag ? tag : "");
+    wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_gather", (int64_t)(bytes * (size_t)c->size));
     uint64_t seq = wf_watchdog_begin(c->wd, "all_gather", tag, bytes * (size_t)c->size, 1);
     int rc = c->be->all_gather_bytes(c->st, mine, out, bytes);
     wf_watchdog_end(c->wd, seq, rc == 0);
+    wf_trace_end(span);
     return rc == 0 ? WF_OK : comm_fail(c, "all_gather_bytes", tag);
 }
 
@@ -447,6 +456,7 @@ wf_status wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root, const
         return wf_error(WF_ERR_INVALID, "dist: broadcast \"%s\": root %d is not a rank (0..%d)",
                         tag ? tag : "", root, c->size - 1);
     if (bytes && !buf) return wf_error(WF_ERR_INVALID, "dist: broadcast \"%s\": NULL buffer", tag ? tag : "");
+    wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "broadcast", (int64_t)(bytes));
     uint64_t seq = wf_watchdog_begin(c->wd, "broadcast", tag, bytes, 1);
     int rc = 0;
     for (size_t done = 0; done < bytes && rc == 0;) {
@@ -455,6 +465,7 @@ wf_status wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root, const
         done += k;
     }
     wf_watchdog_end(c->wd, seq, rc == 0);
+    wf_trace_end(span);
     return rc == 0 ? WF_OK : comm_fail(c, "broadcast", tag);
 }
 
@@ -570,9 +581,13 @@ wf_status wf_comm_wait(wf_comm *c, wf_comm_request *req) {
     if (req->slot < 0) return WF_OK;
     comm_req *q = &c->reqs[req->slot];
     if (!q->done) {
+        /* The time blocked on a non-blocking collective: the part of it the
+         * computation did not hide. */
+        wf_trace_span span = wf_trace_begin(WF_TRACE_COMM, "wait iall_reduce");
         wf_watchdog_block(c->wd, req->seq);
         int rc = c->be->wait(c->st, req->slot);
         req_finish(c, req->slot, rc == 0);
+        wf_trace_end(span);
     }
     return req_release(c, req) ? WF_OK : comm_fail(c, "wait", "");
 }

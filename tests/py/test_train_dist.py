@@ -281,3 +281,20 @@ def test_saved_at_four_resumes_at_two_then_one(dataset, single, tmp_path):
     close(losses(r.stdout), ref[2:4])
     r = ok(None, 1, args(dataset, run))
     close(losses(r.stdout), ref[4:])
+
+
+def test_traces_of_two_ranks_show_the_collectives(dataset, tmp_path):
+    # A scheduled capture under mpirun: one trace per rank, and the
+    # gradient all-reduce shows as communication next to the model's ops.
+    run = tmp_path / "tr"
+    ok("openmpi", 2, args(dataset, run, "--trace.active=2", "--trace.warmup=0", steps=3))
+    caps = sorted((run / "traces").iterdir())
+    assert caps and sorted(p.name for p in caps[0].iterdir()) == ["rank-00000.trace.json", "rank-00001.trace.json"]
+    rep = json.loads(run_weft_cmd(["trace", "analyze", "--json", caps[0]]).stdout)
+    text = json.dumps(rep)
+    assert "COMMUNICATION" in text and "bwd matmul" in text
+    for rank in (0, 1):
+        tr = json.loads((caps[0] / f"rank-{rank:05d}.trace.json").read_text())
+        assert tr["distributedInfo"]["rank"] == rank and tr["distributedInfo"]["world_size"] == 2
+        names = {e.get("name", "") for e in tr["traceEvents"]}
+        assert any("iall_reduce" in n or "all_reduce" in n for n in names), sorted(names)[:40]
