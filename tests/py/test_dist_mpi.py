@@ -46,61 +46,22 @@ import numpy as np
 import pytest
 
 from conftest import BUILD
+from mpi_launch import LAUNCH, check, launch, launcher_env
 
 TOOL = BUILD / "tests" / "tools" / "dist_check"
-LAUNCH = {
-    "openmpi": ["mpirun.openmpi", "--oversubscribe"],
-    "mpich": ["mpiexec.mpich"],
-}
 U = 2.0 ** -24
 B = 8
 
 
-def _launcher_env():
-    env = dict(os.environ)
-    # Open MPI refuses to run as root without these; harmless otherwise.
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    for k in list(env):
-        if k.startswith(("OMPI_COMM_WORLD", "PMI_", "PMIX_", "SLURM_")) or k == "WEFT_DIST_BACKEND":
-            del env[k]
-    return env
-
-
 def run(impl, np_, args, timeout=60, env=None, exe=TOOL):
-    """Runs dist_check under impl's launcher with np_ ranks (impl None: no
-    launcher). Kills the whole process group when done or timed out."""
-    cmd = [str(exe)] + [str(a) for a in args]
-    if impl:
-        cmd = LAUNCH[impl] + ["-np", str(np_)] + cmd
-    e = _launcher_env()
-    if env:
-        e.update(env)
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
-                         start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout} s (hang)\n{out[-3000:]}\n{err[-3000:]}")
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    """Runs dist_check (or exe) under impl's launcher with np_ ranks."""
+    return launch(exe, impl, np_, args, timeout=timeout, env=env)
 
 
 def ok(impl, np_, args, **kw):
-    r = run(impl, np_, args, **kw)
-    if r.returncode != 0:
-        pytest.fail(f"{' '.join(r.args)} exited {r.returncode}\nstdout:\n{r.stdout[-4000:]}\n"
-                    f"stderr:\n{r.stderr[-4000:]}")
-    return r
+    return check(run(impl, np_, args, **kw))
 
 
-@pytest.fixture(scope="module", autouse=True)
 def _prereqs():
     if not TOOL.exists():
         pytest.fail(f"{TOOL} is missing: run `make`")
@@ -351,7 +312,7 @@ def test_signal_to_the_launcher(impl, sig, tmp_path):
     cmd = LAUNCH[impl] + ["-np", "2", str(TOOL), "agree", "mode=none", "steps=1000000000",
                           f"dir={tmp_path}"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=_launcher_env(), start_new_session=True)
+                         env=launcher_env(), start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while not (tmp_path / "RUNNING").exists():

@@ -28,59 +28,23 @@ import time
 import numpy as np
 import pytest
 
+import mpi_launch
 from conftest import BUILD, run_weft_cmd
 
 WEFT = BUILD / "weft"
-LAUNCH = {
-    "openmpi": ["mpirun.openmpi", "--oversubscribe"],
-    "mpich": ["mpiexec.mpich"],
-}
 STEP = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.]+) \| lr ([0-9.e+-]+) \| grad norm ([0-9.]+)")
 VAL = re.compile(r"val loss ([0-9.]+)")
 LOSS_TOL = 2e-3
 WEIGHT_TOL = 1e-4
 
 
-def _env():
-    env = dict(os.environ)
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    for k in list(env):
-        if k.startswith(("OMPI_COMM_WORLD", "PMI_", "PMIX_", "SLURM_")) or k == "WEFT_DIST_BACKEND":
-            del env[k]
-    return env
-
-
-def _cmd(impl, np_, args):
-    cmd = [str(WEFT)] + [str(a) for a in args]
-    return LAUNCH[impl] + ["-np", str(np_)] + cmd if impl else cmd
-
-
 def launch(impl, np_, args, timeout=60):
     """weft under impl's launcher with np_ ranks (impl None: one process)."""
-    cmd = _cmd(impl, np_, args)
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-                         start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout} s (hang)\n{out[-3000:]}\n{err[-3000:]}")
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    return mpi_launch.launch(WEFT, impl, np_, args, timeout=timeout)
 
 
 def ok(impl, np_, args, codes=(0,), **kw):
-    r = launch(impl, np_, args, **kw)
-    if r.returncode not in codes:
-        pytest.fail(f"{' '.join(r.args)} exited {r.returncode}\nstdout:\n{r.stdout[-4000:]}\n"
-                    f"stderr:\n{r.stderr[-4000:]}")
-    return r
+    return mpi_launch.check(launch(impl, np_, args, **kw), codes)
 
 
 @pytest.fixture(scope="module")
@@ -169,9 +133,9 @@ def test_saved_at_two_ranks_resumes_at_one(dataset, single, tmp_path):
 
 def test_stop_file_stops_every_rank_at_the_same_step(dataset, tmp_path):
     run = tmp_path / "run"
-    cmd = _cmd("openmpi", 2, args(dataset, run, "--train.log_every=1", "--train.eval_every=0",
+    cmd = mpi_launch.command(WEFT, "openmpi", 2, args(dataset, run, "--train.log_every=1", "--train.eval_every=0",
                                   "--ckpt.every=0", steps=5000))
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_launch.launcher_env(),
                          start_new_session=True)
     try:
         t0 = time.monotonic()
@@ -229,9 +193,9 @@ def test_signal_to_one_rank_stops_every_rank_at_the_same_step(dataset, tmp_path)
     # Only rank 1 gets SIGUSR1: without the agreement rank 1 alone would
     # stop and rank 0 would wait for it in the next all-reduce.
     run = tmp_path / "run"
-    cmd = _cmd("openmpi", 2, args(dataset, run, "--train.log_every=1", "--train.eval_every=0",
+    cmd = mpi_launch.command(WEFT, "openmpi", 2, args(dataset, run, "--train.log_every=1", "--train.eval_every=0",
                                   "--ckpt.every=0", "--dist.timeout_s=20", steps=5000))
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_launch.launcher_env(),
                          start_new_session=True)
     try:
         for line in p.stdout:

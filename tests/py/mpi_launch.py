@@ -1,0 +1,63 @@
+"""Running programs under MPI launchers in tests: the launchers, a clean
+environment for them, and a run with a timeout that kills the whole process
+group, so that no rank outlives a test. Shared by test_dist_mpi.py and
+test_train_dist.py."""
+import os
+import signal
+import subprocess
+
+import pytest
+
+LAUNCH = {
+    "openmpi": ["mpirun.openmpi", "--oversubscribe"],
+    "mpich": ["mpiexec.mpich"],
+}
+
+
+def launcher_env():
+    env = dict(os.environ)
+    # Open MPI refuses to run as root without these; harmless otherwise.
+    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    for k in list(env):
+        if k.startswith(("OMPI_COMM_WORLD", "PMI_", "PMIX_", "SLURM_")) or k == "WEFT_DIST_BACKEND":
+            del env[k]
+    return env
+
+
+def command(exe, impl, np_, args):
+    """The command line of exe with args under impl's launcher with np_ ranks
+    (impl None: no launcher)."""
+    cmd = [str(exe)] + [str(a) for a in args]
+    return LAUNCH[impl] + ["-np", str(np_)] + cmd if impl else cmd
+
+
+def launch(exe, impl, np_, args, timeout=60, env=None):
+    """Runs command(exe, impl, np_, args). Kills the whole process group when
+    done or timed out."""
+    cmd = command(exe, impl, np_, args)
+    e = launcher_env()
+    if env:
+        e.update(env)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout} s (hang)\n{out[-3000:]}\n{err[-3000:]}")
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def check(r, codes=(0,)):
+    """Fails the test with the output when r's exit status is not in codes."""
+    if r.returncode not in codes:
+        pytest.fail(f"{' '.join(r.args)} exited {r.returncode}\nstdout:\n{r.stdout[-4000:]}\n"
+                    f"stderr:\n{r.stderr[-4000:]}")
+    return r
