@@ -69,6 +69,8 @@ TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 TTOOL_BIN := $(TTOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
+# Code the tests/tools programs share (tests/tools/lib/), linked into each.
+TTOOL_LIB := $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tests/tools/lib/*.c)))
 HARNESS   := $(BUILD)/obj/tests/unit/harness.o
 
 # The AdamW update's sqrtf vectorises only without errno (~3x faster step).
@@ -98,9 +100,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(BUILD)/libweft.a
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(HARNESS) $(BUILD)/libweft.a $(LDLIBS)
 
 # Helper programs of the Python tests (tests/tools/*.c), e.g. model_dump.
-$(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(BUILD)/libweft.a
+$(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(TTOOL_LIB) $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TTOOL_LIB) $(BUILD)/libweft.a $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)

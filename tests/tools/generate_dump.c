@@ -28,19 +28,7 @@
 #include "weft/kernels.h"
 #include "weft/model.h"
 #include "weft/rng.h"
-
-static int put_record(FILE *f, const char *name, uint32_t dtype, int ndim, const int64_t *shape,
-                      const void *data, size_t elem_size) {
-    uint32_t len = (uint32_t)strlen(name), nd = (uint32_t)ndim;
-    size_t count = 1;
-    for (int i = 0; i < ndim; i++) count *= (size_t)shape[i];
-    if (fwrite(&len, 4, 1, f) != 1 || fwrite(name, 1, len, f) != len ||
-        fwrite(&dtype, 4, 1, f) != 1 || fwrite(&nd, 4, 1, f) != 1 ||
-        fwrite(shape, 8, (size_t)ndim, f) != (size_t)ndim ||
-        fwrite(data, elem_size, count, f) != count)
-        return -1;
-    return 0;
-}
+#include "lib/dump_record.h"
 
 typedef struct {
     wf_model_config cfg;
@@ -159,20 +147,20 @@ int main(int argc, char **argv) {
                       c->tied_embeddings, c->init_std, P, N);
     int64_t shape[2] = {jl, 0};
     int bad = fwrite("WFTD\1\0\0\0", 1, 8, f) != 8;
-    bad |= put_record(f, "config", 2, 1, shape, json, 1);
+    bad |= dump_put_record(f, "config", 2, 1, shape, json, 1);
     const float *params = wf_model_params(m);
     for (int i = 0; i < wf_model_num_tensors(m); i++) {
         const wf_tensor_info *t = wf_model_tensor(m, i);
-        bad |= put_record(f, t->name, 0, t->ndim, t->shape, params + t->offset, 4);
+        bad |= dump_put_record(f, t->name, 0, t->ndim, t->shape, params + t->offset, 4);
     }
     shape[0] = P;
-    bad |= put_record(f, "prompt", 1, 1, shape, seq, 4);
+    bad |= dump_put_record(f, "prompt", 1, 1, shape, seq, 4);
     shape[0] = N;
-    bad |= put_record(f, "generated", 1, 1, shape, seq + P, 4);
+    bad |= dump_put_record(f, "generated", 1, 1, shape, seq + P, 4);
     shape[0] = N, shape[1] = V;
-    bad |= put_record(f, "cached_logits", 0, 2, shape, cached, 4);
+    bad |= dump_put_record(f, "cached_logits", 0, 2, shape, cached, 4);
     shape[0] = T;
-    bad |= put_record(f, "full_logits", 0, 2, shape, wf_model_logits(m), 4);
+    bad |= dump_put_record(f, "full_logits", 0, 2, shape, wf_model_logits(m), 4);
     bad |= fclose(f) != 0;
     if (bad) {
         fprintf(stderr, "generate_dump: writing %s failed\n", argv[1]);

@@ -26,19 +26,7 @@
 #include "weft/kernels.h"
 #include "weft/model.h"
 #include "weft/rng.h"
-
-static int put_record(FILE *f, const char *name, uint32_t dtype, int ndim, const int64_t *shape,
-                      const void *data, size_t elem_size) {
-    uint32_t len = (uint32_t)strlen(name), nd = (uint32_t)ndim;
-    size_t count = 1;
-    for (int i = 0; i < ndim; i++) count *= (size_t)shape[i];
-    if (fwrite(&len, 4, 1, f) != 1 || fwrite(name, 1, len, f) != len ||
-        fwrite(&dtype, 4, 1, f) != 1 || fwrite(&nd, 4, 1, f) != 1 ||
-        fwrite(shape, 8, (size_t)ndim, f) != (size_t)ndim ||
-        fwrite(data, elem_size, count, f) != count)
-        return -1;
-    return 0;
-}
+#include "lib/dump_record.h"
 
 static int parse_kv(const char *arg, wf_model_config *c, long long *B, long long *T,
                     unsigned long long *seed, unsigned long long *data_seed, double *ignore,
@@ -135,23 +123,23 @@ int main(int argc, char **argv) {
     int64_t shape[3];
     int bad = fwrite("WFTD\1\0\0\0", 1, 8, f) != 8;
     shape[0] = jl;
-    bad |= put_record(f, "config", 2, 1, shape, json, 1);
+    bad |= dump_put_record(f, "config", 2, 1, shape, json, 1);
     const float *params = wf_model_params(m), *grads = wf_model_grads(m);
     for (int i = 0; i < wf_model_num_tensors(m); i++) {
         const wf_tensor_info *t = wf_model_tensor(m, i);
-        bad |= put_record(f, t->name, 0, t->ndim, t->shape, params + t->offset, 4);
+        bad |= dump_put_record(f, t->name, 0, t->ndim, t->shape, params + t->offset, 4);
     }
     shape[0] = B, shape[1] = T, shape[2] = cfg.vocab_size;
-    bad |= put_record(f, "tokens", 1, 2, shape, tokens, 4);
-    bad |= put_record(f, "targets", 1, 2, shape, targets, 4);
-    bad |= put_record(f, "logits", 0, 3, shape, logits, 4);
+    bad |= dump_put_record(f, "tokens", 1, 2, shape, tokens, 4);
+    bad |= dump_put_record(f, "targets", 1, 2, shape, targets, 4);
+    bad |= dump_put_record(f, "logits", 0, 3, shape, logits, 4);
     shape[0] = 1;
-    bad |= put_record(f, "loss", 0, 1, shape, &loss, 4);
+    bad |= dump_put_record(f, "loss", 0, 1, shape, &loss, 4);
     for (int i = 0; i < wf_model_num_tensors(m); i++) {
         const wf_tensor_info *t = wf_model_tensor(m, i);
         char name[WF_TENSOR_NAME_MAX + 8];
         snprintf(name, sizeof name, "grad.%s", t->name);
-        bad |= put_record(f, name, 0, t->ndim, t->shape, grads + t->offset, 4);
+        bad |= dump_put_record(f, name, 0, t->ndim, t->shape, grads + t->offset, 4);
     }
     bad |= fclose(f) != 0;
     if (bad) {

@@ -34,6 +34,7 @@
 #include "weft/model.h"
 #include "weft/optim.h"
 #include "weft/rng.h"
+#include "lib/dump_record.h"
 
 typedef struct {
     wf_model_config model;
@@ -44,19 +45,6 @@ typedef struct {
     double ignore;
 } run_cfg;
 
-static int put_record(FILE *f, const char *name, uint32_t dtype, int ndim, const int64_t *shape,
-                      const void *data, size_t elem_size) {
-    uint32_t len = (uint32_t)strlen(name), nd = (uint32_t)ndim;
-    size_t count = 1;
-    for (int i = 0; i < ndim; i++) count *= (size_t)shape[i];
-    if (fwrite(&len, 4, 1, f) != 1 || fwrite(name, 1, len, f) != len ||
-        fwrite(&dtype, 4, 1, f) != 1 || fwrite(&nd, 4, 1, f) != 1 ||
-        fwrite(shape, 8, (size_t)ndim, f) != (size_t)ndim ||
-        fwrite(data, elem_size, count, f) != count)
-        return -1;
-    return 0;
-}
-
 /* Every tensor of `buf` (the parameter layout), named prefix + name. */
 static int put_tensors(FILE *f, wf_model *m, const float *buf, const char *prefix) {
     int bad = 0;
@@ -64,7 +52,7 @@ static int put_tensors(FILE *f, wf_model *m, const float *buf, const char *prefi
         const wf_tensor_info *t = wf_model_tensor(m, i);
         char name[WF_TENSOR_NAME_MAX + 16];
         snprintf(name, sizeof name, "%s%s", prefix, t->name);
-        bad |= put_record(f, name, 0, t->ndim, t->shape, buf + t->offset, 4);
+        bad |= dump_put_record(f, name, 0, t->ndim, t->shape, buf + t->offset, 4);
     }
     return bad;
 }
@@ -145,7 +133,7 @@ static int put_config(FILE *f, const run_cfg *r, const double *lrs, const double
     }
     len += (size_t)snprintf(json + len, cap - len, "}");
     int64_t shape[1] = {(int64_t)len};
-    int bad = len >= cap || put_record(f, "config", 2, 1, shape, json, 1);
+    int bad = len >= cap || dump_put_record(f, "config", 2, 1, shape, json, 1);
     free(json);
     return bad;
 }
@@ -213,8 +201,8 @@ int main(int argc, char **argv) {
     int bad = fwrite("WFTD\1\0\0\0", 1, 8, f) != 8;
     bad |= put_tensors(f, m, init, "init.");
     int64_t shape[3] = {(int64_t)S, r.B, r.T};
-    bad |= put_record(f, "tokens", 1, 3, shape, tokens, 4);
-    bad |= put_record(f, "targets", 1, 3, shape, targets, 4);
+    bad |= dump_put_record(f, "tokens", 1, 3, shape, tokens, 4);
+    bad |= dump_put_record(f, "targets", 1, 3, shape, targets, 4);
     for (size_t s = 0; s < S; s++) {
         wf_model_zero_grad(m);
         lrs[s] = wf_lr_at(&r.sched, s);
@@ -232,7 +220,7 @@ int main(int argc, char **argv) {
             bad |= put_tensors(f, m, wf_model_params(m), prefix);
         }
     }
-    bad |= put_record(f, "loss", 0, 1, shape, losses, 4);
+    bad |= dump_put_record(f, "loss", 0, 1, shape, losses, 4);
     bad |= put_tensors(f, m, wf_model_params(m), "final.");
     bad |= put_config(f, &r, lrs, norms);
     bad |= fclose(f) != 0;
