@@ -181,7 +181,10 @@ enum {
     WF_AGREE_STOP = 1u << 0,  /* stop after this step */
     WF_AGREE_SAVE = 1u << 1,  /* save a checkpoint at this step */
     WF_AGREE_ERROR = 1u << 2, /* a rank failed this step: do not apply it */
-    WF_AGREE_SIGNAL = 1u << 3 /* a rank got SIGTERM/SIGUSR1/SIGINT */
+    WF_AGREE_SIGNAL = 1u << 3, /* a rank got SIGTERM/SIGUSR1/SIGINT */
+    /* this rank's asynchronous checkpoint write is still running
+     * (wf_ckpt_writer_busy): no rank commits at this step */
+    WF_AGREE_CKPT_BUSY = 1u << 4
 };
 wf_status wf_comm_agree(wf_comm *c, uint32_t *flags, const char *tag);
 
@@ -264,7 +267,9 @@ typedef struct {
 wf_zero1_memory wf_zero1_plan_memory(const wf_zero1_plan *p, int rank, int state_floats_per_param);
 
 /* Global L2 norm of a sharded gradient: sqrt of the sum over ranks of the
- * sum of squares (double) of each rank's shard (count floats). Collective. */
+ * sum of squares (double, wf_sumsq's fixed blocks) of each rank's shard
+ * (count floats). Collective. With one rank it equals wf_grad_norm of the
+ * same gradient bit for bit. */
 wf_status wf_zero1_grad_norm(wf_comm *c, const float *shard, size_t count, double *norm);
 
 #endif

@@ -11,6 +11,12 @@
  *
  * The optimizer state (m, v: two floats per parameter, plus the step) comes
  * from an arena at create; a step allocates nothing.
+ *
+ * ZeRO-1 (docs/distributed.md): wf_adamw_create_shard makes an optimizer
+ * that holds the moments of one flat element range of the parameter buffer
+ * (a rank's shard) and updates that range only, from the range's gradient
+ * and a global norm the caller computes over all shards (wf_sumsq of each
+ * shard, summed over ranks).
  */
 #ifndef WEFT_OPTIM_H
 #define WEFT_OPTIM_H
@@ -47,11 +53,17 @@ int wf_adamw_decays(const wf_adamw_config *cfg, const wf_tensor_info *t);
 wf_status wf_adamw_create(wf_adamw **out, const wf_adamw_config *cfg, wf_model *m, wf_arena *arena);
 void wf_adamw_destroy(wf_adamw *o); /* accepts NULL */
 
-/* Global L2 norm of the model's gradients (computed in double). */
+/* Global L2 norm of the model's gradients (computed in double):
+ * sqrt(wf_sumsq(grads, num_params)). */
 double wf_grad_norm(wf_model *m);
 
+/* Sum of the squares of x (n floats), in double, over 256 fixed blocks
+ * added in order: the same bits on any thread count. */
+double wf_sumsq(const float *x, size_t n);
+
 /* Clips (if configured) and applies one update with learning rate `lr` to
- * the model's parameters from its gradients. Returns the gradient norm
+ * the model's parameters from its gradients (an optimizer of the whole
+ * buffer; a shard's is WF_ERR_INVALID: use wf_adamw_step_shard). Returns the gradient norm
  * before clipping in *grad_norm (may be NULL). A non-finite gradient norm
  * is WF_ERR_RANGE (naming the first tensor with a non-finite gradient) and
  * leaves parameters and state untouched; so does a negative or non-finite
@@ -59,10 +71,35 @@ double wf_grad_norm(wf_model *m);
  * itself is not modified. The result does not depend on the thread count. */
 wf_status wf_adamw_step(wf_adamw *o, double lr, double *grad_norm);
 
+/* ---- ZeRO-1: the optimizer state of one shard ----
+ *
+ * An optimizer of the flat element range [begin, end) of the parameter
+ * buffer of `m` (begin <= end <= num_params; may be empty): its moments are
+ * 2 x (end - begin) floats from `arena` (zeroed), and a step updates
+ * params[begin, end) only. The range may start and end inside tensors:
+ * every element gets its own tensor's weight decay (wf_adamw_decays). The
+ * whole buffer, [0, num_params), is wf_adamw_create. */
+wf_status wf_adamw_create_shard(wf_adamw **out, const wf_adamw_config *cfg, wf_model *m, size_t begin,
+                                size_t end, wf_arena *arena);
+
+/* One update of params[begin, end) from `grad` (end - begin floats: the
+ * range's gradient, e.g. this rank's shard of the averaged gradient),
+ * clipped as wf_adamw_step clips but with `grad_norm`, the GLOBAL norm the
+ * caller computed over every shard. The update is elementwise: shards
+ * stepped with the same norm give, together, the bits of one wf_adamw_step
+ * (whatever the split). A non-finite grad_norm or lr is WF_ERR_RANGE (naming
+ * the first tensor of this range with a non-finite gradient, if any) and
+ * changes nothing. */
+wf_status wf_adamw_step_shard(wf_adamw *o, double lr, const float *grad, double grad_norm);
+
+/* The element range [*begin, *end) of the parameter buffer it updates. */
+void wf_adamw_range(const wf_adamw *o, size_t *begin, size_t *end);
+
 /* Steps taken so far (the t of bias correction). */
 uint64_t wf_adamw_steps(const wf_adamw *o);
 
-/* The moments (num_params floats each), for checkpoints. */
+/* The moments (end - begin floats each: num_params for the whole buffer;
+ * element i is parameter begin + i), for checkpoints. */
 float *wf_adamw_m(wf_adamw *o);
 float *wf_adamw_v(wf_adamw *o);
 void wf_adamw_set_steps(wf_adamw *o, uint64_t t);

@@ -10,15 +10,25 @@
  * not depend on the thread count (the gradient norm sums fixed blocks in a
  * fixed order, the update is elementwise).
  *
- * Not here: other optimizers, fp16/bf16 state, ZeRO sharding of the state
- * (a later dist layer can hand each rank a slice of the ranges). */
+ * ZeRO-1 (docs/distributed.md): an optimizer made by wf_adamw_create_shard
+ * holds the moments of one flat element range [begin, end) of the buffer
+ * and updates only that range, from a gradient of the range alone and a
+ * global norm the caller computes over all shards. The ranges of adjacent
+ * tensors are clipped to the shard, so a shard may cut a tensor anywhere;
+ * the update is elementwise, so shards updated with the same norm give the
+ * bits of the whole update. The whole-buffer optimizer is the range
+ * [0, n) of the same code.
+ *
+ * Not here: other optimizers, fp16/bf16 state, the collectives of ZeRO-1
+ * (the trainer does them; this layer knows no communicator). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "weft/optim.h"
 
-/* Adjacent tensors with the same decay setting. */
+/* Adjacent tensors with the same decay setting, clipped to the
+ * optimizer's element range. */
 typedef struct {
     size_t offset, numel; /* in floats, in the parameter buffer */
     int decay;
@@ -27,8 +37,9 @@ typedef struct {
 struct wf_adamw {
     wf_adamw_config cfg;
     wf_model *model;
-    size_t n;     /* parameters */
-    float *m, *v; /* (n) first and second moments, from the arena */
+    size_t begin, end; /* the elements of the parameter buffer this optimizer updates */
+    size_t n;          /* end - begin */
+    float *m, *v;      /* (n) first and second moments of elements begin.., from the arena */
     uint64_t t;   /* steps taken */
     int n_ranges;
     adamw_range_ *ranges;
@@ -74,10 +85,14 @@ int wf_adamw_decays(const wf_adamw_config *cfg, const wf_tensor_info *t) {
     return !embedding || cfg->decay_embeddings;
 }
 
-wf_status wf_adamw_create(wf_adamw **out, const wf_adamw_config *cfg, wf_model *m,
-                          wf_arena *arena) {
+wf_status wf_adamw_create_shard(wf_adamw **out, const wf_adamw_config *cfg, wf_model *m, size_t begin,
+                                size_t end, wf_arena *arena) {
     *out = NULL;
     WF_TRY(check_config(cfg));
+    size_t total = wf_model_num_params(m);
+    if (begin > end || end > total)
+        return wf_error(WF_ERR_INVALID, "adamw: shard [%zu, %zu) is not a range of the %zu parameters", begin, end,
+                        total);
     int nt = wf_model_num_tensors(m);
     wf_adamw *o = calloc(1, sizeof *o);
     adamw_range_ *ranges = calloc((size_t)(nt > 0 ? nt : 1), sizeof *ranges);
@@ -88,16 +103,23 @@ wf_status wf_adamw_create(wf_adamw **out, const wf_adamw_config *cfg, wf_model *
     }
     o->cfg = *cfg;
     o->model = m;
-    o->n = wf_model_num_params(m);
+    o->begin = begin;
+    o->end = end;
+    o->n = end - begin;
     o->ranges = ranges;
     for (int i = 0; i < nt; i++) {
         const wf_tensor_info *t = wf_model_tensor(m, i);
+        /* The part of the tensor inside [begin, end): a shard can cut it
+         * anywhere, each element keeps its tensor's decay. */
+        size_t lo = t->offset > begin ? t->offset : begin;
+        size_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
+        if (lo >= hi) continue;
         int decay = wf_adamw_decays(cfg, t);
         adamw_range_ *last = o->n_ranges ? &ranges[o->n_ranges - 1] : NULL;
-        if (last && last->decay == decay && last->offset + last->numel == t->offset)
-            last->numel += t->numel;
+        if (last && last->decay == decay && last->offset + last->numel == lo)
+            last->numel += hi - lo;
         else
-            ranges[o->n_ranges++] = (adamw_range_){t->offset, t->numel, decay};
+            ranges[o->n_ranges++] = (adamw_range_){lo, hi - lo, decay};
     }
     size_t bytes = o->n * sizeof(float);
     o->m = wf_arena_alloc(arena, bytes ? bytes : 1, 64);
@@ -110,15 +132,17 @@ wf_status wf_adamw_create(wf_adamw **out, const wf_adamw_config *cfg, wf_model *
     return WF_OK;
 }
 
+wf_status wf_adamw_create(wf_adamw **out, const wf_adamw_config *cfg, wf_model *m, wf_arena *arena) {
+    return wf_adamw_create_shard(out, cfg, m, 0, wf_model_num_params(m), arena);
+}
+
 void wf_adamw_destroy(wf_adamw *o) {
     if (!o) return;
     free(o->ranges);
     free(o);
 }
 
-double wf_grad_norm(wf_model *m) {
-    const float *g = wf_model_grads(m);
-    size_t n = wf_model_num_params(m);
+double wf_sumsq(const float *x, size_t n) {
     /* Block boundaries depend only on n, so the sum's rounding does too. */
     size_t per = (n + NORM_BLOCKS_ - 1) / NORM_BLOCKS_;
     double part[NORM_BLOCKS_];
@@ -129,27 +153,31 @@ double wf_grad_norm(wf_model *m) {
         if (hi > n) hi = n;
         double s = 0;
 #pragma omp simd reduction(+ : s)
-        for (size_t i = lo; i < hi; i++) s += (double)g[i] * (double)g[i];
+        for (size_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
         part[b] = s;
     }
     double sum = 0;
     for (int b = 0; b < NORM_BLOCKS_; b++) sum += part[b];
-    return sqrt(sum);
+    return sum;
 }
 
-/* Names the first tensor with a non-finite gradient (the error path only). */
-static wf_status refuse_nonfinite(wf_adamw *o, double norm) {
-    const float *g = wf_model_grads(o->model);
+double wf_grad_norm(wf_model *m) { return sqrt(wf_sumsq(wf_model_grads(m), wf_model_num_params(m))); }
+
+/* Names the first tensor with a non-finite gradient in the optimizer's
+ * range (`g` holds the range; the error path only). */
+static wf_status refuse_nonfinite(wf_adamw *o, const float *g, double norm) {
     for (int i = 0; i < wf_model_num_tensors(o->model); i++) {
         const wf_tensor_info *t = wf_model_tensor(o->model, i);
-        for (size_t j = 0; j < t->numel; j++) {
-            if (isfinite(g[t->offset + j])) continue;
+        size_t lo = t->offset > o->begin ? t->offset : o->begin;
+        size_t hi = t->offset + t->numel < o->end ? t->offset + t->numel : o->end;
+        for (size_t k = lo; k < hi; k++) {
+            if (isfinite(g[k - o->begin])) continue;
             return wf_error(WF_ERR_RANGE,
                             "adamw step %llu: gradient norm is %g: %s has gradient %g at element "
                             "%zu; parameters and optimizer state are unchanged (skip this batch, "
                             "or lower optim.lr)",
-                            (unsigned long long)o->t + 1, norm, t->name, (double)g[t->offset + j],
-                            j);
+                            (unsigned long long)o->t + 1, norm, t->name, (double)g[k - o->begin],
+                            k - t->offset);
         }
     }
     return wf_error(WF_ERR_RANGE,
@@ -192,10 +220,10 @@ static void update_range(float *restrict p,       /* (n) parameters */
     }
 }
 
-wf_status wf_adamw_step(wf_adamw *o, double lr, double *grad_norm) {
-    double norm = wf_grad_norm(o->model);
-    if (grad_norm) *grad_norm = norm;
-    if (!isfinite(norm)) return refuse_nonfinite(o, norm);
+/* The update of the optimizer's range from `g` (its gradient, n floats),
+ * clipped with the global norm `norm`. */
+static wf_status apply_step(wf_adamw *o, double lr, const float *g, double norm) {
+    if (!isfinite(norm)) return refuse_nonfinite(o, g, norm);
     if (!(lr >= 0) || !isfinite(lr))
         return wf_error(WF_ERR_RANGE,
                         "adamw step %llu: learning rate %g must be >= 0 and finite; parameters "
@@ -223,17 +251,37 @@ wf_status wf_adamw_step(wf_adamw *o, double lr, double *grad_norm) {
                      .step = (float)(-lr / bc1)};
 
     float *p = wf_model_params(o->model);
-    const float *g = wf_model_grads(o->model);
     const adamw_range_ *r = o->ranges;
     int nr = o->n_ranges;
+    size_t base = o->begin;
     float *mm = o->m, *vv = o->v;
 #pragma omp parallel if (o->n >= PARALLEL_MIN_)
     for (int i = 0; i < nr; i++) {
-        size_t off = r[i].offset;
-        update_range(p + off, g + off, mm + off, vv + off, r[i].numel, k, r[i].decay);
+        size_t off = r[i].offset, loc = off - base; /* in the buffer; in the range's arrays */
+        update_range(p + off, g + loc, mm + loc, vv + loc, r[i].numel, k, r[i].decay);
     }
     o->t = t;
     return WF_OK;
+}
+
+wf_status wf_adamw_step(wf_adamw *o, double lr, double *grad_norm) {
+    if (o->begin != 0 || o->end != wf_model_num_params(o->model))
+        return wf_error(WF_ERR_INVALID,
+                        "adamw: this optimizer holds the shard [%zu, %zu) of %zu parameters: step it with "
+                        "wf_adamw_step_shard and the shard's gradient",
+                        o->begin, o->end, wf_model_num_params(o->model));
+    double norm = wf_grad_norm(o->model);
+    if (grad_norm) *grad_norm = norm;
+    return apply_step(o, lr, wf_model_grads(o->model), norm);
+}
+
+wf_status wf_adamw_step_shard(wf_adamw *o, double lr, const float *grad, double grad_norm) {
+    return apply_step(o, lr, grad, grad_norm);
+}
+
+void wf_adamw_range(const wf_adamw *o, size_t *begin, size_t *end) {
+    *begin = o->begin;
+    *end = o->end;
 }
 
 uint64_t wf_adamw_steps(const wf_adamw *o) { return o->t; }
