@@ -22,9 +22,13 @@
  * removed by wf_ckpt_cleanup. Asynchronous saves copy the state into a
  * staging buffer (allocated once) and return; a writer thread does the I/O.
  *
- * A multi-rank save is collective over a communicator (dist.h), and
- * synchronous. This module does not: save asynchronously from several
- * ranks, compress, or write to object stores.
+ * A multi-rank save is collective over a communicator (dist.h). Sync, it
+ * writes and commits before it returns. Async, it stages this rank's part
+ * and returns; the writer thread writes this rank's data file and never
+ * calls the communicator; the commit (checksums gathered, rank 0 writes the
+ * manifest and renames) is a collective the caller's thread runs later,
+ * when every rank's write is done (wf_ckpt_writer_busy, _commit).
+ * This module does not: compress, or write to object stores.
  */
 #ifndef WEFT_CKPT_H
 #define WEFT_CKPT_H
@@ -78,7 +82,10 @@ typedef struct {
     double blocked_seconds;  /* the caller's time in wf_ckpt_save (waiting for the previous
                                 save, copying into the staging buffer; sync: all of it) */
     double copy_seconds;     /* of which copying into the staging buffer (async) */
-    double write_seconds;    /* writing, fsyncs, manifest and rename */
+    double write_seconds;    /* writing, fsyncs, manifest and rename (async with several ranks:
+                                this rank's data file only, on the writer thread) */
+    double commit_seconds;   /* async with several ranks: the collective commit on the caller's
+                                thread (gather, manifest, rename; in blocked_seconds too) */
     int pruned;              /* older checkpoints removed after it */
     wf_status status;        /* the save's result (async saves report it late) */
 } wf_ckpt_save_stats;
@@ -92,16 +99,24 @@ typedef struct wf_ckpt_writer wf_ckpt_writer;
 wf_status wf_ckpt_writer_create(wf_ckpt_writer **out, const wf_ckpt_tensor *tensors, size_t n,
                                 const wf_ckpt_writer_opts *opts);
 /* The writer of rank opts->rank of opts->world_size > 1 ranks (the ranks of
- * `comm`, which must outlive the writer). wf_ckpt_save is then collective
- * and synchronous (opts->async must be 0): every rank writes its data file,
- * rank 0 gathers the pieces' checksums, writes the manifest and commits
- * once every data file is on disk, and prunes; every rank returns the same
- * status (a rank that did not fail names the first that did). With
+ * `comm`, which must outlive the writer). wf_ckpt_save is then collective:
+ * every rank writes its data file, rank 0 gathers the pieces' checksums,
+ * writes the manifest and commits once every data file is on disk, and
+ * prunes; every rank returns the same status (a rank that did not fail
+ * names the first that did). Sync (opts->async 0): all of it inside
+ * wf_ckpt_save. Async: wf_ckpt_save stages and returns, the writer thread
+ * writes this rank's data file, and the commit runs later on the caller's
+ * thread, collectively: in wf_ckpt_writer_commit (once no rank is busy),
+ * or else in the next wf_ckpt_save or in wf_ckpt_writer_wait. With
  * world_size 1 it is wf_ckpt_writer_create. */
 wf_status wf_ckpt_writer_create_ranks(wf_ckpt_writer **out, const wf_ckpt_tensor *tensors, size_t n,
                                       const wf_ckpt_writer_opts *opts, wf_comm *comm);
 /* Waits for a save in flight (its error, if any, is lost: call
- * wf_ckpt_writer_wait first to see it), stops the thread, frees. Accepts NULL. */
+ * wf_ckpt_writer_wait first to see it), stops the thread, frees. Accepts NULL.
+ * Async with several ranks it waits for this rank's write only and never
+ * commits (it is not collective): a save staged but not committed is lost,
+ * its `.tmp-*` folder left for wf_ckpt_cleanup; call wf_ckpt_writer_wait on
+ * every rank first to commit it. */
 void wf_ckpt_writer_destroy(wf_ckpt_writer *w);
 
 /* Saves the state as it is now, with `step` and `meta`, into the checkpoint
@@ -111,17 +126,49 @@ void wf_ckpt_writer_destroy(wf_ckpt_writer *w);
  * never overlap and the staging buffer is never overwritten while it is
  * being written), copies the tensors and meta, and returns; the state may
  * then change. A previous async save's failure is returned here. `stats`
- * (may be NULL) gets what is known on return. */
+ * (may be NULL) gets what is known on return.
+ * Several ranks: collective, every rank at the same step with the same
+ * `dir` and `step`; the manifest holds rank 0's `meta`. Async, a previous
+ * save not committed yet is committed first (after this rank's write of it
+ * is done), and its failure returned on every rank without staging the new
+ * one. */
 wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const wf_ckpt_meta *meta,
                        wf_ckpt_save_stats *stats);
 
 /* Waits until no save is in flight. Returns the status of the last save;
  * `stats` (may be NULL) gets its figures. Returns WF_OK at once when there
- * was none. */
+ * was none. Async with several ranks: collective (every rank calls it at
+ * the same point): commits a save still pending, as wf_ckpt_writer_commit;
+ * call it before the end of training so that the last save is committed. */
 wf_status wf_ckpt_writer_wait(wf_ckpt_writer *w, wf_ckpt_save_stats *stats);
 
-/* Does not block: 1 when a save completed since the last poll, wait or
- * save, with its figures (and status) in *stats; else 0. */
+/* Does not block: 1 while this rank's asynchronous write is running, else
+ * 0 (always 0 for a sync writer). With several ranks the caller ORs it
+ * over ranks once a step (WF_AGREE_CKPT_BUSY in wf_comm_agree's word) and
+ * commits when no rank is busy. */
+int wf_ckpt_writer_busy(wf_ckpt_writer *w);
+
+/* 1 when an asynchronous save of several ranks was staged and is not
+ * committed yet (the same on every rank: saves and commits are
+ * collective); else 0. */
+int wf_ckpt_writer_pending(const wf_ckpt_writer *w);
+
+/* Async with several ranks: collective. Commits the pending save: waits for
+ * this rank's write (at once when the ranks agreed that none is busy), the
+ * ranks agree that every data file was written, rank 0 gathers the
+ * checksums, writes the manifest, renames the folder into place and
+ * prunes; every rank returns the same status. A rank whose write failed
+ * makes every rank return its error, naming the rank and the file; nothing
+ * is committed and the earlier checkpoints are intact. `stats` (may be
+ * NULL) gets the save's figures (`pruned`: rank 0's count), and
+ * wf_ckpt_writer_poll reports it too. A no-op returning WF_OK, with
+ * `stats` untouched, when nothing is pending (on every rank alike), in
+ * sync mode and with one rank. */
+wf_status wf_ckpt_writer_commit(wf_ckpt_writer *w, wf_ckpt_save_stats *stats);
+
+/* Does not block: 1 when a save completed (several ranks, async: was
+ * committed) since the last poll, wait or save, with its figures (and
+ * status) in *stats; else 0. */
 int wf_ckpt_writer_poll(wf_ckpt_writer *w, wf_ckpt_save_stats *stats);
 
 /* Bytes of the staging buffer (0 in sync mode). */
