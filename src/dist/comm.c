@@ -87,6 +87,44 @@ static int launcher_size(const char **var) {
     return 0;
 }
 
+/* srun gives MPI its process-management interface through a plugin (--mpi
+ * or slurm.conf's MpiDefault): pmix sets PMIX_RANK (Open MPI's), pmi2 sets
+ * PMI_FD (MPICH's simple PMI speaks to it), none sets neither. srun is the
+ * launcher when its task count is the job's size (a launcher started inside
+ * a one-task step, e.g. `srun -n 1 mpiexec.mpich -n 4`, is not srun). */
+static int under_srun(void) {
+    const char *var, *tasks = getenv("SLURM_STEP_NUM_TASKS");
+    int n = launcher_size(&var);
+    return tasks && *tasks && !env_set("OMPI_COMM_WORLD_SIZE") && atoi(tasks) == n;
+}
+
+static const char *srun_plugin(void) {
+    if (env_set("PMIX_RANK")) return "pmix";
+    if (env_set("PMI_FD") || env_set("PMI_RANK")) return "pmi2";
+    return NULL;
+}
+
+/* Why the backend's world differs from the launcher's, and what to do. */
+static void mismatch_advice(const char *version, char *out, size_t cap) {
+    if (under_srun() && !srun_plugin())
+        snprintf(out, cap,
+                 "srun gave the ranks no MPI plugin (neither PMIX_RANK nor PMI_FD is set: "
+                 "--mpi=none or slurm.conf's MpiDefault), so every rank started a world of its "
+                 "own. Run Open MPI's backend with `srun --mpi=pmix` and MPICH's with `srun "
+                 "--mpi=pmi2` (`srun --mpi=list` shows the plugins)");
+    else if (under_srun())
+        snprintf(out, cap,
+                 "the backend's MPI (%s) does not speak srun's %s plugin. Run Open MPI's backend "
+                 "with `srun --mpi=pmix` and MPICH's with `srun --mpi=pmi2`, or set "
+                 "WEFT_DIST_BACKEND",
+                 version, srun_plugin());
+    else
+        snprintf(out, cap,
+                 "the backend's MPI (%s) is not the launcher's. Use that MPI's launcher "
+                 "(mpirun.openmpi for openmpi, mpiexec.mpich for mpich) or set WEFT_DIST_BACKEND",
+                 version);
+}
+
 static void append_tried(char *tried, size_t cap, const char *path, const char *why) {
     size_t len = strlen(tried);
     if (len < cap) snprintf(tried + len, cap - len, "\n  %s: %s", path, why);
@@ -194,6 +232,13 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
     if (!c) return wf_error(WF_ERR_NOMEM, "dist: out of memory for the communicator");
     c->be = be;
     snprintf(c->backend, sizeof c->backend, "%s", be->name);
+    /* Open MPI aborts inside MPI_Init under srun without PMIx, saying it
+     * was "not built with SLURM's PMI support": say the real cause first. */
+    if (strcmp(be->name, "openmpi") == 0 && under_srun() && !env_set("PMIX_RANK"))
+        WF_WARN("dist: the openmpi backend under srun without its PMIx plugin (PMIX_RANK is "
+                "not set; srun's --mpi is %s): Open MPI's MPI_Init will likely fail. Run it "
+                "with `srun --mpi=pmix`, or MPICH's backend with `srun --mpi=pmi2`",
+                srun_plugin() ? srun_plugin() : "none");
     if (be->init(&c->st, &c->rank, &c->size, &c->local_rank, c->version, sizeof c->version) != 0) {
         wf_status s = wf_error(WF_ERR_IO, "dist: starting the %s backend: %s", be->name,
                                be->last_error(NULL));
@@ -203,12 +248,12 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
     const char *var;
     int expect = launcher_size(&var);
     if (expect > 0 && expect != c->size && strcmp(be->name, "single") != 0) {
+        char advice[768];
+        mismatch_advice(c->version, advice, sizeof advice);
         wf_status s = wf_error(WF_ERR_CONFIG,
                                "dist: the launcher started %d ranks (%s=%d) but the %s backend "
-                               "sees a world of %d: the backend's MPI (%s) is not the "
-                               "launcher's. Use that MPI's launcher (mpirun.openmpi for "
-                               "openmpi, mpiexec.mpich for mpich) or set WEFT_DIST_BACKEND",
-                               expect, var, expect, be->name, c->size, c->version);
+                               "sees a world of %d: %s",
+                               expect, var, expect, be->name, c->size, advice);
         be->finalize(c->st);
         free(c);
         return s;

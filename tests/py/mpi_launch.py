@@ -1,7 +1,7 @@
 """Running programs under MPI launchers in tests: the launchers, a clean
 environment for them, and a run with a timeout that kills the whole process
-group, so that no rank outlives a test. Shared by test_dist_mpi.py and
-test_train_dist.py."""
+group, so that no rank outlives a test. Shared by test_dist_mpi.py,
+test_train_dist.py and test_srun.py (which runs srun through run())."""
 import os
 import signal
 import subprocess
@@ -35,7 +35,14 @@ def command(exe, impl, np_, args):
 def launch(exe, impl, np_, args, timeout=60, env=None):
     """Runs command(exe, impl, np_, args). Kills the whole process group when
     done or timed out."""
-    cmd = command(exe, impl, np_, args)
+    return run(command(exe, impl, np_, args), timeout, env)
+
+
+def run(cmd, timeout=60, env=None):
+    """Runs the command line cmd (a launcher's, e.g. srun's) in launcher_env()
+    updated with env, in a session of its own. Kills the whole process group
+    when done or timed out."""
+    cmd = [str(a) for a in cmd]
     e = launcher_env()
     if env:
         e.update(env)
