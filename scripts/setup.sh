@@ -18,6 +18,10 @@ APT_PACKAGES=(
   libgumbo-dev libutf8proc-dev libcld2-dev wget r-doc-html
   r-base-core r-cran-janeaustenr
   libopenmpi-dev openmpi-bin libmpich-dev mpich
+  # Slurm for tests/py/test_srun.py (a private cluster; the system's services
+  # never start: they need /etc/slurm/slurm.conf). srun --mpi=pmix dlopens
+  # libpmix.so, which only libpmix-dev ships.
+  slurmctld slurmd slurm-client munge libpmix-dev
   chromium
 )
 
