@@ -8,12 +8,15 @@
  * (a box of the tensor: offsets and sizes per dimension) each stored in one
  * data file at an offset, with a length and an XXH3-64 checksum.
  *
- * Writing: with W writing ranks, every tensor is split along dim 0 into W
- * near-equal row ranges and rank r writes range r of every tensor, so that
- * replicated state (parameters, AdamW moments under data parallelism) costs
- * each rank 1/W of the I/O, as PyTorch's distributed checkpoint does.
- * Reading: any row range of a tensor can be read whatever W was, so a
- * checkpoint saved by W ranks loads on any other number (resharding).
+ * Writing: with W writing ranks, every replicated tensor is split along
+ * dim 0 into W near-equal row ranges and rank r writes range r of every
+ * tensor, so that replicated state (parameters, AdamW moments under data
+ * parallelism) costs each rank 1/W of the I/O, as PyTorch's distributed
+ * checkpoint does; a sharded tensor (ZeRO-1's moments: each rank holds a
+ * different element range) is written by each rank for the range it
+ * holds. Reading: any row range or flat element range of a tensor can be
+ * read whatever W and the layout were, so a checkpoint saved by W ranks
+ * loads on any other number (resharding), sharded or not.
  *
  * Saves are atomic: everything is written into `.tmp-step-NNNNNNN.<pid>`
  * beside the final directory, fsynced, renamed into place, and the parent
@@ -44,14 +47,35 @@
 #define WF_CKPT_MAX_DIMS 4
 #define WF_CKPT_MANIFEST "manifest.json"
 
-/* One tensor of the state as this process holds it: the whole tensor
- * (replicated), fp32, row-major. A save reads `data`; a load writes it. */
+/* One tensor of the state as this process holds it, fp32, row-major. A
+ * save reads `data`; a load writes it.
+ *
+ * Replicated (shard_size 0, the default): every rank holds the whole
+ * tensor, `data` has prod(shape) floats, and with W writing ranks rank r
+ * writes its row range.
+ *
+ * Sharded (shard_size > 0; ZeRO-1's optimizer state): the tensor is the
+ * elements [shard_base, shard_base + prod(shape)) of a flat buffer of
+ * which rank r holds elements [r * shard_size, (r + 1) * shard_size), so
+ * every rank holds a different contiguous element range of the tensor
+ * (wf_ckpt_tensor_range; possibly empty), and `data` points at the first
+ * element of that range. Each rank writes exactly its range: up to
+ * 2 * ndim - 1 boxes (a partial first row, whole rows, a partial last row,
+ * recursively for more dimensions). The W writing ranks must cover the
+ * tensor: W * shard_size >= shard_base + prod(shape). */
 typedef struct {
     const char *name;
     int ndim;                          /* 1..WF_CKPT_MAX_DIMS */
     int64_t shape[WF_CKPT_MAX_DIMS];   /* global shape */
-    float *data;                       /* prod(shape) floats */
+    float *data;                       /* replicated: prod(shape) floats; sharded: this rank's range */
+    int64_t shard_size;                /* 0: replicated; > 0: elements per rank of the sharded buffer */
+    int64_t shard_base;                /* sharded: the tensor's first element in that buffer */
 } wf_ckpt_tensor;
+
+/* The elements [*begin, *end) of tensor `t` (flat, row-major) that `rank`
+ * holds: the whole tensor when replicated; when sharded, its part of the
+ * rank's shard (begin == end when it holds none). */
+void wf_ckpt_tensor_range(const wf_ckpt_tensor *t, int rank, int64_t *begin, int64_t *end);
 
 /* Scalar state saved with the tensors: keys are "name" or "section.name"
  * (stored nested in the manifest's "state" object), values unsigned
@@ -218,9 +242,19 @@ wf_status wf_ckpt_get_model_config(const wf_ckpt *c, wf_model_config *out);
  * file, the tensor and the byte range. */
 wf_status wf_ckpt_read_rows(wf_ckpt *c, const char *name, int64_t row_begin, int64_t row_end, float *dst);
 
-/* Loads every tensor of `tensors` (whole, as this process holds them) from
- * the checkpoint. The checkpoint must hold exactly these names with these
- * global shapes; a difference is WF_ERR_CONFIG naming the tensor. */
+/* Reads the elements [begin, end) of tensor `name`, flattened row-major,
+ * into `dst` (end - begin floats), from whichever pieces hold them: how a
+ * rank loads its shard of sharded state whatever layout wrote it. Checks
+ * and errors as wf_ckpt_read_rows. */
+wf_status wf_ckpt_read_range(wf_ckpt *c, const char *name, int64_t begin, int64_t end, float *dst);
+
+/* Loads every tensor of `tensors` as the process of rank `rank` holds
+ * them (replicated: whole; sharded: the rank's range, wf_ckpt_tensor_range)
+ * from the checkpoint, whatever number of ranks and layout wrote it. The
+ * checkpoint must hold exactly these names with these global shapes; a
+ * difference is WF_ERR_CONFIG naming the tensor. */
+wf_status wf_ckpt_load_rank(wf_ckpt *c, const wf_ckpt_tensor *tensors, size_t n, int rank);
+/* wf_ckpt_load_rank for rank 0 (the tensors of one process). */
 wf_status wf_ckpt_load(wf_ckpt *c, const wf_ckpt_tensor *tensors, size_t n);
 
 /* Checks every piece's checksum. `report` (may be NULL) is called with a

@@ -16,12 +16,16 @@
 #define WF_CKPT_HEADER_BYTES 64 /* data file header; pieces start here */
 #define WF_CKPT_ALIGN 64        /* every piece starts at a multiple of this */
 
-/* One piece: rows [row_begin, row_end) of a tensor (whole other dims),
- * written by `rank` at `offset` of its data file. */
+/* One piece: a box of a tensor whose elements are contiguous in the
+ * tensor's row-major order (a row range with whole other dims, or a part
+ * of a sharded range), written by `rank` at `offset` of its data file. */
 typedef struct {
     size_t tensor;
     int rank;
-    int64_t row_begin, row_end;
+    int64_t row_begin, row_end;       /* the box's extent along dim 0 */
+    int64_t elem_begin, elem_end;     /* the same box as flat elements of the tensor */
+    int64_t src;                      /* its first element's index in the tensor's `data` */
+    int64_t off[WF_CKPT_MAX_DIMS], size[WF_CKPT_MAX_DIMS]; /* the box, as the manifest says it */
     uint64_t offset, length; /* bytes */
 } wf_ckpt_piece;
 
@@ -37,6 +41,14 @@ typedef struct {
 
 /* Rows [*begin, *end) of a dim-0 extent `rows` that rank r of w holds. */
 void wf_ckpt_rows_of(int64_t rows, int r, int w, int64_t *begin, int64_t *end);
+
+/* The flat element range [begin, end) (non-empty) of a tensor of shape
+ * `shape` (ndim dims), cut into boxes whose elements are contiguous in
+ * row-major order: a partial first row, whole rows and a partial last row
+ * at each level, at most 2 * ndim - 1. Writes up to that many boxes to
+ * off/size (may be NULL to count) and returns how many. */
+int wf_ckpt_range_boxes(const int64_t *shape, int ndim, int64_t begin, int64_t end,
+                        int64_t (*off)[WF_CKPT_MAX_DIMS], int64_t (*size)[WF_CKPT_MAX_DIMS]);
 
 wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, int world_size);
 void wf_ckpt_plan_free(wf_ckpt_plan *p);

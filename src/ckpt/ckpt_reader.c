@@ -1,8 +1,9 @@
 /* Reading checkpoints: the manifest parsed and validated against the
  * format (docs/formats/checkpoint.md) before any data is trusted, data
  * files mapped read-only, pieces checked against their XXH3 checksums the
- * first time they are read, row ranges assembled from whichever pieces hold
- * them (so a checkpoint written by W ranks loads on any number of ranks),
+ * first time they are read, row ranges and flat element ranges assembled
+ * from whichever pieces hold them (so a checkpoint written by W ranks, with
+ * replicated or sharded tensors, loads on any number of ranks),
  * and the search for the newest checkpoint that verifies. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -393,40 +394,72 @@ static wf_status check_piece(wf_ckpt *c, rpiece *p) {
     return WF_OK;
 }
 
-/* Copies the part of piece p inside rows [b, e) into dst, which holds rows
- * [b, e) of the whole tensor. */
-static void copy_piece_rows(const rtensor *t, const rpiece *p, const float *src, int64_t b, int64_t e, float *dst) {
-    int64_t r0 = p->off[0] > b ? p->off[0] : b;
-    int64_t r1 = p->off[0] + p->size[0] < e ? p->off[0] + p->size[0] : e;
-    if (r0 >= r1) return;
+/* Copies the elements of piece p (its data at `src`, the box row-major)
+ * that lie in the flat element range [b, e) of tensor t into dst, which
+ * holds [b, e). The box is walked as runs along its last dimension, or as
+ * one run when its elements are contiguous in the tensor (whole rows, or a
+ * part of one row at every level: what weft writes). */
+static void copy_piece_range(const rtensor *t, const rpiece *p, const float *src, int64_t b, int64_t e, float *dst) {
     int nd = t->ndim;
-    int64_t row = 1, prow = 1; /* elements per row of the tensor and of the piece */
-    for (int d = 1; d < nd; d++) {
-        row *= t->shape[d];
-        prow *= p->size[d];
+    int64_t stride[WF_CKPT_MAX_DIMS], vol = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        stride[d] = d == nd - 1 ? 1 : stride[d + 1] * t->shape[d + 1];
+        vol *= p->size[d];
     }
-    if (prow == row) { /* the piece has whole rows: one copy */
-        memcpy(dst + (r0 - b) * row, src + (r0 - p->off[0]) * prow, (size_t)((r1 - r0) * row) * sizeof *dst);
-        return;
+    /* Contiguous: the dims after the first one with size > 1 are whole. */
+    int contiguous = 1, seen = 0;
+    for (int d = 0; d < nd; d++) {
+        if (seen && p->size[d] != t->shape[d]) contiguous = 0;
+        if (p->size[d] > 1) seen = 1;
     }
-    /* A general box: copy runs along the last dimension. */
-    int64_t inner = p->size[nd - 1], runs = (r1 - r0) * (prow / inner);
+    int64_t inner = contiguous ? vol : p->size[nd - 1], runs = vol / inner;
     for (int64_t k = 0; k < runs; k++) {
-        int64_t rem = k, idx[WF_CKPT_MAX_DIMS] = {0};
-        for (int d = nd - 2; d >= 1; d--) {
-            idx[d] = rem % p->size[d];
+        /* The run's first element in the tensor: its index in the box,
+         * shifted by the box's offsets. */
+        int64_t rem = k, first = p->off[nd - 1];
+        for (int d = nd - 2; d >= 0 && !contiguous; d--) {
+            first += (p->off[d] + rem % p->size[d]) * stride[d];
             rem /= p->size[d];
         }
-        idx[0] = r0 - p->off[0] + rem; /* row within the piece */
-        int64_t so = 0, dof = 0;
-        for (int d = 0; d < nd - 1; d++) {
-            so = so * p->size[d] + idx[d];
-            dof = dof * (d == 0 ? e - b : t->shape[d]) + (d == 0 ? idx[0] + p->off[0] - b : idx[d] + p->off[d]);
-        }
-        so *= inner;
-        dof = dof * t->shape[nd - 1] + p->off[nd - 1];
-        memcpy(dst + dof, src + so, (size_t)inner * sizeof *dst);
+        if (contiguous)
+            for (int d = 0; d < nd - 1; d++) first += p->off[d] * stride[d];
+        int64_t lo = first > b ? first : b, hi = first + inner < e ? first + inner : e;
+        if (lo < hi) memcpy(dst + (lo - b), src + k * inner + (lo - first), (size_t)(hi - lo) * sizeof *dst);
     }
+}
+
+/* The flat element range [first, last] a piece's box spans in its tensor. */
+static void piece_span(const rtensor *t, const rpiece *p, int64_t *first, int64_t *last) {
+    int64_t f = 0, l = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        f = f * t->shape[d] + p->off[d];
+        l = l * t->shape[d] + p->off[d] + p->size[d] - 1;
+    }
+    *first = f;
+    *last = l;
+}
+
+static wf_status read_range(wf_ckpt *c, const rtensor *t, int64_t begin, int64_t end, float *dst) {
+    for (size_t k = t->first; k < t->first + t->n; k++) {
+        rpiece *p = &c->pieces[k];
+        int64_t first, last;
+        piece_span(t, p, &first, &last);
+        if (first >= end || last < begin) continue;
+        WF_TRY(check_piece(c, p));
+        /* Offsets are multiples of 4 from a page-aligned mapping (checked
+         * writer-side; the reader does not rely on it for correctness). */
+        const unsigned char *src = c->files[p->file].map.data + p->offset;
+        if (p->offset % 4 == 0) {
+            copy_piece_range(t, p, (const float *)(const void *)src, begin, end, dst);
+        } else {
+            float *tmp = malloc(p->length);
+            if (!tmp) return wf_error(WF_ERR_NOMEM, "out of memory");
+            memcpy(tmp, src, p->length);
+            copy_piece_range(t, p, tmp, begin, end, dst);
+            free(tmp);
+        }
+    }
+    return WF_OK;
 }
 
 wf_status wf_ckpt_read_rows(wf_ckpt *c, const char *name, int64_t row_begin, int64_t row_end, float *dst) {
@@ -436,24 +469,22 @@ wf_status wf_ckpt_read_rows(wf_ckpt *c, const char *name, int64_t row_begin, int
     if (row_begin < 0 || row_end < row_begin || row_end > t->shape[0])
         return wf_error(WF_ERR_RANGE, "%s: tensor %s: rows [%" PRId64 ", %" PRId64 ") outside its %" PRId64 " rows",
                         c->mpath, name, row_begin, row_end, t->shape[0]);
-    for (size_t k = t->first; k < t->first + t->n; k++) {
-        rpiece *p = &c->pieces[k];
-        if (p->off[0] >= row_end || p->off[0] + p->size[0] <= row_begin) continue;
-        WF_TRY(check_piece(c, p));
-        /* Offsets are multiples of 4 from a page-aligned mapping (checked
-         * writer-side; the reader does not rely on it for correctness). */
-        const unsigned char *src = c->files[p->file].map.data + p->offset;
-        if (p->offset % 4 == 0) {
-            copy_piece_rows(t, p, (const float *)(const void *)src, row_begin, row_end, dst);
-        } else {
-            float *tmp = malloc(p->length);
-            if (!tmp) return wf_error(WF_ERR_NOMEM, "out of memory");
-            memcpy(tmp, src, p->length);
-            copy_piece_rows(t, p, tmp, row_begin, row_end, dst);
-            free(tmp);
-        }
-    }
-    return WF_OK;
+    int64_t row = 1;
+    for (int d = 1; d < t->ndim; d++) row *= t->shape[d];
+    return read_range(c, t, row_begin * row, row_end * row, dst);
+}
+
+wf_status wf_ckpt_read_range(wf_ckpt *c, const char *name, int64_t begin, int64_t end, float *dst) {
+    long ti = wf_ckpt_find(c, name);
+    if (ti < 0) return wf_error(WF_ERR_NOTFOUND, "%s: no tensor %s", c->mpath, name);
+    const rtensor *t = &c->tensors[ti];
+    int64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
+    if (begin < 0 || end < begin || end > numel)
+        return wf_error(WF_ERR_RANGE,
+                        "%s: tensor %s: elements [%" PRId64 ", %" PRId64 ") outside its %" PRId64 " elements",
+                        c->mpath, name, begin, end, numel);
+    return read_range(c, t, begin, end, dst);
 }
 
 static void fmt_shape(char *buf, size_t n, const int64_t *shape, int ndim) {
@@ -463,6 +494,10 @@ static void fmt_shape(char *buf, size_t n, const int64_t *shape, int ndim) {
 }
 
 wf_status wf_ckpt_load(wf_ckpt *c, const wf_ckpt_tensor *tensors, size_t n) {
+    return wf_ckpt_load_rank(c, tensors, n, 0);
+}
+
+wf_status wf_ckpt_load_rank(wf_ckpt *c, const wf_ckpt_tensor *tensors, size_t n, int rank) {
     for (size_t i = 0; i < n; i++) {
         const wf_ckpt_tensor *t = &tensors[i];
         long k = wf_ckpt_find(c, t->name);
@@ -488,8 +523,11 @@ wf_status wf_ckpt_load(wf_ckpt *c, const wf_ckpt_tensor *tensors, size_t n) {
                                 c->dir, c->tensors[k].name);
         }
     }
-    for (size_t i = 0; i < n; i++)
-        WF_TRY(wf_ckpt_read_rows(c, tensors[i].name, 0, tensors[i].shape[0], tensors[i].data));
+    for (size_t i = 0; i < n; i++) {
+        int64_t b, e;
+        wf_ckpt_tensor_range(&tensors[i], rank, &b, &e);
+        if (b < e) WF_TRY(wf_ckpt_read_range(c, tensors[i].name, b, e, tensors[i].data));
+    }
     return WF_OK;
 }
 

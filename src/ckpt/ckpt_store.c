@@ -1,5 +1,7 @@
-/* The storage side of a checkpoint save: the layout plan (every tensor cut
- * along dim 0 into one row range per writing rank, placed in that rank's
+/* The storage side of a checkpoint save: the layout plan (every
+ * replicated tensor cut along dim 0 into one row range per writing rank,
+ * every sharded tensor cut into the element ranges the ranks hold, each
+ * range as the few boxes the manifest can describe; placed in the rank's
  * data file), the data files and manifest, the atomic commit (temporary
  * directory, fsyncs, rename, fsync of the parent), the scalar state store,
  * and the housekeeping of a directory of checkpoints (list, cleanup of
@@ -28,10 +30,80 @@ void wf_ckpt_rows_of(int64_t rows, int r, int w, int64_t *begin, int64_t *end) {
     *end = rows * (r + 1) / w;
 }
 
-static uint64_t row_bytes(const wf_ckpt_tensor *t) {
-    uint64_t b = 4;
-    for (int d = 1; d < t->ndim; d++) b *= (uint64_t)t->shape[d];
-    return b;
+static int64_t numel_of(const wf_ckpt_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+void wf_ckpt_tensor_range(const wf_ckpt_tensor *t, int rank, int64_t *begin, int64_t *end) {
+    int64_t n = numel_of(t);
+    if (t->shard_size <= 0) {
+        *begin = 0;
+        *end = n;
+        return;
+    }
+    /* The rank's shard of the flat buffer, [rank * S, (rank + 1) * S),
+     * clipped to the tensor's elements [base, base + n) of that buffer. */
+    int64_t lo = (int64_t)rank * t->shard_size, hi = lo + t->shard_size;
+    if (lo < t->shard_base) lo = t->shard_base;
+    if (hi > t->shard_base + n) hi = t->shard_base + n;
+    if (lo >= hi) lo = hi = t->shard_base;
+    *begin = lo - t->shard_base;
+    *end = hi - t->shard_base;
+}
+
+/* Elements per index of dim d (the product of the later dims). */
+static int64_t inner_of(const int64_t *shape, int ndim, int d) {
+    int64_t n = 1;
+    for (int k = d + 1; k < ndim; k++) n *= shape[k];
+    return n;
+}
+
+/* One box: dims before d at prefix[] with size 1, dim d [first, first + count), the rest whole. */
+static int put_box(const int64_t *shape, int ndim, int d, const int64_t *prefix, int64_t first, int64_t count,
+                   int64_t (*off)[WF_CKPT_MAX_DIMS], int64_t (*size)[WF_CKPT_MAX_DIMS], int k) {
+    if (off) {
+        for (int j = 0; j < ndim; j++) {
+            off[k][j] = j < d ? prefix[j] : j == d ? first : 0;
+            size[k][j] = j < d ? 1 : j == d ? count : shape[j];
+        }
+    }
+    return 1;
+}
+
+/* The boxes of the flat range [begin, end) (non-empty) of the sub-tensor
+ * shape[d..] at the index prefix[0..d), appended from box k on. */
+static int range_boxes_at(const int64_t *shape, int ndim, int d, int64_t *prefix, int64_t begin, int64_t end,
+                          int64_t (*off)[WF_CKPT_MAX_DIMS], int64_t (*size)[WF_CKPT_MAX_DIMS], int k) {
+    int64_t inner = inner_of(shape, ndim, d);
+    if (d == ndim - 1 || (begin % inner == 0 && end % inner == 0))
+        return put_box(shape, ndim, d, prefix, begin / inner, (end - begin) / inner, off, size, k);
+    int64_t r0 = begin / inner, r1 = (end - 1) / inner;
+    if (r0 == r1) { /* inside one index of dim d: go down a dimension */
+        prefix[d] = r0;
+        return range_boxes_at(shape, ndim, d + 1, prefix, begin - r0 * inner, end - r0 * inner, off, size, k);
+    }
+    int got = 0;
+    int64_t full0 = r0, full1 = end / inner; /* whole indices [full0, full1) */
+    if (begin % inner) { /* the partial first one */
+        prefix[d] = r0;
+        got += range_boxes_at(shape, ndim, d + 1, prefix, begin - r0 * inner, inner, off, size, k + got);
+        full0 = r0 + 1;
+    }
+    if (full1 > full0) got += put_box(shape, ndim, d, prefix, full0, full1 - full0, off, size, k + got);
+    if (end % inner) { /* the partial last one */
+        prefix[d] = full1;
+        got += range_boxes_at(shape, ndim, d + 1, prefix, 0, end - full1 * inner, off, size, k + got);
+    }
+    return got;
+}
+
+int wf_ckpt_range_boxes(const int64_t *shape, int ndim, int64_t begin, int64_t end,
+                        int64_t (*off)[WF_CKPT_MAX_DIMS], int64_t (*size)[WF_CKPT_MAX_DIMS]) {
+    int64_t prefix[WF_CKPT_MAX_DIMS] = {0};
+    if (begin >= end) return 0;
+    return range_boxes_at(shape, ndim, 0, prefix, begin, end, off, size, 0);
 }
 
 void wf_ckpt_plan_free(wf_ckpt_plan *p) {
@@ -44,10 +116,35 @@ void wf_ckpt_plan_free(wf_ckpt_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* The boxes rank r writes of tensor t: its row range (replicated) or
+ * the boxes of its element range (sharded). Returns how many; fills
+ * off/size/elem ranges when non-NULL (room for 2 * WF_CKPT_MAX_DIMS). */
+static int rank_boxes(const wf_ckpt_tensor *t, int r, int w, int64_t (*off)[WF_CKPT_MAX_DIMS],
+                      int64_t (*size)[WF_CKPT_MAX_DIMS], int64_t *range_begin) {
+    if (t->shard_size <= 0) {
+        int64_t b, e;
+        wf_ckpt_rows_of(t->shape[0], r, w, &b, &e);
+        *range_begin = 0;
+        if (b == e) return 0; /* fewer rows than ranks: this rank has none */
+        if (off) {
+            for (int d = 0; d < t->ndim; d++) {
+                off[0][d] = d ? 0 : b;
+                size[0][d] = d ? t->shape[d] : e - b;
+            }
+        }
+        return 1;
+    }
+    int64_t b, e;
+    wf_ckpt_tensor_range(t, r, &b, &e);
+    *range_begin = b;
+    return wf_ckpt_range_boxes(t->shape, t->ndim, b, e, off, size);
+}
+
 wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, int world_size) {
     memset(p, 0, sizeof *p);
     if (world_size < 1 || world_size > 100000)
         return wf_error(WF_ERR_INVALID, "checkpoint: world_size %d is out of range [1, 100000]", world_size);
+    size_t n_pieces = 0;
     for (size_t i = 0; i < n; i++) {
         if (!t[i].name || !*t[i].name || strlen(t[i].name) > 256)
             return wf_error(WF_ERR_INVALID, "checkpoint: tensor %zu has an empty or too long name", i);
@@ -59,14 +156,25 @@ wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, 
                 return wf_error(WF_ERR_INVALID, "checkpoint: tensor %s has dimension %d of size %" PRId64, t[i].name,
                                 d, t[i].shape[d]);
         if (!t[i].data) return wf_error(WF_ERR_INVALID, "checkpoint: tensor %s has no data", t[i].name);
+        if (t[i].shard_size < 0 || t[i].shard_base < 0 ||
+            (t[i].shard_size > 0 && (t[i].shard_size > ((int64_t)1 << 50) ||
+                                     t[i].shard_size * world_size < t[i].shard_base + numel_of(&t[i]))))
+            return wf_error(WF_ERR_INVALID,
+                            "checkpoint: tensor %s: sharded as elements [%" PRId64 ", +%" PRId64 ") of a buffer of "
+                            "%d shards of %" PRId64 " elements, which do not hold it all",
+                            t[i].name, t[i].shard_base, numel_of(&t[i]), world_size, t[i].shard_size);
         for (size_t j = 0; j < i; j++)
             if (strcmp(t[i].name, t[j].name) == 0)
                 return wf_error(WF_ERR_INVALID, "checkpoint: tensor name %s appears twice", t[i].name);
+        for (int r = 0; r < world_size; r++) {
+            int64_t rb;
+            n_pieces += (size_t)rank_boxes(&t[i], r, world_size, NULL, NULL, &rb);
+        }
     }
     p->world_size = world_size;
     p->n_tensors = n;
     p->tensors = calloc(n ? n : 1, sizeof *p->tensors);
-    p->pieces = calloc(n * (size_t)world_size + 1, sizeof *p->pieces);
+    p->pieces = calloc(n_pieces + 1, sizeof *p->pieces);
     p->rank_first = calloc((size_t)world_size + 1, sizeof *p->rank_first);
     p->rank_bytes = calloc((size_t)world_size, sizeof *p->rank_bytes);
     if (!p->tensors || !p->pieces || !p->rank_first || !p->rank_bytes) {
@@ -86,17 +194,30 @@ wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, 
         p->rank_first[r] = p->n_pieces;
         uint64_t off = WF_CKPT_HEADER_BYTES;
         for (size_t i = 0; i < n; i++) {
-            int64_t b, e;
-            wf_ckpt_rows_of(p->tensors[i].shape[0], r, world_size, &b, &e);
-            if (b == e) continue; /* fewer rows than ranks: this rank has none */
-            wf_ckpt_piece *pc = &p->pieces[p->n_pieces++];
-            pc->tensor = i;
-            pc->rank = r;
-            pc->row_begin = b;
-            pc->row_end = e;
-            pc->offset = off;
-            pc->length = (uint64_t)(e - b) * row_bytes(&p->tensors[i]);
-            off = (off + pc->length + WF_CKPT_ALIGN - 1) / WF_CKPT_ALIGN * WF_CKPT_ALIGN;
+            const wf_ckpt_tensor *ti = &p->tensors[i];
+            int64_t boff[2 * WF_CKPT_MAX_DIMS][WF_CKPT_MAX_DIMS], bsize[2 * WF_CKPT_MAX_DIMS][WF_CKPT_MAX_DIMS];
+            int64_t range_begin;
+            int nb = rank_boxes(ti, r, world_size, boff, bsize, &range_begin);
+            for (int k = 0; k < nb; k++) {
+                wf_ckpt_piece *pc = &p->pieces[p->n_pieces++];
+                pc->tensor = i;
+                pc->rank = r;
+                int64_t first = 0, vol = 1;
+                for (int d = 0; d < ti->ndim; d++) {
+                    pc->off[d] = boff[k][d];
+                    pc->size[d] = bsize[k][d];
+                    first = first * ti->shape[d] + boff[k][d];
+                    vol *= bsize[k][d];
+                }
+                pc->row_begin = boff[k][0];
+                pc->row_end = boff[k][0] + bsize[k][0];
+                pc->elem_begin = first;
+                pc->elem_end = first + vol;
+                pc->src = first - range_begin;
+                pc->offset = off;
+                pc->length = (uint64_t)vol * 4;
+                off = (off + pc->length + WF_CKPT_ALIGN - 1) / WF_CKPT_ALIGN * WF_CKPT_ALIGN;
+            }
         }
         p->rank_bytes[r] = off;
     }
@@ -140,8 +261,7 @@ static void make_header(unsigned char h[WF_CKPT_HEADER_BYTES], const wf_ckpt_pla
 }
 
 static const unsigned char *piece_src(const wf_ckpt_plan *p, const wf_ckpt_piece *pc) {
-    const wf_ckpt_tensor *t = &p->tensors[pc->tensor];
-    return (const unsigned char *)t->data + (uint64_t)pc->row_begin * row_bytes(t);
+    return (const unsigned char *)(p->tensors[pc->tensor].data + pc->src);
 }
 
 void wf_ckpt_stage(const wf_ckpt_plan *p, int rank, uint64_t step, unsigned char *image) {
@@ -240,16 +360,12 @@ wf_status wf_ckpt_write_manifest(const wf_ckpt_plan *p, const char *tmp_dir, uin
         for (size_t k = 0; k < p->n_pieces; k++) {
             const wf_ckpt_piece *pc = &p->pieces[k];
             if (pc->tensor != i) continue;
-            int64_t off[WF_CKPT_MAX_DIMS] = {0}, size[WF_CKPT_MAX_DIMS];
-            memcpy(size, t->shape, sizeof size);
-            off[0] = pc->row_begin;
-            size[0] = pc->row_end - pc->row_begin;
             char hex[17];
             snprintf(hex, sizeof hex, "%016" PRIx64, sums[k]);
             json_t *je = json_object();
             json_object_set_new(je, "file", json_integer(pc->rank));
-            json_object_set_new(je, "offsets", int_array(off, t->ndim));
-            json_object_set_new(je, "sizes", int_array(size, t->ndim));
+            json_object_set_new(je, "offsets", int_array(pc->off, t->ndim));
+            json_object_set_new(je, "sizes", int_array(pc->size, t->ndim));
             json_object_set_new(je, "offset", json_integer((json_int_t)pc->offset));
             json_object_set_new(je, "length", json_integer((json_int_t)pc->length));
             json_object_set_new(je, "xxh3", json_string(hex));
