@@ -189,27 +189,30 @@ static wf_status do_save_ranks(wf_ckpt_writer *w, const char *dir, uint64_t step
  * first rank that failed (one MIN all-reduce, also a barrier) and, only
  * after a failure, that rank's status and message (a broadcast), so that
  * every rank returns the same error. `mine_msg` is this rank's message when
- * `mine` failed; `what` says what the failing rank could not do. */
-static wf_status agree_error(wf_ckpt_writer *w, wf_status mine, const char *mine_msg, const char *what,
-                             uint64_t step) {
+ * `mine` failed, `mine_committed` whether the checkpoint was committed all
+ * the same (only retention failed); `what` says what the failing rank
+ * could not do. */
+static wf_status agree_error(wf_ckpt_writer *w, wf_status mine, const char *mine_msg, int mine_committed,
+                             const char *what, uint64_t step) {
+    struct {
+        int32_t status, committed;
+        char msg[1016];
+    } e;
+    memset(&e, 0, sizeof e);
+    if (mine != WF_OK) { /* copied first: the collectives may reuse the message buffer */
+        e.status = (int32_t)mine;
+        e.committed = mine_committed != 0;
+        snprintf(e.msg, sizeof e.msg, "%s", mine_msg ? mine_msg : "");
+    }
     int32_t first = mine != WF_OK ? w->o.rank : INT32_MAX;
     WF_TRY(wf_comm_all_reduce_i32(w->comm, &first, 1, WF_COMM_MIN, "ckpt agree"));
     if (first == INT32_MAX) return WF_OK;
-    struct {
-        int32_t status;
-        char msg[1020];
-    } e;
-    memset(&e, 0, sizeof e);
-    if (first == w->o.rank) {
-        e.status = (int32_t)mine;
-        snprintf(e.msg, sizeof e.msg, "%s", mine_msg ? mine_msg : "");
-    }
     WF_TRY(wf_comm_broadcast(w->comm, &e, sizeof e, first, "ckpt error"));
     e.msg[sizeof e.msg - 1] = '\0';
-    return wf_error((wf_status)e.status,
-                    "the checkpoint save of step %llu failed on rank %d of %d, which %s: %s (nothing was "
-                    "committed; the earlier checkpoints are intact)",
-                    (unsigned long long)step, (int)first, w->o.world_size, what, e.msg);
+    return wf_error((wf_status)e.status, "the checkpoint save of step %llu failed on rank %d of %d, which %s: %s (%s)",
+                    (unsigned long long)step, (int)first, w->o.world_size, what, e.msg,
+                    e.committed ? "the checkpoint itself was committed"
+                                : "nothing was committed; the earlier checkpoints are intact");
 }
 
 static void free_pending(wf_ckpt_writer *w) {
@@ -238,7 +241,7 @@ static wf_status commit_ranks(wf_ckpt_writer *w, wf_ckpt_save_stats *stats) {
     int rank = w->o.rank, pruned = 0;
     uint64_t step = w->pend.step;
     size_t n = w->plan.n_pieces;
-    wf_status s = agree_error(w, wrote, wrote_err, "could not write its data file", step);
+    wf_status s = agree_error(w, wrote, wrote_err, 0, "could not write its data file", step);
     if (s == WF_OK) {
         /* Each rank's checksums at its pieces' indices, zeros elsewhere. */
         memset(w->words, 0, (2 * n + 2) * sizeof *w->words);
@@ -247,14 +250,16 @@ static wf_status commit_ranks(wf_ckpt_writer *w, wf_ckpt_save_stats *stats) {
     }
     if (s == WF_OK) {
         wf_status m = WF_OK;
+        int committed = 0;
         if (rank == 0) {
             memcpy(w->sums, w->words, n * sizeof *w->sums);
             m = wf_ckpt_write_manifest(&w->plan, w->pend_tmp, step, w->pend_state, w->sums);
             if (m == WF_OK) m = wf_ckpt_commit(w->pend_tmp, w->pend_dir);
+            committed = m == WF_OK;
             if (m == WF_OK) m = prune_after(w, w->pend_dir, &pruned);
         }
-        s = agree_error(w, m, m != WF_OK ? wf_error_msg() : NULL, "could not write the manifest, commit or prune",
-                        step);
+        s = agree_error(w, m, m != WF_OK ? wf_error_msg() : NULL, committed,
+                        "could not write the manifest, commit or remove old checkpoints", step);
     }
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", s == WF_OK ? "" : wf_error_msg());
@@ -306,7 +311,7 @@ static wf_status save_ranks_async(wf_ckpt_writer *w, const char *dir, uint64_t s
         else memcpy(tmp, mine, strlen(mine) + 1);
         free(mine);
     }
-    s = agree_error(w, s, s != WF_OK ? wf_error_msg() : NULL, "could not prepare the save", step);
+    s = agree_error(w, s, s != WF_OK ? wf_error_msg() : NULL, 0, "could not prepare the save", step);
     if (s == WF_OK) s = wf_comm_broadcast(w->comm, tmp, TMP_PATH_MAX, 0, "ckpt tmp dir");
     if (s == WF_OK) {
         tmp[TMP_PATH_MAX - 1] = '\0';
@@ -315,7 +320,7 @@ static wf_status save_ranks_async(wf_ckpt_writer *w, const char *dir, uint64_t s
             if (wf_path_exists(tmp)) m = wf_ckpt_remove_tree(tmp);
             if (m == WF_OK) m = wf_mkdirs(tmp);
         }
-        s = agree_error(w, m, m != WF_OK ? wf_error_msg() : NULL, "could not make the temporary folder", step);
+        s = agree_error(w, m, m != WF_OK ? wf_error_msg() : NULL, 0, "could not make the temporary folder", step);
     }
     if (s != WF_OK) {
         free(dir_copy);

@@ -17,7 +17,9 @@ What is checked:
 - a rank whose data file write fails (a file size limit on that rank: a real
   EFBIG from write()) makes every rank get the same error naming that rank
   and its file; that checkpoint is not committed, its temporary folder is
-  removed, the earlier checkpoints are intact and the next saves work;
+  removed, the earlier checkpoints are intact and the next saves work; so
+  does rank 0's manifest failing at the commit (the same limit, on a state
+  where rank 0's data file is smaller than its manifest);
 - a SIGKILL of every rank while the writer threads write leaves the
   committed checkpoints intact and only a .tmp-* folder, which
   wf_ckpt_cleanup removes.
@@ -128,6 +130,22 @@ def test_a_failed_write_fails_every_rank_and_commits_nothing(tmp_path, impl, np_
     # the earlier checkpoints intact, the failed one absent and its folder removed, the later ones saved
     got, tmp = verify(root, np_)
     assert got == [1, 2, 4, 5, 6] and tmp == []
+
+
+def test_a_failed_manifest_fails_every_rank_and_commits_nothing(tmp_path):
+    # mb=0 at 4 ranks: rank 0's data file is 256 bytes, the manifest ~3.5 KB
+    root = tmp_path / "ckpts"
+    r = run("openmpi", 4, "save", root, "steps=5", "fail_step=3", "fail_rank=0", "mb=0")
+    errors = re.findall(r"^rank (\d+): save error: (.*)$", r.stdout, re.M)
+    assert sorted(int(k) for k, _ in errors) == [0, 1, 2, 3], r.stdout
+    msgs = {m for _, m in errors}
+    assert len(msgs) == 1, msgs
+    msg = msgs.pop()
+    assert "step 3 failed on rank 0 of 4, which could not write the manifest" in msg, msg
+    assert ".tmp-step-0000003." in msg and "manifest.json: write failed" in msg, msg
+    assert "nothing was committed" in msg, msg
+    got, tmp = verify(root, 4)
+    assert got == [1, 2, 4, 5] and tmp == []
 
 
 def test_sigkill_while_writing_leaves_only_a_tmp_folder(tmp_path):

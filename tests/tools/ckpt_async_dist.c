@@ -3,8 +3,8 @@
  * Like weft, it links no libmpi: the MPI backend is loaded at run time.
  *
  *   ckpt_async_dist save ROOT [steps=N] [every=E] [commit=agree|drain|save] [mb=M]
- *                   [work_ms=T] [keep_last=K] [sync=0|1] [fail_rank=R fail_step=S]
- *                   [kill_step=S]
+ *                   [work_ms=T] [keep_last=K] [sync=0|1] [fail_rank=R fail_step=S
+ *                   fail_limit=B] [kill_step=S]
  *       A step loop shaped like weft train's: each step sets the state to
  *       the step's values, ORs wf_ckpt_writer_busy into the per-step
  *       agreement word (WF_AGREE_CKPT_BUSY) and, with commit=agree, calls
@@ -19,8 +19,10 @@
  *       state is ~M MB (default 4) plus small tensors whose row counts do
  *       not divide by the ranks, one with fewer rows than 4 ranks.
  *       fail_rank/fail_step: that rank's write of that save fails (a file
- *       size limit, RLIMIT_FSIZE: a real EFBIG from write(), no hook in the
- *       library; the previous save is committed first, by
+ *       size limit of B bytes, default 1024, RLIMIT_FSIZE: a real EFBIG
+ *       from write(), no hook in the library; with mb=0 at 4 ranks rank 0's
+ *       data file is smaller than 1024 bytes and its manifest larger, so
+ *       the manifest fails; the previous save is committed first, by
  *       wf_ckpt_writer_wait); every rank prints "rank r: save error: MESSAGE" when its
  *       writer returns the error, then saves that step again (which must
  *       work). kill_step: every rank SIGKILLs itself right after that
@@ -219,7 +221,7 @@ static int cmd_save(wf_comm *c, const char *root, int argc, char **argv) {
         if (step == fail_step && rank_ == r.fail_rank) {
             getrlimit(RLIMIT_FSIZE, &r.old_limit);
             struct rlimit low = r.old_limit;
-            low.rlim_cur = 1024; /* below any data file of this state */
+            low.rlim_cur = (rlim_t)opt_int(argc, argv, "fail_limit", 1024);
             if (setrlimit(RLIMIT_FSIZE, &low) != 0) return die("setrlimit");
             r.limited = 1;
         }
