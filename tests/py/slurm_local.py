@@ -21,7 +21,9 @@ Stopping kills every process the cluster started: the daemons and whatever
 they left (slurmstepd and its tasks, which run in sessions of their own).
 They are found by a marker variable in their environment
 (WEFT_SLURM_LOCAL=<folder>, inherited by slurmscriptd and slurmstepd) and by
-session: a task's session is its slurmstepd's.
+session: a task's session is its slurmstepd's. A Cluster also starts a
+reaper (this file, `reap DIR`) that waits on a pipe from its owner and stops
+the cluster when the owner ends without stopping it, even by SIGKILL.
 
 The node declares 4 CPUs whatever the machine has (SlurmdParameters=
 config_overrides), so that `srun -n 4` runs on a 2-core machine. Plugins:
@@ -110,7 +112,7 @@ def _environ(pid):
         return []
 
 
-def _alive(pid):
+def alive(pid):
     """Whether pid is a process that has not exited (zombies have)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -119,7 +121,7 @@ def _alive(pid):
         return False
 
 
-def _cluster_pids(d, known=(), sids=None):
+def cluster_pids(d, known=(), sids=None):
     """The live processes of the cluster in folder d: those carrying the
     marker, those in their sessions, and those of `known` still alive. A
     process that is exiting may no longer show its environment, so the
@@ -127,7 +129,7 @@ def _cluster_pids(d, known=(), sids=None):
     mark = f"{MARK}={d}".encode()
     sids = set() if sids is None else sids
     pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    found = {p for p in known if _alive(p)}
+    found = {p for p in known if alive(p)}
     for p in pids:
         if mark in _environ(p):
             found.add(p)
@@ -137,7 +139,7 @@ def _cluster_pids(d, known=(), sids=None):
                 pass
     for p in pids:
         try:
-            if os.getsid(p) in sids and _alive(p):
+            if os.getsid(p) in sids and alive(p):
                 found.add(p)
         except OSError:
             pass
@@ -151,7 +153,7 @@ def stop(d, grace=3.0):
     `grace`), with the pids it signalled."""
     d = str(Path(d).resolve())
     sids = set()
-    pids = _cluster_pids(d, sids=sids)
+    pids = cluster_pids(d, sids=sids)
     everyone = set(pids)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for p in pids:
@@ -162,7 +164,7 @@ def stop(d, grace=3.0):
         t0 = time.monotonic()
         while pids and time.monotonic() - t0 < grace:
             time.sleep(0.05)
-            pids = _cluster_pids(d, pids, sids)
+            pids = cluster_pids(d, pids, sids)
             everyone |= pids
         if not pids:
             break
@@ -173,8 +175,10 @@ class Cluster:
     """A one-node cluster in folder d (default: a new short folder in /tmp,
     removed by stop; Unix socket paths must stay under 108 bytes)."""
 
-    def __init__(self, d=None, cpus=4, timeout=30.0):
+    def __init__(self, d=None, cpus=4, timeout=30.0, reaper=True):
         self.own_dir = d is None
+        self.reaper = reaper
+        self._reaper = None
         self.dir = Path(d or tempfile.mkdtemp(prefix="weft-slurm-", dir="/tmp")).resolve()
         self.cpus = cpus
         self.timeout = timeout
@@ -215,6 +219,11 @@ class Cluster:
         for k in list(env):  # a test run inside a Slurm job must not leak into this one
             if k.startswith(("SLURM_", "PMI_", "PMIX_")) and k != "SLURM_CONF":
                 del env[k]
+        if self.reaper:
+            # Stops the cluster when this process ends without stop(),
+            # killed or not: it waits for the end of its stdin.
+            self._reaper = subprocess.Popen([sys.executable, __file__, "reap", str(d)] + (["--remove"] if self.own_dir else []),
+                                            stdin=subprocess.PIPE, start_new_session=True)
         log = open(d / "log" / "start.log", "a")
         try:
             def run(cmd):
@@ -252,6 +261,14 @@ class Cluster:
         stop(self.dir)
         if self.own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
+        if self._reaper:
+            self._reaper.stdin.close()
+            try:
+                self._reaper.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._reaper.kill()
+                self._reaper.wait()
+            self._reaper = None
 
     def __enter__(self):
         return self.start()
@@ -261,6 +278,12 @@ class Cluster:
 
 
 def main(argv):
+    if len(argv) == 4 and argv[1] == "reap" and argv[3] == "--remove" or len(argv) == 3 and argv[1] == "reap":
+        sys.stdin.buffer.read()  # until the owner closes it or dies
+        stop(argv[2])
+        if len(argv) == 4:
+            shutil.rmtree(argv[2], ignore_errors=True)
+        return 0
     if len(argv) != 3 or argv[1] not in ("start", "stop"):
         print(f"usage: {argv[0]} start|stop DIR", file=sys.stderr)
         return 2
@@ -270,7 +293,7 @@ def main(argv):
         print(f"stopped {len(pids)} processes of the cluster in {d.resolve()}")
         return 0
     try:
-        c = Cluster(d).start()
+        c = Cluster(d, reaper=False).start()
     except RuntimeError as e:
         print(e, file=sys.stderr)
         return 1

@@ -24,6 +24,9 @@ slurm-client munge). Without it these tests fail, saying so; they are
 skipped only when WEFT_NO_SLURM=1 is set."""
 import os
 import re
+import signal
+import subprocess
+import time
 
 import pytest
 
@@ -35,7 +38,8 @@ TIMEOUT = 60
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def slurm():
+    """Fails (or skips, with WEFT_NO_SLURM=1) without Slurm's programs."""
     if os.environ.get("WEFT_NO_SLURM") == "1":
         pytest.skip("WEFT_NO_SLURM=1: the srun tests are switched off")
     missing = slurm_local.missing_binaries()
@@ -43,6 +47,10 @@ def cluster():
         pytest.fail(f"Slurm is not installed ({', '.join(missing)} not found): run scripts/setup.sh, which "
                     f"installs the Debian packages slurmctld slurmd slurm-client munge (or set WEFT_NO_SLURM=1 "
                     f"to skip these tests)")
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm):
     try:
         c = slurm_local.Cluster().start()
     except RuntimeError as e:
@@ -106,3 +114,42 @@ def test_srun_backend_of_another_plugin_is_refused(cluster, dataset, tmp_path):
     assert r.returncode != 0
     assert r.stderr.count("the openmpi backend under srun without its PMIx plugin (PMIX_RANK is not set; "
                           "srun's --mpi is pmi2)") == 2, r.stderr[-3000:]
+
+
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def test_stop_leaves_no_process_behind(slurm):
+    # A cluster of its own with a step running (slurmstepd and its tasks
+    # live in sessions of their own, outside the daemons'): after stop, none
+    # of its processes is alive and its folder is gone.
+    c = slurm_local.Cluster().start()
+    p = None
+    try:
+        p = subprocess.Popen(["srun", "-n", "2", "sleep", "300"], env=c.env(mpi_launch.launcher_env()),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < TIMEOUT:
+            pids = slurm_local.cluster_pids(str(c.dir))
+            names = sorted(_comm(q) for q in pids)
+            if names.count("sleep") == 2:
+                break
+            time.sleep(0.1)
+        for name in ["munged", "slurmctld", "slurmd", "slurmstepd"]:
+            assert name in names, names
+        assert names.count("sleep") == 2, names
+    finally:
+        c.stop()
+        if p:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    assert not [q for q in pids if slurm_local.alive(q)], [(q, _comm(q)) for q in pids if slurm_local.alive(q)]
+    assert not c.dir.exists()
