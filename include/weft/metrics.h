@@ -282,6 +282,17 @@ void wf_spike_describe(const wf_spike_result *r, int64_t step, int64_t data_pos,
 
 /* ------------------------------------------------- reproducibility record */
 
+/* How the run is spread over processes (run.json's "dist"). */
+typedef struct {
+    int world_size;                  /* ranks */
+    const char *backend;             /* the communicator's: "single", "openmpi", "mpich", ... */
+    const char *mode;                /* "single" (one process), "ddp" or "zero1" */
+    int64_t optim_bytes;             /* optimizer state on rank 0 (zero1: its moments' shard plus the
+                                        gradient shard of the reduce-scatter; wf_zero1_plan_memory) */
+    int64_t optim_unsharded_bytes;   /* the same unsharded (AdamW's two moments, 8 bytes a parameter) */
+    int64_t zero1_shard_floats;      /* zero1: parameters per shard; 0 otherwise */
+} wf_run_dist;
+
 typedef struct {
     const char *config_toml;  /* the effective configuration, or NULL */
     int argc;                 /* the command line, or 0 */
@@ -290,6 +301,7 @@ typedef struct {
     double flops_per_token;   /* 0: unknown */
     int64_t n_params;         /* -1: unknown */
     const char *source_dir;   /* git checkout to describe; NULL: where weft was built */
+    const wf_run_dist *dist;  /* or NULL: "dist" is null */
 } wf_run_record;
 
 /* Writes DIR/run.json (atomically): weft's version, the time, the command

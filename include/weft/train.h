@@ -9,9 +9,9 @@
  * captures profiling traces on a schedule or on request (docs/tracing.md).
  *
  * Data-parallel across processes when started by mpirun/mpiexec/srun (the
- * distributed layer, include/weft/dist.h; docs/distributed.md).
- *
- * This module does not do (yet): ZeRO-1 in the trainer.
+ * distributed layer, include/weft/dist.h; docs/distributed.md): DDP
+ * (gradient buckets all-reduced during the backward), or ZeRO-1 with
+ * dist.zero1 (the AdamW moments sharded over the ranks).
  */
 #ifndef WEFT_TRAIN_H
 #define WEFT_TRAIN_H
@@ -59,6 +59,7 @@ typedef struct {
     /* [dist] */
     double dist_timeout_first_s, dist_timeout_s, dist_bucket_mb;
     int64_t dist_first_steps;
+    int dist_zero1;
     /* [trace] */
     char *trace_dir;
     int64_t trace_skip_first, trace_wait, trace_warmup, trace_active, trace_repeat, trace_buffer_events;

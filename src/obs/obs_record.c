@@ -304,6 +304,24 @@ wf_status wf_run_record_write(const char *dir, const wf_run_record *r) {
     }
     json_object_set_new(root, "mfu", mfu);
 
+    if (r->dist) {
+        const wf_run_dist *d = r->dist;
+        json_t *dj = json_object();
+        json_object_set_new(dj, "world_size", json_integer(d->world_size));
+        json_object_set_new(dj, "backend", str_or_null(d->backend));
+        json_object_set_new(dj, "mode", str_or_null(d->mode));
+        json_object_set_new(dj, "optimizer_state_bytes", json_integer(d->optim_bytes));
+        json_object_set_new(dj, "optimizer_state_unsharded_bytes", json_integer(d->optim_unsharded_bytes));
+        json_object_set_new(dj, "optimizer_state_saved_bytes",
+                            json_integer(d->optim_unsharded_bytes > d->optim_bytes
+                                             ? d->optim_unsharded_bytes - d->optim_bytes
+                                             : 0));
+        json_object_set_new(dj, "zero1_shard_floats", json_integer(d->zero1_shard_floats));
+        json_object_set_new(root, "dist", dj);
+    } else {
+        json_object_set_new(root, "dist", json_null());
+    }
+
 #ifdef WF_SOURCE_DIR
     const char *src = r->source_dir ? r->source_dir : WF_SOURCE_DIR;
 #else

@@ -141,6 +141,10 @@ static const wf_opt train_opts[] = {
      "steps that get dist.timeout_first_s (startup and the first steps are slower)"},
     {"dist.bucket_mb", NULL, WF_OPT_FLOAT, O(dist_bucket_mb), "25", 0.001, 1e6,
      "several ranks: MB of gradients per all-reduce bucket"},
+    {"dist.zero1", NULL, WF_OPT_BOOL, O(dist_zero1), "false", WF_NO_RANGE,
+     "several ranks: ZeRO-1, each rank keeps the AdamW moments of its 1/W of the parameters (reduce-scatter "
+     "the gradients, update the shard, all-gather the parameters) instead of DDP's all-reduce; one process "
+     "ignores it"},
     /* [trace] */
     {"trace.dir", NULL, WF_OPT_STR, O(trace_dir), NULL, WF_NO_RANGE,
      "where trace captures go, one folder per capture (default: RUN_DIR/traces)"},

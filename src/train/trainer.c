@@ -11,6 +11,11 @@
  * cursor; the schedule is a function of the step, initialisation and data
  * order of the seeds).
  *
+ * With several ranks (docs/distributed.md): DDP all-reduces the gradient
+ * in buckets during the backward; with dist.zero1, ZeRO-1 reduce-scatters
+ * it after the backward, each rank updates its shard of the parameters with
+ * its shard of the AdamW moments, and the parameters are all-gathered.
+ *
  * Observability (src/obs): every step becomes one wf_metrics_step record
  * (metrics.jsonl, TensorBoard, the console line with MFU), is judged by the
  * loss-spike detector (warn, skip the update, or roll back to the last
@@ -53,7 +58,10 @@ typedef struct {
     /* data parallelism */
     wf_comm *comm;
     int rank, world;
-    wf_reducer *reducer;       /* world > 1 */
+    wf_reducer *reducer;       /* world > 1, DDP */
+    int zero1;                 /* world > 1 and dist.zero1: ZeRO-1 instead of DDP */
+    wf_zero1_plan zplan;       /* zero1: the shards of the parameter buffer */
+    float *gshard;             /* zero1: (zplan.counts[rank]) this rank's shard of the mean gradient */
     wf_status hook_status;     /* the first error of grad_ready this step */
     char *tokenizer_path;
     wf_arena *arena;
@@ -86,6 +94,7 @@ static void trainer_free(trainer *t) {
     wf_metrics_close(t->metrics); /* writes what is buffered; its errors were reported on success paths */
     wf_spike_deinit(&t->spike);
     wf_reducer_destroy(t->reducer);
+    wf_zero1_plan_deinit(&t->zplan);
     wf_ckpt_writer_destroy(t->writer); /* waits for a save in flight */
     for (size_t i = 0; t->state_names && i < t->n_state; i++) free(t->state_names[i]);
     free(t->state_names);
@@ -169,6 +178,30 @@ static wf_status make_reducer(trainer *t) {
     return s;
 }
 
+/* ZeRO-1: the shards (16-float aligned), this rank's optimizer of its
+ * shard and the buffer the reduce-scatter writes its gradient shard into. */
+static wf_status make_zero1(trainer *t, const wf_adamw_config *ac) {
+    size_t np = wf_model_num_params(t->model);
+    WF_TRY(wf_zero1_plan_init(&t->zplan, np, t->world, 16));
+    size_t lo = t->zplan.offsets[t->rank], count = t->zplan.counts[t->rank];
+    WF_TRY(wf_adamw_create_shard(&t->opt, ac, t->model, lo, lo + count, t->arena));
+    t->gshard = wf_arena_alloc(t->arena, (count ? count : 1) * sizeof(float), 64);
+    if (!t->gshard) return wf_error(WF_ERR_NOMEM, "ZeRO-1: out of memory for the gradient shard (%zu floats)", count);
+    wf_zero1_memory zm = wf_zero1_plan_memory(&t->zplan, 0, 2);
+    if (t->rank == 0) {
+        WF_INFO("ZeRO-1: %d ranks (%s), shards of %zu of the %zu parameters: gradients reduce-scattered after the "
+                "backward, each rank updates its shard, parameters all-gathered",
+                t->world, wf_comm_backend(t->comm), t->zplan.shard_size, np);
+        /* Rank 0's shard is a full one, the largest: the per-rank figure.
+         * It counts the moments' shard and the gradient shard. */
+        WF_INFO("ZeRO-1: optimizer state %.3f MB per rank instead of %.3f MB (saves %.3f MB, %.0f%%)",
+                (double)zm.sharded_bytes / 1e6, (double)zm.unsharded_bytes / 1e6, (double)zm.saved_bytes / 1e6,
+                zm.unsharded_bytes ? 100.0 * (double)zm.saved_bytes / (double)zm.unsharded_bytes : 0.0);
+    }
+    WF_INFO("ZeRO-1: this rank updates parameters [%zu, %zu)", lo, lo + count);
+    return WF_OK;
+}
+
 static wf_status trainer_setup(trainer *t, const wf_train_config *tc) {
     t->tc = tc;
     if (!tc->data_dir) return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR)");
@@ -222,8 +255,15 @@ static wf_status trainer_setup(trainer *t, const wf_train_config *tc) {
     WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
     wf_model_init(t->model, (uint64_t)tc->seed);
     wf_adamw_config ac = {tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->decay_embeddings, tc->grad_clip};
-    WF_TRY(wf_adamw_create(&t->opt, &ac, t->model, t->arena));
-    if (t->world > 1) WF_TRY(make_reducer(t));
+    t->zero1 = tc->dist_zero1 && t->world > 1;
+    if (tc->dist_zero1 && t->world == 1)
+        WF_INFO("dist.zero1 = true with one process: nothing to shard, the optimizer is the usual one");
+    if (t->zero1) {
+        WF_TRY(make_zero1(t, &ac));
+    } else {
+        WF_TRY(wf_adamw_create(&t->opt, &ac, t->model, t->arena));
+        if (t->world > 1) WF_TRY(make_reducer(t));
+    }
     size_t local = (size_t)t->Bl * (size_t)t->T;
     t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
     t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
@@ -354,6 +394,8 @@ static wf_status build_state(trainer *t) {
     if (!t->state || !t->state_names) return wf_error(WF_ERR_NOMEM, "out of memory");
     float *bufs[3] = {wf_model_params(t->model), wf_adamw_m(t->opt), wf_adamw_v(t->opt)};
     const char *prefix[3] = {"", "optim.m.", "optim.v."};
+    size_t shard_lo, shard_hi;
+    wf_adamw_range(t->opt, &shard_lo, &shard_hi);
     for (int k = 0; k < 3; k++) {
         for (int i = 0; i < nt; i++) {
             const wf_tensor_info *ti = wf_model_tensor(t->model, i);
@@ -368,6 +410,16 @@ static wf_status build_state(trainer *t) {
             e->shape[0] = ti->shape[0];
             e->shape[1] = ti->shape[1];
             e->data = bufs[k] + ti->offset;
+            if (k > 0 && t->zero1) {
+                /* This rank holds the moments of its shard only: it saves
+                 * and loads that part of each tensor (the global names and
+                 * shapes are DDP's, so the checkpoints are the same). */
+                e->shard_size = (int64_t)t->zplan.shard_size;
+                e->shard_base = (int64_t)ti->offset;
+                int64_t b, end;
+                wf_ckpt_tensor_range(e, t->rank, &b, &end);
+                e->data = b < end ? bufs[k] + (ti->offset + (size_t)b - shard_lo) : bufs[k];
+            }
         }
     }
     return WF_OK;
@@ -493,7 +545,7 @@ static wf_status restore(trainer *t, wf_ckpt *c, int64_t *start) {
     WF_TRY(wf_ckpt_get_u64(c, "optimizer.steps", &opt_steps));
     WF_TRY(wf_ckpt_get_u64(c, "loader.epoch", &epoch));
     WF_TRY(wf_ckpt_get_u64(c, "loader.sample", &sample));
-    WF_TRY(wf_ckpt_load(c, t->state, t->n_state));
+    WF_TRY(wf_ckpt_load_rank(c, t->state, t->n_state, t->rank));
     wf_adamw_set_steps(t->opt, opt_steps);
     wf_status s = wf_loader_set_state(t->train, (wf_loader_state){epoch, sample});
     if (s != WF_OK) return wf_error_wrap(s, "%s: ", dir);
@@ -628,8 +680,17 @@ static wf_status setup_obs(trainer *t, int64_t start) {
         memset(&t->peak, 0, sizeof t->peak);
     }
     t->flops_per_token = wf_model_flops_per_token(&t->mc, t->T);
+    size_t np = wf_model_num_params(t->model);
+    wf_run_dist dist = {t->world, t->comm ? wf_comm_backend(t->comm) : "single",
+                        t->zero1 ? "zero1" : t->world > 1 ? "ddp" : "single", (int64_t)(8 * np), (int64_t)(8 * np), 0};
+    if (t->zero1) {
+        wf_zero1_memory zm = wf_zero1_plan_memory(&t->zplan, 0, 2);
+        dist.optim_bytes = (int64_t)zm.sharded_bytes;
+        dist.optim_unsharded_bytes = (int64_t)zm.unsharded_bytes;
+        dist.zero1_shard_floats = (int64_t)t->zplan.shard_size;
+    }
     wf_run_record rec = {t->config_text, tc->argc, tc->argv, t->peak.tflops > 0 ? &t->peak : NULL,
-                         t->flops_per_token, (int64_t)wf_model_num_params(t->model), NULL};
+                         t->flops_per_token, (int64_t)np, NULL, &dist};
     if (t->rank == 0) WF_TRY(wf_run_record_write(tc->run_dir, &rec));
 
     wf_metrics_options mo = {tc->run_dir, tc->metrics_jsonl, tc->metrics_tensorboard, tc->metrics_flush_every_s};
@@ -716,15 +777,20 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
         o->fwd_bwd_s += wf_time_now() - tb;
     }
     if (t->world > 1) {
-        /* DDP: every rank's gradients become the average over ranks (each
+        /* Every rank's gradients become the average over ranks (each
          * rank's are the mean over its equal part of the batch, so this is
          * the mean over the global batch), and so does the logged loss.
-         * Every rank then applies the same update to the same parameters. */
+         * DDP: the whole gradient, on every rank, by the buckets; ZeRO-1:
+         * this rank's shard of it, by one reduce-scatter. Every rank then
+         * applies the same update to the same parameters (ZeRO-1: each to
+         * its shard, then the all-gather). */
         double tr = wf_time_now();
-        wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, "grad all-reduce");
-        wf_status s = wf_reducer_finish(t->reducer);
+        wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, t->zero1 ? "grad reduce-scatter" : "grad all-reduce");
+        wf_status s = t->zero1 ? wf_comm_reduce_scatter(t->comm, wf_model_grads(t->model), t->gshard,
+                                                        t->zplan.counts, WF_COMM_AVG, "grad reduce-scatter")
+                               : wf_reducer_finish(t->reducer);
         if (s == WF_OK) s = wf_comm_all_reduce_f64(t->comm, &o->loss, 1, WF_COMM_AVG, "loss");
-        if (s == WF_OK && step == 0 && t->rank == 0)
+        if (s == WF_OK && step == 0 && t->rank == 0 && !t->zero1)
             WF_INFO("DDP: %d of %d gradient buckets started during the backward", wf_reducer_overlapped(t->reducer),
                     wf_reducer_num_buckets(t->reducer));
         wf_trace_end(span);
@@ -736,7 +802,37 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
     o->lr = wf_lr_at(sched, (uint64_t)step);
     wf_trace_span region = wf_trace_begin(WF_TRACE_REGION, "optimizer");
     wf_status s = WF_OK;
-    if (t->spike_action == WF_SPIKE_WARN) {
+    if (t->zero1) {
+        /* The global norm first (a collective over the shards), in every
+         * spike mode: the update needs it for clipping. */
+        wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "grad norm");
+        s = wf_zero1_grad_norm(t->comm, t->gshard, t->zplan.counts[t->rank], &o->grad_norm);
+        wf_trace_end(span);
+        if (s == WF_OK && t->spike_action != WF_SPIKE_WARN) {
+            /* Judged before: a spike's update must not be applied. */
+            o->spike = wf_spike_check(&t->spike, o->loss, o->grad_norm);
+            o->skipped = o->spike.spike;
+        } else if (s == WF_OK && !isfinite(o->loss)) {
+            s = wf_error(WF_ERR_RANGE,
+                         "step %lld: the loss is %g; lower optim.lr or check the data (spike.action = skip or "
+                         "rollback would drop the step instead)",
+                         (long long)step + 1, o->loss);
+        }
+        if (s == WF_OK && !o->skipped) {
+            /* Same norm, loss and lr on every rank: all update (or all
+             * refuse a non-finite norm) and all join the all-gather. */
+            span = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
+            s = wf_adamw_step_shard(t->opt, o->lr, t->gshard, o->grad_norm);
+            wf_trace_end(span);
+            if (s != WF_OK) s = wf_error_wrap(s, "step %lld: ", (long long)step + 1);
+            if (s == WF_OK) {
+                span = wf_trace_begin(WF_TRACE_REGION, "param all-gather");
+                s = wf_comm_all_gather(t->comm, wf_model_params(t->model), t->zplan.counts, "param all-gather");
+                wf_trace_end(span);
+            }
+        }
+        if (s == WF_OK && t->spike_action == WF_SPIKE_WARN) o->spike = wf_spike_check(&t->spike, o->loss, o->grad_norm);
+    } else if (t->spike_action == WF_SPIKE_WARN) {
         /* Judged after the update, which computes the norm anyway. */
         if (!isfinite(o->loss))
             s = wf_error(WF_ERR_RANGE,
@@ -830,8 +926,11 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
     if (t->world > 1)
         WF_INFO("data parallel: %d ranks, %d of the %d sequences of each micro-batch on this rank (rank %d)",
                 t->world, t->Bl, t->B, t->rank);
-    WF_INFO("memory: parameters %.1f MB, gradients %.1f MB, optimizer %.1f MB, activations %.1f MB",
-            mem.param_bytes / 1e6, mem.grad_bytes / 1e6, 2.0 * mem.param_bytes / 1e6, mem.activation_bytes / 1e6);
+    size_t opt_lo, opt_hi;
+    wf_adamw_range(t->opt, &opt_lo, &opt_hi);
+    WF_INFO("memory: parameters %.1f MB, gradients %.1f MB, optimizer %.1f MB%s, activations %.1f MB",
+            mem.param_bytes / 1e6, mem.grad_bytes / 1e6, 8.0 * (double)(opt_hi - opt_lo) / 1e6,
+            t->zero1 ? " (this rank's shard)" : "", mem.activation_bytes / 1e6);
     WF_INFO("FLOPs: %.4g per token (docs/train.md), %.4g per step", t->flops_per_token,
             t->flops_per_token * (double)t->accum * t->B * t->T);
 
