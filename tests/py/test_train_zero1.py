@@ -214,3 +214,18 @@ def test_skip_spikes_under_zero1(dataset, tmp_path):
     assert runs, (skipped, rz.stdout)  # some evaluation follows two skipped steps
     for s in runs:
         assert val[s] == val[s - 2], (s, val)
+
+
+def test_rollback_spikes_under_zero1(dataset, tmp_path):
+    # spike.action = rollback reloads the last checkpoint (each rank its
+    # shard of the moments) and moves the data on: the same rollbacks,
+    # losses and weights as DDP at 2 ranks.
+    z, d = tmp_path / "zero1", tmp_path / "ddp"
+    extra = ["--spike.action=rollback", "--spike.z=0.001", "--spike.warmup=2", "--spike.window=2", "--lr", 0.03,
+             "--ckpt.every=2", "--spike.skip_batches=1", "--spike.max_rollbacks=1"]
+    rz = ok("openmpi", 2, args(dataset, z, ZERO1, *extra, steps=8))
+    rd = ok("openmpi", 2, args(dataset, d, *extra, steps=8))
+    assert "spike (rolled back)" in rz.stdout
+    assert rz.stderr.count("rolled back to") == rd.stderr.count("rolled back to") > 0
+    assert losses(rz.stdout) == losses(rd.stdout)
+    assert same_weights(z, d)
