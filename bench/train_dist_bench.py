@@ -43,8 +43,9 @@ docs/distributed.md: t_comm = 2 (W-1)/W x S / busbw + latency per bucket,
 against the measured time per step in gradient communication:
 - "after both arrived": per step, from the moment the later rank entered
   the gradient all-reduce to the moment the first left it (the trainer's
-  "grad all-reduce" region, aligned across ranks by the traces' clocks):
-  the reduction itself, without waiting for the other rank;
+  "grad all-reduce" region, aligned across ranks by the traces' clocks;
+  with ZeRO-1 the same over "grad reduce-scatter" plus "param
+  all-gather"): the reduction itself, without waiting for the other rank;
 - "blocked, least": per step, the smaller of the two ranks' time inside
   communication spans (the rank that arrived last waits least);
 - "blocked, mean": both ranks' mean, waiting for the slower one included.
@@ -76,6 +77,9 @@ LAUNCH = {"openmpi": ["mpirun.openmpi", "--oversubscribe", "--bind-to", "none"],
           "mpich": ["mpiexec.mpich"]}
 MODEL_LINE = re.compile(r"model: (\d+) parameters \([^)]*\), dim (\d+), (\d+) layers, (\d+) heads "
                         r"\((\d+) kv\), ffn (\d+), vocab (\d+), (tied|untied)")
+# the trainer's regions around its gradient (and, with ZeRO-1, parameter)
+# communication, src/train/trainer.c
+GRAD_REGIONS = ("grad all-reduce", "grad reduce-scatter", "param all-gather")
 BUCKETS_LINE = re.compile(r"DDP: \d+ ranks \(\w+\), (\d+) gradient buckets? of up to ([0-9.]+) MB")
 
 
@@ -211,8 +215,8 @@ def trace_comm(trace_dir, steps):
     """Per timed step, from every rank's trace: the time inside gradient
     communication spans (bucket waits, reduce-scatter, all-gather: spans of
     64 KiB or more, or waits on a non-blocking all-reduce) and inside small
-    collectives (loss, agreement, norms), and the "grad all-reduce" region's
-    interval on an absolute clock."""
+    collectives (loss, agreement, norms), and the intervals of the regions
+    around the gradient communication (GRAD_REGIONS) on an absolute clock."""
     caps = sorted(p for p in trace_dir.glob("step-*") if p.is_dir())
     ranks = {}
     for cap in caps:
@@ -231,7 +235,7 @@ def trace_comm(trace_dir, steps):
                     continue
                 inside = [e for e in ev if t0 <= base + e["ts"] < t1]
                 grad = small = 0.0
-                region = None
+                regions = []
                 for e in inside:
                     args = e.get("args", {})
                     if e["cat"] == "cpu_op" and args.get("weft_cat") == "communication" and \
@@ -240,19 +244,21 @@ def trace_comm(trace_dir, steps):
                             grad += e["dur"]
                         else:
                             small += e["dur"]
-                    if e["name"] == "grad all-reduce" and e["cat"] == "user_annotation":
-                        region = (base + e["ts"], base + e["ts"] + e["dur"])
-                per[s] = dict(grad=grad / 1e6, small=small / 1e6, region=region)
+                    if e["name"] in GRAD_REGIONS and e["cat"] == "user_annotation":
+                        regions.append((base + e["ts"], base + e["ts"] + e["dur"]))
+                per[s] = dict(grad=grad / 1e6, small=small / 1e6, regions=sorted(regions))
     if len(ranks) < 2:
         return None
     common = sorted(set.intersection(*(set(v) for v in ranks.values())))
     rows = []
     for s in common:
         rs = [ranks[r][s] for r in sorted(ranks)]
-        regions = [x["region"] for x in rs]
+        # the k-th region of every rank is the same collective (ranks issue
+        # them in the same order)
         after = None
-        if all(regions):
-            after = max(0.0, min(e for _, e in regions) - max(b for b, _ in regions)) / 1e6
+        if rs[0]["regions"] and all(len(x["regions"]) == len(rs[0]["regions"]) for x in rs):
+            after = sum(max(0.0, min(x["regions"][k][1] for x in rs) - max(x["regions"][k][0] for x in rs))
+                        for k in range(len(rs[0]["regions"]))) / 1e6
         rows.append(dict(step=s, grad=[x["grad"] for x in rs], small=[x["small"] for x in rs],
                          after=after))
     return rows
