@@ -4,11 +4,12 @@ docs/distributed.md checked against what a training step spends in its
 gradient all-reduce.
 
     .venv/bin/python bench/train_dist_bench.py [--config configs/austen-small.toml]
-        [--steps 20] [--warmup 3] [--rounds 2] [--impl openmpi|mpich]
+        [--steps 12] [--warmup 3] [--rounds 4] [--impl openmpi|mpich]
         [--batch B] [--seq T] [--core SkylakeX] [--json FILE] [--keep DIR] [--quick]
 
-What it runs, per round (the order reversed every other round, so neither
-peer always runs first on a shared machine):
+What it runs, per round (the order of the configs and of the two peers
+reversed every other round, so that on a shared machine neither always
+runs first; each run's median step is printed as it ends):
 - weft: `build/weft train` on the Austen corpus (tokenized into a temporary
   folder first: a tokenizer of 8192 ids, shards with a 5% validation split)
   for N steps, at W = 1 (one process, 2 threads) and W = 2 (`mpirun.openmpi
@@ -475,9 +476,9 @@ def main():
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--batch", type=int, default=8, help="global sequences per step")
     ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--bucket-mb", type=float, default=0, help="dist.bucket_mb (0: weft's default, 25)")
     ap.add_argument("--impl", choices=sorted(LAUNCH), default="openmpi")
     ap.add_argument("--core", default=None, help="OPENBLAS_CORETYPE for both peers (default: from the CPU)")
@@ -532,26 +533,41 @@ def main():
         data, tok = make_dataset(tmp, a.quick)
         res = {}
         ar = None
+        model = None
         for rnd in range(a.rounds):
             order = configs if rnd % 2 == 0 else configs[::-1]
             for c in order:
-                run_dir = tmp / f"run-{len(res)}-{rnd}"
-                w = weft_run(a, c, data, tok, run_dir, core)
-                if not a.keep:
-                    shutil.rmtree(run_dir, ignore_errors=True)
-                acc = res.setdefault(("weft", c["name"]), dict(w, step_s=[], fwd_bwd_s=[], optim_s=[], comm=[]))
-                for k in ("step_s", "fwd_bwd_s", "optim_s"):
-                    acc[k] += w[k]
-                acc["comm"] += w.get("comm") or []
+                # weft first in even rounds (the first gives the model's
+                # sizes to PyTorch), PyTorch first in odd ones
+                peers = ["weft"]
                 if not a.no_torch and c.get("torch", True):
-                    t = torch_run(a, c, w["model"], core)
-                    acct = res.setdefault(("torch", c["name"]), dict(t, step_s=[]))
-                    acct["step_s"] += t["step_s"]
-                    if t["params"] != w["model"]["params"]:
-                        print(f"  note: PyTorch's model has {t['params']} parameters, weft's "
-                              f"{w['model']['params']}", flush=True)
+                    peers = ["weft", "torch"] if rnd % 2 == 0 or not model else ["torch", "weft"]
+                line = []
+                for peer in peers:
+                    if peer == "weft":
+                        run_dir = tmp / f"run-{len(res)}-{rnd}"
+                        w = weft_run(a, c, data, tok, run_dir, core)
+                        if not a.keep:
+                            shutil.rmtree(run_dir, ignore_errors=True)
+                        model = w["model"]
+                        acc = res.setdefault(("weft", c["name"]),
+                                             dict(w, step_s=[], fwd_bwd_s=[], optim_s=[], comm=[], rounds=[]))
+                        for k in ("step_s", "fwd_bwd_s", "optim_s"):
+                            acc[k] += w[k]
+                        acc["comm"] += w.get("comm") or []
+                        acc["rounds"].append(med(w["step_s"]))
+                    else:
+                        t = torch_run(a, c, model, core)
+                        acc = res.setdefault(("torch", c["name"]), dict(t, step_s=[], rounds=[]))
+                        acc["step_s"] += t["step_s"]
+                        acc["rounds"].append(med(t["step_s"]))
+                        if t["params"] != model["params"]:
+                            print(f"  note: PyTorch's model has {t['params']} parameters, weft's "
+                                  f"{model['params']}", flush=True)
+                    line.append(f"{peer} {acc['rounds'][-1] * 1e3:.1f} ms")
                 a.load.append(load_avg())
-                print(f"  round {rnd + 1}: {c['name']} done (load {a.load[-1]:.2f})", flush=True)
+                print(f"  round {rnd + 1}: {c['name']}: median step {', '.join(line)} "
+                      f"(load {a.load[-1]:.2f})", flush=True)
             # the bus bandwidth at the bucket size, twice per round (the best
             # kept: on a shared machine a slow probe leaves few samples)
             w2 = res[("weft", "W=2, DDP")]
