@@ -1,8 +1,10 @@
-/* `weft train`: parses the training config (TOML + overrides) and runs the
- * trainer. The option table lives in the library (wf_train_spec). Exit
- * status: 0 finished (or stopped by a STOP file), 1 error, 75 stopped by
- * SIGTERM/SIGUSR1/ckpt.stop_at or the memory watchdog after a save
- * (requeue). */
+/* `weft train`: parses the training config (TOML + overrides), creates the
+ * job's communicator and runs the trainer. The option table lives in the
+ * library (wf_train_spec). Exit status: 0 finished (or stopped by a STOP
+ * file), 1 error, 75 stopped by SIGTERM/SIGUSR1/ckpt.stop_at or the memory
+ * watchdog after a save (requeue). With several ranks, a rank that fails
+ * mid-run ends the whole job (MPI_Abort), since the others may be blocked
+ * in a collective it will never join. */
 #include <stdio.h>
 
 #include "commands.h"
@@ -15,14 +17,29 @@ int wf_cmd_train(int argc, char **argv) {
     wf_strs pos;
     int done, rc = wf_tool_parse(spec, &tc, argc, argv, &pos, &done);
     if (!done) {
-        /* 75 (EX_TEMPFAIL) after a preemption: the scheduler may requeue. */
         /* run.json records the whole command line: main() passed
          * argv + 2, after "weft train", of its own array. */
         tc.argc = argc + 2;
         tc.argv = argv - 2;
-        wf_train_result res;
-        if (wf_train_execute(&tc, &res) != WF_OK) rc = wf_tool_fail(spec->name);
-        else rc = res.requeue ? WF_TRAIN_EXIT_REQUEUE : 0;
+        /* The communicator first: MPI_Init before any thread starts. */
+        wf_comm *comm = NULL;
+        if (wf_train_comm_create(&tc, &comm) != WF_OK) {
+            rc = wf_tool_fail(spec->name);
+        } else {
+            wf_train_result res;
+            if (wf_train_execute(&tc, comm, &res) != WF_OK) {
+                rc = wf_tool_fail(spec->name);
+                if (res.abort_job) {
+                    WF_ERROR("train: ending all %d ranks (rank %d failed; the others may be waiting for it)",
+                             wf_comm_size(comm), wf_comm_rank(comm));
+                    wf_comm_abort(comm, 1);
+                }
+            } else {
+                /* 75 (EX_TEMPFAIL) after a preemption: the scheduler may requeue. */
+                rc = res.requeue ? WF_TRAIN_EXIT_REQUEUE : 0;
+            }
+            wf_comm_destroy(comm);
+        }
     }
     wf_opts_free(spec, &tc);
     wf_opts_free_positional(&pos);

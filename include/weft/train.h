@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "weft/config.h"
+#include "weft/dist.h"
 #include "weft/model.h"
 #include "weft/status.h"
 
@@ -77,7 +78,7 @@ typedef struct {
  * user asked for it.) */
 #define WF_TRAIN_EXIT_REQUEUE 75
 
-/* How a run ended, when wf_train_execute returns WF_OK. */
+/* How a run ended (wf_train_execute). */
 typedef struct {
     int64_t step;     /* optimizer steps done (and saved) */
     int finished;     /* 1: reached train.steps */
@@ -88,6 +89,9 @@ typedef struct {
     int spikes;       /* loss spikes seen */
     int skipped;      /* updates skipped for a spike */
     int rollbacks;    /* rollbacks to a checkpoint for a spike */
+    int abort_job;    /* on failure only: 1 when this rank failed mid-run with other ranks, which may
+                         be blocked in a collective it will never join; the caller must end the
+                         whole job (wf_comm_abort), not wf_comm_destroy (MPI_Finalize would wait) */
 } wf_train_result;
 
 /* The option table of `weft train` (also usable by tests and benchmarks). */
@@ -98,16 +102,22 @@ const wf_cmd_spec *wf_train_spec(void);
  * the sequence length against it. */
 wf_status wf_train_model_config(const wf_train_config *tc, uint32_t data_vocab, wf_model_config *out);
 
-/* Runs the whole training described by `tc`. Prints one line per step (to
- * stdout) and a progress bar on a terminal (stderr). Returns WF_OK also
- * when the run stopped early and cleanly (see wf_train_execute). */
-wf_status wf_train_run(const wf_train_config *tc);
+/* The communicator of a training job (dist.h), with the watchdog's
+ * settings from tc's [dist] keys and its reports going to tc->run_dir
+ * (created here if needed). Under a launcher this initialises MPI: call it
+ * before anything starts threads. The caller owns it: wf_comm_destroy at
+ * the end, or wf_comm_abort when wf_train_execute sets result->abort_job. */
+wf_status wf_train_comm_create(const wf_train_config *tc, wf_comm **out);
 
-/* wf_train_run, saying in *result how the run ended. While it runs,
- * SIGTERM and SIGUSR1 are caught (the previous handlers come back after):
- * the current step finishes, a checkpoint is saved and it returns with
- * result->requeue set. The tracer (trace.h) is process-wide: one training
- * at a time per process. */
-wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result);
+/* Runs the whole training described by `tc` on the ranks of `comm` (from
+ * wf_train_comm_create). Prints one line per step (to stdout) and a
+ * progress bar on a terminal (stderr); *result says how the run ended.
+ * Returns WF_OK also when the run stopped early and cleanly: SIGTERM and
+ * SIGUSR1 are caught while it runs (the previous handlers come back
+ * after), the current step finishes, a checkpoint is saved and it returns
+ * with result->requeue set. On failure with several ranks, see
+ * result->abort_job. The tracer (trace.h) is process-wide: one training at
+ * a time per process. */
+wf_status wf_train_execute(const wf_train_config *tc, wf_comm *comm, wf_train_result *result);
 
 #endif

@@ -493,9 +493,9 @@ static wf_status save_checkpoint(trainer *t, int64_t step) {
     return report_saves(t);
 }
 
-/* Waits for the save in flight; with several ranks (whose saves are
- * synchronous and collective) also a barrier, so that all ranks leave
- * together. */
+/* Waits for the save in flight; with several ranks (collective: an
+ * asynchronous save still pending is committed) also a barrier, so that
+ * all ranks leave together. */
 static wf_status finish_saves(trainer *t) {
     wf_status s = wf_ckpt_writer_wait(t->writer, NULL);
     if (s == WF_OK) s = report_saves(t);
@@ -625,11 +625,10 @@ static wf_status setup_checkpoints(trainer *t) {
         if (removed)
             WF_INFO("removed %d unfinished checkpoint save%s from %s", removed, removed == 1 ? "" : "s", t->root);
     }
-    /* Several ranks: each writes 1/W of every tensor's rows, synchronously
-     * (the commit is collective, on this thread). */
-    int async = tc->ckpt_async && t->world == 1;
-    if (tc->ckpt_async && !async && t->rank == 0)
-        WF_INFO("checkpoints: synchronous with %d ranks (ckpt.async is for one process, for now)", t->world);
+    /* Several ranks: each writes its part of every tensor; an asynchronous
+     * save is committed later, collectively, on this thread (train_loop:
+     * when the step's agreement says no rank's write is busy). */
+    int async = tc->ckpt_async;
     wf_ckpt_writer_opts wo = {t->rank, t->world, async, (int)tc->ckpt_keep_last, (uint64_t)tc->ckpt_keep_every};
     WF_TRY(wf_ckpt_writer_create_ranks(&t->writer, t->state, t->n_state, &wo, t->comm));
     if (async)
@@ -1000,8 +999,12 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
              * gradient norm are). */
             uint32_t flags = (save_file ? WF_AGREE_SAVE : 0u) | (stop_file ? WF_AGREE_STOP : 0u) |
                              (sig ? WF_AGREE_SIGNAL : 0u) | (mem_trip ? AGREE_MEMORY : 0u) |
-                             (sig == SIGUSR1 ? AGREE_USR1 : 0u);
+                             (sig == SIGUSR1 ? AGREE_USR1 : 0u) |
+                             (wf_ckpt_writer_busy(t->writer) ? WF_AGREE_CKPT_BUSY : 0u);
             WF_TRY(wf_comm_agree(t->comm, &flags, "agree"));
+            /* An asynchronous save whose data files are all written is
+             * committed now, by every rank (a no-op when none is pending). */
+            if (!(flags & WF_AGREE_CKPT_BUSY)) WF_TRY(wf_ckpt_writer_commit(t->writer, NULL));
             save_file = (flags & WF_AGREE_SAVE) != 0;
             stop_file = (flags & WF_AGREE_STOP) != 0;
             sig = (flags & WF_AGREE_SIGNAL) ? ((flags & AGREE_USR1) ? SIGUSR1 : SIGTERM) : 0;
@@ -1116,7 +1119,18 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
     return write_final_model(t, tc->steps);
 }
 
-wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
+wf_status wf_train_comm_create(const wf_train_config *tc, wf_comm **out) {
+    *out = NULL;
+    wf_comm_options co = wf_comm_options_default();
+    co.timeout_first_s = tc->dist_timeout_first_s;
+    co.timeout_s = tc->dist_timeout_s;
+    co.first_steps = tc->dist_first_steps;
+    co.report_dir = tc->run_dir;
+    if (tc->run_dir) WF_TRY(wf_mkdirs(tc->run_dir));
+    return wf_comm_create(out, &co);
+}
+
+wf_status wf_train_execute(const wf_train_config *tc, wf_comm *comm, wf_train_result *result) {
     memset(result, 0, sizeof *result);
     if (tc->run_dir) {
         /* The kill switch is polled first, so that a queue of jobs for a
@@ -1134,26 +1148,17 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
     trainer t;
     memset(&t, 0, sizeof t);
     int64_t start = 0;
-    /* The communicator first: before the loader's and the checkpoint
-     * writer's threads start (MPI_Init). One process: the single backend. */
-    wf_comm_options co = wf_comm_options_default();
-    co.timeout_first_s = tc->dist_timeout_first_s;
-    co.timeout_s = tc->dist_timeout_s;
-    co.first_steps = tc->dist_first_steps;
-    co.report_dir = tc->run_dir;
-    wf_status s = tc->run_dir ? wf_mkdirs(tc->run_dir) : WF_OK;
-    if (s == WF_OK) s = wf_comm_create(&t.comm, &co);
-    if (s == WF_OK) {
-        t.rank = wf_comm_rank(t.comm);
-        t.world = wf_comm_size(t.comm);
-    } else {
-        t.world = 1;
-    }
-    int comm_ok = s == WF_OK, setup_failed = 0;
+    /* The caller made the communicator first (wf_train_comm_create),
+     * before the loader's and the checkpoint writer's threads start. */
+    t.comm = comm;
+    t.rank = wf_comm_rank(comm);
+    t.world = wf_comm_size(comm);
+    wf_status s = WF_OK;
+    int setup_failed = 0;
     if (s == WF_OK) s = trainer_setup(&t, tc);
     if (s == WF_OK && t.rank == 0) s = write_run_config(tc);
     if (s == WF_OK) s = setup_checkpoints(&t);
-    if (comm_ok && t.world > 1) {
+    if (t.world > 1) {
         /* Every rank gets here, failed or not: the ranks agree, so that a
          * config error (usually the same on all) ends every rank normally,
          * with its message, and no rank waits for one that left. Also
@@ -1187,15 +1192,13 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
          * message. */
         char msg[2048];
         snprintf(msg, sizeof msg, "%s", wf_error_msg());
-        if (t.writer) wf_ckpt_writer_wait(t.writer, NULL);
+        if (t.writer && t.world == 1) wf_ckpt_writer_wait(t.writer, NULL); /* W > 1: collective; destroy waits for this rank's write */
         wf_trace_discard();
         wf_error(s, "%s", msg);
-        if (t.world > 1 && !setup_failed) {
-            /* The other ranks may be blocked in a collective this rank
-             * will never join: end the whole job, with the reason. */
-            WF_ERROR("train: %s (ending all %d ranks)", msg, t.world);
-            wf_comm_abort(t.comm, 1);
-        }
+        /* The other ranks may be blocked in a collective this rank will
+         * never join: the caller ends the whole job (main(), with
+         * wf_comm_abort). */
+        result->abort_job = t.world > 1 && !setup_failed;
     }
     trainer_free(&t); /* closes the metrics (writing what is buffered), stops the threads */
     if (t.tracing) {
@@ -1206,11 +1209,5 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_train_result *result) {
         if (s != WF_OK) wf_error(s, "%s", msg);
     }
     restore_signals(&old);
-    wf_comm_destroy(t.comm);
     return s;
-}
-
-wf_status wf_train_run(const wf_train_config *tc) {
-    wf_train_result r;
-    return wf_train_execute(tc, &r);
 }

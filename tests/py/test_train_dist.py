@@ -221,6 +221,38 @@ def test_signal_to_one_rank_stops_every_rank_at_the_same_step(dataset, tmp_path)
     assert (run / "checkpoints" / f"step-{int(stopped[0][1]):07d}").is_dir()
 
 
+@pytest.mark.parametrize("impl", ["openmpi", "mpich"])
+def test_rank_failing_mid_run_ends_every_rank(dataset, tmp_path, impl):
+    """Rank 0 alone writes run.json, after the ranks agreed on the setup: a
+    directory in its place makes rank 0 fail alone while rank 1 goes on into
+    the next collective. main() then ends the whole job (wf_comm_abort), in
+    seconds, instead of leaving rank 1 to the watchdog's 600 s timeout."""
+    run = tmp_path / "run"
+    (run / "run.json").mkdir(parents=True)
+    r = launch(impl, 2, args(dataset, run, steps=50), timeout=60)
+    assert r.returncode != 0, r.stderr[-3000:]
+    assert "run.json" in r.stderr, r.stderr[-3000:]
+    assert "ending all 2 ranks (rank 0 failed; the others may be waiting for it)" in r.stderr, r.stderr[-3000:]
+    assert "collective watchdog" not in r.stderr
+    assert not list((run / "checkpoints").glob("step-*"))
+
+
+@pytest.mark.parametrize("extra", [(), ("--dist.zero1",)], ids=["ddp", "zero1"])
+def test_asynchronous_saves_of_two_ranks_commit_every_step(dataset, tmp_path, extra):
+    """ckpt.async (the default) with 2 ranks: each rank's writer thread
+    writes its data file; the commit is collective, at the first step whose
+    agreement says no rank is still writing, or at the next save, or at the
+    end. Saving every step, every checkpoint must be committed and whole."""
+    run = tmp_path / "run"
+    r = ok("openmpi", 2, args(dataset, run, "--ckpt.every=1", "--ckpt.keep_last=0", *extra))
+    assert "asynchronous (staging buffer" in r.stderr
+    dirs = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert dirs == [f"step-{i:07d}" for i in range(1, 7)], dirs
+    for d in dirs:
+        v = run_weft_cmd(["ckpt", "verify", run / "checkpoints" / d])
+        assert f"step {int(d[5:])}, 2 data files" in v.stdout and "every checksum matches" in v.stdout, v.stdout
+
+
 def test_untied_model_reports_lm_head_too(dataset, tmp_path):
     # untied: lm_head's gradient is final first, the embedding's last
     one = ok(None, 1, args(dataset, tmp_path / "one", "--model.tied=false"))
