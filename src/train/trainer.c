@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "weft/arena.h"
@@ -346,7 +347,7 @@ static wf_status write_run_config(const wf_train_config *tc) {
 static volatile sig_atomic_t g_stop_signal;
 
 /* The trainer's own bits in wf_comm_agree's flag word, next to WF_AGREE_*. */
-enum { AGREE_MEMORY = 1u << 8, AGREE_USR1 = 1u << 9 };
+enum { AGREE_MEMORY = 1u << 8, AGREE_USR1 = 1u << 9, AGREE_TRACE = 1u << 10 };
 
 static void on_stop_signal(int sig) { g_stop_signal = sig; }
 
@@ -706,8 +707,10 @@ static wf_status setup_obs(trainer *t, int64_t start) {
         if (is_set(tc->trace_dir)) snprintf(dir, sizeof dir, "%s", tc->trace_dir);
         else snprintf(dir, sizeof dir, "%s/traces", tc->run_dir);
         wf_trace_config cfg = {dir,
-                               tc->trace_requests && t->world == 1 ? tc->run_dir : NULL,
-                               tc->trace_requests && t->world == 1, /* on request: one process only (yet) */
+                               tc->trace_requests ? tc->run_dir : NULL,
+                               /* With several ranks rank 0 polls in train_loop and every rank
+                                * captures the same steps. */
+                               tc->trace_requests && t->world == 1,
                                t->rank,
                                t->world,
                                t->comm ? wf_comm_backend(t->comm) : "single",
@@ -715,6 +718,14 @@ static wf_status setup_obs(trainer *t, int64_t start) {
                                 tc->trace_repeat},
                                tc->trace_buffer_events,
                                0};
+        if (t->world > 1) {
+            /* One time base for every rank's trace (cross-rank analyses):
+             * rank 0's, rounded down to a second. */
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            cfg.base_unix_ns = (uint64_t)now.tv_sec * 1000000000u;
+            WF_TRY(wf_comm_broadcast(t->comm, &cfg.base_unix_ns, sizeof cfg.base_unix_ns, 0, "trace time base"));
+        }
         WF_TRY(wf_trace_init(&cfg));
         t->tracing = 1;
         if (tc->trace_active > 0)
@@ -1001,7 +1012,30 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
                              (sig ? WF_AGREE_SIGNAL : 0u) | (mem_trip ? AGREE_MEMORY : 0u) |
                              (sig == SIGUSR1 ? AGREE_USR1 : 0u) |
                              (wf_ckpt_writer_busy(t->writer) ? WF_AGREE_CKPT_BUSY : 0u);
+            /* `weft trace request`: rank 0 claims the request file and
+             * hands it to every rank, so that all capture the same steps. */
+            wf_trace_request req;
+            memset(&req, 0, sizeof req);
+            if (t->rank == 0 && t->tracing && tc->trace_requests) {
+                int found = 0;
+                if (wf_trace_request_poll(tc->run_dir, &req, &found) != WF_OK) {
+                    WF_WARN("trace: %s", wf_error_msg());
+                    wf_error_clear();
+                } else if (found) {
+                    flags |= AGREE_TRACE;
+                }
+            }
             WF_TRY(wf_comm_agree(t->comm, &flags, "agree"));
+            if (flags & AGREE_TRACE) {
+                WF_TRY(wf_comm_broadcast(t->comm, &req, sizeof req, 0, "trace request"));
+                req.id[sizeof req.id - 1] = '\0';
+                char trig[128];
+                snprintf(trig, sizeof trig, "request %s", req.id);
+                WF_TRY(wf_trace_capture(req.steps, trig));
+                if (t->rank == 0)
+                    WF_INFO("trace: request %s: every rank captures %lld steps from step %lld", req.id,
+                            (long long)req.steps, (long long)done + 1);
+            }
             /* An asynchronous save whose data files are all written is
              * committed now, by every rank (a no-op when none is pending). */
             if (!(flags & WF_AGREE_CKPT_BUSY)) WF_TRY(wf_ckpt_writer_commit(t->writer, NULL));

@@ -253,6 +253,54 @@ def test_asynchronous_saves_of_two_ranks_commit_every_step(dataset, tmp_path, ex
         assert f"step {int(d[5:])}, 2 data files" in v.stdout and "every checksum matches" in v.stdout, v.stdout
 
 
+@pytest.mark.parametrize("impl", ["openmpi", "mpich"])
+def test_trace_request_captures_the_same_steps_on_every_rank(dataset, tmp_path, impl):
+    """`weft trace request` with 2 ranks: rank 0 claims the request file and
+    hands it over in the step's agreement, so both ranks capture the same
+    steps, each into its own file of one capture folder."""
+    run = tmp_path / "run"
+    cmd = mpi_launch.command(WEFT, impl, 2, args(dataset, run, "--ckpt.every=0", "--train.eval_every=0",
+                                                 "--train.log_every=1000000", steps=1000000))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=mpi_launch.launcher_env(), start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        metrics = run / "metrics.jsonl"
+        while time.time() < deadline and not (metrics.exists() and metrics.stat().st_size > 0):
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        r = run_weft_cmd(["trace", "request", run, "--steps", 2, "--wait", 30])
+        assert "claimed" in r.stdout
+        found = []
+        deadline = time.time() + 60
+        while time.time() < deadline and len(found) < 2:
+            found = sorted((run / "traces").glob("step-*/rank-*.trace.json")) if (run / "traces").exists() else []
+            time.sleep(0.05)
+        time.sleep(0.5)  # let both files be complete (each is renamed into place whole)
+        (run / "STOP").touch()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    m = re.search(r"trace: request (\S+): every rank captures 2 steps from step (\d+)", err)
+    assert m, err[-3000:]
+    first = int(m.group(2))
+    assert [p.relative_to(run / "traces").as_posix() for p in found] == [
+        f"step-{first:06d}/rank-00000.trace.json", f"step-{first:06d}/rank-00001.trace.json"], found
+    bases = set()
+    for rank, path in enumerate(found):
+        doc = json.loads(path.read_text())
+        bases.add(doc["baseTimeNanoseconds"])  # rank 0's time base, broadcast: one for all ranks
+        assert doc["weft"]["trigger"] == f"request {m.group(1)}"
+        assert doc["distributedInfo"]["rank"] == rank
+        steps = sorted(int(e["name"].split("#")[1]) for e in doc["traceEvents"]
+                       if e.get("name", "").startswith("ProfilerStep#"))
+        assert steps == [first, first + 1], (rank, steps)
+    assert len(bases) == 1, bases
+
+
 def test_untied_model_reports_lm_head_too(dataset, tmp_path):
     # untied: lm_head's gradient is final first, the embedding's last
     one = ok(None, 1, args(dataset, tmp_path / "one", "--model.tied=false"))
