@@ -797,7 +797,12 @@ wf_status wf_opts_parse(const wf_cmd_spec *spec, void *dst, int argc, char **arg
         if (eq) {
             WF_TRY(opt_assign_text(o, dst, eq + 1, where));
         } else if (o->type == WF_OPT_BOOL) {
-            *(int *)opt_field(o, dst) = 1;
+            /* `--flag`, and `--flag true|false` as users also write it (a
+             * following word that is neither stays a positional argument). */
+            int v = 1;
+            if (i + 1 < argc && (strcmp(argv[i + 1], "true") == 0 || strcmp(argv[i + 1], "false") == 0))
+                v = strcmp(argv[++i], "true") == 0;
+            *(int *)opt_field(o, dst) = v;
         } else {
             if (i + 1 >= argc)
                 return wf_error(WF_ERR_CONFIG, "%s: option needs a value (%s)", where, opt_type_name(o->type));

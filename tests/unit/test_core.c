@@ -57,6 +57,32 @@ WF_TEST(config_defaults) {
     wf_opts_free_positional(&pos);
 }
 
+WF_TEST(config_bool_flag_takes_an_optional_true_or_false) {
+    cfg c;
+    wf_strs pos;
+    const char *a1[] = {"--model.tied", "false", "file.txt"};
+    WF_CHECK_OK(parse_args(&c, 3, a1, &pos));
+    WF_CHECK_EQ(c.tied, 0);
+    WF_CHECK_EQ(pos.n, 1);
+    WF_CHECK_STREQ(pos.items[0], "file.txt");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+    const char *a2[] = {"--no-model.tied", "--model.tied", "true"};
+    WF_CHECK_OK(parse_args(&c, 3, a2, &pos));
+    WF_CHECK_EQ(c.tied, 1);
+    WF_CHECK_EQ(pos.n, 0);
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+    /* a word other than true/false after a flag is a positional argument */
+    const char *a3[] = {"--no-model.tied", "--model.tied", "yesterday"};
+    WF_CHECK_OK(parse_args(&c, 3, a3, &pos));
+    WF_CHECK_EQ(c.tied, 1);
+    WF_CHECK_EQ(pos.n, 1);
+    WF_CHECK_STREQ(pos.items[0], "yesterday");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+}
+
 WF_TEST(config_toml_and_overrides) {
     const char *path = write_cfg(
         "# a comment\n"
