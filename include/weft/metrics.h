@@ -269,9 +269,17 @@ void wf_spike_deinit(wf_spike_detector *d); /* accepts a zeroed detector */
 /* Judges one step's loss and gradient norm, then (if it is not a spike)
  * adds them to the window. */
 wf_spike_result wf_spike_check(wf_spike_detector *d, double loss, double grad_norm);
-/* Forgets the window (after a rollback the old statistics still hold, so
- * the trainer need not call it; a new run does). */
+/* Forgets the window (a new run starts with it empty). */
 void wf_spike_reset(wf_spike_detector *d);
+/* The window as a checkpoint keeps it: its d->n values, oldest first, into
+ * loss[] and grad_norm[] (room for d->n each; grad_norm gets zeros when
+ * the detector ignores the norm). The statistics are summed oldest first,
+ * so the list alone (not where the ring starts) fixes every later result. */
+void wf_spike_get_window(const wf_spike_detector *d, double *loss, double *grad_norm);
+/* Replaces the window by n values, oldest first (a checkpoint's); with n
+ * above cfg.window only the newest cfg.window are kept. A detector given
+ * another's window then judges every step exactly as that one would. */
+void wf_spike_set_window(wf_spike_detector *d, const double *loss, const double *grad_norm, int n);
 /* "warn", "skip", "rollback" <-> the enum; parse returns -1 if unknown. */
 int wf_spike_action_parse(const char *name);
 const char *wf_spike_action_name(wf_spike_action a);

@@ -45,13 +45,37 @@ void wf_spike_reset(wf_spike_detector *d) {
     d->n = d->head = 0;
 }
 
-/* Mean and (population) standard deviation of the n values in the ring,
- * two passes in double: the window is small and this is exact enough. */
-static void window_stats(const double *v, int n, double *mean, double *std) {
+void wf_spike_get_window(const wf_spike_detector *d, double *loss, double *grad_norm) {
+    int w = d->cfg.window, first = (d->head - d->n + w) % w;
+    for (int i = 0; i < d->n; i++) {
+        loss[i] = d->loss_win[(first + i) % w];
+        grad_norm[i] = d->gn_win[(first + i) % w];
+    }
+}
+
+void wf_spike_set_window(wf_spike_detector *d, const double *loss, const double *grad_norm, int n) {
+    int w = d->cfg.window, skip = n > w ? n - w : 0;
+    d->n = n - skip;
+    for (int i = 0; i < d->n; i++) {
+        d->loss_win[i] = loss[skip + i];
+        d->gn_win[i] = d->cfg.use_grad_norm ? grad_norm[skip + i] : 0;
+    }
+    d->head = d->n % w;
+}
+
+/* Mean and (population) standard deviation of the n values of a ring of
+ * w slots whose oldest is at `first`, two passes in double, oldest first:
+ * the window is small and this is exact enough, and the order makes the
+ * result a function of the values alone (a restored window gives the same
+ * bits wherever its ring starts). */
+static void window_stats(const double *v, int w, int first, int n, double *mean, double *std) {
     double s = 0;
-    for (int i = 0; i < n; i++) s += v[i];
+    for (int i = 0; i < n; i++) s += v[(first + i) % w];
     double m = s / n, q = 0;
-    for (int i = 0; i < n; i++) q += (v[i] - m) * (v[i] - m);
+    for (int i = 0; i < n; i++) {
+        double e = v[(first + i) % w] - m;
+        q += e * e;
+    }
     *mean = m;
     *std = sqrt(q / n);
 }
@@ -75,11 +99,12 @@ wf_spike_result wf_spike_check(wf_spike_detector *d, double loss, double grad_no
         return r;
     }
     if (d->n >= d->cfg.warmup) {
-        window_stats(d->loss_win, d->n, &r.loss_mean, &r.loss_std);
+        int w = d->cfg.window, first = (d->head - d->n + w) % w;
+        window_stats(d->loss_win, w, first, d->n, &r.loss_mean, &r.loss_std);
         r.loss_z = zscore(loss, r.loss_mean, r.loss_std, d->cfg.min_rel_std);
         r.by_loss = r.loss_z > d->cfg.z;
         if (d->cfg.use_grad_norm) {
-            window_stats(d->gn_win, d->n, &r.grad_norm_mean, &r.grad_norm_std);
+            window_stats(d->gn_win, w, first, d->n, &r.grad_norm_mean, &r.grad_norm_std);
             r.grad_norm_z = zscore(grad_norm, r.grad_norm_mean, r.grad_norm_std, d->cfg.min_rel_std);
             r.by_grad_norm = r.grad_norm_z > d->cfg.z;
         }

@@ -289,6 +289,59 @@ WF_TEST(spike_detector_rules) {
     WF_CHECK_STREQ(wf_spike_action_name(WF_SPIKE_ROLLBACK), "rollback");
 }
 
+/* A detector given another's window (as a checkpoint carries it) judges
+ * every later step with the same bits, wherever the source's ring started;
+ * a smaller window keeps the newest values. */
+WF_TEST(spike_window_save_and_restore) {
+    wf_spike_config cfg = {30, 6.0, 20, 1, 0};
+    wf_spike_detector a, b;
+    WF_CHECK_OK(wf_spike_init(&a, &cfg));
+    WF_CHECK_OK(wf_spike_init(&b, &cfg));
+    double loss[40], gn[40];
+    for (int cut = 5; cut < 120; cut += 23) { /* before, at and after the warmup; the ring wrapped or not */
+        wf_spike_reset(&a);
+        for (int i = 0; i < cut; i++) wf_spike_check(&a, noisy(i) + (i == 3 * cut / 4 ? 1.0 : 0), 1.0 + 0.01 * sin(i));
+        wf_spike_get_window(&a, loss, gn);
+        WF_CHECK_EQ(a.n, cut < 30 ? cut - (3 * cut / 4 >= 20) : 30);
+        wf_spike_reset(&b);
+        wf_spike_set_window(&b, loss, gn, a.n);
+        WF_CHECK_EQ(b.n, a.n);
+        int spikes = 0;
+        for (int i = cut; i < cut + 80; i++) {
+            double l = noisy(i) + (i % 37 == 0 ? 0.8 : 0), g = 1.0 + 0.01 * sin(i) + (i % 41 == 0 ? 0.5 : 0);
+            wf_spike_result ra = wf_spike_check(&a, l, g), rb = wf_spike_check(&b, l, g);
+            WF_CHECK_EQ(ra.spike, rb.spike);
+            spikes += ra.spike;
+            /* bit for bit, NaN in warmup included */
+            WF_CHECK_TRUE(memcmp(&ra.loss_z, &rb.loss_z, sizeof ra.loss_z) == 0);
+            WF_CHECK_TRUE(memcmp(&ra.grad_norm_z, &rb.grad_norm_z, sizeof ra.grad_norm_z) == 0);
+            WF_CHECK_TRUE(memcmp(&ra.loss_std, &rb.loss_std, sizeof ra.loss_std) == 0);
+        }
+        WF_CHECK_TRUE(spikes >= 2);
+    }
+    /* Into a window of 10: the newest 10 of the 30 values, judged as a
+     * detector of 10 that saw the same steps. */
+    wf_spike_get_window(&a, loss, gn);
+    wf_spike_config small = {10, 6.0, 5, 1, 0};
+    wf_spike_detector c, ref;
+    WF_CHECK_OK(wf_spike_init(&c, &small));
+    WF_CHECK_OK(wf_spike_init(&ref, &small));
+    wf_spike_set_window(&c, loss, gn, a.n);
+    WF_CHECK_EQ(c.n, 10);
+    for (int i = 20; i < 30; i++) wf_spike_check(&ref, loss[i], gn[i]);
+    double v = loss[29] + 0.001;
+    wf_spike_result rc = wf_spike_check(&c, v, gn[29]), rr = wf_spike_check(&ref, v, gn[29]);
+    WF_CHECK_TRUE(isfinite(rc.loss_z) && rc.loss_z == rr.loss_z && rc.grad_norm_z == rr.grad_norm_z);
+    WF_CHECK_EQ(rc.spike, 0);
+    double cl[10], cg[10];
+    wf_spike_get_window(&c, cl, cg);
+    WF_CHECK_TRUE(cl[9] == v && cl[0] == loss[21]); /* oldest first: the first one went out */
+    wf_spike_deinit(&ref);
+    wf_spike_deinit(&c);
+    wf_spike_deinit(&b);
+    wf_spike_deinit(&a);
+}
+
 /* ------------------------------------------------------------- memory */
 
 WF_TEST(host_memory_parse_and_watchdog) {
