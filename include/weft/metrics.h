@@ -62,6 +62,9 @@ typedef struct {
     double grad_norm_z;    /* same for the gradient norm */
     int spike;             /* 1: the spike detector flagged this step */
     int64_t data_pos;      /* index of the step's first micro-batch in the data order, -1 unknown */
+    double comm_s;         /* several ranks: blocked in the gradient communication (DDP: waiting in
+                              wf_reducer_finish; ZeRO-1: the reduce-scatter and the all-gather), a part
+                              of fwd_bwd_s and optim_s, not another slice of step_s; NaN with one process */
 } wf_metrics_step;
 
 /* Sets every field to "not measured": NaN, -1, and spike 0. */
@@ -108,7 +111,8 @@ void wf_metrics_step_memory(wf_metrics_step *r, const wf_arena *arena);
     X("loss_z", loss_z, D, "spike/loss_z", 1.0, "")                                  \
     X("grad_norm_z", grad_norm_z, D, "spike/grad_norm_z", 1.0, "")                   \
     X("spike", spike, B, "spike/flag", 1.0, "0 or 1")                                \
-    X("data_pos", data_pos, I, "", 1.0, "micro-batch")
+    X("data_pos", data_pos, I, "", 1.0, "micro-batch")                               \
+    X("comm_s", comm_s, D, "time/comm_s", 1.0, "s")
 
 /* --------------------------------------------------------------- sinks
  * metrics.jsonl (one JSON object a step) and a TensorBoard event file in

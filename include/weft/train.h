@@ -48,7 +48,7 @@ typedef struct {
     int ckpt_async, ckpt_resume;
     char *ckpt_resume_from, *ckpt_init_from;
     /* [metrics] */
-    int metrics_jsonl, metrics_tensorboard, metrics_remeasure_peak;
+    int metrics_jsonl, metrics_tensorboard, metrics_remeasure_peak, metrics_all_ranks;
     double metrics_flush_every_s, metrics_peak_tflops;
     /* [spike] */
     int64_t spike_window, spike_warmup, spike_skip_batches, spike_max_rollbacks;

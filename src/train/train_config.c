@@ -107,6 +107,9 @@ static const wf_opt train_opts[] = {
      "measurement of this machine)"},
     {"metrics.remeasure_peak", NULL, WF_OPT_BOOL, O(metrics_remeasure_peak), "false", WF_NO_RANGE,
      "measure the peak even when this machine's measurement is cached"},
+    {"metrics.all_ranks", NULL, WF_OPT_BOOL, O(metrics_all_ranks), "false", WF_NO_RANGE,
+     "several ranks: every rank r > 0 also writes its own metrics (its step times, communication wait and "
+     "memory) into RUN_DIR/ranks/rank-NNNNN/ (metrics.jsonl, tb/); rank 0 writes RUN_DIR's as always"},
     /* [spike] */
     {"spike.window", NULL, WF_OPT_INT, O(spike_window), "100", 2, 1048576,
      "steps in the rolling mean and standard deviation of the loss and gradient norm"},

@@ -693,12 +693,21 @@ static wf_status setup_obs(trainer *t, int64_t start) {
                          t->flops_per_token, (int64_t)np, NULL, &dist};
     if (t->rank == 0) WF_TRY(wf_run_record_write(tc->run_dir, &rec));
 
+    /* Rank 0 records into the run directory; with metrics.all_ranks every
+     * other rank too, into RUN_DIR/ranks/rank-NNNNN (its own times and
+     * memory, the global loss and norm). */
+    char rank_dir[4096];
     wf_metrics_options mo = {tc->run_dir, tc->metrics_jsonl, tc->metrics_tensorboard, tc->metrics_flush_every_s};
-    if (t->rank == 0 && (mo.jsonl || mo.tensorboard)) {
+    if (t->rank > 0) {
+        snprintf(rank_dir, sizeof rank_dir, "%s/ranks/rank-%05d", tc->run_dir, t->rank);
+        mo.dir = rank_dir;
+    }
+    if ((t->rank == 0 || tc->metrics_all_ranks) && (mo.jsonl || mo.tensorboard)) {
+        if (t->rank > 0) WF_TRY(wf_mkdirs(rank_dir));
         WF_TRY(wf_metrics_open(&t->metrics, &mo));
         if (start > 0) WF_TRY(wf_metrics_restart(t->metrics, start + 1));
         const char *tb = wf_metrics_tb_path(t->metrics);
-        if (mo.jsonl) WF_INFO("metrics: %s/metrics.jsonl", tc->run_dir);
+        if (mo.jsonl) WF_INFO("metrics: %s/metrics.jsonl", mo.dir);
         if (tb) WF_INFO("metrics: TensorBoard events %s", tb);
     }
 
@@ -742,6 +751,7 @@ typedef struct {
     double loss, lr, grad_norm;
     int64_t data_pos;
     double data_s, fwd_bwd_s, optim_s;
+    double comm_s; /* several ranks: blocked in the gradient's collectives; NaN with one process */
     wf_spike_result spike;
     int skipped; /* the update was not applied */
 } step_outcome;
@@ -751,6 +761,7 @@ typedef struct {
 static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step, step_outcome *o) {
     memset(o, 0, sizeof *o);
     o->data_pos = -1;
+    o->comm_s = t->world > 1 ? 0 : NAN;
     wf_model_zero_grad(t->model);
     for (int k = 0; k < t->accum; k++) {
         double ta = wf_time_now();
@@ -799,6 +810,9 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
         wf_status s = t->zero1 ? wf_comm_reduce_scatter(t->comm, wf_model_grads(t->model), t->gshard,
                                                         t->zplan.counts, WF_COMM_AVG, "grad reduce-scatter")
                                : wf_reducer_finish(t->reducer);
+        /* DDP: what the buckets did not hide behind the backward, waiting
+         * for the slowest rank included. */
+        o->comm_s += wf_time_now() - tr;
         if (s == WF_OK) s = wf_comm_all_reduce_f64(t->comm, &o->loss, 1, WF_COMM_AVG, "loss");
         if (s == WF_OK && step == 0 && t->rank == 0 && !t->zero1)
             WF_INFO("DDP: %d of %d gradient buckets started during the backward", wf_reducer_overlapped(t->reducer),
@@ -836,9 +850,11 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
             wf_trace_end(span);
             if (s != WF_OK) s = wf_error_wrap(s, "step %lld: ", (long long)step + 1);
             if (s == WF_OK) {
+                double tg = wf_time_now();
                 span = wf_trace_begin(WF_TRACE_REGION, "param all-gather");
                 s = wf_comm_all_gather(t->comm, wf_model_params(t->model), t->zplan.counts, "param all-gather");
                 wf_trace_end(span);
+                o->comm_s += wf_time_now() - tg;
             }
         }
         if (s == WF_OK && t->spike_action == WF_SPIKE_WARN) o->spike = wf_spike_check(&t->spike, o->loss, o->grad_norm);
@@ -1078,6 +1094,7 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
         r.grad_norm_z = o.spike.grad_norm_z;
         r.spike = o.spike.spike;
         r.data_pos = o.data_pos;
+        r.comm_s = o.comm_s;
         wf_metrics_step_derive(&r, t->flops_per_token, t->world, t->peak.tflops);
         wf_metrics_step_memory(&r, t->arena);
         if (t->metrics) WF_TRY(wf_metrics_log(t->metrics, &r));

@@ -111,8 +111,10 @@ def test_ranks_give_the_same_losses_as_one_process(dataset, single, tmp_path, im
     assert w.keys() == w1.keys()
     diff = max(float(np.abs(w[k] - w1[k]).max()) for k in w)
     assert diff <= WEIGHT_TOL, diff
-    # rank 0 alone writes the run's files: one metrics line per step
+    # rank 0 alone writes the run's files: one metrics line per step (no
+    # per-rank metrics unless metrics.all_ranks asks for them)
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 6
+    assert not (run / "ranks").exists()
 
 
 def test_saved_at_two_ranks_resumes_at_one(dataset, single, tmp_path):
@@ -342,3 +344,44 @@ def test_traces_of_two_ranks_show_the_collectives(dataset, tmp_path):
         assert tr["distributedInfo"]["rank"] == rank and tr["distributedInfo"]["world_size"] == 2
         names = {e.get("name", "") for e in tr["traceEvents"]}
         assert any("iall_reduce" in n or "all_reduce" in n for n in names), sorted(names)[:40]
+
+
+def jsonl(path):
+    return [json.loads(l) for l in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("extra", [(), ("--dist.zero1",)], ids=["ddp", "zero1"])
+def test_metrics_of_every_rank_when_asked(dataset, single, tmp_path, extra):
+    """metrics.all_ranks: rank 1 writes its own metrics.jsonl and events
+    under RUN_DIR/ranks/rank-00001 with its own times and memory; the loss,
+    gradient norm and spike fields are the global ones, the same as rank
+    0's. Both ranks record their gradient communication (comm_s); one
+    process has none to record."""
+    run = tmp_path / "run"
+    ok("openmpi", 2, args(dataset, run, "--metrics.all_ranks", *extra))
+    r0, r1 = jsonl(run / "metrics.jsonl"), jsonl(run / "ranks" / "rank-00001" / "metrics.jsonl")
+    assert [r["step"] for r in r0] == [r["step"] for r in r1] == list(range(1, 7))
+    for a, b in zip(r0, r1):
+        for k in ("loss", "grad_norm", "lr", "tokens", "val_loss", "spike", "data_pos"):
+            assert a.get(k) == b.get(k), (k, a, b)
+        for r in (a, b):
+            assert r["step_s"] > 0 and r["fwd_bwd_s"] > 0 and r["optim_s"] > 0 and r["data_s"] >= 0
+            assert 0 <= r["comm_s"] <= r["step_s"]
+            assert r["host_rss"] > 0 and 0 < r["arena_in_use"] <= r["arena_peak"]
+            assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["step_s"], rel=1e-9)
+    # each its own measurement: the clocks of two processes never agree to
+    # the last digit on every step
+    assert [a["step_s"] for a in r0] != [b["step_s"] for b in r1]
+    assert [a["host_rss"] for a in r0] != [b["host_rss"] for b in r1]
+    # only ranks > 0 write there, and TensorBoard reads rank 1's events
+    assert sorted(p.name for p in (run / "ranks").iterdir()) == ["rank-00001"]
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    acc = ea.EventAccumulator(str(run / "ranks" / "rank-00001" / "tb"), size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("time/comm_s")] == list(range(1, 7))
+    assert [e.value for e in acc.Scalars("train/loss")] == [np.float32(r["loss"]) for r in r1]
+    # one process measures no communication: the key is left out
+    assert not any("comm_s" in r for r in jsonl(single[1] / "metrics.jsonl"))
+    # weft report reads RUN_DIR/metrics.jsonl with the ranks folder beside it
+    run_weft_cmd(["report", run])
+    assert (run / "report.html").stat().st_size > 0

@@ -22,7 +22,8 @@
  *   lr         = 1e-3 * min(1, step / 10)
  *   val_loss   = loss + 0.1 at every eval_every-th step
  *   tokens     = 4096; step_s = 0.2 + 0.001 * (step % 7); data_s = 0.01;
- *   fwd_bwd_s  = 0.15; optim_s = 0.02; ckpt_s = 0.01 at every 50th step else 0
+ *   fwd_bwd_s  = 0.15; optim_s = 0.02; ckpt_s = 0.01 at every 50th step else 0;
+ *   comm_s     = 0.005 (as if two ranks)
  *   data_pos   = step - 1 (one micro-batch a step)
  * Memory fields are this process's real ones. Prints one line per spike.
  */
@@ -65,6 +66,7 @@ static void synth(wf_metrics_step *r, int64_t step, int spike_at, int eval_every
     r->fwd_bwd_s = 0.15;
     r->optim_s = 0.02;
     r->ckpt_s = step % 50 == 0 ? 0.01 : 0;
+    r->comm_s = 0.005;
     r->data_pos = step - 1;
 }
 
