@@ -8,8 +8,8 @@
  * inside the step. The same config and seeds give bit-identical losses,
  * across a stop and resume too: the checkpoint holds every bit the next
  * step depends on (parameters, AdamW moments and step count, the loader's
- * cursor; the schedule is a function of the step, initialisation and data
- * order of the seeds).
+ * cursor, the spike detector's window; the schedule is a function of the
+ * step, initialisation and data order of the seeds).
  *
  * With several ranks (docs/distributed.md): DDP all-reduces the gradient
  * in buckets during the backward; with dist.zero1, ZeRO-1 reduce-scatters
@@ -426,6 +426,82 @@ static wf_status build_state(trainer *t) {
     return WF_OK;
 }
 
+/* The spike detector's window goes into every checkpoint, so that a
+ * resumed run (and a rollback) judges the next steps exactly as the run
+ * that saved it would have: `spike.n` values, oldest first, as text of
+ * doubles that read back to the same bits ("%.17g", one space apart) in
+ * `spike.loss` and, when the norm is judged too, `spike.grad_norm`. */
+static wf_status spike_state_put(const trainer *t, wf_ckpt_meta *m) {
+    int n = t->spike.n;
+    double *v = malloc(2 * (size_t)(n ? n : 1) * sizeof *v);
+    char *text = malloc(25 * (size_t)n + 1);
+    wf_status s = v && text ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory for the spike window (%d steps)", n);
+    if (s == WF_OK) {
+        wf_spike_get_window(&t->spike, v, v + n);
+        s = wf_ckpt_meta_set_u64(m, "spike.n", (uint64_t)n);
+        for (int k = 0; k < 1 + t->spike.cfg.use_grad_norm && s == WF_OK; k++) {
+            size_t len = 0;
+            text[0] = '\0';
+            for (int i = 0; i < n; i++)
+                len += (size_t)snprintf(text + len, 26, "%s%.17g", i ? " " : "", v[(size_t)k * (size_t)n + (size_t)i]);
+            s = wf_ckpt_meta_set_str(m, k ? "spike.grad_norm" : "spike.loss", text);
+        }
+    }
+    free(text);
+    free(v);
+    return s;
+}
+
+/* Reads n finite doubles separated by spaces; 0 if the text is not that. */
+static int parse_doubles(const char *text, double *out, int n) {
+    const char *p = text;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        out[i] = strtod(p, &end);
+        if (end == p || !isfinite(out[i])) return 0;
+        p = end;
+    }
+    while (*p == ' ') p++;
+    return *p == '\0';
+}
+
+/* Puts the checkpoint's spike window into the detector. Returns 1 when it
+ * did; 0 when `c` holds none (saved by an older weft, or without the
+ * gradient norms this run judges) or an unreadable one, with the reason in
+ * `why`: the detector is then left as it is. */
+static int spike_state_get(trainer *t, const wf_ckpt *c, char *why, size_t why_size) {
+    uint64_t n = 0;
+    const char *loss = NULL, *gn = NULL;
+    int use_gn = t->spike.cfg.use_grad_norm;
+    int found = wf_ckpt_get_u64(c, "spike.n", &n) == WF_OK && wf_ckpt_get_str(c, "spike.loss", &loss) == WF_OK;
+    int found_gn = found && wf_ckpt_get_str(c, "spike.grad_norm", &gn) == WF_OK;
+    wf_error_clear();
+    if (!found) {
+        snprintf(why, why_size, "holds no spike detector window (saved by an older weft)");
+        return 0;
+    }
+    if (use_gn && !found_gn) {
+        snprintf(why, why_size, "holds a spike detector window without gradient norms (saved with spike.grad_norm "
+                 "= false)");
+        return 0;
+    }
+    if (n > (1u << 20)) {
+        snprintf(why, why_size, "has spike.n = %" PRIu64 ", more than any spike.window", n);
+        return 0;
+    }
+    double *v = calloc(2 * (size_t)(n ? n : 1), sizeof *v);
+    if (!v) {
+        snprintf(why, why_size, "has a spike detector window of %" PRIu64 " steps, too large for memory", n);
+        return 0;
+    }
+    int ok = parse_doubles(loss, v, (int)n) && (!use_gn || parse_doubles(gn, v + n, (int)n));
+    if (ok) wf_spike_set_window(&t->spike, v, v + n, (int)n);
+    else snprintf(why, why_size, "has a spike detector window that is not %" PRIu64 " numbers (spike.loss or "
+                  "spike.grad_norm of its manifest)", n);
+    free(v);
+    return ok;
+}
+
 static wf_status make_meta(trainer *t, wf_ckpt_meta **out) {
     const wf_train_config *tc = t->tc;
     wf_ckpt_meta *m = wf_ckpt_meta_create();
@@ -445,6 +521,7 @@ static wf_status make_meta(trainer *t, wf_ckpt_meta **out) {
     char tok[PATH_MAX] = "";
     if (t->tokenizer_path && !realpath(t->tokenizer_path, tok)) snprintf(tok, sizeof tok, "%s", t->tokenizer_path);
     if (s == WF_OK) s = wf_ckpt_meta_set_str(m, "data.tokenizer", tok);
+    if (s == WF_OK) s = spike_state_put(t, m);
     if (s != WF_OK) {
         wf_ckpt_meta_destroy(m);
         return s;
@@ -598,6 +675,12 @@ static wf_status resume_or_init(trainer *t, int64_t *start) {
         if (s == WF_OK) {
             WF_INFO("resumed from %s (step %" PRId64 ")", wf_ckpt_path(c), *start);
             snprintf(t->rollback_dir, sizeof t->rollback_dir, "%s", wf_ckpt_path(c));
+            char why[256];
+            if (spike_state_get(t, c, why, sizeof why))
+                WF_INFO("spike detector: the window of the last %d steps restored from the checkpoint", t->spike.n);
+            else
+                WF_INFO("%s %s: the spike detector starts empty, and its first %d steps (spike.warmup) only fill "
+                        "the window", wf_ckpt_path(c), why, t->spike.cfg.warmup);
         }
         wf_ckpt_close(c);
         return s;
@@ -921,6 +1004,12 @@ static wf_status rollback(trainer *t, int64_t step, int64_t spike_pos, int64_t *
     wf_status s = wf_ckpt_verify(c, NULL, NULL);
     int64_t got = 0;
     if (s == WF_OK) s = restore(t, c, &got);
+    /* The detector goes back with the model: the steps run again are
+     * judged against the window the checkpoint's step left, as they were
+     * the first time; the abandoned steps leave it. */
+    char why[256];
+    if (s == WF_OK && !spike_state_get(t, c, why, sizeof why))
+        WF_INFO("%s %s: the spike detector keeps its current window", t->rollback_dir, why);
     wf_ckpt_close(c);
     if (s != WF_OK) return wf_error_wrap(s, "rolling back for the spike at step %lld: ", (long long)step);
     int64_t from = data_position(t, wf_loader_get_state(t->train));

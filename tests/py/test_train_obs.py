@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -258,6 +259,15 @@ def test_spike_rollback_goes_back_and_skips_the_window(spiky, tmp_path):
     assert sorted(final) == list(range(1, STEPS + 1)) and (run / "model.safetensors").exists()
     n_back = p.stderr.count("rolled back to")
     assert n_back >= 1 and f"(0 updates skipped, {n_back} rollback" in p.stderr
+    # the detector went back with the model: the first step run again is
+    # judged against the window the checkpoint saved (the 30 steps up to
+    # it), not against the one the abandoned steps had filled
+    again = recs[i + 1]
+    for key, z in (("loss", "loss_z"), ("grad_norm", "grad_norm_z")):
+        saved = window_z(recs[:back], again[key], key)
+        kept = window_z(recs[:i], again[key], key)
+        assert again[z] == pytest.approx(saved, rel=1e-9, abs=1e-9), (key, again[z], saved, kept)
+        assert abs(kept - saved) > 1e-3 * max(1, abs(saved)), (key, saved, kept)
     # no step after the last rollback saw noise: every final record is calm
     assert not any(r["spike"] for r in final.values())
     assert max(r["loss"] for s, r in final.items() if s > 40) < 1.0
@@ -270,6 +280,55 @@ def test_spike_rollback_goes_back_and_skips_the_window(spiky, tmp_path):
     tb = {e.step: e.value for e in events}
     assert sorted(tb) == list(range(1, STEPS + 1))
     assert all(tb[s] == np.float32(r["loss"]) for s, r in final.items())
+
+
+def window_z(recs, value, key):
+    """The z-score of `value` against the detector's window (30 steps) of
+    the records `recs`, oldest first, as the detector computes it."""
+    w = np.array([r[key] for r in recs[-30:]])
+    mean, std = w.mean(), w.std()
+    return (value - mean) / max(std, 1e-3 * abs(mean))
+
+
+def test_spike_window_survives_a_resume(spiky, warned, tmp_path):
+    """Every checkpoint holds the detector's window: a run stopped after
+    the warmup and resumed judges the later steps exactly as the
+    uninterrupted run did (the same z-scores to the last bit, the same
+    spikes), where an empty window would have started a new warmup."""
+    ref = jsonl(warned[0])
+    stop = 35  # after the 30 warmup steps, before the first noisy batch (step 41 or later)
+    run = tmp_path / "run"
+    p = train(spiky, run, f"--ckpt.stop_at={stop}", check=False)
+    assert p.returncode == REQUEUE, p.stderr
+    man = json.loads((run / "checkpoints" / f"step-{stop:07d}" / "manifest.json").read_text())
+    sp = man["state"]["spike"]
+    # the last 30 steps' values, oldest first, exactly
+    assert sp["n"] == 30
+    assert [float(x) for x in sp["loss"].split()] == [r["loss"] for r in ref[stop - 30:stop]]
+    assert [float(x) for x in sp["grad_norm"].split()] == [r["grad_norm"] for r in ref[stop - 30:stop]]
+    saved = tmp_path / f"step-{stop:07d}"  # a copy: the resumed run's retention removes the original
+    shutil.copytree(run / "checkpoints" / saved.name, saved)
+    q = train(spiky, run)
+    assert "spike detector: the window of the last 30 steps restored from the checkpoint" in q.stderr
+    recs = jsonl(run)
+    assert [r["step"] for r in recs] == list(range(1, STEPS + 1))
+    for a, b in zip(recs[stop:], ref[stop:]):
+        for k in ("step", "loss", "grad_norm", "loss_z", "grad_norm_z", "spike"):
+            assert a.get(k) == b.get(k), (k, a, b)
+    assert [r["step"] for r in recs if r["spike"]] == [h + 1 for h in spiky[2]]
+
+    # A checkpoint without the window (an older weft's): the resumed run
+    # says so and starts a new warmup, missing the spikes inside it.
+    mpath = saved / "manifest.json"
+    del man["state"]["spike"]
+    mpath.write_text(json.dumps(man))
+    old = tmp_path / "old"
+    q = train(spiky, old, f"--ckpt.resume_from={mpath.parent}")
+    assert (f"{mpath.parent} holds no spike detector window (saved by an older weft): the spike detector starts "
+            "empty, and its first 30 steps (spike.warmup) only fill the window") in q.stderr
+    recs = jsonl(old)
+    assert recs[0]["step"] == stop + 1
+    assert not any("loss_z" in r for r in recs[:30]) and "loss_z" in recs[30]
 
 
 def test_rollback_without_a_checkpoint_skips(spiky, tmp_path):
