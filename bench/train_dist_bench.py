@@ -49,7 +49,11 @@ against the measured time per step in gradient communication:
   all-gather"): the reduction itself, without waiting for the other rank;
 - "blocked, least": per step, the smaller of the two ranks' time inside
   communication spans (the rank that arrived last waits least);
-- "blocked, mean": both ranks' mean, waiting for the slower one included.
+- "blocked, mean": both ranks' mean, waiting for the slower one included;
+- comm_s: what the trainer itself records per step in metrics.jsonl (the
+  time blocked in the gradient's collectives; every rank's with
+  metrics.all_ranks), the mean of the ranks: the trainer's view of
+  "blocked, mean".
 
 --quick (the smoke test's): the tiny preset, a 512-id tokenizer on 12
 chapters, 4 x 32 tokens, 10 steps, one round, no extra variants.
@@ -160,11 +164,11 @@ def make_dataset(d, quick):
 
 # --- weft ----------------------------------------------------------------
 
-def weft_zero1_flag():
-    """The trainer's ZeRO-1 option, if its --help lists one."""
+def weft_train_options():
+    """The options `weft train --help` lists (ZeRO-1 and per-rank metrics
+    are newer than this bench's first version)."""
     out, _ = run([WEFT, "train", "--help"], dict(os.environ), 60, "weft train --help")
-    m = re.search(r"--(dist\.zero1)\b", out)
-    return m.group(1) if m else None
+    return set(re.findall(r"--([a-z_]+\.[a-z_0-9]+)", out))
 
 
 def weft_run(a, cfg, data, tok, run_dir, core):
@@ -185,6 +189,8 @@ def weft_run(a, cfg, data, tok, run_dir, core):
         args += ["--metrics.peak_tflops=1"]
     if a.bucket_mb:
         args += [f"--dist.bucket_mb={a.bucket_mb}"]
+    if W > 1 and "metrics.all_ranks" in a.options:
+        args += ["--metrics.all_ranks=true"]
     args += cfg.get("extra", [])
     env = base_env(core, threads)
     env.update(cfg.get("env", {}))
@@ -209,6 +215,12 @@ def weft_run(a, cfg, data, tok, run_dir, core):
                steps=[r["step"] for r in steps])
     if W > 1:
         res["comm"] = trace_comm(run_dir / "traces", set(res["steps"]))
+        # the trainer's own figure, comm_s (every rank's, with metrics.all_ranks)
+        files = [run_dir / "metrics.jsonl"] + sorted(run_dir.glob("ranks/rank-*/metrics.jsonl"))
+        per = [{r["step"]: r["comm_s"] for r in map(json.loads, f.read_text().splitlines())
+                if "comm_s" in r} for f in files]
+        if all(per) and len(per) == W:
+            res["comm_s"] = [[p.get(st) for p in per] for st in res["steps"] if all(st in p for p in per)]
     return res
 
 
@@ -302,7 +314,12 @@ def torch_worker(a):
                                           threads=torch.get_num_threads(),
                                           params=sum(p.numel() for p in st.params), loss=st.loss)),
               flush=True)
-    dist.destroy_process_group()
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # gloo's teardown at exit sometimes aborts ("terminate called without an
+    # active exception"); the work is done and reported, so leave at once
+    os._exit(0)
 
 
 def free_port():
@@ -454,7 +471,7 @@ def report(a, configs, res, ar, t0):
         print(f"predicted t_comm = {nb} x 2(W-1)/W x {ar['bytes'] / 1e6:.2f} MB / busbw = {pred * 1e3:.2f} ms "
               f"(best busbw), {pred_med * 1e3:.2f} ms (median)")
         print(f"{'config':34} {'predicted':>9} {'after both':>10} {'ratio':>6} {'fastest':>7} "
-              f"{'blk least':>9} {'blk mean':>8} {'small':>6}  (ms per step, medians over steps)")
+              f"{'blk least':>9} {'blk mean':>8} {'comm_s':>6} {'small':>6}  (ms per step, medians over steps)")
         for c in configs:
             w = res.get(("weft", c["name"]))
             if not w or not w.get("comm"):
@@ -466,17 +483,20 @@ def report(a, configs, res, ar, t0):
             least = med([min(r["grad"]) for r in rows_c])
             mean = med([statistics.mean(r["grad"]) for r in rows_c])
             small = med([statistics.mean(r["small"]) for r in rows_c])
+            cs = med([statistics.mean(x) for x in w["comm_s"]]) if w.get("comm_s") else None
             meas = after_m if after_m is not None else least
             ratio = meas / pred if pred > 0 else None
             checks.append(dict(config=c["name"], predicted_s=pred, predicted_median_s=pred_med,
-                               after_both_s=after_m, after_both_min_s=after_min, blocked_least_s=least, blocked_mean_s=mean,
+                               after_both_s=after_m, after_both_min_s=after_min, blocked_least_s=least, blocked_mean_s=mean, comm_s=cs,
                                small_s=small, ratio=ratio))
             print(f"{c['name']:34} {pred * 1e3:9.2f} {fmt(after_m * 1e3 if after_m is not None else None, '10.2f')} "
                   f"{fmt(ratio, '5.1f')}{'x' if ratio else ' '} "
-                  f"{fmt(after_min * 1e3 if after_min is not None else None, '7.2f')} {least * 1e3:9.2f} {mean * 1e3:8.2f} {small * 1e3:6.2f}")
+                  f"{fmt(after_min * 1e3 if after_min is not None else None, '7.2f')} {least * 1e3:9.2f} {mean * 1e3:8.2f} "
+                  f"{fmt(cs * 1e3 if cs is not None else None, '6.2f')} {small * 1e3:6.2f}")
         print("(after both: from the later rank's entry into the gradient all-reduce to the first exit, "
               "median and fastest step; "
               "blk least/mean: time blocked in gradient collectives, the less waiting rank / both ranks; "
+              "comm_s: the same as the trainer records it in metrics.jsonl, mean of the ranks; "
               "small: the loss and agreement all-reduces; ratio = measured / predicted)")
     print(f"\n(total {time.time() - t0:.0f} s)")
     return dict(rows=rows, comm=checks, allreduce=ar, model=model)
@@ -527,7 +547,8 @@ def main():
     core = blas_core() if a.core is None else a.core
     t0 = time.time()
 
-    zero1 = weft_zero1_flag()
+    a.options = weft_train_options()
+    zero1 = "dist.zero1" if "dist.zero1" in a.options else None
     configs = [dict(name="W=1, one process", world=1, threads=2),
                dict(name="W=2, DDP", world=2, threads=1)]
     if a.impl == "openmpi" and not a.quick:
@@ -564,9 +585,11 @@ def main():
                             shutil.rmtree(run_dir, ignore_errors=True)
                         model = w["model"]
                         acc = res.setdefault(("weft", c["name"]),
-                                             dict(w, step_s=[], fwd_bwd_s=[], optim_s=[], comm=[], rounds=[]))
+                                             dict(w, step_s=[], fwd_bwd_s=[], optim_s=[], comm=[], rounds=[],
+                                                  comm_s=[]))
                         for k in ("step_s", "fwd_bwd_s", "optim_s"):
                             acc[k] += w[k]
+                        acc["comm_s"] += w.get("comm_s") or []
                         acc["comm"] += w.get("comm") or []
                         acc["rounds"].append(med(w["step_s"]))
                     else:

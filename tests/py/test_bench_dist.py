@@ -67,11 +67,11 @@ def test_communication_check_is_printed_with_numbers(bench):
     assert abs(float(m.group(2)) - 4 * P / 1e6) < 0.01
     m = re.search(r"busbw ([0-9.]+) GB/s best", out)
     assert m and finite_positive(float(m.group(1))), out[-2000:]
-    m = re.search(r"^W=2, DDP\s+" + r"\s+".join([NUM] * 2) + r"\s+" + NUM + r"x\s+" + r"\s+".join([NUM] * 4) + "$",
+    m = re.search(r"^W=2, DDP\s+" + r"\s+".join([NUM] * 2) + r"\s+" + NUM + r"x\s+" + r"\s+".join([NUM] * 5) + "$",
                   out, re.M)
     assert m, out[-2500:]
-    pred, after, ratio, fastest, least, mean, small = map(float, m.groups())
-    for x in (pred, after, ratio, fastest, least, mean):
+    pred, after, ratio, fastest, least, mean, comm_s, small = map(float, m.groups())
+    for x in (pred, after, ratio, fastest, least, mean, comm_s):
         assert finite_positive(x), m.group(0)
     assert small >= 0
     assert fastest <= after and least <= mean + 1e-9
