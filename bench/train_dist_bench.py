@@ -615,7 +615,7 @@ def main():
                     ar = r
         summary = report(a, configs, res, ar, t0)
         if a.json:
-            Path(a.json).write_text(json.dumps(dict(args={k: v for k, v in vars(a).items()},
+            Path(a.json).write_text(json.dumps(dict(args={k: v for k, v in vars(a).items() if k != "options"},
                                                     summary=summary,
                                                     raw={f"{k[0]} {k[1]}": v for k, v in res.items()}),
                                                indent=1))
