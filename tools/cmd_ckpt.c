@@ -150,7 +150,11 @@ static void print_state(const char *manifest) {
             char name[256];
             snprintf(name, sizeof name, "%s%s%s", key, *k2 ? "." : "", k2);
             char *text = json_dumps(v2, JSON_ENCODE_ANY | JSON_REAL_PRECISION(10));
-            printf("  %-28s %s\n", name, text ? text : "?");
+            /* Long values (the spike window: one number per step) are cut
+             * to one line; --json prints them whole. */
+            size_t len = text ? strlen(text) : 0;
+            if (len > 100) printf("  %-28s %.72s... (%zu characters; --json prints all)\n", name, text, len);
+            else printf("  %-28s %s\n", name, text ? text : "?");
             free(text);
         }
         json_decref(one);

@@ -146,6 +146,9 @@ def test_verify_and_inspect(dataset, tmp_path):
     assert "step-0000012" in p.stdout
     assert re.search(r"optimizer\.steps\s+12", p.stdout) and re.search(r"loader\.sample\s+48", p.stdout)
     assert re.search(r"optim\.v\.model\.layers\.1\.mlp\.down_proj\.weight\s+F32\s+\[64, 192\]\s+1", p.stdout)
+    # the spike window (12 numbers as text) is cut to one short line; --json has it whole
+    assert max(len(l) for l in p.stdout.splitlines()) < 200
+    assert re.search(r"spike\.loss\s+\S.*\.\.\. \(\d+ characters; --json prints all\)", p.stdout), p.stdout
     man = json.loads(run_weft_cmd(["ckpt", "inspect", ckpt_dirs(run)[0], "--json"]).stdout)
     assert man["step"] == 8
     cfg = run_weft_cmd(["ckpt", "inspect", run, "--show-config"]).stdout
