@@ -532,6 +532,7 @@ def main():
         return
     if a.quick:
         a.config, a.preset, a.batch, a.seq, a.steps, a.warmup, a.rounds = "", "tiny", 4, 32, 10, 2, 1
+        a.timeout = min(a.timeout, 120)
     if a.steps < a.warmup + 2:
         sys.exit("train_dist_bench: --steps must leave at least one timed step after --warmup and the last")
     if a.batch % 2:
