@@ -463,7 +463,6 @@ def report(a, configs, res, ar, t0):
           f"W = {W} ==")
     if ar:
         nb = ar["n_buckets"]
-        lat_small = ar.get("small_us", 0.0)
         pred = nb * 2 * (W - 1) / W * ar["bytes"] / (ar["busbw"] * 1e9)
         pred_med = nb * 2 * (W - 1) / W * ar["bytes"] / (ar["busbw_median"] * 1e9)
         print(f"allreduce_bench at {ar['bytes']} bytes ({nb} bucket(s) of S/{nb}): busbw {ar['busbw']:.2f} GB/s "
