@@ -202,7 +202,8 @@ uint64_t wf_comm_completed(const wf_comm *c);
  * produces the last layers' gradients first); each bucket is a contiguous
  * span of the buffer. When the backward pass reports (wf_reducer_ready)
  * that every tensor of a bucket has its final gradient, the bucket's
- * non-blocking all-reduce (AVG) starts, while backward goes on. Buckets
+ * non-blocking all-reduce (AVG, or SUM: wf_reducer_set_op) starts, while
+ * backward goes on. Buckets
  * always start in bucket order, so every rank issues the same collectives
  * in the same order whatever order tensors become ready in. */
 typedef struct {
@@ -220,6 +221,14 @@ wf_status wf_reducer_create(wf_reducer **out, wf_comm *c, float *grads,
                             const wf_dist_span *tensors, int n_tensors, size_t bucket_bytes);
 void wf_reducer_destroy(wf_reducer *r); /* accepts NULL */
 
+/* The buckets' reduction: WF_COMM_AVG (the default: finish leaves the mean
+ * over ranks) or WF_COMM_SUM (the sum, for gradients the caller has already
+ * scaled by 1 / world size, as PyTorch DDP and weft's trainer do: that
+ * saves AVG's pass over every bucket after its transfer; for a world size
+ * that is a power of two the result has AVG's bits). Any other op is
+ * WF_ERR_INVALID, as is a change while buckets of a step are in flight. */
+wf_status wf_reducer_set_op(wf_reducer *r, wf_comm_op op);
+
 int wf_reducer_num_buckets(const wf_reducer *r);
 /* Bucket b's span of the gradient buffer and its tensors [first, last]. */
 wf_dist_span wf_reducer_bucket(const wf_reducer *r, int b, int *first_tensor, int *last_tensor);
@@ -232,7 +241,7 @@ int wf_reducer_bucket_of(const wf_reducer *r, int tensor);
 wf_status wf_reducer_ready(wf_reducer *r, int tensor);
 /* Starts the buckets not started yet (tensors never marked ready count as
  * ready), waits for all, and resets for the next step. After it the
- * gradient buffer holds the average over ranks. Call it on every rank every
+ * gradient buffer holds the average over ranks (the sum with SUM). Call it on every rank every
  * step, also after a failed backward, so that collectives stay matched. */
 wf_status wf_reducer_finish(wf_reducer *r);
 /* Buckets started by ready() (not by finish()) in the last finished step:

@@ -1,7 +1,8 @@
 /* The communicator (contract: include/weft/dist.h; design:
  * docs/distributed.md): picks and loads a backend, and wraps every
  * collective with the checks, the AVG division, the flight recorder and
- * the watchdog, so that backends stay thin.
+ * the watchdog, so that backends stay thin. Before MPI_Init it also picks
+ * Open MPI's non-blocking all-reduce algorithm (openmpi_choose_ring).
  *
  * Loading. The MPI backends are shared objects opened with dlopen
  * (RTLD_GLOBAL, because Open MPI's own plugins look up libmpi's symbols
@@ -102,6 +103,22 @@ static const char *srun_plugin(void) {
     if (env_set("PMIX_RANK")) return "pmix";
     if (env_set("PMI_FD") || env_set("PMI_RANK")) return "pmi2";
     return NULL;
+}
+
+/* Open MPI 4.1's non-blocking all-reduce (the libnbc component) picks a
+ * binomial tree whenever the call is in place or the job has fewer than 4
+ * ranks: every rank sends its whole buffer up the tree and the result comes
+ * back down. weft's gradient buckets are all in place, and on the benchmark
+ * machine (12.6 MB, 2 ranks) that took 3.6-4.1 ms where the ring (algorithm
+ * 1), Open MPI's blocking MPI_Allreduce and MPICH all take 1.4-1.6 ms
+ * (docs/distributed.md). So the ring is weft's default: set in the
+ * environment, where Open MPI reads its MCA parameters at MPI_Init, unless
+ * the user (or mpirun's --mca, which passes the same variable) already chose.
+ * Returns 1 if weft set it, 0 if the user's value stays. */
+#define LIBNBC_IALLREDUCE_VAR "OMPI_MCA_coll_libnbc_iallreduce_algorithm"
+static int openmpi_choose_ring(void) {
+    if (getenv(LIBNBC_IALLREDUCE_VAR)) return 0;
+    return setenv(LIBNBC_IALLREDUCE_VAR, "1", 0) == 0;
 }
 
 /* Why the backend's world differs from the launcher's, and what to do. */
@@ -239,6 +256,7 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
                 "not set; srun's --mpi is %s): Open MPI's MPI_Init will likely fail. Run it "
                 "with `srun --mpi=pmix`, or MPICH's backend with `srun --mpi=pmi2`",
                 srun_plugin() ? srun_plugin() : "none");
+    int ring = strcmp(be->name, "openmpi") == 0 ? openmpi_choose_ring() : -1;
     if (be->init(&c->st, &c->rank, &c->size, &c->local_rank, c->version, sizeof c->version) != 0) {
         wf_status s = wf_error(WF_ERR_IO, "dist: starting the %s backend: %s", be->name,
                                be->last_error(NULL));
@@ -266,6 +284,14 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
         return s;
     }
     wf_log_set_rank(c->rank, c->size);
+    if (ring == 1 && c->rank == 0)
+        WF_INFO("dist: Open MPI's non-blocking all-reduce runs as a ring (weft set %s=1; libnbc's "
+                "own choice for in-place calls, a binomial tree, moved gradients 2.5x slower: "
+                "docs/distributed.md); set the variable to choose another",
+                LIBNBC_IALLREDUCE_VAR);
+    else if (ring == 0 && c->rank == 0)
+        WF_DEBUG("dist: Open MPI's non-blocking all-reduce: %s=%s, the user's choice, kept",
+                 LIBNBC_IALLREDUCE_VAR, getenv(LIBNBC_IALLREDUCE_VAR));
     *out = c;
     return WF_OK;
 }
@@ -351,6 +377,23 @@ static size_t dtype_size(wf_dist_dtype dt) {
     return 1;
 }
 
+/* AVG's division by the world size, after the sum. A division, not a
+ * multiplication by 1/W, so that the result is the correctly rounded mean
+ * for any W (for W a power of two the two are the same). Written so that
+ * the compiler vectorizes it (a local restrict pointer and count, and an
+ * OpenMP simd loop where the build has OpenMP): the scalar loop this
+ * replaces took about 0.9 ms over a 12.6 MB gradient on the benchmark
+ * machine, two thirds of the transfer itself. */
+static void divide_f32(float *restrict x, size_t n, float w) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) x[i] /= w;
+}
+
+static void divide_f64(double *restrict x, size_t n, double w) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) x[i] /= w;
+}
+
 static wf_status all_reduce_any(wf_comm *c, void *buf, size_t n, wf_dist_dtype dt, wf_comm_op op,
                                 const char *tag) {
     wf_dist_bop bop;
@@ -366,19 +409,14 @@ static wf_status all_reduce_any(wf_comm *c, void *buf, size_t n, wf_dist_dtype d
         done += k;
     }
     wf_watchdog_end(c->wd, seq, rc == 0);
+    /* The division is part of the collective for its caller: inside the
+     * trace span, as the caller's own timer counts it. */
+    if (rc == 0 && op == WF_COMM_AVG && c->size > 1) {
+        if (dt == WF_DT_F32) divide_f32(buf, n, (float)c->size);
+        else divide_f64(buf, n, (double)c->size);
+    }
     wf_trace_end(span);
     if (rc != 0) return comm_fail(c, "all_reduce", tag);
-    if (op == WF_COMM_AVG && c->size > 1) {
-        if (dt == WF_DT_F32) {
-            float w = (float)c->size;
-            float *f = buf;
-            for (size_t i = 0; i < n; i++) f[i] /= w;
-        } else {
-            double w = (double)c->size;
-            double *d = buf;
-            for (size_t i = 0; i < n; i++) d[i] /= w;
-        }
-    }
     return WF_OK;
 }
 
@@ -456,12 +494,9 @@ wf_status wf_comm_reduce_scatter(wf_comm *c, const float *send, float *recv, con
     uint64_t seq = wf_watchdog_begin(c->wd, "reduce_scatter", tag, total * sizeof(float), 1);
     int rc = c->be->reduce_scatter(c->st, send, recv, counts, bop);
     wf_watchdog_end(c->wd, seq, rc == 0);
+    if (rc == 0 && op == WF_COMM_AVG && c->size > 1) divide_f32(recv, mine, (float)c->size);
     wf_trace_end(span);
     if (rc != 0) return comm_fail(c, "reduce_scatter", tag);
-    if (op == WF_COMM_AVG && c->size > 1) {
-        float w = (float)c->size;
-        for (size_t i = 0; i < mine; i++) recv[i] /= w;
-    }
     return WF_OK;
 }
 
@@ -530,10 +565,7 @@ wf_status wf_comm_barrier(wf_comm *c, const char *tag) {
 static void req_finish(wf_comm *c, int slot, int ok) {
     comm_req *q = &c->reqs[slot];
     if (q->done) return;
-    if (ok && q->avg && c->size > 1) {
-        float w = (float)c->size;
-        for (size_t i = 0; i < q->n; i++) q->buf[i] /= w;
-    }
+    if (ok && q->avg && c->size > 1) divide_f32(q->buf, q->n, (float)c->size);
     wf_watchdog_end(c->wd, q->seq, ok);
     q->done = 1;
     q->ok = ok;

@@ -15,6 +15,10 @@
  * tests all requests in flight (wf_comm_progress); with one call per tensor
  * that is several progress points per layer of backward.
  *
+ * The reduction is AVG, or SUM for gradients the caller has already scaled
+ * by 1 / world size (wf_reducer_set_op): the trainer folds that scale into
+ * its backward, so no pass over the buffer follows the transfer.
+ *
  * Nothing is allocated after create.
  */
 #include <stdio.h>
@@ -36,6 +40,7 @@ struct wf_reducer {
     int next_start;          /* first bucket not started this step */
     int next_done;           /* first bucket not waited for this step */
     int overlapped, last_overlapped;
+    wf_comm_op op;           /* AVG (default) or SUM */
 };
 
 void wf_reducer_destroy(wf_reducer *r) {
@@ -80,6 +85,7 @@ wf_status wf_reducer_create(wf_reducer **out, wf_comm *c, float *grads,
     if (!r) return wf_error(WF_ERR_NOMEM, "dist: out of memory for the reducer");
     r->c = c;
     r->grads = grads;
+    r->op = WF_COMM_AVG;
     r->n_tensors = n_tensors;
     size_t nt = (size_t)n_tensors;
     r->bucket_of = calloc(nt, sizeof *r->bucket_of);
@@ -116,6 +122,21 @@ wf_status wf_reducer_create(wf_reducer **out, wf_comm *c, float *grads,
     return WF_OK;
 }
 
+wf_status wf_reducer_set_op(wf_reducer *r, wf_comm_op op) {
+    if (op != WF_COMM_AVG && op != WF_COMM_SUM)
+        return wf_error(WF_ERR_INVALID,
+                        "dist: reducer: op %d is neither AVG nor SUM (gradients are averaged, or "
+                        "summed after the caller scaled them by 1 / world size)",
+                        (int)op);
+    if (r->next_start > 0)
+        return wf_error(WF_ERR_INVALID,
+                        "dist: reducer: cannot change the op while %d bucket(s) of this step have "
+                        "started; call wf_reducer_finish first",
+                        r->next_start);
+    r->op = op;
+    return WF_OK;
+}
+
 int wf_reducer_num_buckets(const wf_reducer *r) { return r->n_buckets; }
 
 wf_dist_span wf_reducer_bucket(const wf_reducer *r, int b, int *first_tensor, int *last_tensor) {
@@ -145,7 +166,7 @@ static wf_status start_bucket(wf_reducer *r, int b) {
         r->next_done++;
     }
     const wf_dist_span *s = &r->span[b];
-    return wf_comm_iall_reduce(r->c, r->grads + s->offset, s->numel, WF_COMM_AVG, tag, &r->req[b]);
+    return wf_comm_iall_reduce(r->c, r->grads + s->offset, s->numel, r->op, tag, &r->req[b]);
 }
 
 wf_status wf_reducer_ready(wf_reducer *r, int tensor) {
