@@ -172,6 +172,8 @@ static wf_status make_reducer(trainer *t) {
     size_t bucket = (size_t)(t->tc->dist_bucket_mb * 1e6);
     wf_status s = wf_reducer_create(&t->reducer, t->comm, wf_model_grads(t->model), spans, nt, bucket ? bucket : 1);
     free(spans);
+    /* The backward scales by 1 / world (run_step): the buckets sum. */
+    if (s == WF_OK) s = wf_reducer_set_op(t->reducer, WF_COMM_SUM);
     if (s == WF_OK)
         WF_INFO("DDP: %d ranks (%s), %d gradient bucket%s of up to %.1f MB", t->world, wf_comm_backend(t->comm),
                 wf_reducer_num_buckets(t->reducer), wf_reducer_num_buckets(t->reducer) == 1 ? "" : "s",
@@ -840,12 +842,23 @@ typedef struct {
 } step_outcome;
 
 /* Forward and backward over the step's micro-batches (gradients summed
- * with scale 1/accum), then the spike check and the update (or not). */
+ * with scale 1 / (accum x world)), the gradients summed over ranks, then
+ * the spike check and the update (or not). */
 static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step, step_outcome *o) {
     memset(o, 0, sizeof *o);
     o->data_pos = -1;
     o->comm_s = t->world > 1 ? 0 : NAN;
     wf_model_zero_grad(t->model);
+    /* The mean over the global batch is the sum over ranks of each rank's
+     * gradient scaled by 1 / world: the scale goes into the backward's (it
+     * costs nothing there) and the ranks' gradients are summed, as PyTorch
+     * DDP divides before its all-reduce. No pass over the gradient follows
+     * the transfer, as AVG's division would. For a world size that is a
+     * power of two the bits are those of summing and then dividing (scaling
+     * by 2^-k commutes with every rounding, barring underflow); for others
+     * 1 / (accum x world) is rounded once, so the result may differ from
+     * that mean in the last bit (docs/distributed.md). */
+    const float grad_scale = 1.0f / (float)(t->accum * t->world);
     for (int k = 0; k < t->accum; k++) {
         double ta = wf_time_now();
         const wf_batch *b;
@@ -870,7 +883,7 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
             t->hook_status = WF_OK;
             wf_model_set_grad_hook(t->model, grad_ready, t);
         }
-        s = wf_model_backward(t->model, 1.0f / (float)t->accum);
+        s = wf_model_backward(t->model, grad_scale);
         if (hook) {
             wf_model_set_grad_hook(t->model, NULL, NULL);
             if (s == WF_OK) s = t->hook_status;
@@ -881,9 +894,9 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
         o->fwd_bwd_s += wf_time_now() - tb;
     }
     if (t->world > 1) {
-        /* Every rank's gradients become the average over ranks (each
-         * rank's are the mean over its equal part of the batch, so this is
-         * the mean over the global batch), and so does the logged loss.
+        /* Every rank's gradients become the sum over ranks of each rank's
+         * mean over its equal part of the batch scaled by 1 / world: the
+         * mean over the global batch. The logged loss becomes the average.
          * DDP: the whole gradient, on every rank, by the buckets; ZeRO-1:
          * this rank's shard of it, by one reduce-scatter. Every rank then
          * applies the same update to the same parameters (ZeRO-1: each to
@@ -891,7 +904,7 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
         double tr = wf_time_now();
         wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, t->zero1 ? "grad reduce-scatter" : "grad all-reduce");
         wf_status s = t->zero1 ? wf_comm_reduce_scatter(t->comm, wf_model_grads(t->model), t->gshard,
-                                                        t->zplan.counts, WF_COMM_AVG, "grad reduce-scatter")
+                                                        t->zplan.counts, WF_COMM_SUM, "grad reduce-scatter")
                                : wf_reducer_finish(t->reducer);
         /* DDP: what the buckets did not hide behind the backward, waiting
          * for the slowest rank included. */
