@@ -53,23 +53,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "lib/tool_args.h"
 #include "weft/ckpt.h"
 #include "weft/dist.h"
 #include "weft/fileio.h"
 
 static int rank_, size_;
-
-static const char *opt_str(int argc, char **argv, const char *key, const char *def) {
-    size_t k = strlen(key);
-    for (int i = 0; i < argc; i++)
-        if (strncmp(argv[i], key, k) == 0 && argv[i][k] == '=') return argv[i] + k + 1;
-    return def;
-}
-
-static long opt_int(int argc, char **argv, const char *key, long def) {
-    const char *v = opt_str(argc, argv, key, NULL);
-    return v ? atol(v) : def;
-}
 
 static int die(const char *what) {
     fprintf(stderr, "ckpt_async_dist (rank %d): %s: %s\n", rank_, what, wf_error_msg());
@@ -177,20 +166,20 @@ static int check_pending(wf_comm *c, run *r, long step) {
 }
 
 static int cmd_save(wf_comm *c, const char *root, int argc, char **argv) {
-    long steps = opt_int(argc, argv, "steps", 6), every = opt_int(argc, argv, "every", 1);
-    long mb = opt_int(argc, argv, "mb", 4), kill_step = opt_int(argc, argv, "kill_step", -1);
-    long fail_step = opt_int(argc, argv, "fail_step", -1);
-    const char *mode = opt_str(argc, argv, "commit", "agree");
+    long steps = (long)tool_arg_num(argc, argv, "steps", 6), every = (long)tool_arg_num(argc, argv, "every", 1);
+    long mb = (long)tool_arg_num(argc, argv, "mb", 4), kill_step = (long)tool_arg_num(argc, argv, "kill_step", -1);
+    long fail_step = (long)tool_arg_num(argc, argv, "fail_step", -1);
+    const char *mode = tool_arg_str(argc, argv, "commit", "agree");
     int by_commit = strcmp(mode, "save") != 0, drain = strcmp(mode, "drain") == 0;
-    long work_ms = opt_int(argc, argv, "work_ms", 0);
+    long work_ms = (long)tool_arg_num(argc, argv, "work_ms", 0);
     run r;
     memset(&r, 0, sizeof r);
-    r.fail_rank = (int)opt_int(argc, argv, "fail_rank", -1);
+    r.fail_rank = (int)tool_arg_num(argc, argv, "fail_rank", -1);
     state s;
     if (state_init(&s, mb) != 0) return die("out of memory");
     if (rank_ == 0 && wf_mkdirs(root) != WF_OK) return die("mkdir");
     if (wf_comm_barrier(c, "root made") != WF_OK) return die("barrier");
-    wf_ckpt_writer_opts o = {rank_, size_, !opt_int(argc, argv, "sync", 0), (int)opt_int(argc, argv, "keep_last", 0),
+    wf_ckpt_writer_opts o = {rank_, size_, !(long)tool_arg_num(argc, argv, "sync", 0), (int)tool_arg_num(argc, argv, "keep_last", 0),
                              0};
     if (wf_ckpt_writer_create_ranks(&r.w, s.t, N_TENSORS, &o, c) != WF_OK) return die("writer");
     /* A failing write: EFBIG from write() instead of a signal. */
@@ -221,7 +210,7 @@ static int cmd_save(wf_comm *c, const char *root, int argc, char **argv) {
         if (step == fail_step && rank_ == r.fail_rank) {
             getrlimit(RLIMIT_FSIZE, &r.old_limit);
             struct rlimit low = r.old_limit;
-            low.rlim_cur = (rlim_t)opt_int(argc, argv, "fail_limit", 1024);
+            low.rlim_cur = (rlim_t)(long)tool_arg_num(argc, argv, "fail_limit", 1024);
             if (setrlimit(RLIMIT_FSIZE, &low) != 0) return die("setrlimit");
             r.limited = 1;
         }
@@ -263,7 +252,7 @@ static int cmd_save(wf_comm *c, const char *root, int argc, char **argv) {
 /* ---- verify ----------------------------------------------------------- */
 
 static int cmd_verify(const char *root, int argc, char **argv) {
-    int writers = (int)opt_int(argc, argv, "writers", 0), failed = 0;
+    int writers = (int)tool_arg_num(argc, argv, "writers", 0), failed = 0;
     uint64_t *steps;
     size_t n;
     if (wf_ckpt_list(root, &steps, &n) != WF_OK) return die("list");

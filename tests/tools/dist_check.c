@@ -50,25 +50,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/tool_args.h"
 #include "weft/dist.h"
 #include "weft/log.h"
 #include "weft/thread.h"
 
 static int rank_, size_;
-
-/* ---- options ---------------------------------------------------------- */
-
-static const char *opt_str(int argc, char **argv, const char *key, const char *def) {
-    size_t k = strlen(key);
-    for (int i = 0; i < argc; i++)
-        if (strncmp(argv[i], key, k) == 0 && argv[i][k] == '=') return argv[i] + k + 1;
-    return def;
-}
-
-static double opt_num(int argc, char **argv, const char *key, double def) {
-    const char *v = opt_str(argc, argv, key, NULL);
-    return v ? atof(v) : def;
-}
 
 static int die(const char *what) {
     fprintf(stderr, "dist_check (rank %d): %s: %s\n", rank_, what, wf_error_msg());
@@ -383,9 +370,9 @@ static void my_samples(int B, int *lo, int *hi) {
 }
 
 static int cmd_ddp(wf_comm *c, int argc, char **argv, const char *out) {
-    const char *order = opt_str(argc, argv, "order", "reverse");
-    size_t bucket_kb = (size_t)opt_num(argc, argv, "bucket_kb", 64);
-    int B = (int)opt_num(argc, argv, "B", 8);
+    const char *order = tool_arg_str(argc, argv, "order", "reverse");
+    size_t bucket_kb = (size_t)tool_arg_num(argc, argv, "bucket_kb", 64);
+    int B = (int)tool_arg_num(argc, argv, "B", 8);
     if (B % size_) {
         fprintf(stderr, "dist_check ddp: B=%d is not a multiple of %d ranks\n", B, size_);
         return 2;
@@ -483,9 +470,9 @@ static void zero1_grads(const wf_dist_span *spans, const float *params, size_t n
 }
 
 static int cmd_zero1(wf_comm *c, int argc, char **argv, const char *out) {
-    const char *mode = opt_str(argc, argv, "mode", "zero1");
-    int steps = (int)opt_num(argc, argv, "steps", 3);
-    int B = (int)opt_num(argc, argv, "B", 8);
+    const char *mode = tool_arg_str(argc, argv, "mode", "zero1");
+    int steps = (int)tool_arg_num(argc, argv, "steps", 3);
+    int B = (int)tool_arg_num(argc, argv, "B", 8);
     int zero = strcmp(mode, "zero1") == 0;
     if (B % size_) return 2;
     adamw_cfg o = {.lr = 1e-2f, .b1 = 0.9f, .b2 = 0.95f, .eps = 1e-8f, .wd = 0.1f, .clip = 100.0f};
@@ -555,11 +542,11 @@ static int file_exists(const char *path) {
 }
 
 static int cmd_agree(wf_comm *c, int argc, char **argv) {
-    const char *mode = opt_str(argc, argv, "mode", "file");
-    int who = (int)opt_num(argc, argv, "rank", 0);
-    int when = (int)opt_num(argc, argv, "step", 3);
-    int steps = (int)opt_num(argc, argv, "steps", 20);
-    const char *dir = opt_str(argc, argv, "dir", ".");
+    const char *mode = tool_arg_str(argc, argv, "mode", "file");
+    int who = (int)tool_arg_num(argc, argv, "rank", 0);
+    int when = (int)tool_arg_num(argc, argv, "step", 3);
+    int steps = (int)tool_arg_num(argc, argv, "steps", 20);
+    const char *dir = tool_arg_str(argc, argv, "dir", ".");
     char stop_path[1024], save_path[1024];
     snprintf(stop_path, sizeof stop_path, "%s/STOP", dir);
     snprintf(save_path, sizeof save_path, "%s/SAVE", dir);
@@ -643,10 +630,10 @@ static int cmd_agree(wf_comm *c, int argc, char **argv) {
 /* ---- stall ------------------------------------------------------------ */
 
 static int cmd_stall(wf_comm *c, int argc, char **argv) {
-    int who = (int)opt_num(argc, argv, "rank", 1);
-    int when = (int)opt_num(argc, argv, "step", 3);
-    double sleep_s = opt_num(argc, argv, "sleep", 30);
-    int steps = (int)opt_num(argc, argv, "steps", 6);
+    int who = (int)tool_arg_num(argc, argv, "rank", 1);
+    int when = (int)tool_arg_num(argc, argv, "step", 3);
+    double sleep_s = tool_arg_num(argc, argv, "sleep", 30);
+    int steps = (int)tool_arg_num(argc, argv, "steps", 6);
     float buf[256] = {0};
     for (int step = 0; step < steps; step++) {
         wf_comm_set_step(c, step);
@@ -670,10 +657,10 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     wf_comm_options o = wf_comm_options_default();
     if (strcmp(cmd, "stall") == 0) {
-        o.report_dir = opt_str(argc - 2, argv + 2, "report", NULL);
-        o.timeout_first_s = opt_num(argc - 2, argv + 2, "first", 600);
-        o.timeout_s = opt_num(argc - 2, argv + 2, "timeout", 300);
-        o.first_steps = (int64_t)opt_num(argc - 2, argv + 2, "first_steps", 2);
+        o.report_dir = tool_arg_str(argc - 2, argv + 2, "report", NULL);
+        o.timeout_first_s = tool_arg_num(argc - 2, argv + 2, "first", 600);
+        o.timeout_s = tool_arg_num(argc - 2, argv + 2, "timeout", 300);
+        o.first_steps = (int64_t)tool_arg_num(argc - 2, argv + 2, "first_steps", 2);
     }
     wf_comm *c = NULL;
     if (wf_comm_create(&c, &o) != WF_OK) {
