@@ -85,20 +85,73 @@ static void compute(long n) {
     sink_ = a + b + d + e;
 }
 
+/* One timed batch of `iters` all-reduces of buf (n floats) in one mode;
+ * returns the slowest rank's mean per call, or -1 on an error. */
+enum { MODE_BLOCKING, MODE_NB_SUM, MODE_NB_AVG, MODE_RS_AG, MODE_MEMCPY, N_MODES };
+
+/* ZeRO-1's pair for MODE_RS_AG: the shards of n floats and this rank's. */
+typedef struct {
+    wf_zero1_plan plan;
+    float *shard;
+} rs_ag;
+
+static double timed_batch(wf_comm *c, int mode, float *buf, size_t n, int iters, const float *src,
+                          float *dst, const rs_ag *z) {
+    if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier"), -1;
+    double t0 = wf_time_now();
+    for (int i = 0; i < iters; i++) {
+        wf_status s = WF_OK;
+        wf_comm_request req;
+        switch (mode) {
+        case MODE_BLOCKING: s = wf_comm_all_reduce(c, buf, n, WF_COMM_SUM, "bench"); break;
+        case MODE_NB_SUM:
+        case MODE_NB_AVG:
+            /* What the trainer's gradient bucket does: start it, then wait. */
+            s = wf_comm_iall_reduce(c, buf, n, mode == MODE_NB_SUM ? WF_COMM_SUM : WF_COMM_AVG,
+                                    "bench", &req);
+            if (s == WF_OK) s = wf_comm_wait(c, &req);
+            break;
+        case MODE_RS_AG:
+            /* What a ZeRO-1 step does: the gradient's reduce-scatter, then
+             * (after the shard's update) the parameters' all-gather. */
+            s = wf_comm_reduce_scatter(c, buf, z->shard, z->plan.counts, WF_COMM_SUM, "bench");
+            if (s == WF_OK) s = wf_comm_all_gather(c, buf, z->plan.counts, "bench");
+            break;
+        default:
+            memcpy(dst, src, n * sizeof *dst);
+            sink_ = dst[(size_t)i % n];
+        }
+        if (s != WF_OK) return fail("all_reduce"), -1;
+    }
+    return max_over_ranks(c, (wf_time_now() - t0) / iters);
+}
+
 static int part_bandwidth(wf_comm *c, size_t min_bytes, size_t max_bytes, double seconds) {
     float *buf = malloc(max_bytes), *src = malloc(max_bytes), *dst = malloc(max_bytes);
     if (!buf || !src || !dst) return fail("out of memory");
     memset(src, 1, max_bytes);
     memset(dst, 0, max_bytes);
-    for (size_t i = 0; i < max_bytes / sizeof(float); i++) buf[i] = 1.0f;
+    /* Each rank's share of a mean, as the trainer's backward leaves it: with
+     * SUM the values grow by W per call (reaching inf, which costs an
+     * addition no more than a finite value); AVG keeps them. */
+    const float share = 1.0f / (float)size_;
     if (rank_ == 0) {
-        printf("all-reduce (sum, float32) over %d ranks, %s backend (%s)\n", size_,
+        printf("all-reduce (float32) over %d ranks, %s backend (%s)\n", size_,
                wf_comm_backend(c), wf_comm_library_version(c));
-        printf("%12s %8s %10s %10s %12s %12s %12s %10s\n", "bytes", "iters", "best us",
-               "median us", "algbw GB/s", "busbw GB/s", "memcpy GB/s", "bus/memcpy");
+        printf("blocking: wf_comm_all_reduce (SUM); non-blocking: wf_comm_iall_reduce + "
+               "wf_comm_wait, SUM (the trainer's gradient bucket) and AVG; rs+ag: "
+               "wf_comm_reduce_scatter (SUM) + wf_comm_all_gather (ZeRO-1's step)\n");
+        printf("%12s %8s | %10s %10s %10s %10s | %10s %8s | %10s %10s %8s | %10s | %10s %10s\n",
+               "bytes", "iters", "best us", "median us", "algbw GB/s", "busbw GB/s", "memcpy",
+               "bus/mcpy", "nb sum us", "nb busbw", "nb/blk", "nb avg us", "rs+ag us", "rsag busbw");
     }
     for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
         size_t n = bytes / sizeof(float);
+        for (size_t i = 0; i < n; i++) buf[i] = share;
+        rs_ag z = {0};
+        if (wf_zero1_plan_init(&z.plan, n, size_, 16) != WF_OK) return fail("zero1 plan");
+        z.shard = malloc((z.plan.counts[rank_] + 1) * sizeof *z.shard);
+        if (!z.shard) return fail("out of memory");
         for (int w = 0; w < 2; w++)
             if (wf_comm_all_reduce(c, buf, n, WF_COMM_SUM, "bench warmup") != WF_OK)
                 return fail("all_reduce");
@@ -106,40 +159,38 @@ static int part_bandwidth(wf_comm *c, size_t min_bytes, size_t max_bytes, double
         for (int w = 0; w < 3; w++)
             if (wf_comm_all_reduce(c, buf, n, WF_COMM_SUM, "bench probe") != WF_OK)
                 return fail("all_reduce");
-        /* Short batches (~2 ms), as many as fit in `seconds`: the best one
-         * is the machine's speed, the median what a busy machine gives. */
+        /* Short batches (~2 ms), as many as fit in `seconds` (the modes
+         * take turns, so each sees the same machine): the best one is the
+         * machine's speed, the median what a busy machine gives. */
         double probe = max_over_ranks(c, (wf_time_now() - t0) / 3);
         int iters = iterations(c, probe, 2e-3);
-        double nb = seconds / (probe * iters + 1e-9);
+        double nb = seconds / (N_MODES * probe * iters + 1e-9);
         int32_t batches = nb < MIN_BATCHES ? MIN_BATCHES : nb > MAX_BATCHES ? MAX_BATCHES : (int32_t)nb;
         if (iters < 0 || wf_comm_all_reduce_i32(c, &batches, 1, WF_COMM_MAX, "bench") != WF_OK)
             return fail("iterations");
-        double ta[MAX_BATCHES], tma[MAX_BATCHES];
-        for (int b = 0; b < batches; b++) {
-            if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier");
-            t0 = wf_time_now();
-            for (int i = 0; i < iters; i++)
-                if (wf_comm_all_reduce(c, buf, n, WF_COMM_SUM, "bench") != WF_OK)
-                    return fail("all_reduce");
-            ta[b] = max_over_ranks(c, (wf_time_now() - t0) / iters);
-            /* memcpy on every rank at once. */
-            if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier");
-            double m0 = wf_time_now();
-            for (int i = 0; i < iters; i++) {
-                memcpy(dst, src, bytes);
-                sink_ = dst[(size_t)i % n];
+        static double t[N_MODES][MAX_BATCHES];
+        for (int b = 0; b < batches; b++)
+            for (int m = 0; m < N_MODES; m++) {
+                if (m == MODE_NB_AVG)
+                    for (size_t i = 0; i < n; i++) buf[i] = share;
+                t[m][b] = timed_batch(c, m, buf, n, iters, src, dst, &z);
+                if (t[m][b] < 0) return 1;
             }
-            tma[b] = max_over_ranks(c, (wf_time_now() - m0) / iters);
-        }
-        qsort(ta, (size_t)batches, sizeof *ta, cmp_double);
-        qsort(tma, (size_t)batches, sizeof *tma, cmp_double);
-        double t = ta[0], tm = tma[0], tmed = ta[batches / 2];
-        double algbw = (double)bytes / t / 1e9;
-        double busbw = algbw * 2.0 * (size_ - 1) / size_;
+        for (int m = 0; m < N_MODES; m++) qsort(t[m], (size_t)batches, sizeof **t, cmp_double);
+        double tb = t[MODE_BLOCKING][0], tmed = t[MODE_BLOCKING][batches / 2];
+        double tn = t[MODE_NB_SUM][0], ta = t[MODE_NB_AVG][0], tm = t[MODE_MEMCPY][0];
+        double tz = t[MODE_RS_AG][0];
+        double bus = 2.0 * (size_ - 1) / size_;
+        double algbw = (double)bytes / tb / 1e9, busbw = algbw * bus;
+        double nbbus = (double)bytes / tn / 1e9 * bus, zbus = (double)bytes / tz / 1e9 * bus;
         double membw = (double)bytes / tm / 1e9;
         if (rank_ == 0)
-            printf("%12zu %8d %10.1f %10.1f %12.3f %12.3f %12.3f %10.2f\n", bytes, iters * batches,
-                   t * 1e6, tmed * 1e6, algbw, busbw, membw, busbw / membw);
+            printf("%12zu %8d | %10.1f %10.1f %10.3f %10.3f | %10.3f %8.2f | %10.1f %10.3f %8.2f | "
+                   "%10.1f | %10.1f %10.3f\n",
+                   bytes, iters * batches, tb * 1e6, tmed * 1e6, algbw, busbw, membw, busbw / membw,
+                   tn * 1e6, nbbus, tn / tb, ta * 1e6, tz * 1e6, zbus);
+        free(z.shard);
+        wf_zero1_plan_deinit(&z.plan);
     }
     free(buf);
     free(src);

@@ -14,9 +14,11 @@ runs first; each run's median step is printed as it ends):
   folder first: a tokenizer of 8192 ids, shards with a 5% validation split)
   for N steps, at W = 1 (one process, 2 threads) and W = 2 (`mpirun.openmpi
   -np 2 --bind-to none`, or `mpiexec.mpich -n 2`, 1 thread per rank), the
-  same global batch (data.batch_size is the global micro-batch). With Open
-  MPI also W = 2 with OMPI_MCA_coll_libnbc_iallreduce_algorithm=1 (the
-  non-blocking all-reduce as a ring; see "comm" below), and, if
+  same global batch (data.batch_size is the global micro-batch). weft
+  runs Open MPI's non-blocking all-reduce as a ring by default (it sets
+  OMPI_MCA_coll_libnbc_iallreduce_algorithm=1, docs/distributed.md); with
+  Open MPI also W = 2 with that variable at 0, libnbc's own choice (a
+  binomial tree for weft's in-place calls), to show the difference; and, if
   `weft train --help` lists a zero1 option, W = 2 with `--dist.zero1 true`.
   Step times and tokens/s come from RUN_DIR/metrics.jsonl (rank 0's),
   leaving out the first `warmup` steps and the last one (it waits for the
@@ -30,7 +32,9 @@ runs first; each run's median step is printed as it ends):
   processes with MASTER_ADDR=127.0.0.1 (no torchrun). Rank 0's step times;
   with ZeRO-1 in weft, DDP + ZeroRedundancyOptimizer as its peer;
 - `build/bench/allreduce_bench` under the same launcher at 2 ranks, at the
-  size of weft's gradient buckets: the bus bandwidth the model needs.
+  size of weft's gradient buckets: the bus bandwidth the model needs, of
+  the blocking all-reduce (the model's figure) and of the trainer's own
+  call (non-blocking all-reduce + wait, SUM).
 
 Both peers get the same OPENBLAS_CORETYPE (weft would pick it by itself;
 PyTorch would get Debian OpenBLAS's slow SSE kernels without it),
@@ -374,17 +378,24 @@ def torch_run(a, cfg, model, core):
 # --- all-reduce bandwidth -------------------------------------------------
 
 def allreduce_busbw(a, nbytes, core):
-    """allreduce_bench at 2 ranks at nbytes: (best us, median us, busbw best, busbw median, memcpy)."""
+    """allreduce_bench at 2 ranks at nbytes: the blocking all-reduce's best and
+    median time and busbw, memcpy's bandwidth, and the non-blocking SUM (the
+    trainer's call) and AVG times, and ZeRO-1's reduce-scatter + all-gather,
+    best batch."""
     nbytes = max(4, nbytes // 4 * 4)
     cmd = LAUNCH[a.impl] + ["-np", "2", AR_BENCH, "--min-bytes", nbytes, "--max-bytes", nbytes,
                             "--seconds", 0.2 if a.quick else 1.0, "--grad-mb", 1, "--bucket-mb", 1]
     out, _ = run(cmd, base_env(core, 1), 120, "allreduce_bench")
     for line in out.splitlines():
-        f = line.split()
-        if len(f) == 8 and f[0] == str(nbytes):
+        # bytes iters | best median algbw busbw | memcpy bus/memcpy | nb-sum nb-busbw nb/blk | nb-avg
+        # | rs+ag rs+ag-busbw
+        f = [x for x in line.split() if x != "|"]
+        if len(f) == 14 and f[0] == str(nbytes):
             best, med, bus = float(f[2]), float(f[3]), float(f[5])
             return dict(bytes=nbytes, best_us=best, median_us=med, busbw=bus,
-                        busbw_median=bus * best / med, memcpy=float(f[6]))
+                        busbw_median=bus * best / med, memcpy=float(f[6]),
+                        nb_sum_us=float(f[8]), nb_busbw=float(f[9]), nb_avg_us=float(f[11]),
+                        rs_ag_us=float(f[12]), rs_ag_busbw=float(f[13]))
     sys.exit(f"train_dist_bench: no row for {nbytes} bytes in allreduce_bench's output\n{out}")
 
 
@@ -469,6 +480,10 @@ def report(a, configs, res, ar, t0):
               f"best, {ar['busbw_median']:.2f} GB/s median (memcpy {ar['memcpy']:.1f} GB/s)")
         print(f"predicted t_comm = {nb} x 2(W-1)/W x {ar['bytes'] / 1e6:.2f} MB / busbw = {pred * 1e3:.2f} ms "
               f"(best busbw), {pred_med * 1e3:.2f} ms (median)")
+        print(f"the trainer's call alone (non-blocking all-reduce + wait, SUM): {nb} x {ar['nb_sum_us'] / 1e3:.2f} ms "
+              f"(busbw {ar['nb_busbw']:.2f} GB/s); with AVG (the library's average): "
+              f"{nb} x {ar['nb_avg_us'] / 1e3:.2f} ms; ZeRO-1's reduce-scatter + all-gather of S: "
+              f"{ar['rs_ag_us'] * nb / 1e3:.2f} ms (busbw {ar['rs_ag_busbw']:.2f} GB/s)")
         print(f"{'config':34} {'predicted':>9} {'after both':>10} {'ratio':>6} {'fastest':>7} "
               f"{'blk least':>9} {'blk mean':>8} {'comm_s':>6} {'small':>6}  (ms per step, medians over steps)")
         for c in configs:
@@ -552,8 +567,9 @@ def main():
     configs = [dict(name="W=1, one process", world=1, threads=2),
                dict(name="W=2, DDP", world=2, threads=1)]
     if a.impl == "openmpi" and not a.quick:
-        configs.append(dict(name="W=2, DDP, libnbc ring", world=2, threads=1, torch=False,
-                            env=dict(OMPI_MCA_coll_libnbc_iallreduce_algorithm="1")))
+        # weft's default is libnbc's ring; 0 is libnbc's own choice
+        configs.append(dict(name="W=2, DDP, libnbc default", world=2, threads=1, torch=False,
+                            env=dict(OMPI_MCA_coll_libnbc_iallreduce_algorithm="0")))
     if zero1:
         configs.append(dict(name="W=2, ZeRO-1", world=2, threads=1, zero1=True,
                             extra=[f"--{zero1}=true"]))
