@@ -3,6 +3,7 @@ environment for them, and a run with a timeout that kills the whole process
 group, so that no rank outlives a test. Shared by test_dist_mpi.py,
 test_train_dist.py and test_srun.py (which runs srun through run())."""
 import os
+import shutil
 import signal
 import subprocess
 
@@ -68,3 +69,16 @@ def check(r, codes=(0,)):
         pytest.fail(f"{' '.join(r.args)} exited {r.returncode}\nstdout:\n{r.stdout[-4000:]}\n"
                     f"stderr:\n{r.stderr[-4000:]}")
     return r
+
+
+def require(tool, build):
+    """Fails the test, saying what to run, when the test program `tool`, a
+    launcher or one of weft's MPI backends (in `build`) is missing."""
+    if not tool.exists():
+        pytest.fail(f"{tool} is missing: run `make`")
+    for impl, cmd in LAUNCH.items():
+        if not shutil.which(cmd[0]):
+            pytest.fail(f"{cmd[0]} is missing: run scripts/setup.sh (installs Open MPI and MPICH)")
+        so = build / f"libweft-mpi-{impl}.so"
+        if not so.exists():
+            pytest.fail(f"{so} is missing: run `make` after scripts/setup.sh")

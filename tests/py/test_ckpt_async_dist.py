@@ -28,12 +28,12 @@ Every launcher run has a timeout and its whole process group is killed when
 done (mpi_launch.py), so a hang (a rank left in a collective) fails the test.
 """
 import re
-import shutil
 
 import pytest
 
 from conftest import BUILD
-from mpi_launch import LAUNCH, check, launch
+import mpi_launch
+from mpi_launch import check, launch
 
 TOOL = BUILD / "tests" / "tools" / "ckpt_async_dist"
 SUMMARY = re.compile(r"^saves (\d+) ok (\d+) committed (\d+) \(commit (\d+), save (\d+), wait (\d+)\) "
@@ -42,11 +42,7 @@ SUMMARY = re.compile(r"^saves (\d+) ok (\d+) committed (\d+) \(commit (\d+), sav
 
 @pytest.fixture(autouse=True)
 def _prereqs():
-    if not TOOL.exists():
-        pytest.fail(f"{TOOL} is missing: run `make`")
-    for impl, cmd in LAUNCH.items():
-        if not shutil.which(cmd[0]):
-            pytest.fail(f"{cmd[0]} is missing: run scripts/setup.sh (installs Open MPI and MPICH)")
+    mpi_launch.require(TOOL, BUILD)
 
 
 def run(impl, np_, *args, codes=(0,)):

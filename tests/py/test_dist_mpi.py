@@ -46,6 +46,7 @@ import numpy as np
 import pytest
 
 from conftest import BUILD
+import mpi_launch
 from mpi_launch import LAUNCH, check, launch, launcher_env
 
 TOOL = BUILD / "tests" / "tools" / "dist_check"
@@ -62,15 +63,9 @@ def ok(impl, np_, args, **kw):
     return check(run(impl, np_, args, **kw))
 
 
+@pytest.fixture(autouse=True)
 def _prereqs():
-    if not TOOL.exists():
-        pytest.fail(f"{TOOL} is missing: run `make`")
-    for impl, cmd in LAUNCH.items():
-        if not shutil.which(cmd[0]):
-            pytest.fail(f"{cmd[0]} is missing: run scripts/setup.sh (installs Open MPI and MPICH)")
-        so = BUILD / f"libweft-mpi-{impl}.so"
-        if not so.exists():
-            pytest.fail(f"{so} is missing: run `make` after scripts/setup.sh")
+    mpi_launch.require(TOOL, BUILD)
 
 
 CASES = [(impl, n) for impl in LAUNCH for n in (1, 2, 4)]
