@@ -288,6 +288,19 @@ static wf_status commit_ranks(wf_ckpt_writer *w, wf_ckpt_save_stats *stats) {
 }
 
 /* Phases 1 and 2 of an asynchronous multi-rank save (collective). */
+/* Gives the writer thread its job (it owns `dir` and `state` from here):
+ * write the staged state of `step` into `dir`. */
+static void hand_to_thread(wf_ckpt_writer *w, char *dir, uint64_t step, json_t *state, const wf_ckpt_save_stats *st) {
+    pthread_mutex_lock(&w->mu);
+    w->job_dir = dir;
+    w->job_step = step;
+    w->job_state = state;
+    w->job = *st;
+    w->busy = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
 static wf_status save_ranks_async(wf_ckpt_writer *w, const char *dir, uint64_t step, const wf_ckpt_meta *meta,
                                   wf_ckpt_save_stats *stats) {
     /* The previous save, if pending; the same status on every rank. Its
@@ -349,13 +362,7 @@ static wf_status save_ranks_async(wf_ckpt_writer *w, const char *dir, uint64_t s
     w->pend_tmp = tmp;
     w->pend_state = state;
     w->pend = st;
-    pthread_mutex_lock(&w->mu);
-    w->job_dir = job_tmp;
-    w->job_step = step;
-    w->job = st;
-    w->busy = 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    hand_to_thread(w, job_tmp, step, NULL, &st);
     if (stats) *stats = st;
     return WF_OK;
 }
@@ -560,14 +567,7 @@ wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const 
     st.copy_seconds = t2 - t1;
     st.blocked_seconds = t2 - t0;
 
-    pthread_mutex_lock(&w->mu);
-    w->job_dir = dir_copy;
-    w->job_step = step;
-    w->job_state = state;
-    w->job = st;
-    w->busy = 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    hand_to_thread(w, dir_copy, step, state, &st);
     if (stats) *stats = st;
     return WF_OK;
 }
