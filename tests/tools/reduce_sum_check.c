@@ -14,8 +14,9 @@
  * and the same two through ZeRO-1's reduce-scatter (AVG against SUM on the
  * pre-scaled values). Every rank can compute every rank's values, so each
  * also computes the exact mean in double. Rank 0 prints one line per pair:
- *   "<what>: differ=D maxerr_avg=A maxerr_sum=S"
- * D: elements whose bits differ between avg and sum; A, S: the largest
+ *   "<what>: differ=D ulps=M maxerr_avg=A maxerr_sum=S"
+ * D: elements whose bits differ between avg and sum, M the largest
+ * difference in units in the last place; A, S: the largest
  * |result - exact mean| over elements, in units of u x mean_r |g_r| (u =
  * 2^-24), whose bound the test checks. Also "replicas: ok" when every rank
  * holds the same bits of the summed gradient. Exit status 1 on an error.
@@ -60,12 +61,22 @@ static int get_opt(int argc, char **argv, const char *key, long def) {
     return (int)def;
 }
 
+/* Units in the last place between two floats of one sign. */
+static int32_t ulps(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, sizeof ia);
+    memcpy(&ib, &b, sizeof ib);
+    return ia > ib ? ia - ib : ib - ia;
+}
+
 /* Compares avg and sum (n floats from element `base` on) with the exact
- * mean; prints the line on rank 0 after taking the worst over ranks. */
+ * mean; prints the line on rank 0 after taking the worst over ranks.
+ * `shards`: each rank holds other elements (count them over ranks), else
+ * every rank holds the same ones. */
 static int compare(wf_comm *c, const char *what, const float *avg, const float *sum, size_t base,
-                   size_t n) {
+                   size_t n, int shards) {
     const double u = ldexp(1.0, -24);
-    int32_t differ = 0;
+    int32_t differ = 0, max_ulps = 0;
     double err[2] = {0, 0};
     for (size_t i = 0; i < n; i++) {
         double exact = 0, mag = 0;
@@ -77,15 +88,21 @@ static int compare(wf_comm *c, const char *what, const float *avg, const float *
         exact /= size_;
         mag /= size_;
         differ += memcmp(&avg[i], &sum[i], sizeof(float)) != 0;
+        if ((avg[i] < 0) == (sum[i] < 0) && ulps(avg[i], sum[i]) > max_ulps)
+            max_ulps = ulps(avg[i], sum[i]);
+        else if ((avg[i] < 0) != (sum[i] < 0))
+            max_ulps = INT32_MAX;
         double ea = fabs(avg[i] - exact) / (u * mag), es = fabs(sum[i] - exact) / (u * mag);
         err[0] = ea > err[0] ? ea : err[0];
         err[1] = es > err[1] ? es : err[1];
     }
-    if (wf_comm_all_reduce_i32(c, &differ, 1, WF_COMM_SUM, "differ") != WF_OK ||
+    if (wf_comm_all_reduce_i32(c, &differ, 1, shards ? WF_COMM_SUM : WF_COMM_MAX, "differ") != WF_OK ||
+        wf_comm_all_reduce_i32(c, &max_ulps, 1, WF_COMM_MAX, "ulps") != WF_OK ||
         wf_comm_all_reduce_f64(c, err, 2, WF_COMM_MAX, "err") != WF_OK)
         return die("compare");
     if (rank_ == 0)
-        printf("%s: differ=%d maxerr_avg=%.3f maxerr_sum=%.3f\n", what, differ, err[0], err[1]);
+        printf("%s: differ=%d ulps=%d maxerr_avg=%.3f maxerr_sum=%.3f\n", what, differ, max_ulps,
+               err[0], err[1]);
     return 0;
 }
 
@@ -128,7 +145,7 @@ int main(int argc, char **argv) {
         rc = die("finish");
         goto done;
     }
-    if (compare(c, "ddp", avg, sum, 0, n)) goto done;
+    if (compare(c, "ddp", avg, sum, 0, n, 0)) goto done;
     if (wf_comm_check_replicas(c, sum, n * sizeof *sum, "the summed gradient") != WF_OK) {
         rc = die("replicas");
         goto done;
@@ -152,7 +169,7 @@ int main(int argc, char **argv) {
             wf_comm_reduce_scatter(c, sum, gs, p.counts, WF_COMM_SUM, "rs sum") != WF_OK)
             rc = die("reduce_scatter");
         else
-            rc = compare(c, "zero1", ga, gs, off, mine);
+            rc = compare(c, "zero1", ga, gs, off, mine, 1);
     } else {
         fprintf(stderr, "reduce_sum_check: out of memory\n");
     }
