@@ -232,8 +232,12 @@ def trace_comm(trace_dir, steps):
     """Per timed step, from every rank's trace: the time inside gradient
     communication spans (bucket waits, reduce-scatter, all-gather: spans of
     64 KiB or more, or waits on a non-blocking all-reduce) and inside small
-    collectives (loss, agreement, norms), and the intervals of the regions
-    around the gradient communication (GRAD_REGIONS) on an absolute clock."""
+    collectives (loss, agreement, norms); DDP's time inside MPI during the
+    backward (starting buckets, "iall_reduce", and the progress tests,
+    "progress": the trainer's comm_s leaves it out); and the intervals of
+    the regions around the gradient communication (GRAD_REGIONS) on an
+    absolute clock, DDP's starting where its last bucket started (inside
+    the backward's last hook) if that is earlier."""
     caps = sorted(p for p in trace_dir.glob("step-*") if p.is_dir())
     ranks = {}
     for cap in caps:
@@ -251,19 +255,29 @@ def trace_comm(trace_dir, steps):
                 if s not in steps:
                     continue
                 inside = [e for e in ev if t0 <= base + e["ts"] < t1]
-                grad = small = 0.0
+                grad = small = inbwd = 0.0
                 regions = []
+                starts = []
                 for e in inside:
                     args = e.get("args", {})
                     if e["cat"] == "cpu_op" and args.get("weft_cat") == "communication" and \
                             not args.get("nested"):
-                        if e["name"].startswith("wait") or args.get("bytes", 0) >= 65536:
+                        if e["name"] in ("iall_reduce", "progress"):
+                            inbwd += e["dur"]
+                            if e["name"] == "iall_reduce":
+                                starts.append(base + e["ts"])
+                        elif e["name"].startswith("wait") or args.get("bytes", 0) >= 65536:
                             grad += e["dur"]
                         else:
                             small += e["dur"]
                     if e["name"] in GRAD_REGIONS and e["cat"] == "user_annotation":
                         regions.append((base + e["ts"], base + e["ts"] + e["dur"]))
-                per[s] = dict(grad=grad / 1e6, small=small / 1e6, regions=sorted(regions))
+                regions.sort()
+                if regions and starts:
+                    before = [t for t in starts if t <= regions[0][0]]
+                    if before:
+                        regions[0] = (max(before), regions[0][1])
+                per[s] = dict(grad=grad / 1e6, small=small / 1e6, inbwd=inbwd / 1e6, regions=regions)
     if len(ranks) < 2:
         return None
     common = sorted(set.intersection(*(set(v) for v in ranks.values())))
@@ -277,7 +291,7 @@ def trace_comm(trace_dir, steps):
             after = sum(max(0.0, min(x["regions"][k][1] for x in rs) - max(x["regions"][k][0] for x in rs))
                         for k in range(len(rs[0]["regions"]))) / 1e6
         rows.append(dict(step=s, grad=[x["grad"] for x in rs], small=[x["small"] for x in rs],
-                         after=after))
+                         inbwd=[x["inbwd"] for x in rs], after=after))
     return rows
 
 
@@ -507,8 +521,23 @@ def report(a, configs, res, ar, t0):
                   f"{fmt(ratio, '5.1f')}{'x' if ratio else ' '} "
                   f"{fmt(after_min * 1e3 if after_min is not None else None, '7.2f')} {least * 1e3:9.2f} {mean * 1e3:8.2f} "
                   f"{fmt(cs * 1e3 if cs is not None else None, '6.2f')} {small * 1e3:6.2f}")
-        print("(after both: from the later rank's entry into the gradient all-reduce to the first exit, "
-              "median and fastest step; "
+        inb = [(c["name"], res[("weft", c["name"])]["comm"]) for c in configs
+               if res.get(("weft", c["name"])) and res[("weft", c["name"])].get("comm")]
+        inb = [(n, rows_c) for n, rows_c in inb if any(max(r.get("inbwd") or [0]) > 0 for r in rows_c)]
+        if inb:
+            print(f"{'inside MPI during the backward':34} {'later':>9} {'earlier':>9} {'later total':>11}  "
+                  "(DDP: starting the bucket and the progress tests, ms per step, medians)")
+            for name, rows_c in inb:
+                # the later rank blocks least in the wait
+                later = [r["inbwd"][r["grad"].index(min(r["grad"]))] for r in rows_c]
+                earlier = [r["inbwd"][r["grad"].index(max(r["grad"]))] for r in rows_c]
+                total = [r["inbwd"][r["grad"].index(min(r["grad"]))] + min(r["grad"]) for r in rows_c]
+                print(f"{name:34} {med(later) * 1e3:9.2f} {med(earlier) * 1e3:9.2f} {med(total) * 1e3:11.2f}")
+                for ck in checks:
+                    if ck["config"] == name:
+                        ck.update(inbwd_later_s=med(later), inbwd_earlier_s=med(earlier), later_total_s=med(total))
+        print("(after both: from the later rank's entry into the gradient all-reduce (DDP: the start of its "
+              "last bucket, inside the backward) to the first exit, median and fastest step; "
               "blk least/mean: time blocked in gradient collectives, the less waiting rank / both ranks; "
               "comm_s: the same as the trainer records it in metrics.jsonl, mean of the ranks; "
               "small: the loss and agreement all-reduces; ratio = measured / predicted)")
