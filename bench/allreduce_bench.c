@@ -4,6 +4,7 @@
  *
  *   mpirun -np 2 build/bench/allreduce_bench [--min-bytes N] [--max-bytes N]
  *                                            [--seconds S] [--grad-mb M] [--bucket-mb K]
+ *                                            [--gap-ms G]
  *
  * Run it under a launcher (mpirun.openmpi, mpiexec.mpich; alone it runs on
  * the single-process backend, where an all-reduce does nothing).
@@ -22,6 +23,11 @@
  * all-gather), so it can be compared with the link's (here: memory's)
  * bandwidth. The peer: memcpy of the same number of bytes, on every rank at
  * once (as the all-reduce runs on every rank at once), bytes / time.
+ *
+ * With --gap-ms G every rank computes G ms (arithmetic on registers) before
+ * each timed call of part 1, and each batch is one call: on this machine an
+ * all-reduce that follows a long computation, as a training step's does,
+ * took twice as long as back-to-back ones (bench/README.md).
  *
  * Part 2, overlap: a gradient of M MiB (default 16) in 16 tensors, reduced
  * in buckets of K MiB (default 4) by wf_reducer, and "backward" work per
@@ -95,9 +101,20 @@ typedef struct {
     float *shard;
 } rs_ag;
 
+/* --gap-ms: every rank computes this long (register arithmetic) before
+ * each timed call, as a training step's backward comes before its
+ * gradient all-reduce; only the call is timed. */
+static double gap_s_;
+
+static void compute_for(double seconds) {
+    double t0 = wf_time_now();
+    while (wf_time_now() - t0 < seconds) compute(1 << 14);
+}
+
 static double timed_batch(wf_comm *c, int mode, float *buf, size_t n, int iters, const float *src,
                           float *dst, const rs_ag *z) {
     if (wf_comm_barrier(c, "bench") != WF_OK) return fail("barrier"), -1;
+    if (gap_s_ > 0 && mode != MODE_MEMCPY) compute_for(gap_s_);
     double t0 = wf_time_now();
     for (int i = 0; i < iters; i++) {
         wf_status s = WF_OK;
@@ -163,8 +180,8 @@ static int part_bandwidth(wf_comm *c, size_t min_bytes, size_t max_bytes, double
          * take turns, so each sees the same machine): the best one is the
          * machine's speed, the median what a busy machine gives. */
         double probe = max_over_ranks(c, (wf_time_now() - t0) / 3);
-        int iters = iterations(c, probe, 2e-3);
-        double nb = seconds / (N_MODES * probe * iters + 1e-9);
+        int iters = gap_s_ > 0 ? 1 : iterations(c, probe, 2e-3);
+        double nb = seconds / (N_MODES * (probe * iters + gap_s_) + 1e-9);
         int32_t batches = nb < MIN_BATCHES ? MIN_BATCHES : nb > MAX_BATCHES ? MAX_BATCHES : (int32_t)nb;
         if (iters < 0 || wf_comm_all_reduce_i32(c, &batches, 1, WF_COMM_MAX, "bench") != WF_OK)
             return fail("iterations");
@@ -291,9 +308,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seconds") && v) seconds = atof(v), i++;
         else if (!strcmp(argv[i], "--grad-mb") && v) grad_mb = atof(v), i++;
         else if (!strcmp(argv[i], "--bucket-mb") && v) bucket_mb = atof(v), i++;
+        else if (!strcmp(argv[i], "--gap-ms") && v) gap_s_ = atof(v) / 1e3, i++;
         else {
             fprintf(stderr, "usage: mpirun -np N allreduce_bench [--min-bytes N] [--max-bytes N] "
-                            "[--seconds S] [--grad-mb M] [--bucket-mb K]\n");
+                            "[--seconds S] [--grad-mb M] [--bucket-mb K] [--gap-ms G]\n");
             return 2;
         }
     }

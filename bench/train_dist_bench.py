@@ -34,7 +34,10 @@ runs first; each run's median step is printed as it ends):
 - `build/bench/allreduce_bench` under the same launcher at 2 ranks, at the
   size of weft's gradient buckets: the bus bandwidth the model needs, of
   the blocking all-reduce (the model's figure) and of the trainer's own
-  call (non-blocking all-reduce + wait, SUM).
+  call (non-blocking all-reduce + wait, SUM); at the end once more with
+  --gap-ms = the DDP runs' median forward+backward, each call after that
+  much computation on every rank, as in a training step (on this machine
+  that halves the bandwidth: bench/README.md, "All-reduce").
 
 Both peers get the same OPENBLAS_CORETYPE (weft would pick it by itself;
 PyTorch would get Debian OpenBLAS's slow SSE kernels without it),
@@ -391,14 +394,15 @@ def torch_run(a, cfg, model, core):
 
 # --- all-reduce bandwidth -------------------------------------------------
 
-def allreduce_busbw(a, nbytes, core):
+def allreduce_busbw(a, nbytes, core, gap_ms=0):
     """allreduce_bench at 2 ranks at nbytes: the blocking all-reduce's best and
     median time and busbw, memcpy's bandwidth, and the non-blocking SUM (the
     trainer's call) and AVG times, and ZeRO-1's reduce-scatter + all-gather,
-    best batch."""
+    best batch; with gap_ms, each call after that much computation."""
     nbytes = max(4, nbytes // 4 * 4)
+    gap = ["--gap-ms", f"{gap_ms:.1f}"] if gap_ms else []
     cmd = LAUNCH[a.impl] + ["-np", "2", AR_BENCH, "--min-bytes", nbytes, "--max-bytes", nbytes,
-                            "--seconds", 0.2 if a.quick else 1.0, "--grad-mb", 1, "--bucket-mb", 1]
+                            "--seconds", 0.2 if a.quick else 1.0, "--grad-mb", 1, "--bucket-mb", 1] + gap
     out, _ = run(cmd, base_env(core, 1), 120, "allreduce_bench")
     for line in out.splitlines():
         # bytes iters | best median algbw busbw | memcpy bus/memcpy | nb-sum nb-busbw nb/blk | nb-avg
@@ -541,6 +545,29 @@ def report(a, configs, res, ar, t0):
               "blk least/mean: time blocked in gradient collectives, the less waiting rank / both ranks; "
               "comm_s: the same as the trainer records it in metrics.jsonl, mean of the ranks; "
               "small: the loss and agreement all-reduces; ratio = measured / predicted)")
+        g = ar.get("after_gap")
+        if g:
+            pg = nb * 2 * (W - 1) / W * g["bytes"] / (g["busbw"] * 1e9)
+            print(f"\nthe same transfers timed after {ar['gap_ms']:.0f} ms of computation on every rank (a step's "
+                  f"forward+backward; allreduce_bench --gap-ms): busbw {g['busbw']:.2f} GB/s, the trainer's call "
+                  f"{nb} x {g['nb_sum_us'] / 1e3:.2f} ms, ZeRO-1's pair {g['rs_ag_us'] * nb / 1e3:.2f} ms")
+            print(f"{'config':34} {'model':>9} {'call':>9} {'after both':>10} {'ratio':>6}  "
+                  "(model: t_comm at that busbw; call: the config's own collectives timed alone after the "
+                  "computation; ratio = after both / call)")
+            for ck in checks:
+                name = ck["config"]
+                if "ZeRO-1" in name:
+                    call = g["rs_ag_us"] * nb / 1e6
+                elif name == "W=2, DDP":
+                    call = nb * g["nb_sum_us"] / 1e6
+                else:
+                    call = None
+                after_m = ck["after_both_s"]
+                ratio = after_m / call if call and after_m is not None else None
+                ck.update(predicted_after_gap_s=pg, call_after_gap_s=call)
+                print(f"{name:34} {pg * 1e3:9.2f} {fmt(call * 1e3 if call else None, '9.2f')} "
+                      f"{fmt(after_m * 1e3 if after_m is not None else None, '10.2f')} "
+                      f"{fmt(ratio, '5.2f')}{'x' if ratio else ' '}")
     print(f"\n(total {time.time() - t0:.0f} s)")
     return dict(rows=rows, comm=checks, allreduce=ar, model=model)
 
@@ -658,6 +685,12 @@ def main():
                 r["n_buckets"] = nb
                 if ar is None or r["busbw"] > ar["busbw"]:
                     ar = r
+        if ar:
+            # once more, each call after as long a computation as a step's
+            # forward and backward (W = 2, DDP): on this machine that halves
+            # the bandwidth of the transfer that follows
+            ar["gap_ms"] = med(res[("weft", "W=2, DDP")]["fwd_bwd_s"]) * 1e3
+            ar["after_gap"] = allreduce_busbw(a, ar["bytes"], core, ar["gap_ms"])
         summary = report(a, configs, res, ar, t0)
         if a.json:
             Path(a.json).write_text(json.dumps(dict(args={k: v for k, v in vars(a).items() if k != "options"},
