@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "lib/tool_args.h"
+#include "lib/tool_hash.h"
 #include "weft/dist.h"
 #include "weft/log.h"
 #include "weft/thread.h"
@@ -63,13 +64,6 @@ static int die(const char *what) {
 }
 
 /* ---- synthetic data --------------------------------------------------- */
-
-static uint64_t splitmix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 /* An exact float32 in [-1, 1) with 24 significant bits. */
 static float unit(uint64_t kind, uint64_t step, uint64_t sample, uint64_t j) {

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/tool_hash.h"
 #include "weft/dist.h"
 
 #define N_TENSORS 6
@@ -36,13 +37,6 @@ static int rank_, size_;
 static int die(const char *what) {
     fprintf(stderr, "reduce_sum_check (rank %d): %s: %s\n", rank_, what, wf_error_msg());
     return 1;
-}
-
-static uint64_t splitmix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 /* Rank r's gradient element j: +-(1 + f) x 2^e, f with 23 random bits, e in
