@@ -169,8 +169,11 @@ wf_status wf_peak_get(wf_peak *out, const wf_peak_options *opt) {
              wf_kern_blas_core());
     if (opt->cache_path) snprintf(out->cache_path, sizeof out->cache_path, "%s", opt->cache_path);
     else default_cache_path(out->cache_path, sizeof out->cache_path);
-    if (out->cache_path[0] && !opt->refresh &&
-        cache_lookup(out->cache_path, out->key, &out->tflops, &out->measured_at)) {
+    double cached = 0, cached_at = 0;
+    int have = out->cache_path[0] && cache_lookup(out->cache_path, out->key, &cached, &cached_at);
+    if (have && !opt->refresh) {
+        out->tflops = cached;
+        out->measured_at = cached_at;
         out->source = WF_PEAK_CACHED;
         return WF_OK;
     }
@@ -184,6 +187,14 @@ wf_status wf_peak_get(wf_peak *out, const wf_peak_options *opt) {
     out->source = WF_PEAK_MEASURED;
     if (!(out->tflops > 0))
         return wf_error(WF_ERR_INTERNAL, "the sgemm benchmark measured no rate (out of memory?); set metrics.peak_tflops");
+    if (have && cached > out->tflops) {
+        /* Other load on the machine only lowers the rate: the best one
+         * seen for this key stays the peak. */
+        out->tflops = cached;
+        out->measured_at = cached_at;
+        out->source = WF_PEAK_CACHED;
+        return WF_OK;
+    }
     if (out->cache_path[0] &&
         cache_store(out->cache_path, out->key, out->tflops, out->measured_at, threads, took) != WF_OK) {
         WF_WARN("cannot cache the measured peak: %s", wf_error_msg());

@@ -83,6 +83,7 @@ typedef struct {
                                   saved or resumed from ("" if none) */
     /* observability */
     wf_peak peak;
+    int peak_rechecked;        /* the peak was measured again after an MFU above 100% */
     double flops_per_token;
     wf_metrics *metrics;
     wf_spike_detector spike;
@@ -1039,6 +1040,31 @@ static wf_status rollback(trainer *t, int64_t step, int64_t spike_pos, int64_t *
     return WF_OK;
 }
 
+/* A step ran faster than the peak MFU is measured against: that peak was
+ * measured (or cached) while other work loaded the machine. Measures it
+ * once more (the cache keeps the higher of the two) and says so. */
+static void recheck_peak(trainer *t, int64_t step, double achieved) {
+    t->peak_rechecked = 1;
+    WF_WARN("MFU above 100%% at step %lld: this process ran %.4g TFLOP/s, more than the %s peak of %.4g TFLOP/s, "
+            "which was measured while the machine was busy; measuring the peak again",
+            (long long)step, achieved, wf_peak_source_name(t->peak.source), t->peak.tflops);
+    wf_peak_options po = {0, NULL, 0, 0, 1};
+    wf_peak np;
+    if (wf_peak_get(&np, &po) != WF_OK) {
+        WF_WARN("MFU: %s", wf_error_msg());
+        wf_error_clear();
+        return;
+    }
+    if (np.tflops > t->peak.tflops) t->peak = np;
+    char line[1536];
+    wf_peak_describe(&t->peak, line, sizeof line);
+    if (t->peak.tflops < achieved)
+        WF_WARN("MFU: %s, still below this run's rate: the machine is too busy for a reliable peak; set "
+                "metrics.peak_tflops (MFU figures above 100%% follow)", line);
+    else
+        WF_INFO("MFU: %s", line);
+}
+
 static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
     const wf_train_config *tc = t->tc;
     wf_lr_schedule sched = {(wf_lr_kind)wf_lr_parse_kind(tc->schedule), tc->lr, tc->min_lr,
@@ -1198,6 +1224,10 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
         r.data_pos = o.data_pos;
         r.comm_s = o.comm_s;
         wf_metrics_step_derive(&r, t->flops_per_token, t->world, t->peak.tflops);
+        if (r.mfu_pct > 100 && t->peak.source != WF_PEAK_CONFIG && !t->peak_rechecked) {
+            recheck_peak(t, done, r.tflops);
+            wf_metrics_step_derive(&r, t->flops_per_token, t->world, t->peak.tflops);
+        }
         wf_metrics_step_memory(&r, t->arena);
         if (t->metrics) WF_TRY(wf_metrics_log(t->metrics, &r));
 

@@ -211,6 +211,37 @@ def test_peak_measured_then_cached(spiky, tmp_path):
     assert "measured now" in c.stderr
 
 
+def test_a_peak_below_the_achieved_rate_is_measured_again(spiky, tmp_path):
+    """A peak cached while the machine was busy makes MFU exceed 100%: the
+    trainer measures it once more, keeps the higher value in the cache, and
+    a remeasure never lowers a cached peak (load only lowers a rate)."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    args = ("--metrics.peak_tflops=0", "--metrics.tensorboard=false")
+    train(spiky, tmp_path / "a", *args, steps=2, env=env)
+    cache = tmp_path / "cache" / "weft" / "peak.json"
+    doc = json.loads(cache.read_text())
+    (key,) = doc["entries"]
+    doc["entries"][key]["tflops"] = 1e-7  # as if measured under a heavy load
+    cache.write_text(json.dumps(doc))
+    b = train(spiky, tmp_path / "b", *args, steps=3, env=env)
+    assert re.search(r"MFU above 100% at step 1: this process ran [0-9.e+-]+ TFLOP/s, more than the cached peak "
+                     r"of 1e-07 TFLOP/s, which was measured while the machine was busy; measuring the peak again",
+                     b.stderr), b.stderr
+    assert b.stderr.count("measuring the peak again") == 1
+    measured = json.loads(cache.read_text())["entries"][key]["tflops"]
+    assert measured > 1e-3
+    recs = jsonl(tmp_path / "b")
+    # step 1 is logged against the new peak: MFU falls by orders of magnitude
+    assert all(r["mfu_pct"] < 1e5 for r in recs), [r["mfu_pct"] for r in recs]
+    # a higher cached peak survives a remeasure
+    doc = json.loads(cache.read_text())
+    doc["entries"][key]["tflops"] = 1e6
+    cache.write_text(json.dumps(doc))
+    c = train(spiky, tmp_path / "c", *args, "--metrics.remeasure_peak", steps=2, env=env)
+    assert "peak 1e+06 TFLOP/s" in c.stderr, c.stderr
+    assert json.loads(cache.read_text())["entries"][key]["tflops"] == 1e6
+
+
 def data_image(ckpt):
     """The checkpoint's data file past its 64-byte header (parameters, AdamW m and v)."""
     (f,) = list(ckpt.glob("data-*.bin"))
