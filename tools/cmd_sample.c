@@ -135,6 +135,7 @@ static wf_status run_sample(const sample_opts *o) {
                         o->stop_at_eos ? wf_tokenizer_eos(tok) : -1, emit_token, &e, &n);
         double dt = wf_time_now() - t0;
         printf("\n");
+        fflush(stdout); /* the text ends before the log line, also when both go to one file */
         if (s == WF_OK) WF_INFO("sampled %d tokens in %.2f s (%.0f tokens/s)", n, dt, n / (dt > 0 ? dt : 1));
     }
     wf_ids_free(&prompt);
