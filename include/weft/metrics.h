@@ -196,14 +196,15 @@ typedef struct {
                                  "": no cache */
     double budget_s;          /* time the benchmark may take; 0: 0.3 s */
     int max_n;                /* largest square size tried; 0: 2048 */
-    int refresh;              /* 1: measure even when the cache has an entry (which is kept
-                                 when it is higher: load only lowers a measurement) */
+    int refresh;              /* 0: the cached entry when there is one; 1: measure again and
+                                 store that; 2: measure again but keep the cached entry when it
+                                 is higher (load only lowers a measurement) */
 } wf_peak_options;
 
 /* The peak: the configured one, else the cached measurement for this
  * machine's key, else a short benchmark of square cblas_sgemm on
- * wf_kern_threads() threads, whose best rate is stored in the cache unless
- * the cache holds a higher one for the key
+ * wf_kern_threads() threads, whose best rate is stored in the cache (see
+ * `refresh` for when an entry is replaced)
  * (atomically; a cache that cannot be written is a warning, not an error). */
 wf_status wf_peak_get(wf_peak *out, const wf_peak_options *opt);
 /* "config", "measured" or "cached". */

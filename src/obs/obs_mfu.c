@@ -187,7 +187,7 @@ wf_status wf_peak_get(wf_peak *out, const wf_peak_options *opt) {
     out->source = WF_PEAK_MEASURED;
     if (!(out->tflops > 0))
         return wf_error(WF_ERR_INTERNAL, "the sgemm benchmark measured no rate (out of memory?); set metrics.peak_tflops");
-    if (have && cached > out->tflops) {
+    if (opt->refresh == 2 && have && cached > out->tflops) {
         /* Other load on the machine only lowers the rate: the best one
          * seen for this key stays the peak. */
         out->tflops = cached;

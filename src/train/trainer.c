@@ -1048,7 +1048,7 @@ static void recheck_peak(trainer *t, int64_t step, double achieved) {
     WF_WARN("MFU above 100%% at step %lld: this process ran %.4g TFLOP/s, more than the %s peak of %.4g TFLOP/s, "
             "which was measured while the machine was busy; measuring the peak again",
             (long long)step, achieved, wf_peak_source_name(t->peak.source), t->peak.tflops);
-    wf_peak_options po = {0, NULL, 0, 0, 1};
+    wf_peak_options po = {0, NULL, 0, 0, 2}; /* 2: the cache keeps the higher of the two */
     wf_peak np;
     if (wf_peak_get(&np, &po) != WF_OK) {
         WF_WARN("MFU: %s", wf_error_msg());

@@ -214,7 +214,8 @@ def test_peak_measured_then_cached(spiky, tmp_path):
 def test_a_peak_below_the_achieved_rate_is_measured_again(spiky, tmp_path):
     """A peak cached while the machine was busy makes MFU exceed 100%: the
     trainer measures it once more, keeps the higher value in the cache, and
-    a remeasure never lowers a cached peak (load only lowers a rate)."""
+    the automatic remeasure never lowers a cached peak (load only lowers a
+    rate); metrics.remeasure_peak (the user's) replaces it."""
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     args = ("--metrics.peak_tflops=0", "--metrics.tensorboard=false")
     train(spiky, tmp_path / "a", *args, steps=2, env=env)
@@ -233,13 +234,12 @@ def test_a_peak_below_the_achieved_rate_is_measured_again(spiky, tmp_path):
     recs = jsonl(tmp_path / "b")
     # step 1 is logged against the new peak: MFU falls by orders of magnitude
     assert all(r["mfu_pct"] < 1e5 for r in recs), [r["mfu_pct"] for r in recs]
-    # a higher cached peak survives a remeasure
     doc = json.loads(cache.read_text())
     doc["entries"][key]["tflops"] = 1e6
     cache.write_text(json.dumps(doc))
     c = train(spiky, tmp_path / "c", *args, "--metrics.remeasure_peak", steps=2, env=env)
-    assert "peak 1e+06 TFLOP/s" in c.stderr, c.stderr
-    assert json.loads(cache.read_text())["entries"][key]["tflops"] == 1e6
+    assert "measured now" in c.stderr, c.stderr  # the user's remeasure replaces it
+    assert json.loads(cache.read_text())["entries"][key]["tflops"] < 1e6
 
 
 def data_image(ckpt):
