@@ -512,6 +512,16 @@ WF_TEST(peak_configured_measured_cached) {
     WF_CHECK_STREQ(q.cache_path, "");
 }
 
+/* A peak cache holding one entry, `key` at `tflops`. */
+static void write_peak_cache(const char *cache, const char *key, double tflops) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"format\": \"weft-peak\", \"version\": 1, \"entries\": {\"%s\": {\"tflops\": %g, "
+             "\"measured_at\": 5, \"threads\": 1, \"benchmark_s\": 0.1, \"method\": \"x\"}}}",
+             key, tflops);
+    wf_test_write_file(cache, text, strlen(text));
+}
+
 /* refresh = 2 (the trainer's recheck after an MFU above 100%) keeps a
  * cached peak that is higher than the new measurement and stores a higher
  * measurement; refresh = 1 (the user's) replaces the entry either way. */
@@ -520,13 +530,7 @@ WF_TEST(peak_recheck_keeps_the_higher) {
     wf_peak p, q;
     wf_peak_options o = {0, cache, 0.05, 256, 0};
     WF_CHECK_OK(wf_peak_get(&p, &o));
-    char text[2048];
-    /* a cached peak far above any measurement */
-    snprintf(text, sizeof text,
-             "{\"format\": \"weft-peak\", \"version\": 1, \"entries\": {\"%s\": {\"tflops\": 1e6, "
-             "\"measured_at\": 5, \"threads\": 1, \"benchmark_s\": 0.1, \"method\": \"x\"}}}",
-             p.key);
-    wf_test_write_file(cache, text, strlen(text));
+    write_peak_cache(cache, p.key, 1e6); /* far above any measurement */
     o.refresh = 2;
     WF_CHECK_OK(wf_peak_get(&q, &o));
     WF_CHECK_EQ(q.source, WF_PEAK_CACHED);
@@ -534,12 +538,7 @@ WF_TEST(peak_recheck_keeps_the_higher) {
     o.refresh = 0;
     WF_CHECK_OK(wf_peak_get(&q, &o));
     WF_CHECK_NEAR(q.tflops, 1e6, 0); /* still in the cache */
-    /* a cached peak far below: replaced by the measurement */
-    snprintf(text, sizeof text,
-             "{\"format\": \"weft-peak\", \"version\": 1, \"entries\": {\"%s\": {\"tflops\": 1e-9, "
-             "\"measured_at\": 5, \"threads\": 1, \"benchmark_s\": 0.1, \"method\": \"x\"}}}",
-             p.key);
-    wf_test_write_file(cache, text, strlen(text));
+    write_peak_cache(cache, p.key, 1e-9); /* far below: replaced by the measurement */
     o.refresh = 2;
     WF_CHECK_OK(wf_peak_get(&q, &o));
     WF_CHECK_EQ(q.source, WF_PEAK_MEASURED);
@@ -547,12 +546,7 @@ WF_TEST(peak_recheck_keeps_the_higher) {
     o.refresh = 0;
     WF_CHECK_OK(wf_peak_get(&p, &o));
     WF_CHECK_NEAR(p.tflops, q.tflops, q.tflops * 1e-12);
-    /* the user's refresh replaces a higher entry */
-    snprintf(text, sizeof text,
-             "{\"format\": \"weft-peak\", \"version\": 1, \"entries\": {\"%s\": {\"tflops\": 1e6, "
-             "\"measured_at\": 5, \"threads\": 1, \"benchmark_s\": 0.1, \"method\": \"x\"}}}",
-             p.key);
-    wf_test_write_file(cache, text, strlen(text));
+    write_peak_cache(cache, p.key, 1e6); /* the user's refresh replaces a higher entry */
     o.refresh = 1;
     WF_CHECK_OK(wf_peak_get(&q, &o));
     WF_CHECK_EQ(q.source, WF_PEAK_MEASURED);
