@@ -1,7 +1,9 @@
 /* `weft report RUN_DIR`: one self-contained HTML page with the plots of a
  * run (loss, validation loss, learning rate, gradient norm, tokens/s, MFU,
  * memory, step-time split, spikes), made from RUN_DIR/metrics.jsonl and
- * RUN_DIR/run.json. The drawing is wf_report_write's (src/obs). */
+ * RUN_DIR/run.json, and per-rank tables and plots from
+ * RUN_DIR/ranks/rank-NNNNN/metrics.jsonl when they exist. The drawing is
+ * wf_report_write's (src/obs). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,10 @@ static const wf_cmd_spec report_spec = {
     "Writes one self-contained HTML page (inline SVG, no scripts, no external files) with the plots of a "
     "training run: loss and validation loss with the loss spikes marked, learning rate, gradient norm, "
     "tokens/s, MFU, memory, and the step time split into data, forward+backward, optimizer and "
-    "checkpoint; plus the run's reproducibility record. Reads RUN_DIR/metrics.jsonl and RUN_DIR/run.json.",
+    "checkpoint; plus the run's reproducibility record. Reads RUN_DIR/metrics.jsonl and RUN_DIR/run.json. "
+    "When metrics.all_ranks made every rank write RUN_DIR/ranks/rank-NNNNN/metrics.jsonl, adds a Ranks section: "
+    "each rank's median step, data, forward+backward and communication times, peak RSS and distance from the "
+    "fastest rank (the straggler flagged), and plots with a line per rank.",
     report_opt_table,
     sizeof report_opt_table / sizeof *report_opt_table,
     1,

@@ -334,7 +334,9 @@ wf_status wf_run_record_write(const char *dir, const wf_run_record *r);
  * self-contained HTML page with SVG plots to `out_path`: loss and
  * validation loss, learning rate, gradient norm, tokens/s, MFU, memory,
  * the step-time split, spikes. Steps repeated after a rollback replace the
- * earlier ones; spikes are all kept. */
+ * earlier ones; spikes are all kept. With DIR/ranks/rank-NNNNN/metrics.jsonl
+ * (metrics.all_ranks) the page also has a Ranks section: per-rank medians,
+ * peak RSS, the straggler, and plots with a line per rank. */
 wf_status wf_report_write(const char *dir, const char *out_path);
 
 #endif

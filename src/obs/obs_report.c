@@ -11,11 +11,18 @@
  * ones from that step on, so the curves stitch; spikes are kept from every
  * line, replaced or not.
  *
+ * Ranks: with metrics.all_ranks every rank r > 0 also wrote
+ * RUN_DIR/ranks/rank-RRRRR/metrics.jsonl; the page then gets a "Ranks"
+ * section (each rank's medians, peak RSS and distance from the fastest
+ * rank, read and stitched as rank 0's file) and plots with a line per rank.
+ * Without a ranks/ folder the page is the same as for one process.
+ *
  * Drawing: long runs are reduced to at most two points per pixel column
  * (the lowest and the highest of the column, so spikes stay visible);
  * stacked areas use the column's mean. */
 #include "weft/metrics.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -158,7 +165,7 @@ static void fmt_bytes(char *buf, size_t size, double v) {
 #define M_RIGHT 14.0
 #define M_TOP 30.0
 #define M_BOTTOM 34.0
-#define MAX_SERIES 6
+#define MAX_SERIES 8
 
 typedef struct {
     const char *name;
@@ -479,7 +486,8 @@ static const char *CSS =
     ".warn{color:#a4510b}details{margin:6px 0}summary{cursor:pointer;color:#2b5d8a}"
     ".cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #e3e7ec;border-radius:6px;"
     "padding:8px 14px;min-width:120px;background:#fcfdfe}.card b{display:block;font-size:18px}"
-    ".card span{color:#5b6670;font-size:12px}";
+    ".card span{color:#5b6670;font-size:12px}"
+    "tr.slowest td{background:#fdf1e6}.straggler{color:#a4510b}#rank-table{margin-bottom:12px}";
 
 static double *column(const run_data *d, int f, double scale) {
     double *y = malloc((d->n ? d->n : 1) * sizeof *y);
@@ -694,7 +702,335 @@ static void run_section(obs_buf *b, const run_data *d) {
     PUT(b, "</table></details></section>\n");
 }
 
-static wf_status render(obs_buf *b, const char *dir, const run_data *d) {
+/* ------------------------------------------------------------ ranks */
+
+/* One rank's file and what the Ranks section shows of it. */
+typedef struct {
+    int rank;
+    run_data own;        /* ranks > 0: the rank's records */
+    const run_data *d;   /* its records (rank 0: the run's), NULL when unreadable */
+    char *error;         /* why there are none */
+    size_t missing;      /* rank 0's steps this rank has no record of */
+    double step_s, data_s, fwd_bwd_s, comm_s, rss_peak; /* medians after the first step; the peak */
+} rank_info;
+
+typedef struct {
+    rank_info *r;        /* (n) rank 0 first, then by rank; n == 0: no ranks/ folder */
+    size_t n;
+} ranks_data;
+
+static void ranks_free(ranks_data *rd) {
+    for (size_t i = 0; i < rd->n; i++) {
+        run_data_free(&rd->r[i].own);
+        free(rd->r[i].error);
+    }
+    free(rd->r);
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static double peak_rss(const run_data *d) {
+    return max_of(d, F_host_rss_peak) > 0 ? max_of(d, F_host_rss_peak) : max_of(d, F_host_rss);
+}
+
+/* The rank numbers of dir/ranks/rank-RRRRR folders (canonical names only,
+ * r > 0), sorted; *n = 0 when there is no such folder. */
+static wf_status list_ranks(const char *ranks_dir, int **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    DIR *dp = opendir(ranks_dir);
+    if (!dp) return WF_OK;
+    size_t cap = 0;
+    wf_status s = WF_OK;
+    struct dirent *e;
+    while (s == WF_OK && (e = readdir(dp))) {
+        const char *nm = e->d_name;
+        if (strncmp(nm, "rank-", 5) || !nm[5] || strspn(nm + 5, "0123456789") != strlen(nm + 5) ||
+            strlen(nm + 5) > 9)
+            continue;
+        int r = atoi(nm + 5);
+        char canon[32];
+        snprintf(canon, sizeof canon, "rank-%05d", r);
+        if (r <= 0 || strcmp(canon, nm)) continue;
+        if (*n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            int *p = realloc(*out, nc * sizeof *p);
+            if (!p) {
+                s = wf_error(WF_ERR_NOMEM, "out of memory listing %s", ranks_dir);
+                break;
+            }
+            *out = p;
+            cap = nc;
+        }
+        (*out)[(*n)++] = r;
+    }
+    closedir(dp);
+    if (s == WF_OK && *n) qsort(*out, *n, sizeof **out, cmp_int);
+    return s;
+}
+
+/* Steps of `ref` with no record in `d` (both ascending after stitching). */
+static size_t missing_steps(const run_data *ref, const run_data *d) {
+    size_t miss = 0, j = 0;
+    for (size_t i = 0; i < ref->n; i++) {
+        double st = ref->rows[i * NF + F_step];
+        while (j < d->n && d->rows[j * NF + F_step] < st) j++;
+        if (j == d->n || d->rows[j * NF + F_step] != st) miss++;
+    }
+    return miss;
+}
+
+/* Reads every rank's metrics.jsonl beside rank 0's `main`. A rank file
+ * that cannot be read or has no records is kept with the reason (shown on
+ * the page); only running out of memory fails. */
+static wf_status read_ranks(ranks_data *rd, const char *dir, const run_data *main_d) {
+    memset(rd, 0, sizeof *rd);
+    size_t plen = strlen(dir) + 64;
+    char *path = malloc(plen);
+    if (!path) return wf_error(WF_ERR_NOMEM, "out of memory");
+    snprintf(path, plen, "%s/ranks", dir);
+    int *nums = NULL;
+    size_t nr = 0;
+    wf_status s = list_ranks(path, &nums, &nr);
+    if (s == WF_OK && nr) {
+        rd->r = calloc(nr + 1, sizeof *rd->r);
+        if (!rd->r) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    }
+    if (s == WF_OK && nr) {
+        rd->n = nr + 1;
+        rd->r[0].d = main_d;
+        for (size_t i = 0; i < nr && s == WF_OK; i++) {
+            rank_info *ri = &rd->r[i + 1];
+            ri->rank = nums[i];
+            snprintf(path, plen, "%s/ranks/rank-%05d/metrics.jsonl", dir, nums[i]);
+            wf_status rs = wf_path_exists(path) ? read_metrics(&ri->own, path)
+                                                : wf_error(WF_ERR_NOTFOUND, "%s: no such file", path);
+            if (rs == WF_ERR_NOMEM) {
+                s = rs;
+            } else if (rs != WF_OK) {
+                ri->error = strdup(wf_error_msg());
+                wf_error_clear();
+                if (!ri->error) s = wf_error(WF_ERR_NOMEM, "out of memory");
+            } else {
+                ri->d = &ri->own;
+            }
+        }
+    }
+    for (size_t i = 0; s == WF_OK && i < rd->n; i++) {
+        rank_info *ri = &rd->r[i];
+        ri->step_s = ri->data_s = ri->fwd_bwd_s = ri->comm_s = ri->rss_peak = NAN;
+        if (!ri->d) continue;
+        size_t from = ri->d->n > 1 ? 1 : 0;
+        ri->step_s = median_of(ri->d, F_step_s, from);
+        ri->data_s = median_of(ri->d, F_data_s, from);
+        ri->fwd_bwd_s = median_of(ri->d, F_fwd_bwd_s, from);
+        ri->comm_s = median_of(ri->d, F_comm_s, from);
+        ri->rss_peak = peak_rss(ri->d);
+        ri->missing = missing_steps(main_d, ri->d);
+    }
+    free(nums);
+    free(path);
+    return s;
+}
+
+/* A time for the table: "2.41 s", "12.3 ms", "8.39 µs"; the exact seconds go into
+ * data-v for readers of the page. */
+static void time_cell(obs_buf *b, double v) {
+    if (!isfinite(v)) {
+        PUT(b, "<td class=\"num\">-</td>");
+        return;
+    }
+    const char *unit = v >= 1 ? "s" : v >= 1e-3 || v == 0 ? "ms" : "\xc2\xb5" "s"; /* µs */
+    double shown = v >= 1 ? v : v >= 1e-3 || v == 0 ? v * 1e3 : v * 1e6;
+    obs_buf_printf(b, "<td class=\"num\" data-v=\"%.17g\">%.3g %s</td>", v, shown, unit);
+}
+
+static void ranks_table(obs_buf *b, const ranks_data *rd) {
+    double fastest = INFINITY, slowest = -INFINITY;
+    size_t n_timed = 0, i_slow = 0;
+    for (size_t i = 0; i < rd->n; i++) {
+        double v = rd->r[i].step_s;
+        if (!isfinite(v)) continue;
+        n_timed++;
+        if (v < fastest) fastest = v;
+        if (v > slowest) slowest = v, i_slow = i;
+    }
+    PUT(b, "<p>Each rank's own measurements (<code>metrics.all_ranks</code>): rank 0's from "
+           "<code>metrics.jsonl</code>, rank r's from <code>ranks/rank-RRRRR/metrics.jsonl</code>. "
+           "Medians over the logged steps after the first; communication is the time blocked in the "
+           "gradient's collectives (part of forward+backward and optimizer), which includes waiting for "
+           "slower ranks. The straggler is the rank whose median step is slowest.</p>");
+    PUT(b, "<table id=\"rank-table\"><tr><th>rank</th><th>steps</th><th>step time</th><th>data wait</th>"
+           "<th>forward+backward</th><th>communication</th><th>peak host RSS</th><th>step vs fastest</th></tr>");
+    for (size_t i = 0; i < rd->n; i++) {
+        const rank_info *ri = &rd->r[i];
+        int slow = n_timed > 1 && i == i_slow;
+        obs_buf_printf(b, "<tr data-rank=\"%d\"%s><td class=\"num\">%d</td>", ri->rank,
+                       slow ? " class=\"slowest\"" : "", ri->rank);
+        if (!ri->d) {
+            PUT(b, "<td colspan=\"7\" class=\"warn\">");
+            html_esc(b, ri->error);
+            PUT(b, "</td></tr>");
+            continue;
+        }
+        obs_buf_printf(b, "<td class=\"num\">%zu</td>", ri->d->n);
+        time_cell(b, ri->step_s);
+        time_cell(b, ri->data_s);
+        time_cell(b, ri->fwd_bwd_s);
+        time_cell(b, ri->comm_s);
+        char v[48];
+        fmt_bytes(v, sizeof v, ri->rss_peak);
+        if (isfinite(ri->rss_peak)) obs_buf_printf(b, "<td class=\"num\" data-v=\"%.17g\">%s</td>", ri->rss_peak, v);
+        else obs_buf_printf(b, "<td class=\"num\">%s</td>", v);
+        if (!isfinite(ri->step_s)) {
+            PUT(b, "<td class=\"num\">-</td>");
+        } else {
+            double pct = fastest > 0 ? 100 * (ri->step_s - fastest) / fastest : 0;
+            obs_buf_printf(b, "<td class=\"num\" data-v=\"%.17g\">%s%.1f%%%s</td>", pct, pct > 0 ? "+" : "", pct,
+                           slow ? " <b class=\"straggler\">slowest</b>" : ri->step_s == fastest ? " fastest" : "");
+        }
+        PUT(b, "</tr>");
+    }
+    PUT(b, "</table>");
+    for (size_t i = 0; i < rd->n; i++) {
+        const rank_info *ri = &rd->r[i];
+        if (!ri->d) continue;
+        if (ri->d->bad_lines && i > 0)
+            obs_buf_printf(b, "<p class=\"warn\">rank %d: %zu line%s of ranks/rank-%05d/metrics.jsonl could not be "
+                              "read and %s skipped (the first: line %zu), e.g. the last line of a run that was "
+                              "killed mid-write.</p>",
+                           ri->rank, ri->d->bad_lines, ri->d->bad_lines == 1 ? "" : "s", ri->rank,
+                           ri->d->bad_lines == 1 ? "was" : "were", ri->d->first_bad_line);
+        if (ri->missing)
+            obs_buf_printf(b, "<p class=\"warn\">rank %d has no record of %zu of rank 0's %zu steps; its "
+                              "medians and lines cover the steps it has.</p>",
+                           ri->rank, ri->missing, rd->r[0].d->n);
+    }
+}
+
+/* The ranks drawn as lines (indices into rd->r, in rank order): all with
+ * records when they fit, else the slowest MAX_SERIES - 1 and the fastest. */
+static size_t pick_ranks(const ranks_data *rd, size_t *sel) {
+    size_t m = 0;
+    size_t *all = malloc(rd->n * sizeof *all);
+    if (!all) return 0;
+    for (size_t i = 0; i < rd->n; i++)
+        if (rd->r[i].d) all[m++] = i;
+    if (m > MAX_SERIES) {
+        /* insertion sort by median step time, slowest first (NaN last) */
+        for (size_t i = 1; i < m; i++)
+            for (size_t j = i; j > 0; j--) {
+                double x = rd->r[all[j]].step_s, y = rd->r[all[j - 1]].step_s;
+                if (!(isfinite(x) && (!isfinite(y) || x > y))) break;
+                size_t t = all[j];
+                all[j] = all[j - 1];
+                all[j - 1] = t;
+            }
+        size_t last = m - 1; /* the fastest timed one */
+        while (last > 0 && !isfinite(rd->r[all[last]].step_s)) last--;
+        all[MAX_SERIES - 1] = all[last];
+        m = MAX_SERIES;
+        for (size_t i = 1; i < m; i++) /* back to rank order */
+            for (size_t j = i; j > 0 && all[j] < all[j - 1]; j--) {
+                size_t t = all[j];
+                all[j] = all[j - 1];
+                all[j - 1] = t;
+            }
+    }
+    memcpy(sel, all, m * sizeof *sel);
+    free(all);
+    return m;
+}
+
+static const char *const rank_color[MAX_SERIES] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                                   "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+static wf_status ranks_plots(obs_buf *b, const ranks_data *rd) {
+    size_t sel[MAX_SERIES];
+    size_t ns = pick_ranks(rd, sel);
+    if (!ns) return WF_OK;
+    size_t cap = 0;
+    for (size_t k = 0; k < ns; k++) cap += rd->r[sel[k]].d->n;
+    double *x = malloc(cap * sizeof *x);
+    double *y = malloc(3 * ns * (cap ? cap : 1) * sizeof *y);
+    if (!x || !y) {
+        free(x), free(y);
+        return wf_error(WF_ERR_NOMEM, "out of memory drawing the report");
+    }
+    /* the steps of every drawn rank, ascending, once */
+    size_t nx = 0;
+    for (size_t k = 0; k < ns; k++)
+        for (size_t i = 0; i < rd->r[sel[k]].d->n; i++) x[nx++] = rd->r[sel[k]].d->rows[i * NF + F_step];
+    qsort(x, nx, sizeof *x, cmp_double);
+    size_t u = 0;
+    for (size_t i = 0; i < nx; i++)
+        if (!u || x[i] != x[u - 1]) x[u++] = x[i];
+    nx = u;
+    double step_max = 0, rss_max = 0;
+    int any_comm = 0;
+    for (size_t k = 0; k < ns; k++) {
+        const rank_info *ri = &rd->r[sel[k]];
+        if (ri->step_s > step_max) step_max = ri->step_s;
+        if (peak_rss(ri->d) > rss_max) rss_max = peak_rss(ri->d);
+        any_comm |= isfinite(ri->comm_s);
+    }
+    double t_scale = step_max >= 2 ? 1 : 1e3, m_scale = rss_max >= 0x1p30 ? 0x1p-30 : 0x1p-20;
+    const int fields[3] = {F_step_s, F_comm_s, F_host_rss};
+    const double scale[3] = {t_scale, t_scale, m_scale};
+    char names[MAX_SERIES][24];
+    plot p[3];
+    memset(p, 0, sizeof p);
+    for (int g = 0; g < 3; g++) {
+        p[g].x = x;
+        p[g].n = nx;
+        p[g].ns = (int)ns;
+        for (size_t k = 0; k < ns; k++) {
+            const run_data *d = rd->r[sel[k]].d;
+            double *yy = y + ((size_t)g * ns + k) * nx;
+            size_t j = 0;
+            for (size_t i = 0; i < nx; i++) {
+                while (j < d->n && d->rows[j * NF + F_step] < x[i]) j++;
+                yy[i] = j < d->n && d->rows[j * NF + F_step] == x[i] ? d->rows[j * NF + fields[g]] * scale[g] : NAN;
+            }
+            snprintf(names[k], sizeof names[k], ns <= 4 ? "rank %d" : "r%d", rd->r[sel[k]].rank);
+            p[g].s[k] = (series){names[k], rank_color[k], yy, 0};
+        }
+    }
+    char note[160] = "One line per rank.";
+    if (ns < rd->n)
+        snprintf(note, sizeof note, "The %zu slowest of %zu ranks (by median step time) and the fastest; rN is rank N.",
+                 ns - 1, rd->n);
+    else if (ns > 4)
+        snprintf(note, sizeof note, "One line per rank; rN is rank N.");
+    p[0].id = "rank_step_s", p[0].title = "Step time per rank", p[0].unit = t_scale == 1 ? "s" : "ms";
+    p[0].note = note;
+    p[1].id = "rank_comm_s", p[1].title = "Communication per rank", p[1].unit = t_scale == 1 ? "s" : "ms";
+    p[1].note = "Time blocked in the gradient's collectives, waiting for slower ranks included.";
+    p[2].id = "rank_host_rss", p[2].title = "Host RSS per rank", p[2].unit = m_scale == 0x1p-30 ? "GiB" : "MiB";
+    PUT(b, "<div class=\"grid\">\n");
+    svg_plot(b, &p[0]);
+    if (any_comm) svg_plot(b, &p[1]);
+    svg_plot(b, &p[2]);
+    PUT(b, "</div>");
+    free(x);
+    free(y);
+    return WF_OK;
+}
+
+/* The Ranks section; nothing when the run has no ranks/ folder. */
+static wf_status ranks_section(obs_buf *b, const ranks_data *rd) {
+    if (!rd->n) return WF_OK;
+    PUT(b, "<section id=\"ranks\"><h2>Ranks</h2>");
+    ranks_table(b, rd);
+    wf_status s = ranks_plots(b, rd);
+    PUT(b, "</section>\n");
+    return s;
+}
+
+static wf_status render(obs_buf *b, const char *dir, const run_data *d, const ranks_data *rd) {
     PUT(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
            "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">");
     PUT(b, "<meta name=\"generator\" content=\"weft " WF_VERSION "\"><title>weft report: ");
@@ -795,6 +1131,8 @@ static wf_status render(obs_buf *b, const char *dir, const run_data *d) {
                    5, 1, 0, NULL, NULL, 0, "Stacked: waiting for data, forward+backward, optimizer, blocked on checkpoints, the rest."};
     svg_plot(b, &p_time);
     PUT(b, "</div></section>\n");
+    s = ranks_section(b, rd);
+    if (s != WF_OK) goto done;
     spikes_table(b, d);
     run_section(b, d);
     PUT(b, "</body></html>\n");
@@ -808,6 +1146,8 @@ done:
 wf_status wf_report_write(const char *dir, const char *out_path) {
     run_data d;
     memset(&d, 0, sizeof d);
+    ranks_data rd;
+    memset(&rd, 0, sizeof rd);
     size_t plen = strlen(dir) + 32;
     char *path = malloc(plen);
     if (!path) return wf_error(WF_ERR_NOMEM, "out of memory");
@@ -822,11 +1162,13 @@ wf_status wf_report_write(const char *dir, const char *out_path) {
         }
     }
     free(path);
+    if (s == WF_OK) s = read_ranks(&rd, dir, &d);
     obs_buf b = {0};
-    if (s == WF_OK) s = render(&b, dir, &d);
+    if (s == WF_OK) s = render(&b, dir, &d, &rd);
     if (s == WF_OK && b.failed) s = wf_error(WF_ERR_NOMEM, "out of memory writing the report");
     if (s == WF_OK) s = wf_file_write_atomic(out_path, b.data, b.len);
     obs_buf_free(&b);
+    ranks_free(&rd);
     run_data_free(&d);
     return s;
 }

@@ -4,17 +4,24 @@ headless Chromium (Debian's `chromium`) lays out and paints. Two checks that
 the plots render with data: a script added to a copy of the page measures
 every drawn series in the laid-out SVG (lengths, bounding boxes) and
 Chromium's --dump-dom returns the result; and a screenshot, decoded here,
-has data-coloured pixels inside every plot's box (decoded with Pillow)."""
+has data-coloured pixels inside every plot's box (decoded with Pillow).
+
+Ranks: a real 2-rank `weft train` (Open MPI, metrics.all_ranks) gives a
+page with the Ranks section, whose numbers are checked against medians
+recomputed here from the two metrics.jsonl files, and per-rank plots laid
+out with a line per rank; a page without ranks/ has no such section."""
 import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import BUILD
+import mpi_launch
+from conftest import BUILD, run_weft_cmd
 
 PLOTS = ["loss", "lr", "grad_norm", "tokens_per_s", "mfu", "memory", "step_time"]
 WINDOW = (1400, 3000)
@@ -155,6 +162,7 @@ def test_report_renders_in_chromium(report, run_weft, tmp_path):
         want = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
         near = (np.abs(box - want).sum(axis=2) < 60).sum()
         assert near > 150, f"plot {name}: only {near} pixels near {colour}"
+    assert 'id="ranks"' not in html_path.read_text()  # one process: no Ranks section
     # and the page is not blank overall
     packed = img[:, :, 0].astype(np.int32) << 16 | img[:, :, 1].astype(np.int32) << 8 | img[:, :, 2]
     assert len(np.unique(packed)) > 50
@@ -165,3 +173,137 @@ def read_png(path):
     from PIL import Image
     with Image.open(path) as im:
         return np.asarray(im.convert("RGB"))
+
+
+# ------------------------------------------------------------ ranks
+
+RANK_PLOTS = ["rank_step_s", "rank_comm_s", "rank_host_rss"]
+
+
+@pytest.fixture(scope="module")
+def ranks_run(tmp_path_factory, corpus_dir):
+    """A 2-rank run (as tests/py/test_train_dist.py launches one) whose
+    ranks both write metrics."""
+    d = tmp_path_factory.mktemp("ranks")
+    inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:6]
+    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + inputs)
+    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
+                  "--seed", 3] + inputs)
+    run = d / "run"
+    args = ["train", "--data", d / "data", "--run-dir", run, "--preset", "tiny", "--steps", 6, "--batch-size", 4,
+            "--seq-len", 32, "--lr", 0.01, "--train.eval_every=0", "--threads", 1, "--metrics.peak_tflops=1",
+            "--metrics.all_ranks", "--ckpt.every=0"]
+    mpi_launch.check(mpi_launch.launch(BUILD / "weft", "openmpi", 2, args, timeout=120), (0,))
+    assert (run / "ranks" / "rank-00001" / "metrics.jsonl").exists()
+    return run
+
+
+def jsonl(path):
+    return [json.loads(l) for l in path.read_text().splitlines()]
+
+
+def rank_rows(html):
+    """{rank: [the cells of its row in the rank table]}, each cell (data-v or None, text)."""
+    table = re.search(r'<table id="rank-table">(.*?)</table>', html, re.S)
+    assert table, "no rank table"
+    rows = {}
+    for m in re.finditer(r'<tr data-rank="(\d+)"([^>]*)>(.*?)</tr>', table.group(1), re.S):
+        cells = []
+        for attrs, text in re.findall(r'<td([^>]*)>(.*?)</td>', m.group(3), re.S):
+            v = re.search(r'data-v="([^"]*)"', attrs)
+            cells.append((float(v.group(1)) if v else None, re.sub("<[^>]+>", "", text)))
+        rows[int(m.group(1))] = (cells, "slowest" in m.group(2))
+    return rows
+
+
+def shown_time(v):
+    """A time as the rank table writes it."""
+    if v >= 1:
+        return f"{v:.3g} s"
+    return f"{v * 1e3:.3g} ms" if v >= 1e-3 or v == 0 else f"{v * 1e6:.3g} \u00b5s"
+
+
+def expected(records):
+    """What the table shows for one rank's records: medians over the steps
+    after the first, and the peak RSS."""
+    after = records[1:]
+    med = lambda k: statistics.median(r[k] for r in after if k in r)
+    return {"steps": len(records), "step_s": med("step_s"), "data_s": med("data_s"), "fwd_bwd_s": med("fwd_bwd_s"),
+            "comm_s": med("comm_s"), "rss": max(r["host_rss_peak"] for r in records)}
+
+
+def test_report_ranks_section(ranks_run, run_weft, tmp_path):
+    html_path = tmp_path / "report.html"
+    run_weft(["report", ranks_run, "--output", html_path])
+    html = html_path.read_text()
+    assert not re.search(r'\b(src|href)\s*=', html)  # still self-contained
+    assert '<section id="ranks"><h2>Ranks</h2>' in html
+    want = {0: expected(jsonl(ranks_run / "metrics.jsonl")),
+            1: expected(jsonl(ranks_run / "ranks" / "rank-00001" / "metrics.jsonl"))}
+    assert want[0]["step_s"] != want[1]["step_s"]  # two processes' own clocks
+    rows = rank_rows(html)
+    assert sorted(rows) == [0, 1]
+    for rank, (cells, _) in rows.items():
+        w = want[rank]
+        assert cells[0][1] == str(rank)
+        assert int(cells[1][1]) == w["steps"] == 6
+        for col, key in ((2, "step_s"), (3, "data_s"), (4, "fwd_bwd_s"), (5, "comm_s"), (6, "rss")):
+            assert cells[col][0] == pytest.approx(w[key], rel=1e-12, abs=1e-15), (rank, key, cells[col])
+        # the shown text is the same number, rounded
+        for col, key in ((2, "step_s"), (3, "data_s"), (5, "comm_s")):
+            assert cells[col][1] == shown_time(w[key]), (rank, key, cells[col])
+        assert cells[6][1] == f"{w['rss'] / 2**20:.1f} MiB"
+    # the straggler: percent slower than the fastest median step, the slowest flagged
+    slow = max(want, key=lambda r: want[r]["step_s"])
+    fast = 1 - slow
+    pct = 100 * (want[slow]["step_s"] - want[fast]["step_s"]) / want[fast]["step_s"]
+    assert rows[slow][1] and not rows[fast][1]
+    assert rows[slow][0][7][0] == pytest.approx(pct, rel=1e-9)
+    assert "slowest" in rows[slow][0][7][1] and rows[fast][0][7][0] == 0
+    assert "fastest" in rows[fast][0][7][1]
+
+    # laid out in Chromium: the per-rank plots, a line for each rank
+    checked = tmp_path / "checked.html"
+    checked.write_text(html.replace("</body>", CHECK_SCRIPT + "</body>"))
+    dom = run_chromium(["--dump-dom", checked.as_uri()], tmp_path).stdout
+    m = re.search(r'<pre id="render-check">(.*?)</pre>', dom, re.S)
+    assert m, "the check script did not run: " + dom[-2000:]
+    plots = {p["plot"]: p for p in json.loads(m.group(1).replace("&quot;", '"'))}
+    assert sorted(plots) == sorted(PLOTS + RANK_PLOTS)
+    for name in RANK_PLOTS:
+        p = plots[name]
+        assert p["values"] == 2 * 6, p  # 6 steps of each rank
+        assert p["w"] > 400 and p["h"] > 150, p
+        assert p["data_w"] > 0.9 * p["frame_w"] and p["length"] > p["frame_w"], p
+    for name in ("rank_step_s", "rank_comm_s"):
+        assert re.search(rf'data-plot="{name}".*?data-series="rank 0".*?data-series="rank 1".*?</svg>', dom, re.S)
+    assert 'id="rank-table"' in dom and 'data-rank="1"' in dom
+
+
+def test_report_ranks_damaged_files(ranks_run, run_weft, tmp_path):
+    """A rank's file with a step missing and a last line cut short (a
+    crash) is read as rank 0's is: the page says what was skipped and
+    missing; a rank folder without a file is named, not an error; an empty
+    ranks/ folder gives no section."""
+    run = tmp_path / "run"
+    shutil.copytree(ranks_run, run)
+    f = run / "ranks" / "rank-00001" / "metrics.jsonl"
+    lines = f.read_text().splitlines(keepends=True)
+    del lines[2]  # step 3
+    f.write_text("".join(lines) + lines[-1][:40])  # a last line cut short
+    (run / "ranks" / "rank-00002").mkdir()
+    p = run_weft(["report", run])
+    html = (run / "report.html").read_text()
+    assert "rank 1: 1 line of ranks/rank-00001/metrics.jsonl could not be read and was skipped (the first: line 6)" in html
+    assert "rank 1 has no record of 1 of rank 0's 6 steps" in html
+    rows = rank_rows(html)
+    assert sorted(rows) == [0, 1, 2]
+    recs = [json.loads(l) for l in lines]
+    assert int(rows[1][0][1][1]) == 5
+    assert rows[1][0][2][0] == pytest.approx(expected(recs)["step_s"], rel=1e-12)
+    assert rows[2][0][1][1].endswith("ranks/rank-00002/metrics.jsonl: no such file")
+    # ranks/ without rank folders: the page of one process
+    shutil.rmtree(run / "ranks")
+    (run / "ranks").mkdir()
+    run_weft(["report", run])
+    assert 'id="ranks"' not in (run / "report.html").read_text()
