@@ -163,6 +163,12 @@ typedef struct {
 
 wf_status wf_comm_iall_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, const char *tag,
                               wf_comm_request *req);
+/* Non-blocking reduce-scatter: as wf_comm_reduce_scatter (counts may be
+ * 0 for any rank, including this one; op SUM or AVG), completed by test or
+ * wait like an all-reduce. `counts` is copied: the caller may reuse it at
+ * once; `send` and `recv` must stay untouched until completion. */
+wf_status wf_comm_ireduce_scatter(wf_comm *c, const float *send, float *recv, const size_t *counts,
+                                  wf_comm_op op, const char *tag, wf_comm_request *req);
 /* *done = 1 once complete (then req->slot is -1 and the buffer holds the
  * result, averaged for AVG). */
 wf_status wf_comm_test(wf_comm *c, wf_comm_request *req, int *done);
@@ -252,8 +258,9 @@ int wf_reducer_overlapped(const wf_reducer *r);
  * The flat parameter buffer of n floats is split into `world` contiguous
  * shards of shard_size floats (ceil(n / world) rounded up to `align`
  * floats); the last shards are shorter or empty, so no buffer needs
- * padding. A step: wf_comm_reduce_scatter(grads -> this rank's shard of the
- * averaged gradient), the optimizer updates params[offset, offset + count)
+ * padding. A step: the reduce-scatter of the gradient into this rank's
+ * shard (wf_comm_reduce_scatter after the backward, or bucket by bucket
+ * during it: wf_reducer_set_shards), the optimizer updates params[offset, offset + count)
  * with its shard of the state, wf_comm_all_gather(params). */
 typedef struct {
     size_t n, shard_size, align;
@@ -261,6 +268,17 @@ typedef struct {
     size_t *counts;  /* (world) floats per rank */
     size_t *offsets; /* (world) first float of each rank's shard */
 } wf_zero1_plan;
+
+/* The reducer (above) in ZeRO-1's mode: each bucket is reduce-scattered instead of all-reduced.
+ * Rank r's part of bucket [a, b) is [a, b) and the shard [offsets[r],
+ * offsets[r] + counts[r]) of plan `p` (possibly empty); this rank's part
+ * lands in `shard` (counts[rank] floats, not inside the gradient buffer)
+ * at offset max(a, offsets[rank]) - offsets[rank]. After finish `shard`
+ * holds this rank's shard of the reduced gradient; the gradient buffer is
+ * only read. `p` must cover the gradient buffer's tensors and may be freed
+ * after this call. Call before any bucket of a step started. */
+wf_status wf_reducer_set_shards(wf_reducer *r, const wf_zero1_plan *p, int rank,
+                                float *shard);
 
 /* align: floats, >= 1 (16 keeps every shard on its own cache lines). */
 wf_status wf_zero1_plan_init(wf_zero1_plan *p, size_t n, int world, size_t align);

@@ -35,6 +35,7 @@ typedef struct {
     size_t n;
     int avg;
     uint64_t seq;
+    const char *wait_name; /* the trace span of its wait */
 } comm_req;
 
 struct wf_comm {
@@ -574,8 +575,8 @@ wf_status wf_comm_barrier(wf_comm *c, const char *tag) {
     return rc == 0 ? WF_OK : comm_fail(c, "barrier", tag);
 }
 
-/* --- Non-blocking all-reduce ---------------------------------------------
- * A slot is `used` from iall_reduce until its owner's test or wait sees it
+/* --- Non-blocking all-reduce and reduce-scatter -------------------------
+ * A slot is `used` from iall_reduce (ireduce_scatter) until its owner's test or wait sees it
  * complete; it is `done` from the moment any call (the owner's, or
  * wf_comm_progress) learns from MPI that it completed: then the average is
  * taken and the recorder notes the time. */
@@ -612,6 +613,20 @@ static wf_status check_req(wf_comm *c, const wf_comm_request *req, const char *w
     return WF_OK;
 }
 
+/* A free request slot, or -1. */
+static int free_slot(wf_comm *c) {
+    for (int i = 0; i < c->max_reqs; i++)
+        if (!c->reqs[i].used) return i;
+    return -1;
+}
+
+static wf_status no_slot(wf_comm *c, const char *kind, const char *tag) {
+    return wf_error(WF_ERR_RANGE,
+                    "dist: %s \"%s\": %d requests are outstanding, the most there may be: wait "
+                    "for some first",
+                    kind, tag ? tag : "", c->max_reqs);
+}
+
 wf_status wf_comm_iall_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, const char *tag,
                               wf_comm_request *req) {
     wf_dist_bop bop;
@@ -627,17 +642,8 @@ wf_status wf_comm_iall_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, c
                         tag ? tag : "", n, WF_DIST_MAX_COUNT);
     if (n && !buf)
         return wf_error(WF_ERR_INVALID, "dist: iall_reduce \"%s\": NULL buffer", tag ? tag : "");
-    int slot = -1;
-    for (int i = 0; i < c->max_reqs; i++)
-        if (!c->reqs[i].used) {
-            slot = i;
-            break;
-        }
-    if (slot < 0)
-        return wf_error(WF_ERR_RANGE,
-                        "dist: iall_reduce \"%s\": %d requests are outstanding, the most there "
-                        "may be: wait for some first",
-                        tag ? tag : "", c->max_reqs);
+    int slot = free_slot(c);
+    if (slot < 0) return no_slot(c, "iall_reduce", tag);
     uint64_t seq = wf_watchdog_begin(c->wd, "iall_reduce", tag, n * sizeof(float), 0);
     /* Starting it can do real work (Open MPI's libnbc runs the schedule's
      * first round in the call): traced, as the tests in progress are. */
@@ -648,7 +654,46 @@ wf_status wf_comm_iall_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, c
         wf_watchdog_end(c->wd, seq, 0);
         return comm_fail(c, "iall_reduce", tag);
     }
-    c->reqs[slot] = (comm_req){.used = 1, .buf = buf, .n = n, .avg = op == WF_COMM_AVG, .seq = seq};
+    c->reqs[slot] = (comm_req){.used = 1, .buf = buf, .n = n, .avg = op == WF_COMM_AVG, .seq = seq,
+                               .wait_name = "wait iall_reduce"};
+    c->n_out++;
+    req->slot = slot;
+    req->seq = seq;
+    return WF_OK;
+}
+
+wf_status wf_comm_ireduce_scatter(wf_comm *c, const float *send, float *recv, const size_t *counts,
+                                  wf_comm_op op, const char *tag, wf_comm_request *req) {
+    wf_dist_bop bop;
+    size_t total;
+    if (!req)
+        return wf_error(WF_ERR_INVALID, "dist: ireduce_scatter \"%s\": NULL request", tag ? tag : "");
+    req->slot = -1;
+    req->seq = 0;
+    if (op != WF_COMM_SUM && op != WF_COMM_AVG)
+        return wf_error(WF_ERR_INVALID, "dist: ireduce_scatter \"%s\": op %s is not sum or avg",
+                        tag ? tag : "", op_name(op));
+    WF_TRY(backend_op(op, WF_DT_F32, "ireduce_scatter", tag, &bop));
+    WF_TRY(check_counts(c, counts, "ireduce_scatter", tag, &total));
+    size_t mine = counts[c->rank];
+    if ((total && !send) || (mine && !recv))
+        return wf_error(WF_ERR_INVALID, "dist: ireduce_scatter \"%s\": NULL buffer", tag ? tag : "");
+    if (mine && send && recv < send + total && send < recv + mine)
+        return wf_error(WF_ERR_INVALID,
+                        "dist: ireduce_scatter \"%s\": the receive buffer overlaps the send buffer",
+                        tag ? tag : "");
+    int slot = free_slot(c);
+    if (slot < 0) return no_slot(c, "ireduce_scatter", tag);
+    uint64_t seq = wf_watchdog_begin(c->wd, "ireduce_scatter", tag, total * sizeof(float), 0);
+    wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "ireduce_scatter", (int64_t)(total * sizeof(float)));
+    int rc = c->be->ireduce_scatter(c->st, slot, send, recv, counts, bop);
+    wf_trace_end(span);
+    if (rc != 0) {
+        wf_watchdog_end(c->wd, seq, 0);
+        return comm_fail(c, "ireduce_scatter", tag);
+    }
+    c->reqs[slot] = (comm_req){.used = 1, .buf = recv, .n = mine, .avg = op == WF_COMM_AVG, .seq = seq,
+                               .wait_name = "wait ireduce_scatter"};
     c->n_out++;
     req->slot = slot;
     req->seq = seq;
@@ -683,7 +728,7 @@ wf_status wf_comm_wait(wf_comm *c, wf_comm_request *req) {
     if (!q->done) {
         /* The time blocked on a non-blocking collective: the part of it the
          * computation did not hide. */
-        wf_trace_span span = wf_trace_begin(WF_TRACE_COMM, "wait iall_reduce");
+        wf_trace_span span = wf_trace_begin(WF_TRACE_COMM, q->wait_name);
         wf_watchdog_block(c->wd, req->seq);
         int rc = c->be->wait(c->st, req->slot);
         req_finish(c, req->slot, rc == 0);

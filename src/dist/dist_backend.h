@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-#define WF_DIST_ABI 1
+#define WF_DIST_ABI 2
 #define WF_DIST_BACKEND_SYMBOL "wf_dist_backend_v1"
 
 typedef enum { WF_DT_F32 = 0, WF_DT_F64, WF_DT_I32, WF_DT_BYTE } wf_dist_dtype;
@@ -54,6 +54,12 @@ typedef struct wf_dist_backend {
     int (*reduce_scatter)(void *state, const float *send, float *recv, const size_t *counts,
                           wf_dist_bop op);
     int (*all_gather)(void *state, float *buf, const size_t *counts);
+    /* Non-blocking reduce-scatter into request slot `slot`, completed by
+     * test or wait; counts as reduce_scatter's (the backend keeps its own
+     * copy until the request completes). recv (counts[rank] floats) does
+     * not overlap send; it may be NULL when counts[rank] is 0. */
+    int (*ireduce_scatter)(void *state, int slot, const float *send, float *recv,
+                           const size_t *counts, wf_dist_bop op);
     /* Every rank's `bytes` bytes of `mine`, in rank order, into out
      * (size x bytes); bytes <= WF_DIST_MAX_COUNT. */
     int (*all_gather_bytes)(void *state, const void *mine, void *out, size_t bytes);

@@ -1,6 +1,7 @@
 /* The single-process backend: a world of one rank. Every collective is the
  * identity (a reduction over one rank is its input; its gather is its own
- * part) except reduce-scatter, which copies the rank's part. No MPI, no
+ * part) except reduce-scatter (blocking or not), which copies the rank's
+ * part. No MPI, no
  * threads; used whenever weft runs without a launcher. */
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,12 @@ static int single_reduce_scatter(void *state, const float *send, float *recv,
     return 0;
 }
 
+/* Completes at once: the copy is the whole collective. */
+static int single_ireduce_scatter(void *state, int slot, const float *send, float *recv,
+                                  const size_t *counts, wf_dist_bop op) {
+    return single_reduce_scatter(state, send, recv, counts, op);
+}
+
 static int single_all_gather(void *state, float *buf, const size_t *counts) { return 0; }
 static int single_all_gather_bytes(void *state, const void *mine, void *out, size_t bytes) {
     if (bytes && out != mine) memmove(out, mine, bytes);
@@ -68,6 +75,7 @@ const wf_dist_backend *wf_dist_single_backend(void) {
         .wait = single_wait,
         .reduce_scatter = single_reduce_scatter,
         .all_gather = single_all_gather,
+        .ireduce_scatter = single_ireduce_scatter,
         .all_gather_bytes = single_all_gather_bytes,
         .broadcast = single_broadcast,
         .barrier = single_barrier,

@@ -19,7 +19,16 @@
  * by 1 / world size (wf_reducer_set_op): the trainer folds that scale into
  * its backward, so no pass over the buffer follows the transfer.
  *
- * Nothing is allocated after create.
+ * ZeRO-1's mode (wf_reducer_set_shards) keeps the plan, the order and the
+ * hook, and only changes what a bucket starts: a non-blocking
+ * reduce-scatter of the bucket's span whose per-rank counts are the span's
+ * intersections with the ranks' shards. Shards are contiguous and in rank
+ * order, so those parts, laid end to end in rank order, are the span
+ * itself: each rank receives its part of the bucket straight into its
+ * gradient shard. A bucket inside one rank's shard gives every other rank
+ * an empty part (they still join the collective, as MPI requires).
+ *
+ * Nothing is allocated after create and set_shards.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +50,12 @@ struct wf_reducer {
     int next_done;           /* first bucket not waited for this step */
     int overlapped, last_overlapped;
     wf_comm_op op;           /* AVG (default) or SUM */
+    /* ZeRO-1's mode (shard != NULL): the per-rank counts of each bucket's
+     * reduce-scatter and where this rank's part lands in shard. */
+    float *shard;
+    int world, rank;
+    size_t *part_counts;     /* (n_buckets x world) */
+    size_t *part_dst;        /* (n_buckets) offset in shard of this rank's part */
 };
 
 void wf_reducer_destroy(wf_reducer *r) {
@@ -52,6 +67,8 @@ void wf_reducer_destroy(wf_reducer *r) {
     free(r->pending);
     free(r->ready);
     free(r->req);
+    free(r->part_counts);
+    free(r->part_dst);
     free(r);
 }
 
@@ -137,6 +154,64 @@ wf_status wf_reducer_set_op(wf_reducer *r, wf_comm_op op) {
     return WF_OK;
 }
 
+wf_status wf_reducer_set_shards(wf_reducer *r, const wf_zero1_plan *p, int rank, float *shard) {
+    int w = wf_comm_size(r->c);
+    if (!p || !shard || p->world != w || rank != wf_comm_rank(r->c))
+        return wf_error(WF_ERR_INVALID,
+                        "dist: reducer: set_shards needs this rank's plan (%d ranks) and shard "
+                        "buffer (got %s plan of %d ranks for rank %d, shard %s)",
+                        w, p ? "a" : "no", p ? p->world : 0, rank, shard ? "set" : "NULL");
+    if (r->next_start > 0)
+        return wf_error(WF_ERR_INVALID,
+                        "dist: reducer: cannot switch to shards while %d bucket(s) of this step "
+                        "have started; call wf_reducer_finish first",
+                        r->next_start);
+    /* The buckets must tile the plan's buffer, or some shard floats would
+     * never be written. Bucket 0 holds the last tensors. */
+    size_t end = 0;
+    for (int b = r->n_buckets - 1; b >= 0; b--) {
+        if (r->span[b].offset != end)
+            return wf_error(WF_ERR_INVALID,
+                            "dist: reducer: bucket %d starts at float %zu, not at %zu where the "
+                            "previous one ends: ZeRO-1's buckets must cover the gradient buffer "
+                            "without gaps (tensors from offset 0, back to back)",
+                            b, r->span[b].offset, end);
+        end += r->span[b].numel;
+    }
+    if (end != p->n)
+        return wf_error(WF_ERR_INVALID,
+                        "dist: reducer: the buckets cover %zu floats, the ZeRO-1 plan %zu: plan "
+                        "the shards over the same gradient buffer",
+                        end, p->n);
+    size_t nb = (size_t)r->n_buckets, nw = (size_t)w;
+    size_t *counts = calloc(nb * nw, sizeof *counts), *dst = calloc(nb, sizeof *dst);
+    if (!counts || !dst) {
+        free(counts);
+        free(dst);
+        return wf_error(WF_ERR_NOMEM, "dist: out of memory for the reducer's %d bucket parts",
+                        r->n_buckets);
+    }
+    for (size_t b = 0; b < nb; b++) {
+        size_t a = r->span[b].offset, e = a + r->span[b].numel;
+        for (size_t q = 0; q < nw; q++) {
+            size_t lo = p->offsets[q], hi = lo + p->counts[q];
+            lo = lo > a ? lo : a;
+            hi = hi < e ? hi : e;
+            counts[b * nw + q] = hi > lo ? hi - lo : 0;
+        }
+        size_t mine = p->offsets[rank];
+        dst[b] = a > mine ? a - mine : 0;
+    }
+    free(r->part_counts);
+    free(r->part_dst);
+    r->part_counts = counts;
+    r->part_dst = dst;
+    r->shard = shard;
+    r->world = w;
+    r->rank = rank;
+    return WF_OK;
+}
+
 int wf_reducer_num_buckets(const wf_reducer *r) { return r->n_buckets; }
 
 wf_dist_span wf_reducer_bucket(const wf_reducer *r, int b, int *first_tensor, int *last_tensor) {
@@ -166,6 +241,11 @@ static wf_status start_bucket(wf_reducer *r, int b) {
         r->next_done++;
     }
     const wf_dist_span *s = &r->span[b];
+    if (r->shard) {
+        const size_t *counts = r->part_counts + (size_t)b * (size_t)r->world;
+        float *dst = counts[r->rank] ? r->shard + r->part_dst[b] : NULL;
+        return wf_comm_ireduce_scatter(r->c, r->grads + s->offset, dst, counts, r->op, tag, &r->req[b]);
+    }
     return wf_comm_iall_reduce(r->c, r->grads + s->offset, s->numel, r->op, tag, &r->req[b]);
 }
 

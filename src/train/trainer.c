@@ -13,7 +13,7 @@
  *
  * With several ranks (docs/distributed.md): DDP all-reduces the gradient
  * in buckets during the backward; with dist.zero1, ZeRO-1 reduce-scatters
- * it after the backward, each rank updates its shard of the parameters with
+ * the same buckets during the backward, each rank updates its shard of the parameters with
  * its shard of the AdamW moments, and the parameters are all-gathered.
  *
  * Observability (src/obs): every step becomes one wf_metrics_step record
@@ -59,7 +59,7 @@ typedef struct {
     /* data parallelism */
     wf_comm *comm;
     int rank, world;
-    wf_reducer *reducer;       /* world > 1, DDP */
+    wf_reducer *reducer;       /* world > 1: DDP's buckets, or ZeRO-1's (reduce-scattered into gshard) */
     int zero1;                 /* world > 1 and dist.zero1: ZeRO-1 instead of DDP */
     wf_zero1_plan zplan;       /* zero1: the shards of the parameter buffer */
     float *gshard;             /* zero1: (zplan.counts[rank]) this rank's shard of the mean gradient */
@@ -161,7 +161,9 @@ static void grad_ready(void *ctx, size_t offset, size_t numel) {
     }
 }
 
-/* DDP's gradient buckets over the model's tensors (in buffer order). */
+/* The gradient buckets over the model's tensors (in buffer order): DDP
+ * all-reduces them; ZeRO-1 (make_zero1 first) reduce-scatters each into
+ * this rank's gradient shard. */
 static wf_status make_reducer(trainer *t) {
     int nt = wf_model_num_tensors(t->model);
     wf_dist_span *spans = calloc((size_t)nt, sizeof *spans);
@@ -175,7 +177,13 @@ static wf_status make_reducer(trainer *t) {
     free(spans);
     /* The backward scales by 1 / world (run_step): the buckets sum. */
     if (s == WF_OK) s = wf_reducer_set_op(t->reducer, WF_COMM_SUM);
-    if (s == WF_OK)
+    if (s == WF_OK && t->zero1) s = wf_reducer_set_shards(t->reducer, &t->zplan, t->rank, t->gshard);
+    if (s == WF_OK && t->zero1 && t->rank == 0)
+        WF_INFO("ZeRO-1: %d reduce-scatter bucket%s of up to %.1f MB of the gradient, each started during the "
+                "backward as soon as its tensors are ready",
+                wf_reducer_num_buckets(t->reducer), wf_reducer_num_buckets(t->reducer) == 1 ? "" : "s",
+                t->tc->dist_bucket_mb);
+    else if (s == WF_OK && !t->zero1)
         WF_INFO("DDP: %d ranks (%s), %d gradient bucket%s of up to %.1f MB", t->world, wf_comm_backend(t->comm),
                 wf_reducer_num_buckets(t->reducer), wf_reducer_num_buckets(t->reducer) == 1 ? "" : "s",
                 t->tc->dist_bucket_mb);
@@ -193,8 +201,8 @@ static wf_status make_zero1(trainer *t, const wf_adamw_config *ac) {
     if (!t->gshard) return wf_error(WF_ERR_NOMEM, "ZeRO-1: out of memory for the gradient shard (%zu floats)", count);
     wf_zero1_memory zm = wf_zero1_plan_memory(&t->zplan, 0, 2);
     if (t->rank == 0) {
-        WF_INFO("ZeRO-1: %d ranks (%s), shards of %zu of the %zu parameters: gradients reduce-scattered after the "
-                "backward, each rank updates its shard, parameters all-gathered",
+        WF_INFO("ZeRO-1: %d ranks (%s), shards of %zu of the %zu parameters: gradients reduce-scattered in buckets "
+                "during the backward, each rank updates its shard, parameters all-gathered",
                 t->world, wf_comm_backend(t->comm), t->zplan.shard_size, np);
         /* Rank 0's shard is a full one, the largest: the per-rank figure.
          * It counts the moments' shard and the gradient shard. */
@@ -264,6 +272,7 @@ static wf_status trainer_setup(trainer *t, const wf_train_config *tc) {
         WF_INFO("dist.zero1 = true with one process: nothing to shard, the optimizer is the usual one");
     if (t->zero1) {
         WF_TRY(make_zero1(t, &ac));
+        WF_TRY(make_reducer(t));
     } else {
         WF_TRY(wf_adamw_create(&t->opt, &ac, t->model, t->arena));
         if (t->world > 1) WF_TRY(make_reducer(t));
@@ -898,22 +907,22 @@ static wf_status run_step(trainer *t, const wf_lr_schedule *sched, int64_t step,
         /* Every rank's gradients become the sum over ranks of each rank's
          * mean over its equal part of the batch scaled by 1 / world: the
          * mean over the global batch. The logged loss becomes the average.
-         * DDP: the whole gradient, on every rank, by the buckets; ZeRO-1:
-         * this rank's shard of it, by one reduce-scatter. Every rank then
+         * DDP: the whole gradient, on every rank, by the buckets'
+         * all-reduces; ZeRO-1: this rank's shard of it, by the same buckets'
+         * reduce-scatters. Both started during the backward. Every rank then
          * applies the same update to the same parameters (ZeRO-1: each to
          * its shard, then the all-gather). */
         double tr = wf_time_now();
         wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, t->zero1 ? "grad reduce-scatter" : "grad all-reduce");
-        wf_status s = t->zero1 ? wf_comm_reduce_scatter(t->comm, wf_model_grads(t->model), t->gshard,
-                                                        t->zplan.counts, WF_COMM_SUM, "grad reduce-scatter")
-                               : wf_reducer_finish(t->reducer);
-        /* DDP: what the buckets did not hide behind the backward, waiting
-         * for the slowest rank included. */
+        wf_status s = wf_reducer_finish(t->reducer);
+        /* What the buckets did not hide behind the backward, waiting for
+         * the slowest rank included. */
         o->comm_s += wf_time_now() - tr;
         if (s == WF_OK) s = wf_comm_all_reduce_f64(t->comm, &o->loss, 1, WF_COMM_AVG, "loss");
-        if (s == WF_OK && step == 0 && t->rank == 0 && !t->zero1)
-            WF_INFO("DDP: %d of %d gradient buckets started during the backward", wf_reducer_overlapped(t->reducer),
-                    wf_reducer_num_buckets(t->reducer));
+        if (s == WF_OK && step == 0 && t->rank == 0)
+            WF_INFO("%s: %d of %d %s buckets started during the backward", t->zero1 ? "ZeRO-1" : "DDP",
+                    wf_reducer_overlapped(t->reducer), wf_reducer_num_buckets(t->reducer),
+                    t->zero1 ? "reduce-scatter" : "gradient");
         wf_trace_end(span);
         WF_TRY(s);
         o->fwd_bwd_s += wf_time_now() - tr;

@@ -8,6 +8,9 @@ What is checked:
 - every collective against exact expectations, and bitwise-equal
   all-reduce results on all ranks;
 - non-blocking all-reduces complete through wf_comm_test alone (overlap);
+- the non-blocking reduce-scatter (exact, empty parts included) and the
+  reducer in ZeRO-1's mode (buckets reduce-scattered into the shards, some
+  inside one rank's shard, some across shards);
 - DDP through the bucketed reducer: the averaged gradient of one global
   batch at np = 1, 2, 4 equals the exact mean within the tolerance that
   reduction order explains (below), whatever order tensors become ready in;
@@ -37,6 +40,7 @@ Every launcher run has a timeout and its whole process group is killed
 when it ends, so no rank outlives a test.
 """
 import os
+import re
 import signal
 import shutil
 import subprocess
@@ -107,7 +111,9 @@ COLLECTIVE_CHECKS = (
     [f"all_reduce_{op}_{n}" for n in (1, 1000, 12345, 1 << 20) for op in ("sum", "avg", "max", "min")]
     + [f"all_reduce_same_bits_{n}" for n in (1, 1000, 12345, 1 << 20)]
     + ["all_reduce_f64_avg", "all_reduce_i32", "agree", "reduce_scatter_sum", "reduce_scatter_avg",
-       "all_gather", "broadcast", "check_replicas", "all_gather_bytes", "iall_reduce"])
+       "all_gather", "broadcast", "check_replicas", "all_gather_bytes", "iall_reduce",
+       "ireduce_scatter_sum", "ireduce_scatter_avg", "ireduce_scatter_uneven",
+       "reducer_shards_sum", "reducer_shards_avg", "reducer_shards_refuses_other_plan"])
 
 
 @pytest.mark.parametrize("impl,n", CASES, ids=IDS)
@@ -116,6 +122,10 @@ def test_collectives(impl, n):
     for name in COLLECTIVE_CHECKS:
         assert f"check {name}: ok" in r.stdout, f"{name} not ok:\n{r.stdout}\n{r.stderr[-3000:]}"
     assert r.returncode == 0, r.stderr[-3000:]
+    # ZeRO-1's buckets: some inside one rank's shard (the other ranks'
+    # parts empty) and, with several ranks, some across shards
+    m = re.search(r"reducer shards: (\d+) buckets, (\d+) inside one shard, (\d+) across shards", r.stdout)
+    assert m and int(m[2]) > 0 and (n == 1 or int(m[3]) > 0), r.stdout
 
 
 @pytest.mark.parametrize("impl,n", [c for c in CASES if c[1] > 1], ids=[i for c, i in zip(CASES, IDS) if c[1] > 1])

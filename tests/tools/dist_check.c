@@ -8,7 +8,9 @@
  *   dist_check collectives
  *       checks every collective against values it can compute itself
  *       (integer-valued floats, so sums are exact) and that all ranks hold
- *       bitwise the same all-reduce result for inexact data; rank 0 prints
+ *       bitwise the same all-reduce result for inexact data (also the
+ *       non-blocking reduce-scatter, and the reducer in ZeRO-1's mode:
+ *       buckets reduce-scattered into this rank's shard); rank 0 prints
  *       "check NAME: ok" or "check NAME: FAILED on ranks ...".
  *   dist_check overlap
  *       starts a non-blocking all-reduce of 8 MiB and computes while
@@ -206,6 +208,136 @@ static int check_same_bits(wf_comm *c, size_t n) {
     return 0;
 }
 
+/* ---- non-blocking reduce-scatter --------------------------------------- */
+
+/* The sum (or mean) over ranks of ival at global element g. */
+static float ival_reduced(size_t g, int avg) {
+    float s = 0;
+    for (int r = 0; r < size_; r++) s += ival(r, g);
+    return avg ? s / (float)size_ : s;
+}
+
+/* wf_comm_ireduce_scatter over ZeRO-1's shards (SUM and AVG in flight at
+ * once, waited in reverse order), and with parts that are empty (rank 0's
+ * always, every even rank's), exact. */
+static int check_ireduce_scatter(wf_comm *c) {
+    const size_t n = 10007;
+    wf_zero1_plan p;
+    if (wf_zero1_plan_init(&p, n, size_, 16) != WF_OK) return die("zero1 plan");
+    float *full = malloc(n * sizeof *full), *part[2];
+    part[0] = malloc((p.shard_size + 1) * sizeof(float));
+    part[1] = malloc((p.shard_size + 1) * sizeof(float));
+    if (!full || !part[0] || !part[1]) return 1;
+    for (size_t i = 0; i < n; i++) full[i] = ival(rank_, i);
+    wf_comm_request req[2];
+    for (int k = 0; k < 2; k++)
+        if (wf_comm_ireduce_scatter(c, full, part[k], p.counts, k ? WF_COMM_AVG : WF_COMM_SUM,
+                                    "irs check", &req[k]) != WF_OK)
+            return die("ireduce_scatter");
+    for (int k = 1; k >= 0; k--) {
+        if (wf_comm_wait(c, &req[k]) != WF_OK) return die("wait");
+        int ok = req[k].slot == -1;
+        for (size_t i = 0; i < p.counts[rank_]; i++)
+            if (part[k][i] != ival_reduced(p.offsets[rank_] + i, k)) ok = 0;
+        report(c, k ? "ireduce_scatter_avg" : "ireduce_scatter_sum", ok);
+    }
+    /* Uneven counts, the even ranks' empty (at one rank: nothing at all).
+     * An empty part's buffer is NULL and must not be written. */
+    size_t *counts = calloc((size_t)size_, sizeof *counts), total = 0, mine_off = 0;
+    if (!counts) return 1;
+    for (int r = 0; r < size_; r++) {
+        counts[r] = r % 2 ? 100 * (size_t)r + 3 : 0;
+        if (r < rank_) mine_off += counts[r];
+        total += counts[r];
+    }
+    float sentinel = -7;
+    float *recv = counts[rank_] ? part[0] : NULL;
+    if (counts[rank_]) part[0][counts[rank_]] = sentinel;
+    wf_comm_request rq;
+    if (wf_comm_ireduce_scatter(c, full, recv, counts, WF_COMM_SUM, "irs uneven", &rq) != WF_OK)
+        return die("ireduce_scatter");
+    int done = 0;
+    while (!done)
+        if (wf_comm_test(c, &rq, &done) != WF_OK) return die("test");
+    int ok = total <= n;
+    for (size_t i = 0; i < counts[rank_]; i++)
+        if (part[0][i] != ival_reduced(mine_off + i, 0)) ok = 0;
+    if (counts[rank_] && part[0][counts[rank_]] != sentinel) ok = 0;
+    report(c, "ireduce_scatter_uneven", ok);
+    free(counts);
+    free(full);
+    free(part[0]);
+    free(part[1]);
+    wf_zero1_plan_deinit(&p);
+    return 0;
+}
+
+/* The reducer in ZeRO-1's mode: buckets of tensors (some inside one rank's
+ * shard, some across shards, parts of other ranks empty) reduce-scattered
+ * into this rank's shard, two steps (SUM with the tensors ready in reverse
+ * order, AVG in forward order); the shard holds the exact reduced
+ * gradient, the gradient buffer is unchanged. */
+static int check_reducer_shards(wf_comm *c) {
+    static const size_t sizes[] = {5000, 16, 700, 3, 2000, 40, 1, 900, 3000};
+    enum { NT = 9 };
+    wf_dist_span spans[NT];
+    size_t n = 0;
+    for (int i = 0; i < NT; i++) {
+        spans[i] = (wf_dist_span){n, sizes[i]};
+        n += sizes[i];
+    }
+    wf_zero1_plan p;
+    if (wf_zero1_plan_init(&p, n, size_, 16) != WF_OK) return die("zero1 plan");
+    float *g = malloc(n * sizeof *g), *shard = malloc((p.shard_size + 1) * sizeof *shard);
+    if (!g || !shard) return 1;
+    wf_reducer *red;
+    if (wf_reducer_create(&red, c, g, spans, NT, 400) != WF_OK) return die("reducer");
+    if (wf_reducer_set_shards(red, &p, rank_, shard) != WF_OK) return die("set_shards");
+    /* Which kinds of bucket this plan has: inside one shard, across two+. */
+    int inside = 0, across = 0;
+    for (int b = 0; b < wf_reducer_num_buckets(red); b++) {
+        wf_dist_span s = wf_reducer_bucket(red, b, NULL, NULL);
+        int parts = 0;
+        for (int r = 0; r < size_; r++)
+            if (p.offsets[r] < s.offset + s.numel && s.offset < p.offsets[r] + p.counts[r]) parts++;
+        if (parts == 1) inside++;
+        else across++;
+    }
+    if (rank_ == 0) printf("reducer shards: %d buckets, %d inside one shard, %d across shards\n",
+                           wf_reducer_num_buckets(red), inside, across);
+    int ok = inside > 0 && (size_ == 1 || across > 0);
+    for (int step = 0; step < 2; step++) {
+        wf_comm_op op = step ? WF_COMM_AVG : WF_COMM_SUM;
+        if (wf_reducer_set_op(red, op) != WF_OK) return die("set_op");
+        for (size_t i = 0; i < n; i++) g[i] = ival(rank_, i + (size_t)step);
+        for (size_t i = 0; i < p.shard_size + 1; i++) shard[i] = -9;
+        for (int k = 0; k < NT; k++) {
+            if (wf_reducer_ready(red, step ? k : NT - 1 - k) != WF_OK) return die("ready");
+            compute(20000);
+        }
+        if (wf_reducer_finish(red) != WF_OK) return die("finish");
+        if (step == 0 && wf_reducer_overlapped(red) != wf_reducer_num_buckets(red)) ok = 0;
+        for (size_t i = 0; i < p.counts[rank_]; i++)
+            if (shard[i] != ival_reduced(p.offsets[rank_] + i + (size_t)step, step)) ok = 0;
+        if (shard[p.counts[rank_]] != -9) ok = 0; /* nothing past the shard */
+        for (size_t i = 0; i < n; i++)
+            if (g[i] != ival(rank_, i + (size_t)step)) ok = 0;
+        report(c, step ? "reducer_shards_avg" : "reducer_shards_sum", ok);
+    }
+    /* A plan of another buffer is refused with a message. */
+    wf_zero1_plan q;
+    if (wf_zero1_plan_init(&q, n + 1, size_, 16) != WF_OK) return die("zero1 plan");
+    wf_status st = wf_reducer_set_shards(red, &q, rank_, shard);
+    report(c, "reducer_shards_refuses_other_plan",
+           st == WF_ERR_INVALID && strstr(wf_error_msg(), "the ZeRO-1 plan") != NULL);
+    wf_zero1_plan_deinit(&q);
+    wf_reducer_destroy(red);
+    wf_zero1_plan_deinit(&p);
+    free(g);
+    free(shard);
+    return 0;
+}
+
 static int cmd_collectives(wf_comm *c) {
     const size_t sizes[] = {1, 1000, 12345, (size_t)1 << 20};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
@@ -319,6 +451,7 @@ static int cmd_collectives(wf_comm *c) {
         free(bufs[b]);
     }
     report(c, "iall_reduce", ok);
+    if (check_ireduce_scatter(c) || check_reducer_shards(c)) return 1;
     if (rank_ == 0) printf("collectives done: %d failed\n", failures_);
     return failures_ ? 1 : 0;
 }

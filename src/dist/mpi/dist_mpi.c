@@ -14,8 +14,9 @@
  * MPI_THREAD_SERIALIZED: weft calls it from one thread at a time.
  *
  * Reduce-scatter and all-gather use the "v" forms (MPI_Reduce_scatter,
- * MPI_Allgatherv with MPI_IN_PLACE), so ZeRO-1's shards can differ in size
- * and no buffer needs padding.
+ * MPI_Ireduce_scatter, MPI_Allgatherv with MPI_IN_PLACE), so ZeRO-1's
+ * shards can differ in size and no buffer needs padding. A non-blocking
+ * reduce-scatter's counts live in its slot's own array until it completes.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -38,6 +39,10 @@ typedef struct {
     MPI_Comm comm;
     int rank, size;
     int *icounts, *idispls; /* (size) scratch for the "v" collectives */
+    /* (MPI_BACKEND_MAX_REQUESTS x size) the counts of each slot's
+     * non-blocking reduce-scatter: MPI reads them until it completes. */
+    int *slot_counts;
+    float empty; /* the receive buffer of an empty part */
     MPI_Request reqs[MPI_BACKEND_MAX_REQUESTS];
     char err[1024];
 } mpi_state;
@@ -107,9 +112,11 @@ static int mpi_init(void **state, int *rank, int *size, int *local_rank, char *v
     for (int i = 0; i < MPI_BACKEND_MAX_REQUESTS; i++) s->reqs[i] = MPI_REQUEST_NULL;
     s->icounts = calloc((size_t)s->size, sizeof *s->icounts);
     s->idispls = calloc((size_t)s->size, sizeof *s->idispls);
-    if (!s->icounts || !s->idispls) {
+    s->slot_counts = calloc((size_t)MPI_BACKEND_MAX_REQUESTS * (size_t)s->size, sizeof *s->slot_counts);
+    if (!s->icounts || !s->idispls || !s->slot_counts) {
         free(s->icounts);
         free(s->idispls);
+        free(s->slot_counts);
         MPI_Comm_free(&s->comm);
         free(s);
         snprintf(init_err_, sizeof init_err_, "out of memory for the MPI backend's state");
@@ -143,6 +150,7 @@ static void mpi_finalize(void *state) {
         MPI_Comm_free(&s->comm);
         free(s->icounts);
         free(s->idispls);
+        free(s->slot_counts);
         free(s);
     }
     int fin = 0;
@@ -196,6 +204,16 @@ static int mpi_reduce_scatter(void *state, const float *send, float *recv, const
     return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Reduce_scatter", rc);
 }
 
+static int mpi_ireduce_scatter(void *state, int slot, const float *send, float *recv,
+                               const size_t *counts, wf_dist_bop op) {
+    mpi_state *s = state;
+    int *ic = s->slot_counts + (size_t)slot * (size_t)s->size;
+    for (int r = 0; r < s->size; r++) ic[r] = (int)counts[r];
+    int rc = MPI_Ireduce_scatter(send, counts[s->rank] ? recv : &s->empty, ic, MPI_FLOAT, mpi_op(op),
+                                 s->comm, &s->reqs[slot]);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Ireduce_scatter", rc);
+}
+
 static int mpi_all_gather(void *state, float *buf, const size_t *counts) {
     mpi_state *s = state;
     size_t off = 0;
@@ -243,6 +261,7 @@ const wf_dist_backend *wf_dist_backend_v1(void) {
         .wait = mpi_wait,
         .reduce_scatter = mpi_reduce_scatter,
         .all_gather = mpi_all_gather,
+        .ireduce_scatter = mpi_ireduce_scatter,
         .all_gather_bytes = mpi_all_gather_bytes,
         .broadcast = mpi_broadcast,
         .barrier = mpi_barrier,
