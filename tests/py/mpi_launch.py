@@ -2,6 +2,7 @@
 environment for them, and a run with a timeout that kills the whole process
 group, so that no rank outlives a test. Shared by test_dist_mpi.py,
 test_train_dist.py and test_srun.py (which runs srun through run())."""
+import contextlib
 import os
 import shutil
 import signal
@@ -39,27 +40,43 @@ def launch(exe, impl, np_, args, timeout=60, env=None):
     return run(command(exe, impl, np_, args), timeout, env)
 
 
-def run(cmd, timeout=60, env=None):
-    """Runs the command line cmd (a launcher's, e.g. srun's) in launcher_env()
-    updated with env, in a session of its own. Kills the whole process group
-    when done or timed out."""
-    cmd = [str(a) for a in cmd]
+@contextlib.contextmanager
+def started(cmd, env=None, stdout=subprocess.PIPE):
+    """Starts the command line cmd in launcher_env() updated with env, in a
+    session of its own, for a test that acts on the job while it runs;
+    kills the whole process group on leaving."""
     e = launcher_env()
     if env:
         e.update(env)
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
+    p = subprocess.Popen([str(a) for a in cmd], stdout=stdout, stderr=subprocess.PIPE, text=True, env=e,
                          start_new_session=True)
     try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout} s (hang)\n{out[-3000:]}\n{err[-3000:]}")
+        yield p
     finally:
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def finish(p, timeout, what):
+    """(stdout, stderr) of the started job p once it ends; fails the test
+    (killing the group) when it has not ended after timeout seconds."""
+    try:
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"{what} did not finish in {timeout} s (hang)\n{(out or '')[-3000:]}\n{(err or '')[-3000:]}")
+
+
+def run(cmd, timeout=60, env=None):
+    """Runs the command line cmd (a launcher's, e.g. srun's) in launcher_env()
+    updated with env, in a session of its own. Kills the whole process group
+    when done or timed out."""
+    cmd = [str(a) for a in cmd]
+    with started(cmd, env) as p:
+        out, err = finish(p, timeout, " ".join(cmd))
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 

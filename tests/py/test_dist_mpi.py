@@ -39,7 +39,6 @@ hash, recomputed here.
 Every launcher run has a timeout and its whole process group is killed
 when it ends, so no rank outlives a test.
 """
-import os
 import re
 import signal
 import shutil
@@ -51,7 +50,7 @@ import pytest
 
 from conftest import BUILD
 import mpi_launch
-from mpi_launch import LAUNCH, check, launch, launcher_env
+from mpi_launch import LAUNCH, check, launch
 
 TOOL = BUILD / "tests" / "tools" / "dist_check"
 U = 2.0 ** -24
@@ -316,20 +315,13 @@ def test_signal_to_the_launcher(impl, sig, tmp_path):
     # stop at one step.
     cmd = LAUNCH[impl] + ["-np", "2", str(TOOL), "agree", "mode=none", "steps=1000000000",
                           f"dir={tmp_path}"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=launcher_env(), start_new_session=True)
-    try:
+    with mpi_launch.started(cmd) as p:
         deadline = time.monotonic() + 30
         while not (tmp_path / "RUNNING").exists():
             assert p.poll() is None and time.monotonic() < deadline, "the ranks did not start"
             time.sleep(0.05)
         p.send_signal(getattr(signal, sig))
-        out, err = p.communicate(timeout=30)
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        out, err = mpi_launch.finish(p, 30, f"the job after {sig}")
     decisions = [(tmp_path / f"decisions-r{r}").read_text().splitlines() for r in range(2)]
     assert len(decisions[0]) == 1 and decisions[0] == decisions[1], (decisions, err[-2000:])
     assert decisions[0][0].startswith("save and stop at step ") and decisions[0][0].endswith("(signal)")

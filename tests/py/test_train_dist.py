@@ -137,9 +137,7 @@ def test_stop_file_stops_every_rank_at_the_same_step(dataset, tmp_path):
     run = tmp_path / "run"
     cmd = mpi_launch.command(WEFT, "openmpi", 2, args(dataset, run, "--train.log_every=1", "--train.eval_every=0",
                                   "--ckpt.every=0", steps=5000))
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_launch.launcher_env(),
-                         start_new_session=True)
-    try:
+    with mpi_launch.started(cmd) as p:
         t0 = time.monotonic()
         for line in p.stdout:
             if line.startswith("step") and int(STEP.match(line).group(1)) >= 3:
@@ -147,16 +145,7 @@ def test_stop_file_stops_every_rank_at_the_same_step(dataset, tmp_path):
                 break
             if time.monotonic() - t0 > 60:
                 break
-        out, err = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        pytest.fail(f"did not stop in 60 s after the STOP file\n{err[-3000:]}")
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        out, err = mpi_launch.finish(p, 60, "the job after the STOP file")
     assert p.returncode == 0, err[-3000:]
     stopped = re.findall(r"\[weft r(\d) [^\]]*\] \S*STOP exists: stopped after step (\d+) of 5000", err)
     assert sorted(r for r, _ in stopped) == ["0", "1"], err[-3000:]
@@ -197,25 +186,14 @@ def test_signal_to_one_rank_stops_every_rank_at_the_same_step(dataset, tmp_path)
     run = tmp_path / "run"
     cmd = mpi_launch.command(WEFT, "openmpi", 2, args(dataset, run, "--train.log_every=1", "--train.eval_every=0",
                                   "--ckpt.every=0", "--dist.timeout_s=20", steps=5000))
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_launch.launcher_env(),
-                         start_new_session=True)
-    try:
+    with mpi_launch.started(cmd) as p:
         for line in p.stdout:
             if line.startswith("step") and int(STEP.match(line).group(1)) >= 3:
                 pid = _rank_pid(p.pid, 1)
                 assert pid, "rank 1's process not found"
                 os.kill(pid, signal.SIGUSR1)
                 break
-        out, err = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        pytest.fail(f"did not stop in 60 s after SIGUSR1 to rank 1\n{err[-3000:]}")
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        out, err = mpi_launch.finish(p, 60, "the job after SIGUSR1 to rank 1")
     assert p.returncode == 75, err[-3000:]
     stopped = re.findall(r"\[weft r(\d) [^\]]*\] SIGUSR1: stopped after step (\d+) of 5000", err)
     assert sorted(r for r, _ in stopped) == ["0", "1"], err[-3000:]
@@ -263,9 +241,7 @@ def test_trace_request_captures_the_same_steps_on_every_rank(dataset, tmp_path, 
     run = tmp_path / "run"
     cmd = mpi_launch.command(WEFT, impl, 2, args(dataset, run, "--ckpt.every=0", "--train.eval_every=0",
                                                  "--train.log_every=1000000", steps=1000000))
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=mpi_launch.launcher_env(), start_new_session=True)
-    try:
+    with mpi_launch.started(cmd, stdout=subprocess.DEVNULL) as proc:
         deadline = time.time() + 60
         metrics = run / "metrics.jsonl"
         while time.time() < deadline and not (metrics.exists() and metrics.stat().st_size > 0):
@@ -280,11 +256,7 @@ def test_trace_request_captures_the_same_steps_on_every_rank(dataset, tmp_path, 
             time.sleep(0.05)
         time.sleep(0.5)  # let both files be complete (each is renamed into place whole)
         (run / "STOP").touch()
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _, err = mpi_launch.finish(proc, 60, "the job after the STOP file")
     assert proc.returncode == 0, err[-3000:]
     m = re.search(r"trace: request (\S+): every rank captures 2 steps from step (\d+)", err)
     assert m, err[-3000:]
