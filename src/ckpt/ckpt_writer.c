@@ -86,6 +86,15 @@ static wf_status prune_after(wf_ckpt_writer *w, const char *dir, int *pruned) {
 
 /* The whole save of rank o.rank into `dir`: data file, manifest (world
  * size 1: this rank has every checksum), commit, retention. */
+/* Removes the temporary folder of a save that failed with `s`, keeping
+ * that error's message (best effort: wf_ckpt_cleanup catches what is left). */
+static void discard_tmp(const char *tmp, wf_status s) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", wf_error_msg());
+    wf_ckpt_remove_tree(tmp);
+    wf_error(s, "%s", msg);
+}
+
 static wf_status do_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const json_t *state,
                          const unsigned char *image, int *pruned) {
     *pruned = 0;
@@ -97,13 +106,7 @@ static wf_status do_save(wf_ckpt_writer *w, const char *dir, uint64_t step, cons
     if (s == WF_OK) s = wf_ckpt_write_data(&w->plan, w->o.rank, tmp, step, image, w->sums);
     if (s == WF_OK) s = wf_ckpt_write_manifest(&w->plan, tmp, step, state, w->sums);
     if (s == WF_OK) s = wf_ckpt_commit(tmp, dir);
-    if (s != WF_OK) {
-        wf_status keep = s;
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", wf_error_msg());
-        wf_ckpt_remove_tree(tmp); /* best effort; wf_ckpt_cleanup catches what is left */
-        wf_error(keep, "%s", msg);
-    }
+    if (s != WF_OK) discard_tmp(tmp, s);
     free(tmp);
     if (s == WF_OK) s = prune_after(w, dir, pruned);
     return s;
@@ -170,13 +173,7 @@ static wf_status do_save_ranks(wf_ckpt_writer *w, const char *dir, uint64_t step
         s = agree_phase(w, m, "to write the manifest and commit");
     }
     free(words);
-    if (s != WF_OK && rank == 0 && tmp && wf_path_exists(tmp)) {
-        wf_status keep = s;
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", wf_error_msg());
-        wf_ckpt_remove_tree(tmp); /* best effort; wf_ckpt_cleanup catches what is left */
-        wf_error(keep, "%s", msg);
-    }
+    if (s != WF_OK && rank == 0 && tmp && wf_path_exists(tmp)) discard_tmp(tmp, s);
     free(tmp);
     return s;
 }
@@ -265,9 +262,8 @@ static wf_status commit_ranks(wf_ckpt_writer *w, wf_ckpt_save_stats *stats) {
     snprintf(msg, sizeof msg, "%s", s == WF_OK ? "" : wf_error_msg());
     if (s != WF_OK && rank == 0 && wf_path_exists(w->pend_tmp)) {
         /* Every rank's write is over (all agreed above), so the folder is
-         * nobody's any more. Best effort; wf_ckpt_cleanup catches the rest. */
-        wf_ckpt_remove_tree(w->pend_tmp);
-        wf_error(s, "%s", msg);
+         * nobody's any more. */
+        discard_tmp(w->pend_tmp, s);
     }
     wf_trace_end(span);
     wf_ckpt_save_stats st = w->pend;
