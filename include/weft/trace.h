@@ -218,6 +218,10 @@ wf_status wf_trace_request_write(const char *run_dir, int64_t steps, wf_trace_re
  * file is removed too and reported as WF_ERR_FORMAT naming the file. */
 wf_status wf_trace_request_poll(const char *run_dir, wf_trace_request *req, int *found);
 
+/* wf_trace_capture of a request's steps, with "request <id>" as the
+ * trigger: what every rank calls for a request one rank claimed. */
+wf_status wf_trace_capture_request(const wf_trace_request *req);
+
 /* ------------------------------------------------------------------------
  * Analysis
  * ------------------------------------------------------------------------ */

@@ -446,6 +446,12 @@ wf_status wf_trace_capture(int64_t n_steps, const char *trigger) {
     return WF_OK;
 }
 
+wf_status wf_trace_capture_request(const wf_trace_request *req) {
+    char trig[128];
+    snprintf(trig, sizeof trig, "request %.*s", (int)sizeof req->id, req->id);
+    return wf_trace_capture(req->steps, trig);
+}
+
 /* Ends the ProfilerStep marker of the step that just finished. */
 static void end_step_marker(void) {
     if (T.step_span >= 0) wf_trace_end_slow_(T.step_span);
@@ -472,9 +478,7 @@ wf_status wf_trace_step(int64_t step) {
         if (ps != WF_OK) {
             WF_WARN("%s", wf_error_msg());
         } else if (found) {
-            char trig[128];
-            snprintf(trig, sizeof trig, "request %s", req.id);
-            wf_trace_capture(req.steps, trig);
+            wf_trace_capture_request(&req);
             WF_INFO("trace: request %s: capturing %" PRId64 " steps from step %" PRId64, req.id,
                     req.steps, step);
         }

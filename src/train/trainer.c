@@ -1182,9 +1182,7 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
             if (flags & AGREE_TRACE) {
                 WF_TRY(wf_comm_broadcast(t->comm, &req, sizeof req, 0, "trace request"));
                 req.id[sizeof req.id - 1] = '\0';
-                char trig[128];
-                snprintf(trig, sizeof trig, "request %s", req.id);
-                WF_TRY(wf_trace_capture(req.steps, trig));
+                WF_TRY(wf_trace_capture_request(&req));
                 if (t->rank == 0)
                     WF_INFO("trace: request %s: every rank captures %lld steps from step %lld", req.id,
                             (long long)req.steps, (long long)done + 1);
