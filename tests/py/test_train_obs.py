@@ -361,6 +361,16 @@ def test_spike_window_survives_a_resume(spiky, warned, tmp_path):
     assert recs[0]["step"] == stop + 1
     assert not any("loss_z" in r for r in recs[:30]) and "loss_z" in recs[30]
 
+    # A window that does not parse (a damaged manifest): said, and the
+    # detector starts empty as above rather than judging with wrong numbers.
+    man["state"]["spike"] = {"n": 3, "loss": "1.5 2.5 x", "grad_norm": "1 2 3"}
+    mpath.write_text(json.dumps(man))
+    bad = train(spiky, tmp_path / "bad", f"--ckpt.resume_from={mpath.parent}")
+    assert (f"{mpath.parent} has a spike detector window that is not 3 numbers (spike.loss or spike.grad_norm of "
+            "its manifest)") in bad.stderr, bad.stderr[-3000:]
+    recs = jsonl(tmp_path / "bad")
+    assert not any("loss_z" in r for r in recs[:30]) and "loss_z" in recs[30]
+
 
 def test_rollback_without_a_checkpoint_skips(spiky, tmp_path):
     s = spiky[2][0] + 1
