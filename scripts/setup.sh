@@ -13,6 +13,7 @@ say() { echo "[setup] $*"; }
 APT_PACKAGES=(
   build-essential clang pkg-config git ca-certificates
   libpcre2-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev
+  zstd  # the zstd command: tests/py/test_prep_cli.py reads shards with `zstd -dcq`
   python3 python3-venv python3-pip python3-numpy python3-torch
   libopenblas-openmp-dev
   libgumbo-dev libutf8proc-dev libcld2-dev wget r-doc-html

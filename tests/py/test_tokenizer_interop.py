@@ -9,13 +9,12 @@ library, in both directions:
    add_prefix_space; then variants: ignore_merges, old "a b" merges) load in
    weft and give the same ids.
 
-Texts: English (the Austen corpus), multilingual (Debian's translated man
-pages), emoji, random code points, and random bytes (decoded with
+Texts: English (the Austen corpus), multilingual (data/multilingual/, which
+scripts/setup.sh extracts from Debian's translated man pages), emoji, random code points, and random bytes (decoded with
 errors="replace" for `tokenizers`, which takes str; weft must also give back
 the exact bytes of the raw random bytes). weft is driven through its CLI
 (`weft tokenizer encode|decode`), the way a user runs it.
 """
-import gzip
 import json
 import random
 from pathlib import Path
@@ -27,7 +26,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
           r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"]
-MAN_LANGS = ["fr", "de", "es", "ru", "ja", "zh_CN", "ko", "pl", "uk", "tr", "cs", "sv"]
+ML_LANGS = ["fr", "de", "es", "ru", "ja", "zh_CN", "zh_TW", "pl"]
 
 # --------------------------------------------------------------------- texts
 
@@ -39,26 +38,24 @@ def austen_lines(corpus_dir, n_files):
     return text.split("\n")
 
 
-def man_text(lang, limit=60_000):
-    """Text of the translated man pages of one language (roff source)."""
-    out, size = [], 0
-    for d in sorted(Path("/usr/share/man", lang).glob("man*")):
-        for f in sorted(d.glob("*.gz")):
-            t = gzip.decompress(f.read_bytes()).decode("utf-8", errors="replace")
-            out.append(t)
-            size += len(t)
-            if size >= limit:
-                return "".join(out)
-    return "".join(out)
+def ml_text(root, lang, limit=60_000):
+    """The first `limit` characters of one language's text in
+    data/multilingual/ (scripts/setup.sh extracts it from Debian's
+    translated manual pages, so it does not depend on what this machine
+    has installed under /usr/share/man)."""
+    path = root / "data" / "multilingual" / f"{lang}.txt"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run scripts/setup.sh")
+    return path.read_text(encoding="utf-8")[:limit]
 
 
 @pytest.fixture(scope="module")
-def multilingual_lines():
+def multilingual_lines(root):
     lines = []
-    for lang in MAN_LANGS:
-        lines += man_text(lang).split("\n")
+    for lang in ML_LANGS:
+        lines += ml_text(root, lang).split("\n")
     if len(lines) < 1000:
-        pytest.fail("too little man-page text under /usr/share/man/<lang>/")
+        pytest.fail("too little text in data/multilingual/ (run scripts/setup.sh)")
     return lines
 
 

@@ -629,7 +629,7 @@ WF_TEST(langid_debian_man_pages) {
     char path[1024];
     snprintf(path, sizeof path, "%s/data/multilingual/de.txt", root ? root : ".");
     if (!wf_path_exists(path)) {
-        printf("skipped: %s is missing (run scripts/setup.sh)\n", path);
+        wf_test_fail(__FILE__, __LINE__, "%s is missing: run scripts/setup.sh (or set WEFT_ROOT)", path);
         return;
     }
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
