@@ -64,11 +64,9 @@ static void print_problem(void *ctx, const char *problem) {
 static int verify_one(const char *dir, int json) {
     wf_ckpt *c = NULL;
     wf_status s = wf_ckpt_open(&c, dir);
-    char first[2048] = "";
-    if (s != WF_OK) snprintf(first, sizeof first, "%s", wf_error_msg());
-    else if (!json) s = wf_ckpt_verify(c, print_problem, NULL);
-    else s = wf_ckpt_verify(c, NULL, NULL);
-    if (s != WF_OK && !first[0]) snprintf(first, sizeof first, "%s", wf_error_msg());
+    if (s == WF_OK) s = wf_ckpt_verify(c, json ? NULL : print_problem, NULL);
+    /* wf_ckpt_verify returns its first problem's message. */
+    const char *first = s == WF_OK ? "" : wf_error_msg();
     if (json) {
         json_t *o = json_object(), *probs = json_array();
         json_object_set_new(o, "path", json_string(dir));

@@ -532,19 +532,16 @@ wf_status wf_ckpt_load_rank(wf_ckpt *c, const wf_ckpt_tensor *tensors, size_t n,
 }
 
 wf_status wf_ckpt_verify(wf_ckpt *c, void (*report)(void *ctx, const char *problem), void *ctx) {
-    wf_status first = WF_OK;
-    char msg[1024] = "";
+    /* Every piece is checked (and reported); the first problem is the
+     * error returned. */
+    wf_error_keep first = WF_ERROR_KEEP_INIT;
     for (size_t k = 0; k < c->n_pieces; k++) {
         wf_status s = check_piece(c, &c->pieces[k]);
         if (s == WF_OK) continue;
         if (report) report(ctx, wf_error_msg());
-        if (first == WF_OK) {
-            first = s;
-            snprintf(msg, sizeof msg, "%s", wf_error_msg());
-        }
+        wf_error_keep_note(&first, s);
     }
-    if (first != WF_OK) wf_error(first, "%s", msg);
-    return first;
+    return wf_error_keep_restore(&first);
 }
 
 wf_status wf_ckpt_open_latest(const char *root, wf_ckpt **out) {

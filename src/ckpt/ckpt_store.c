@@ -140,6 +140,38 @@ static int rank_boxes(const wf_ckpt_tensor *t, int r, int w, int64_t (*off)[WF_C
     return wf_ckpt_range_boxes(t->shape, t->ndim, b, e, off, size);
 }
 
+static wf_status check_piece_follows(const wf_ckpt_plan *p, const wf_ckpt_piece *pc, int64_t expected) {
+    WF_CHECK(pc->elem_begin == expected && pc->elem_end > pc->elem_begin,
+             "checkpoint plan: tensor %s: rank %d's piece covers elements [%" PRId64 ", %" PRId64
+             ") but the pieces before it end at %" PRId64,
+             p->tensors[pc->tensor].name, pc->rank, pc->elem_begin, pc->elem_end, expected);
+    return WF_OK;
+}
+
+static wf_status check_tensor_covered(const wf_ckpt_plan *p, size_t i, int64_t end) {
+    WF_CHECK(end == numel_of(&p->tensors[i]), "checkpoint plan: tensor %s: the pieces cover %" PRId64 " of %" PRId64
+             " elements", p->tensors[i].name, end, numel_of(&p->tensors[i]));
+    return WF_OK;
+}
+
+/* The plan's pieces of each tensor, taken in rank order, must tile its
+ * elements exactly: each starts where the one before ended, the first at 0
+ * and the last at the tensor's end. A gap or an overlap would write a
+ * checkpoint that loads with some elements silently wrong. */
+static wf_status check_tiling(const wf_ckpt_plan *p) {
+    int64_t *next = calloc(p->n_tensors ? p->n_tensors : 1, sizeof *next);
+    if (!next) return wf_error(WF_ERR_NOMEM, "checkpoint: out of memory checking the plan");
+    wf_status s = WF_OK;
+    for (size_t k = 0; k < p->n_pieces && s == WF_OK; k++) {
+        const wf_ckpt_piece *pc = &p->pieces[k];
+        s = check_piece_follows(p, pc, next[pc->tensor]);
+        next[pc->tensor] = pc->elem_end;
+    }
+    for (size_t i = 0; i < p->n_tensors && s == WF_OK; i++) s = check_tensor_covered(p, i, next[i]);
+    free(next);
+    return s;
+}
+
 wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, int world_size) {
     memset(p, 0, sizeof *p);
     if (world_size < 1 || world_size > 100000)
@@ -222,7 +254,9 @@ wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, 
         p->rank_bytes[r] = off;
     }
     p->rank_first[world_size] = p->n_pieces;
-    return WF_OK;
+    wf_status s = check_tiling(p);
+    if (s != WF_OK) wf_ckpt_plan_free(p);
+    return s;
 }
 
 void wf_ckpt_data_name(char *buf, size_t n, int rank, int world_size) {

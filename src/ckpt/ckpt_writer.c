@@ -89,10 +89,10 @@ static wf_status prune_after(wf_ckpt_writer *w, const char *dir, int *pruned) {
 /* Removes the temporary folder of a save that failed with `s`, keeping
  * that error's message (best effort: wf_ckpt_cleanup catches what is left). */
 static void discard_tmp(const char *tmp, wf_status s) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", wf_error_msg());
+    wf_error_keep k = WF_ERROR_KEEP_INIT;
+    wf_error_keep_note(&k, s);
     wf_ckpt_remove_tree(tmp);
-    wf_error(s, "%s", msg);
+    wf_error_keep_restore(&k);
 }
 
 static wf_status do_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const json_t *state,

@@ -232,6 +232,11 @@ int wf_reducer_bucket_of(const wf_reducer *r, int tensor) {
 int wf_reducer_overlapped(const wf_reducer *r) { return r->last_overlapped; }
 
 static wf_status start_bucket(wf_reducer *r, int b) {
+    /* MPI matches collectives by order alone: a bucket started out of turn
+     * on one rank would be summed with another bucket of another rank. */
+    WF_CHECK(b == r->next_start && b >= r->next_done && b < r->n_buckets,
+             "dist: reducer: bucket %d started while bucket %d is next (of %d, %d done)", b, r->next_start,
+             r->n_buckets, r->next_done);
     char tag[48];
     snprintf(tag, sizeof tag, "grad bucket %d/%d", b, r->n_buckets);
     /* Keep within the communicator's request pool: buckets complete in
@@ -269,25 +274,15 @@ wf_status wf_reducer_ready(wf_reducer *r, int tensor) {
 }
 
 wf_status wf_reducer_finish(wf_reducer *r) {
-    wf_status first_err = WF_OK;
-    char msg[1024] = "";
+    /* Every bucket is started and waited for even after a failure, so that
+     * no request is left in flight; the first failure is the error. */
+    wf_error_keep first = WF_ERROR_KEEP_INIT;
     while (r->next_start < r->n_buckets) {
-        wf_status s = start_bucket(r, r->next_start);
-        if (s != WF_OK && first_err == WF_OK) {
-            first_err = s;
-            snprintf(msg, sizeof msg, "%s", wf_error_msg());
-        }
+        wf_error_keep_note(&first, start_bucket(r, r->next_start));
         r->next_start++;
     }
-    for (int b = r->next_done; b < r->n_buckets; b++) {
-        wf_status s = wf_comm_wait(r->c, &r->req[b]);
-        if (s != WF_OK && first_err == WF_OK) {
-            first_err = s;
-            snprintf(msg, sizeof msg, "%s", wf_error_msg());
-        }
-    }
+    for (int b = r->next_done; b < r->n_buckets; b++) wf_error_keep_note(&first, wf_comm_wait(r->c, &r->req[b]));
     r->last_overlapped = r->overlapped;
     reset_step(r);
-    if (first_err != WF_OK) return wf_error(first_err, "%s", msg);
-    return WF_OK;
+    return wf_error_keep_restore(&first);
 }

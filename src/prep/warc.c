@@ -424,7 +424,7 @@ static wf_status warc_next(prep_reader *r, prep_record *rec, int *eof) {
                  (strncasecmp(rec->url, "http:", 5) == 0 || strncasecmp(rec->url, "https:", 6) == 0))
             is_doc = 1, rec->kind = html ? REC_HTML : REC_TEXT;
         if (!is_doc || (uint64_t)clen > r->max_doc) {
-            uint64_t got;
+            uint64_t got = 0;
             WF_TRY(skip_bytes(r, (uint64_t)clen, &got));
             if (got < (uint64_t)clen && !r->damaged) mark_damaged(r, "a truncated WARC record");
             if (!is_doc) {

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "weft/weft.h"
@@ -405,4 +406,68 @@ WF_TEST(parallel_run_propagates_errors) {
     WF_CHECK_ERR(wf_parallel_run(3, par_task, &p), WF_ERR_IO, "thread 1 failed");
     WF_CHECK_EQ(p.hits[0], 3);
     WF_CHECK_EQ(p.hits[2], 3);
+}
+
+/* The first error survives cleanup that fails with its own message. */
+static void failing_cleanup(void) { (void)wf_error(WF_ERR_IO, "cleanup: cannot remove tmp"); }
+
+WF_TEST(error_keep_survives_cleanup) {
+    wf_error_keep k = WF_ERROR_KEEP_INIT;
+    WF_CHECK_EQ(wf_error_keep_note(&k, WF_OK), WF_OK);
+    WF_CHECK_EQ(wf_error_keep_note(&k, wf_error(WF_ERR_FORMAT, "shard 3: bad magic")), WF_ERR_FORMAT);
+    failing_cleanup();
+    wf_error_keep_note(&k, WF_ERR_IO); /* a later error is not the first */
+    WF_CHECK_EQ(wf_error_keep_restore(&k), WF_ERR_FORMAT);
+    WF_CHECK_STREQ(wf_error_msg(), "shard 3: bad magic");
+    wf_error_keep none = WF_ERROR_KEEP_INIT;
+    failing_cleanup();
+    WF_CHECK_EQ(wf_error_keep_restore(&none), WF_OK);
+    WF_CHECK_STREQ(wf_error_msg(), "cleanup: cannot remove tmp"); /* nothing kept: left alone */
+}
+
+static wf_status try_inner(void) { return wf_error(WF_ERR_CONFIG, "model.dim must be even"); }
+static wf_status try_outer(void) {
+    WF_TRY(try_inner());
+    return WF_OK;
+}
+
+/* WF_TRY forwards the status and message unchanged, and at debug level
+ * logs the file and line it forwarded from (read back from stderr). */
+WF_TEST(try_forwards_unchanged_and_logs_where) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/stderr.txt", wf_test_tmpdir());
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(path, "w");
+    WF_CHECK_TRUE(f != NULL && saved >= 0);
+    dup2(fileno(f), 2);
+    wf_log_level old = wf_log_get_level();
+    wf_log_set_level(WF_LOG_DEBUG);
+    wf_status s = try_outer();
+    wf_log_set_level(old);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fclose(f);
+    WF_CHECK_EQ(s, WF_ERR_CONFIG);
+    WF_CHECK_STREQ(wf_error_msg(), "model.dim must be even");
+    char log[4096] = "";
+    f = fopen(path, "r");
+    WF_CHECK_TRUE(f != NULL);
+    size_t n = fread(log, 1, sizeof log - 1, f);
+    log[n] = '\0';
+    fclose(f);
+    WF_CHECK_TRUE(strstr(log, "test_core.c:") != NULL);
+    WF_CHECK_TRUE(strstr(log, "forwarded configuration error from try_inner(): model.dim must be even") != NULL);
+}
+
+static wf_status checked(int bucket, int next) {
+    WF_CHECK(bucket == next, "bucket %d started while %d is next", bucket, next);
+    return WF_OK;
+}
+
+WF_TEST(check_names_the_invariant) {
+    WF_CHECK_OK(checked(2, 2));
+    WF_CHECK_ERR(checked(3, 2), WF_ERR_INTERNAL, "invariant `bucket == next` does not hold: bucket 3 started while 2 is next");
+    WF_CHECK_TRUE(strstr(wf_error_msg(), "test_core.c:") != NULL);
 }
