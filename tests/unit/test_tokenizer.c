@@ -14,6 +14,8 @@
 #include "weft/docs.h"
 #include "weft/fileio.h"
 #include "weft/rng.h"
+#include "weft/shard.h"
+#include "weft/tokenize.h"
 #include "weft/tokenizer.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -905,4 +907,79 @@ WF_TEST(split_with_string_pattern_and_kept_post_processor) {
     wf_ids_free(&ids);
     wf_tokenizer_destroy(t);
     wf_tokenizer_destroy(u);
+}
+
+/* ------------------------------------------------ the tokenize pipeline */
+
+/* wf_tokenize_run, the library call behind `weft tokenize`: every
+ * document's tokens land in the dataset (the splits add up to the
+ * tokenizer's own count plus one end-of-text per document), the thread
+ * count does not change the files, and the errors name what is wrong. */
+WF_TEST(tokenize_run_writes_the_dataset_for_any_thread_count) {
+    wf_tokenizer *t = train_small("gpt2");
+    const char *tok_path = tmp_path("tok.json");
+    WF_CHECK_OK(wf_tokenizer_save(t, tok_path));
+    size_t len;
+    char *text = make_corpus(7, 5000, &len);
+    const char *in = tmp_path("docs.txt");
+    wf_test_write_file(in, text, len);
+    uint64_t want_tokens = 0, want_docs = 0;
+    for (size_t b = 0; b < len;) {
+        size_t e = b;
+        while (e < len && text[e] != '\n') e++;
+        if (e > b) {
+            wf_ids ids = {0};
+            encode(t, text + b, e - b, 1, &ids);
+            want_tokens += ids.n + 1;
+            want_docs++;
+            wf_ids_free(&ids);
+        }
+        b = e + 1;
+    }
+    const char *inputs[] = {in};
+    char *first = NULL;
+    size_t first_len = 0;
+    for (int threads = 1; threads <= 3; threads += 2) {
+        wf_tokenize_config c;
+        WF_CHECK_OK(wf_tokenize_config_default(&c));
+        free(c.tokenizer);
+        free(c.output);
+        free(c.text_mode);
+        c.tokenizer = strdup(tok_path);
+        c.output = strdup(tmp_path("ds"));
+        c.text_mode = strdup("line");
+        c.threads = threads;
+        c.val_fraction = 0.2;
+        c.force = 1;
+        wf_tokenize_summary sum;
+        WF_CHECK_OK(wf_tokenize_run(&c, inputs, 1, &sum));
+        WF_CHECK_EQ(sum.threads, threads);
+        WF_CHECK_EQ(sum.docs[0] + sum.docs[1], want_docs);
+        WF_CHECK_EQ(sum.tokens[0] + sum.tokens[1], want_tokens);
+        WF_CHECK_TRUE(sum.docs[1] > 0 && sum.docs[0] > sum.docs[1]);
+        char path[700];
+        snprintf(path, sizeof path, "%s/train-00000.wfs", c.output);
+        char *data;
+        size_t n;
+        WF_CHECK_OK(wf_file_read(path, &data, &n));
+        if (!first) {
+            first = data;
+            first_len = n;
+        } else {
+            WF_CHECK_TRUE(n == first_len && memcmp(data, first, n) == 0);
+            free(data);
+        }
+        /* Without force an existing dataset is kept, and the error says so. */
+        c.force = 0;
+        WF_CHECK_ERR(wf_tokenize_run(&c, inputs, 1, &sum), WF_ERR_INVALID, "pass --force");
+        wf_tokenize_config_free(&c);
+    }
+    wf_tokenize_config c;
+    WF_CHECK_OK(wf_tokenize_config_default(&c));
+    WF_CHECK_ERR(wf_tokenize_run(&c, inputs, 1, &(wf_tokenize_summary){0}), WF_ERR_CONFIG,
+                 "--tokenizer is required");
+    wf_tokenize_config_free(&c);
+    free(first);
+    free(text);
+    wf_tokenizer_destroy(t);
 }
