@@ -145,6 +145,14 @@ $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP) Makefile
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
+# The CLI sees the public headers only (include/weft/): a command that
+# reached into src/ would not compile.
+TOOL_CPPFLAGS := -Iinclude -D_GNU_SOURCE
+$(BUILD)/obj/tools/%.o: tools/%.c $(FLAGS_STAMP) Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(TOOL_CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
 clean:
 	rm -rf build build-*
 
