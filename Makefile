@@ -73,7 +73,8 @@ TTOOL_BIN := $(TTOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 TTOOL_LIB := $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tests/tools/lib/*.c)))
 HARNESS   := $(BUILD)/obj/tests/unit/harness.o
 
-# The AdamW update's sqrtf vectorises only without errno (~3x faster step).
+# The AdamW update's sqrtf vectorises only without errno (bench/README.md,
+# "Measurements behind choices in the code").
 $(BUILD)/obj/src/optim/adamw.o: CFLAGS += -fno-math-errno
 
 # The run record (run.json) states how weft was built and where its source is.

@@ -75,10 +75,11 @@ int wf_tool_fail(const char *cmd) {
 /* Two settings that the OpenMP runtime and OpenBLAS read only when they
  * load, so weft restarts itself once with them set (docs/model.md):
  * - OPENBLAS_CORETYPE: Debian's OpenBLAS 0.3.21 takes its slow SSE kernels
- *   on CPUs it does not recognise (5x slower sgemm here);
+ *   on CPUs it does not recognise;
  * - OMP_WAIT_POLICY=PASSIVE: idle OpenMP threads sleep instead of spinning,
- *   1.3-1.6x faster steps when other jobs share the cores, and no slower on
- *   a quiet machine (bench/README.md, "Model step").
+ *   faster when other jobs share the cores, and no slower on a quiet
+ *   machine.
+ * bench/README.md, "Model step", has the figures for both.
  * Values the user set are left alone. */
 static void runtime_settings(char **argv) {
     const char *core = getenv("OPENBLAS_CORETYPE") ? NULL : wf_kern_blas_better_core();

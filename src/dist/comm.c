@@ -109,10 +109,10 @@ static const char *srun_plugin(void) {
 /* Open MPI 4.1's non-blocking all-reduce (the libnbc component) picks a
  * binomial tree whenever the call is in place or the job has fewer than 4
  * ranks: every rank sends its whole buffer up the tree and the result comes
- * back down. weft's gradient buckets are all in place, and on the benchmark
- * machine (12.6 MB, 2 ranks) that took 3.6-4.1 ms where the ring (algorithm
- * 1), Open MPI's blocking MPI_Allreduce and MPICH all take 1.4-1.6 ms
- * (docs/distributed.md). So the ring is weft's default: set in the
+ * back down. weft's gradient buckets are all in place, and that tree is
+ * much slower than the ring (algorithm 1), Open MPI's blocking
+ * MPI_Allreduce or MPICH (bench/README.md, "All-reduce", has the figures).
+ * So the ring is weft's default: set in the
  * environment, where Open MPI reads its MCA parameters at MPI_Init, unless
  * the user (or mpirun's --mca, which passes the same variable) already chose.
  * Returns 1 if weft set it, 0 if the user's value stays. */
@@ -383,10 +383,9 @@ static size_t dtype_size(wf_dist_dtype dt) {
  * (both round the same real number, also below the normal range), and a
  * multiplication is cheaper than a division. Written so that the compiler
  * vectorizes it (a local restrict pointer and count, and an OpenMP simd
- * loop where the build has OpenMP): the scalar loop this replaces, which
- * reloaded the request's pointer and count at every element, added 2.8 ms
- * to a 12.6 MB non-blocking all-reduce of 1.5 ms on the benchmark machine
- * (bench/README.md, "All-reduce"). */
+ * loop where the build has OpenMP): a scalar loop that reloads the
+ * request's pointer and count at every element costs more than the
+ * all-reduce itself (bench/README.md, "All-reduce"). */
 static int power_of_two(int w) { return w > 0 && (w & (w - 1)) == 0; }
 
 static void divide_f32(float *restrict x, size_t n, int w) {

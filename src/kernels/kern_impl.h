@@ -17,8 +17,9 @@
 /* Marks a function that gcc and clang compile three times, for AVX-512,
  * AVX2 and the baseline x86-64 (SSE2) the build targets; the loader picks
  * the best one the CPU has (an ifunc, resolved once). For the exp-heavy
- * vector loops (cross-entropy, softmax, SwiGLU), which run 2-4x faster
- * with wider vectors. Only plain functions: gcc outlines an OpenMP region
+ * vector loops (cross-entropy, softmax, SwiGLU), which run several times
+ * faster with wider vectors (bench/README.md, "Measurements behind choices
+ * in the code"). Only plain functions: gcc outlines an OpenMP region
  * before it makes the clones, so a parallel loop calls a cloned function
  * per row rather than being one. Results are the same on any thread count,
  * but may differ in the last bits between CPUs that pick different

@@ -279,8 +279,8 @@ static void gen_attention(wf_generator *g, int l, int p0, int n, int n_threads) 
 /* out (n, OC) = inp (n, C) @ weight (OC, C)^T, or += with `accumulate`.
  * One row, the decoding step, goes to sgemv: OpenBLAS's sgemm packs the
  * whole weight matrix into its panel layout on every call, which for a
- * single row costs 3..10x the product itself (measured for stories15M's
- * shapes: lm_head 1.7 ms by sgemm, 0.6 ms by sgemv). */
+ * single row costs several times the product itself (bench/README.md,
+ * "Measurements behind choices in the code"). */
 static void gen_linear(float *out, const float *inp, const float *weight, int n, int C, int OC,
                        int accumulate) {
     if (n == 1 && C > 0 && OC > 0)

@@ -201,7 +201,7 @@ typedef struct {
 
 /* The Makefile builds this file with -fno-math-errno: sqrtf's errno (never
  * set here, v >= 0) otherwise keeps the compiler from vectorising the
- * loop, and the update runs ~3x slower. */
+ * loop (bench/README.md, "Measurements behind choices in the code"). */
 static void update_range(float *restrict p,       /* (n) parameters */
                          const float *restrict g, /* (n) gradients */
                          float *restrict m,       /* (n) first moment */
