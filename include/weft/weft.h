@@ -5,6 +5,7 @@
 
 #include "weft/arena.h"
 #include "weft/config.h"
+#include "weft/dirlock.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
 #include "weft/progress.h"

@@ -1,9 +1,13 @@
 /* Unit tests for src/core: config (TOML + overrides + errors), arena
  * counters, the Philox RNG against the published known-answer vectors,
- * the permutation, atomic files and error messages. */
+ * the permutation, atomic files, error messages and the directory lock. */
+#include <fcntl.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -470,4 +474,108 @@ WF_TEST(check_names_the_invariant) {
     WF_CHECK_OK(checked(2, 2));
     WF_CHECK_ERR(checked(3, 2), WF_ERR_INTERNAL, "invariant `bucket == next` does not hold: bucket 3 started while 2 is next");
     WF_CHECK_TRUE(strstr(wf_error_msg(), "test_core.c:") != NULL);
+}
+
+/* ------------------------------------------------------------ dirlock */
+
+static const char *lock_dir(void) {
+    static char dir[600];
+    snprintf(dir, sizeof dir, "%s/run", wf_test_tmpdir());
+    WF_CHECK_OK(wf_mkdirs(dir));
+    return dir;
+}
+
+static void write_lock_file(const char *dir, const char *host, long long pid, double age_s) {
+    char path[700], text[512];
+    snprintf(path, sizeof path, "%s/" WF_DIRLOCK_FILE, dir);
+    snprintf(text, sizeof text,
+             "{\"format\":\"weft-dirlock\",\"version\":1,\"host\":\"%s\",\"pid\":%lld,\"started\":1764037800,"
+             "\"command\":\"weft train\"}\n",
+             host, pid);
+    wf_test_write_file(path, text, strlen(text));
+    struct timespec ts[2];
+    clock_gettime(CLOCK_REALTIME, &ts[0]);
+    ts[0].tv_sec -= (time_t)age_s;
+    ts[1] = ts[0];
+    WF_CHECK_TRUE(utimensat(AT_FDCWD, path, ts, 0) == 0);
+}
+
+static void my_host(char *buf, size_t n) {
+    WF_CHECK_TRUE(gethostname(buf, n) == 0);
+}
+
+/* A second job on the same directory fails at once, naming the holder; the
+ * lock is gone after release and can be taken again. */
+WF_TEST(dirlock_second_job_is_refused) {
+    const char *dir = lock_dir();
+    wf_dirlock_opts o = {.command = "weft train", .what = "run directory"};
+    wf_dirlock *a = NULL, *b = NULL;
+    WF_CHECK_OK(wf_dirlock_acquire(&a, dir, &o));
+    char host[256], want[400];
+    my_host(host, sizeof host);
+    snprintf(want, sizeof want, "in use by another job (host %s, pid %ld, started ", host, (long)getpid());
+    WF_CHECK_ERR(wf_dirlock_acquire(&b, dir, &o), WF_ERR_INVALID, want);
+    WF_CHECK_TRUE(strstr(wf_error_msg(), "weft train") != NULL);
+    WF_CHECK_TRUE(b == NULL);
+    char who[512];
+    WF_CHECK_EQ(wf_dirlock_describe(dir, who, sizeof who), 0);
+    wf_dirlock_release(a);
+    WF_CHECK_EQ(wf_dirlock_describe(dir, who, sizeof who), -1);
+    WF_CHECK_OK(wf_dirlock_acquire(&b, dir, &o));
+    wf_dirlock_release(b);
+    WF_CHECK_ERR(wf_dirlock_acquire(&b, "/nonexistent/weft-run", &o), WF_ERR_NOTFOUND, "does not exist");
+}
+
+/* A lock whose process is gone (this host) is taken over. */
+WF_TEST(dirlock_dead_pid_is_taken_over) {
+    const char *dir = lock_dir();
+    char host[256];
+    my_host(host, sizeof host);
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0); /* its pid now names no process */
+    write_lock_file(dir, host, (long long)child, 0);
+    wf_dirlock *l = NULL;
+    WF_CHECK_OK(wf_dirlock_acquire(&l, dir, NULL));
+    char who[512], want[64];
+    WF_CHECK_EQ(wf_dirlock_describe(dir, who, sizeof who), 0);
+    snprintf(want, sizeof want, "pid %ld,", (long)getpid());
+    WF_CHECK_TRUE(strstr(who, want) != NULL);
+    wf_dirlock_release(l);
+    /* A live process of this host (our parent) keeps its lock, however old. */
+    write_lock_file(dir, host, (long long)getppid(), 1e6);
+    WF_CHECK_ERR(wf_dirlock_acquire(&l, dir, NULL), WF_ERR_INVALID, "in use by another job");
+}
+
+/* Another host's lock (a shared filesystem): live while its heartbeat is
+ * recent, taken over once it is older than stale_seconds. */
+WF_TEST(dirlock_foreign_host_goes_by_heartbeat) {
+    const char *dir = lock_dir();
+    wf_dirlock_opts o = {.stale_seconds = 60};
+    wf_dirlock *l = NULL;
+    write_lock_file(dir, "node-0042.cluster.example", 4242, 5);
+    WF_CHECK_ERR(wf_dirlock_acquire(&l, dir, &o), WF_ERR_INVALID, "host node-0042.cluster.example, pid 4242");
+    write_lock_file(dir, "node-0042.cluster.example", 4242, 120);
+    WF_CHECK_OK(wf_dirlock_acquire(&l, dir, &o));
+    wf_dirlock_release(l);
+}
+
+/* The holder's heartbeat thread keeps the file's time fresh. */
+WF_TEST(dirlock_heartbeat_refreshes) {
+    const char *dir = lock_dir();
+    wf_dirlock_opts o = {.stale_seconds = 10, .heartbeat_seconds = 0.05};
+    wf_dirlock *l = NULL;
+    WF_CHECK_OK(wf_dirlock_acquire(&l, dir, &o));
+    char path[700];
+    snprintf(path, sizeof path, "%s/" WF_DIRLOCK_FILE, dir);
+    struct timespec ts[2] = {{0, 0}, {1000, 0}}; /* an ancient time */
+    WF_CHECK_TRUE(utimensat(AT_FDCWD, path, ts, 0) == 0);
+    struct stat st;
+    for (int i = 0; i < 100; i++) {
+        usleep(20000);
+        WF_CHECK_TRUE(stat(path, &st) == 0);
+        if (st.st_mtim.tv_sec > 1000) break;
+    }
+    WF_CHECK_TRUE(st.st_mtim.tv_sec > 1000);
+    wf_dirlock_release(l);
 }
