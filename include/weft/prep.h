@@ -38,6 +38,7 @@ typedef struct {
     int64_t threads;         /* 0: WEFT_THREADS or every CPU */
     int64_t batch_mb;        /* raw bytes read per batch: bounds memory */
     double checkpoint_mb;    /* checkpoint after the input that makes this much input since the last */
+    double lock_stale_s;     /* another host's output lock older than this is stale (include/weft/dirlock.h) */
     int force;               /* discard a previous run's output instead of resuming */
     int json;                /* CLI: print the stats as JSON on stdout */
     /* [input] */

@@ -8,7 +8,8 @@
  * depends only on (seed, document number) falls below val_fraction. The
  * output depends only on the inputs and the options, never on the thread
  * count. An unfinished dataset is removed, so DATA_DIR holds a complete
- * dataset or none.
+ * dataset or none. The run holds DATA_DIR's lock (weft/dirlock.h): a second
+ * job on the same directory fails at start, naming the first.
  */
 #ifndef WEFT_TOKENIZE_H
 #define WEFT_TOKENIZE_H
@@ -31,6 +32,7 @@ typedef struct {
     char *field;         /* JSONL inputs: the string field holding the text */
     int eos;             /* append the end-of-text token after each document */
     int force;           /* replace a dataset already in `output` */
+    double lock_stale_s; /* another host's output lock older than this is stale (weft/dirlock.h) */
 } wf_tokenize_config;
 
 /* What a run did, by split (index 0 train, 1 val). */

@@ -217,7 +217,7 @@ wf_status wf_dirlock_acquire(wf_dirlock **out, const char *dir, const wf_dirlock
         wf_dirlock_release(l);
         return wf_error(WF_ERR_NOMEM, "out of memory");
     }
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", l->path, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s.new.%ld", l->path, (long)getpid());
     unlink(tmp); /* a leftover of this pid's own earlier life */
     wf_status s = write_tmp(tmp, o, unix_now());
     for (int round = 0; s == WF_OK; round++) {

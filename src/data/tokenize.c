@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "weft/dirlock.h"
 #include "weft/docs.h"
 #include "weft/fileio.h"
 #include "weft/progress.h"
@@ -47,6 +49,9 @@ static const wf_opt tokenize_opt_table[] = {
      "append the tokenizer's end-of-text token after every document (--no-eos to leave it out)"},
     {"force", NULL, WF_OPT_BOOL, offsetof(wf_tokenize_config, force), "false", WF_NO_RANGE,
      "replace a dataset already in the output directory"},
+    {"lock_stale_s", "lock-stale-s", WF_OPT_FLOAT, offsetof(wf_tokenize_config, lock_stale_s), "600", 1, 1e9,
+     "another host's lock on the output directory whose heartbeat is older than this many seconds "
+     "belongs to a job that died and is taken over (on this host a dead pid is enough)"},
 };
 
 static const wf_cmd_spec tokenize_spec = {
@@ -332,12 +337,20 @@ wf_status wf_tokenize_run(const wf_tokenize_config *o, const char *const *inputs
     pthread_cond_init(&p.work_cv, NULL);
     pthread_cond_init(&p.done_cv, NULL);
     wf_tokenizer *tok = NULL;
-    int prog_on = 0;
+    wf_dirlock *lock = NULL;
+    int prog_on = 0, made_dir = 0;
     /* Inputs are checked before anything is loaded or created. */
     wf_docs_opts dopts = {(wf_text_doc_mode)mode, o->field};
     wf_status s = wf_docs_open(&p.docs, inputs, n_inputs, &dopts);
     if (s != WF_OK) goto done;
     s = wf_tokenizer_load(&tok, o->tokenizer);
+    if (s != WF_OK) goto done;
+    /* One job per output directory, from here until the dataset is
+     * complete or removed. */
+    wf_dirlock_opts lo = {.command = "weft tokenize", .what = "output directory", .stale_seconds = o->lock_stale_s};
+    made_dir = !wf_path_exists(o->output);
+    s = wf_mkdirs(o->output);
+    if (s == WF_OK) s = wf_dirlock_acquire(&lock, o->output, &lo);
     if (s != WF_OK) goto done;
     p.tok = tok;
     if (o->eos) {
@@ -386,6 +399,8 @@ done:
         }
     }
     wf_dataset_writer_destroy(p.w); /* removes the shards of an unfinished dataset */
+    wf_dirlock_release(lock);
+    if (s != WF_OK && made_dir) rmdir(o->output); /* a failed run leaves no folder it made (if empty) */
     batch_free(&p.slot[0]);
     batch_free(&p.slot[1]);
     pthread_cond_destroy(&p.done_cv);

@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 
 #include "prep/prep_impl.h"
+#include "weft/dirlock.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
 #include "weft/progress.h"
@@ -81,6 +82,7 @@ typedef struct {
     int threads;
     wf_normalize_opts nopts;
     u64set par, lsh;
+    wf_dirlock *lock;              /* the output directory's, for the whole run */
     u64vec par_log, lsh_log;
     prep_output out;
     prep_stats st;
@@ -687,6 +689,7 @@ static void run_free(prep_run *r) {
     prep_stats_free(&r->st);
     prep_ppl_close(r->ppl);
     wf_buf_free(&r->line);
+    wf_dirlock_release(r->lock);
 }
 
 /* Replays the hash logs of the finished inputs into the tables. */
@@ -732,6 +735,10 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
         else r.sizes[i] = (uint64_t)stt.st_size, total_bytes += (uint64_t)stt.st_size;
     }
     if (s == WF_OK) s = wf_mkdirs(c->output);
+    /* One prep job per output directory: before anything there is read. */
+    wf_dirlock_opts lo = {.command = "weft prep", .what = "output directory",
+                          .stale_seconds = c->lock_stale_s};
+    if (s == WF_OK) s = wf_dirlock_acquire(&r.lock, c->output, &lo);
     if (s == WF_OK) s = u64set_init(&r.par, (size_t)c->dedup_max_mb << 20);
     if (s == WF_OK) s = u64set_init(&r.lsh, (size_t)c->mh_max_mb << 20);
     if (s == WF_OK) s = prep_output_init(&r.out, c->output, (uint64_t)(c->shard_mb * 1048576.0), (int)c->zstd_level);

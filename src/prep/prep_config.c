@@ -23,6 +23,9 @@ static const wf_opt prep_opts[] = {
     {"force", NULL, WF_OPT_BOOL, O(force), "false", WF_NO_RANGE,
      "start over: delete the output of a previous run in the output directory instead of resuming"},
     {"json", NULL, WF_OPT_BOOL, O(json), "false", WF_NO_RANGE, "print the stats as JSON on stdout"},
+    {"lock_stale_s", "lock-stale-s", WF_OPT_FLOAT, O(lock_stale_s), "600", 1, 1e9,
+     "another host's lock on the output directory whose heartbeat is older than this many seconds "
+     "belongs to a job that died and is taken over (on this host a dead pid is enough)"},
     /* [input] */
     {"input.text_mode", "text-mode", WF_OPT_STR, O(text_mode), "file", WF_NO_RANGE,
      "plain-text inputs: one document per file, paragraph (blank-line separated) or line"},

@@ -579,3 +579,40 @@ WF_TEST(dirlock_heartbeat_refreshes) {
     WF_CHECK_TRUE(st.st_mtim.tv_sec > 1000);
     wf_dirlock_release(l);
 }
+
+/* Eight processes start on one directory at the same moment: exactly one
+ * gets the lock (link(2) is atomic), the others are refused. */
+WF_TEST(dirlock_concurrent_start_one_wins) {
+    const char *dir = lock_dir();
+    enum { N = 8 };
+    int go[2], res[2];
+    WF_CHECK_TRUE(pipe(go) == 0 && pipe(res) == 0);
+    pid_t kids[N];
+    for (int i = 0; i < N; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0) {
+            char c;
+            close(go[1]);
+            if (read(go[0], &c, 1) != 0) _exit(3); /* waits for the close below */
+            wf_dirlock *l = NULL;
+            char won = wf_dirlock_acquire(&l, dir, NULL) == WF_OK ? 'W' : 'L';
+            if (won == 'L' && !strstr(wf_error_msg(), "in use by another job")) won = 'E';
+            if (write(res[1], &won, 1) != 1) _exit(4);
+            usleep(300000); /* hold it while the others try */
+            wf_dirlock_release(l);
+            _exit(0);
+        }
+    }
+    close(go[0]);
+    close(go[1]); /* every child's read returns now */
+    int wins = 0, losses = 0;
+    for (int i = 0; i < N; i++) {
+        char c = 0;
+        WF_CHECK_TRUE(read(res[0], &c, 1) == 1);
+        wins += c == 'W';
+        losses += c == 'L';
+    }
+    for (int i = 0; i < N; i++) waitpid(kids[i], NULL, 0);
+    WF_CHECK_EQ(wins, 1);
+    WF_CHECK_EQ(losses, N - 1);
+}
