@@ -81,7 +81,11 @@ static void parse_holder(const char *text, holder *h) {
     const char *fmt = json_string_value(json_object_get(j, "format"));
     const char *host = json_string_value(json_object_get(j, "host"));
     json_t *pid = json_object_get(j, "pid");
-    if (fmt && strcmp(fmt, DIRLOCK_FORMAT) == 0 && host && json_is_integer(pid)) {
+    json_t *ver = json_object_get(j, "version");
+    /* Another format or version: not parsed, so judged by its heartbeat
+     * like another host's lock (docs/formats/dirlock.md). */
+    if (fmt && strcmp(fmt, DIRLOCK_FORMAT) == 0 && json_is_integer(ver) &&
+        json_integer_value(ver) == DIRLOCK_VERSION && host && json_is_integer(pid)) {
         snprintf(h->host, sizeof h->host, "%s", host);
         h->pid = (long long)json_integer_value(pid);
         h->started = json_number_value(json_object_get(j, "started"));
