@@ -13,6 +13,11 @@
 #include "weft/model.h"
 #include "weft/status.h"
 
+/* The version of weft's metadata in model.safetensors (the
+ * weft.format_version key; absent means 1). docs/formats/model-safetensors.md */
+#define WF_SAFETENSORS_FORMAT_VERSION 1
+#define WF_SAFETENSORS_FORMAT_VERSION_STR "1"
+
 typedef struct {
     const char *key;
     const char *value;

@@ -98,6 +98,7 @@ wf_status wf_safetensors_save_as(const wf_model *m, const char *path, const wf_k
     char *cfg_text = json_dumps(cfg, JSON_COMPACT | JSON_REAL_PRECISION(17));
     json_decref(cfg);
     json_object_set_new(md, "format", json_string("pt"));
+    json_object_set_new(md, "weft.format_version", json_string(WF_SAFETENSORS_FORMAT_VERSION_STR));
     json_object_set_new(md, "weft.model_config", json_string(cfg_text));
     free(cfg_text);
     for (size_t i = 0; i < n_meta; i++) json_object_set_new(md, meta[i].key, json_string(meta[i].value));
@@ -210,7 +211,25 @@ wf_status wf_safetensors_read_meta(const char *path, const char *key, char **val
 
 wf_status wf_safetensors_read_config(const char *path, wf_model_config *cfg) {
     char *text = NULL;
-    wf_status s = wf_safetensors_read_meta(path, "weft.model_config", &text);
+    /* weft.format_version: absent in the first files (version 1). */
+    wf_status s = wf_safetensors_read_meta(path, "weft.format_version", &text);
+    if (s == WF_OK) {
+        char *end;
+        long v = strtol(text, &end, 10);
+        if (end == text || *end || v < 1 || v > WF_SAFETENSORS_FORMAT_VERSION) {
+            s = wf_error(WF_ERR_UNSUPPORTED,
+                         "%s: weft model format version %s is not supported (this weft reads versions 1 to %d; "
+                         "see docs/formats/model-safetensors.md)",
+                         path, text, WF_SAFETENSORS_FORMAT_VERSION);
+            free(text);
+            return s;
+        }
+        free(text);
+        text = NULL;
+    } else if (s != WF_ERR_NOTFOUND) {
+        return s;
+    }
+    s = wf_safetensors_read_meta(path, "weft.model_config", &text);
     if (s == WF_ERR_NOTFOUND)
         return wf_error(WF_ERR_FORMAT, "%s: not written by weft (no weft.model_config in __metadata__)", path);
     WF_TRY(s);

@@ -381,9 +381,12 @@ static wf_status parse_index(wf_dataset_info *info, json_t *root, const char *pa
     if (!fmt || strcmp(fmt, DATASET_FORMAT) != 0)
         return wf_error(WF_ERR_FORMAT, "%s: 'format' is not \"%s\": not a weft dataset index", path, DATASET_FORMAT);
     json_t *ver = json_object_get(root, "version");
-    if (!json_is_integer(ver) || json_integer_value(ver) != DATASET_VERSION)
-        return wf_error(WF_ERR_UNSUPPORTED, "%s: dataset version %s is not supported (this weft reads %d)", path,
-                        json_is_integer(ver) ? "other than 1" : "missing", DATASET_VERSION);
+    if (!json_is_integer(ver))
+        return wf_error(WF_ERR_FORMAT, "%s: 'version' is missing or not an integer (this weft reads %d)", path,
+                        DATASET_VERSION);
+    if (json_integer_value(ver) != DATASET_VERSION)
+        return wf_error(WF_ERR_UNSUPPORTED, "%s: dataset version %" JSON_INTEGER_FORMAT
+                        " is not supported (this weft reads %d)", path, json_integer_value(ver), DATASET_VERSION);
     uint64_t vocab;
     if (get_count(root, "vocab_size", &vocab, path, "dataset") ) return WF_ERR_FORMAT;
     if (vocab == 0 || vocab > UINT32_MAX)

@@ -351,6 +351,15 @@ done:
 static wf_status parse_root(const jctx *c, wf_tokenizer *t, json_t *root) {
     if (!json_is_object(root))
         return wf_error(WF_ERR_FORMAT, "%s: the top level must be a JSON object", c->path);
+    /* The Hugging Face tokenizers format version: "1.0" in every file it
+     * and weft write. A later major version may mean things this reader
+     * does not know (docs/formats/README.md). */
+    const json_t *ver = json_object_get(root, "version");
+    if (ver && (!json_is_string(ver) || strncmp(json_string_value(ver), "1.", 2) != 0))
+        return wf_error(WF_ERR_UNSUPPORTED,
+                        "%s: tokenizer.json format version %s is not supported (this weft reads version 1.x of the "
+                        "Hugging Face tokenizers format)",
+                        c->path, json_is_string(ver) ? json_string_value(ver) : "(not a string)");
     WF_TRY(parse_normalizer(c, json_object_get(root, "normalizer")));
     WF_TRY(parse_added(c, t, json_object_get(root, "added_tokens")));
     WF_TRY(parse_model(c, t, json_object_get(root, "model")));
