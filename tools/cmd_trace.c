@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "weft/fileio.h"
 #include "weft/trace.h"
+#include "weft/trace_analyze.h"
 #include "weft/weft.h"
 
 /* ---- weft trace request ------------------------------------------------------ */

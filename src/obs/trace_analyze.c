@@ -31,7 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "obs/trace_impl.h"
+#include "obs/trace_analyze_impl.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
 
@@ -290,12 +290,12 @@ static int step_cmp(const void *a, const void *b) {
 /* Pass 1: rank, world size and the ProfilerStep markers. */
 static wf_status read_steps(ctx *c, file_info *f, strtab *step_names) {
     trace_jreader *r;
-    WF_TRY(trace_jreader_open(f->path, &r));
+    WF_TRY(wf__trace_jreader_open(f->path, &r));
     trace_jevent ev;
     int got;
     wf_status st;
     f->last_start = f->last_end = NO_TS;
-    while ((st = trace_jreader_next(r, &ev, &got)) == WF_OK && got) {
+    while ((st = wf__trace_jreader_next(r, &ev, &got)) == WF_OK && got) {
         f->events++;
         if (!counted(&ev) || !strstr(ev.name, "ProfilerStep")) continue;
         if (ev.stream >= 0 && ev.correlation >= 0) continue; /* a kernel */
@@ -322,10 +322,10 @@ static wf_status read_steps(ctx *c, file_info *f, strtab *step_names) {
         }
         f->steps[f->n_steps++] = (step_rec){ts, ts + dur, iter};
     }
-    f->rank = trace_jreader_rank(r);
-    f->world_size = trace_jreader_world_size(r);
-    f->not_trace = !trace_jreader_saw_events(r);
-    trace_jreader_close(r);
+    f->rank = wf__trace_jreader_rank(r);
+    f->world_size = wf__trace_jreader_world_size(r);
+    f->not_trace = !wf__trace_jreader_saw_events(r);
+    wf__trace_jreader_close(r);
     if (st == WF_OK && f->n_steps) qsort(f->steps, (size_t)f->n_steps, sizeof *f->steps, step_cmp);
     return st;
 }
@@ -389,12 +389,12 @@ static void rank_data_free(rank_data *rd) {
 /* Pass 2: the device events of one rank, their CPU correlations, data waits. */
 static wf_status read_events(ctx *c, const file_info *f, rank_data *rd) {
     trace_jreader *r;
-    WF_TRY(trace_jreader_open(f->path, &r));
+    WF_TRY(wf__trace_jreader_open(f->path, &r));
     trace_jevent ev;
     int got;
     wf_status st;
     uint32_t idx = 0;
-    while ((st = trace_jreader_next(r, &ev, &got)) == WF_OK && got) {
+    while ((st = wf__trace_jreader_next(r, &ev, &got)) == WF_OK && got) {
         idx++;
         if (!counted(&ev)) continue;
         int64_t ts = ev.ts_ns, dur = ev.dur_ns;
@@ -459,7 +459,7 @@ static wf_status read_events(ctx *c, const file_info *f, rank_data *rd) {
         }
         rd->n++;
     }
-    trace_jreader_close(r);
+    wf__trace_jreader_close(r);
     i64map_free(&rd->cpu_corr);
     i64map_free(&rd->waiting);
     return st;

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "obs/trace_impl.h"
+#include "obs/trace_analyze_impl.h"
 
 #define RBUF (1 << 18)
 #define MAX_STR (1 << 16)
@@ -220,7 +220,7 @@ static wf_status read_number(trace_jreader *r, size_t *len) {
     return WF_OK;
 }
 
-int trace_us_text_to_ns(const char *s, size_t len, int64_t *ns) {
+int wf__trace_us_text_to_ns(const char *s, size_t len, int64_t *ns) {
     size_t i = 0;
     int neg = 0;
     if (i < len && (s[i] == '-' || s[i] == '+')) neg = s[i++] == '-';
@@ -432,7 +432,7 @@ static wf_status event_member(trace_jreader *r, void *ctx, const char *key) {
             int kind;
             WF_TRY(read_scalar(r, &kind));
             int64_t ns;
-            if (kind == 'n' && trace_us_text_to_ns(r->num, strlen(r->num), &ns)) {
+            if (kind == 'n' && wf__trace_us_text_to_ns(r->num, strlen(r->num), &ns)) {
                 if (key[0] == 't') {
                     ev->ts_ns = ns;
                     ev->has_ts = 1;
@@ -457,20 +457,20 @@ static wf_status event_member(trace_jreader *r, void *ctx, const char *key) {
 
 /* ---- the document ----------------------------------------------------------------- */
 
-wf_status trace_jreader_open(const char *path, trace_jreader **out) {
+wf_status wf__trace_jreader_open(const char *path, trace_jreader **out) {
     *out = NULL;
     trace_jreader *r = calloc(1, sizeof *r);
     if (!r) return wf_error(WF_ERR_NOMEM, "out of memory");
     r->path = strdup(path);
     r->buf = malloc(RBUF);
     if (!r->path || !r->buf) {
-        trace_jreader_close(r);
+        wf__trace_jreader_close(r);
         return wf_error(WF_ERR_NOMEM, "out of memory");
     }
     r->gz = gzopen(path, "rb");
     if (!r->gz) {
         wf_status s = wf_error(WF_ERR_IO, "%s: cannot open: %s", path, strerror(errno ? errno : ENOENT));
-        trace_jreader_close(r);
+        wf__trace_jreader_close(r);
         return s;
     }
     gzbuffer(r->gz, RBUF);
@@ -481,7 +481,7 @@ wf_status trace_jreader_open(const char *path, trace_jreader **out) {
     return WF_OK;
 }
 
-void trace_jreader_close(trace_jreader *r) {
+void wf__trace_jreader_close(trace_jreader *r) {
     if (!r) return;
     if (r->gz) gzclose(r->gz);
     free(r->path);
@@ -494,11 +494,11 @@ void trace_jreader_close(trace_jreader *r) {
     free(r);
 }
 
-int64_t trace_jreader_rank(const trace_jreader *r) { return r->rank; }
-int64_t trace_jreader_world_size(const trace_jreader *r) { return r->world_size; }
-int trace_jreader_saw_events(const trace_jreader *r) { return r->saw_events; }
+int64_t wf__trace_jreader_rank(const trace_jreader *r) { return r->rank; }
+int64_t wf__trace_jreader_world_size(const trace_jreader *r) { return r->world_size; }
+int wf__trace_jreader_saw_events(const trace_jreader *r) { return r->saw_events; }
 
-wf_status trace_jreader_next(trace_jreader *r, trace_jevent *ev, int *got) {
+wf_status wf__trace_jreader_next(trace_jreader *r, trace_jevent *ev, int *got) {
     *got = 0;
     for (;;) {
         switch (r->state) {

@@ -7,7 +7,7 @@
 
 #include <jansson.h>
 
-#include "obs/trace_impl.h"
+#include "obs/trace_analyze_impl.h"
 
 static const char *kind_name(int kind) {
     static const char *const names[] = {"COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER"};

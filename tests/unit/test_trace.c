@@ -16,7 +16,8 @@
 #include <zlib.h>
 
 #include "harness.h"
-#include "obs/trace_impl.h"
+#include "core/trace_impl.h"
+#include "obs/trace_analyze_impl.h"
 #include "weft/fileio.h"
 #include "weft/trace.h"
 
@@ -383,23 +384,23 @@ WF_TEST(step_polls_and_serves_a_request) {
 
 WF_TEST(microsecond_text_to_ns) {
     int64_t ns = 0;
-    WF_CHECK_TRUE(trace_us_text_to_ns("1.5", 3, &ns));
+    WF_CHECK_TRUE(wf__trace_us_text_to_ns("1.5", 3, &ns));
     WF_CHECK_EQ(ns, 1500);
-    WF_CHECK_TRUE(trace_us_text_to_ns("1795264414281495.724", 20, &ns));
+    WF_CHECK_TRUE(wf__trace_us_text_to_ns("1795264414281495.724", 20, &ns));
     WF_CHECK_EQ(ns, 1795264414281495724LL);
-    WF_CHECK_TRUE(trace_us_text_to_ns("-0.0015", 7, &ns));
+    WF_CHECK_TRUE(wf__trace_us_text_to_ns("-0.0015", 7, &ns));
     WF_CHECK_EQ(ns, -2);
-    WF_CHECK_TRUE(trace_us_text_to_ns("0.0014999", 9, &ns));
+    WF_CHECK_TRUE(wf__trace_us_text_to_ns("0.0014999", 9, &ns));
     WF_CHECK_EQ(ns, 1);
-    WF_CHECK_TRUE(trace_us_text_to_ns("2e3", 3, &ns));
+    WF_CHECK_TRUE(wf__trace_us_text_to_ns("2e3", 3, &ns));
     WF_CHECK_EQ(ns, 2000000);
-    WF_CHECK_TRUE(trace_us_text_to_ns("1.25E-1", 7, &ns));
+    WF_CHECK_TRUE(wf__trace_us_text_to_ns("1.25E-1", 7, &ns));
     WF_CHECK_EQ(ns, 125);
-    WF_CHECK_TRUE(trace_us_text_to_ns("42", 2, &ns));
+    WF_CHECK_TRUE(wf__trace_us_text_to_ns("42", 2, &ns));
     WF_CHECK_EQ(ns, 42000);
-    WF_CHECK_TRUE(!trace_us_text_to_ns("abc", 3, &ns));
-    WF_CHECK_TRUE(!trace_us_text_to_ns("1e", 2, &ns));
-    WF_CHECK_TRUE(!trace_us_text_to_ns("1e30", 4, &ns));
+    WF_CHECK_TRUE(!wf__trace_us_text_to_ns("abc", 3, &ns));
+    WF_CHECK_TRUE(!wf__trace_us_text_to_ns("1e", 2, &ns));
+    WF_CHECK_TRUE(!wf__trace_us_text_to_ns("1e30", 4, &ns));
 }
 
 /* A hand-made two-step trace (times in µs). Kernels, with the ts of their

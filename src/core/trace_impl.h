@@ -1,7 +1,9 @@
-/* Internals of the tracer (trace.c, trace_write.c) and the trace analyzer
- * (trace_json.c, trace_analyze.c, trace_report.c). Not part of the API. */
-#ifndef WEFT_OBS_TRACE_IMPL_H
-#define WEFT_OBS_TRACE_IMPL_H
+/* Internals of the span recorder (trace.c, trace_write.c), shared by its
+ * two files and its unit tests. trace.c records and decides what to write;
+ * trace_write.c only turns a snapshot into a file: it calls nothing in
+ * trace.c. Not part of the API. */
+#ifndef WEFT_CORE_TRACE_IMPL_H
+#define WEFT_CORE_TRACE_IMPL_H
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -66,47 +68,6 @@ typedef struct {
 
 /* Writes one rank's capture (trace_write.c). Adds the number of spans
  * written to *n_events. */
-wf_status trace_write_capture(const trace_write_job *job, int64_t *n_events);
-
-/* Appends `s` to `out` as a JSON string body (no quotes), escaped. */
-void trace_json_escape(FILE *out, const char *s);
-
-/* ---- Streaming JSON reader (trace_json.c) ------------------------------ */
-
-/* One event of traceEvents, flattened to what the analyzer reads. Strings
- * point into the reader and are valid until the next event. */
-typedef struct {
-    char ph;                 /* 'X', 'M', ... (0: absent) */
-    const char *name;        /* "" if absent */
-    const char *cat;         /* NULL if absent */
-    int has_ts, has_dur;
-    int64_t ts_ns, dur_ns;   /* microsecond values converted exactly to ns */
-    int64_t stream;          /* args.stream; -1 if absent or not an integer */
-    int64_t correlation;     /* args.correlation; -1 if absent */
-    const char *weft_cat;    /* args.weft_cat; NULL if absent */
-} trace_jevent;
-
-typedef struct trace_jreader trace_jreader;
-
-/* Opens a trace (plain JSON, or gzip-compressed). */
-wf_status trace_jreader_open(const char *path, trace_jreader **out);
-void trace_jreader_close(trace_jreader *r);
-
-/* Reads up to the next event of the top-level "traceEvents" array (or of a
- * top-level array: the JSON Array Format), reading
- * the top-level keys met on the way (distributedInfo). Returns WF_OK with
- * *got = 1 and the event, or *got = 0 at the end of the document. */
-wf_status trace_jreader_next(trace_jreader *r, trace_jevent *ev, int *got);
-
-/* distributedInfo.rank / world_size if seen so far (-1 if not). */
-int64_t trace_jreader_rank(const trace_jreader *r);
-int64_t trace_jreader_world_size(const trace_jreader *r);
-/* Whether the document had a top-level "traceEvents" array (so far). */
-int trace_jreader_saw_events(const trace_jreader *r);
-
-/* Parses a JSON number's text into ns from microseconds, exactly for up to
- * 9 decimals (rounded half away from zero beyond). Returns 0 if it is not a
- * number. Exposed for the unit tests. */
-int trace_us_text_to_ns(const char *s, size_t len, int64_t *ns);
+wf_status wf__trace_write_capture(const trace_write_job *job, int64_t *n_events);
 
 #endif

@@ -18,11 +18,23 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "obs/trace_impl.h"
+#include "core/trace_impl.h"
 #include "weft/fileio.h"
 #include "weft/weft.h"
 
-void trace_json_escape(FILE *out, const char *s) {
+const char *wf_trace_cat_name(wf_trace_cat cat) {
+    switch (cat) {
+    case WF_TRACE_COMPUTE: return "compute";
+    case WF_TRACE_COMM: return "communication";
+    case WF_TRACE_MEMORY: return "memory";
+    case WF_TRACE_IO: return "io";
+    case WF_TRACE_DATA_WAIT: return "data_wait";
+    case WF_TRACE_REGION: return "region";
+    default: return "unknown";
+    }
+}
+
+static void json_escape(FILE *out, const char *s) {
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         unsigned char c = *p;
         if (c == '"' || c == '\\') {
@@ -60,7 +72,7 @@ static void put_kernel_name(FILE *out, uint32_t cat, const char *name) {
         fputs("Memcpy HtoH ", out);
     else if (cat == WF_TRACE_IO && !starts(name, "Memcpy"))
         fputs("Memcpy IO ", out);
-    trace_json_escape(out, name);
+    json_escape(out, name);
 }
 
 typedef struct {
@@ -89,7 +101,7 @@ static void meta(writer *w, const char *what, int pid, long tid, const char *nam
     w->first = 0;
     fprintf(w->out, "{\"ph\": \"M\", \"name\": \"%s\", \"pid\": %d, \"tid\": %ld, \"args\": {\"name\": \"", what,
             pid, tid);
-    trace_json_escape(w->out, name);
+    json_escape(w->out, name);
     fputs("\"}}", w->out);
 }
 
@@ -125,7 +137,7 @@ static int64_t write_thread(writer *w, const trace_thread_snap *s, int64_t *corr
         const char *cname = wf_trace_cat_name((wf_trace_cat)e->cat);
         if (!is_device(e->cat)) {
             ev_head(w, "user_annotation");
-            trace_json_escape(out, e->name);
+            json_escape(out, e->name);
             ev_times(w, w->pid, s->tid, ts, dur);
             fprintf(out, ", \"args\": {\"weft_cat\": \"%s\"%s}}", cname, truncated ? ", \"truncated\": 1" : "");
             continue;
@@ -135,7 +147,7 @@ static int64_t write_thread(writer *w, const trace_thread_snap *s, int64_t *corr
         if (e->arg >= 0) snprintf(bytes, sizeof bytes, ", \"bytes\": %" PRId64, e->arg);
         if (depth > 0) { /* inside another device span: host event only */
             ev_head(w, "cpu_op");
-            trace_json_escape(out, e->name);
+            json_escape(out, e->name);
             ev_times(w, w->pid, s->tid, ts, dur);
             fprintf(out, ", \"args\": {\"weft_cat\": \"%s\", \"nested\": 1%s%s}}", cname, bytes,
                     truncated ? ", \"truncated\": 1" : "");
@@ -144,7 +156,7 @@ static int64_t write_thread(writer *w, const trace_thread_snap *s, int64_t *corr
         if (depth < (int)(sizeof stack / sizeof *stack)) stack[depth++] = t1;
         int64_t c = ++*corr;
         ev_head(w, "cpu_op");
-        trace_json_escape(out, e->name);
+        json_escape(out, e->name);
         ev_times(w, w->pid, s->tid, ts, dur);
         fprintf(out, ", \"args\": {\"correlation\": %" PRId64 ", \"weft_cat\": \"%s\"%s%s}}", c, cname, bytes,
                 truncated ? ", \"truncated\": 1" : "");
@@ -159,7 +171,7 @@ static int64_t write_thread(writer *w, const trace_thread_snap *s, int64_t *corr
     return n_spans;
 }
 
-wf_status trace_write_capture(const trace_write_job *job, int64_t *n_events) {
+wf_status wf__trace_write_capture(const trace_write_job *job, int64_t *n_events) {
     wf_afile f;
     WF_TRY(wf_afile_open(&f, job->path));
     FILE *out = f.fp;
@@ -176,7 +188,7 @@ wf_status trace_write_capture(const trace_write_job *job, int64_t *n_events) {
     /* HTA finds a file's rank with the regex "rank":\s+(\d+) on the first
      * line that has it: this line, with a space after the colon. */
     fputs("  \"distributedInfo\": {\"backend\": \"", out);
-    trace_json_escape(out, job->backend);
+    json_escape(out, job->backend);
     fprintf(out, "\", \"rank\": %d, \"world_size\": %d},\n", job->rank, job->world_size);
     fprintf(out,
             "  \"deviceProperties\": [{\"id\": 0, \"name\": \"weft CPU pseudo-device (%ld CPUs)\", "
@@ -187,10 +199,10 @@ wf_status trace_write_capture(const trace_write_job *job, int64_t *n_events) {
     fputs("  \"weft\": {\"format\": \"weft-trace\", \"version\": 1, \"weft_version\": \"" WF_VERSION "\", ", out);
     fprintf(out, "\"first_step\": %" PRId64 ", \"last_step\": %" PRId64 ", \"trigger\": \"", job->first_step,
             job->last_step);
-    trace_json_escape(out, job->trigger ? job->trigger : "");
+    json_escape(out, job->trigger ? job->trigger : "");
     fprintf(out, "\", \"dropped_events\": %" PRId64 ", \"clock\": \"CLOCK_MONOTONIC\", \"pid\": %d, \"host\": \"",
             job->dropped, w.pid);
-    trace_json_escape(out, host);
+    json_escape(out, host);
     fputs("\"},\n", out);
     fputs("  \"traceEvents\": [", out);
 
@@ -208,7 +220,7 @@ wf_status trace_write_capture(const trace_write_job *job, int64_t *n_events) {
         n += write_thread(&w, s, &corr);
     }
     fputs("\n  ],\n  \"traceName\": \"", out);
-    trace_json_escape(out, job->path);
+    json_escape(out, job->path);
     fputs("\"\n}\n", out);
     wf_status st = wf_afile_commit(&f);
     free(iobuf);

@@ -27,7 +27,7 @@
 
 #include <jansson.h>
 
-#include "obs/trace_impl.h"
+#include "core/trace_impl.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
 #include "weft/trace.h"
@@ -77,18 +77,6 @@ static _Thread_local long long tl_epoch;
 static atomic_llong serials; /* thread registrations, for the exit callback */
 static _Thread_local char tl_name[48];
 static _Thread_local int tl_stream;
-
-const char *wf_trace_cat_name(wf_trace_cat cat) {
-    switch (cat) {
-    case WF_TRACE_COMPUTE: return "compute";
-    case WF_TRACE_COMM: return "communication";
-    case WF_TRACE_MEMORY: return "memory";
-    case WF_TRACE_IO: return "io";
-    case WF_TRACE_DATA_WAIT: return "data_wait";
-    case WF_TRACE_REGION: return "region";
-    default: return "unknown";
-    }
-}
 
 uint64_t wf_trace_now(void) {
     struct timespec ts;
@@ -410,7 +398,7 @@ static wf_status write_window(void) {
             .dropped = dropped, .threads = snaps, .n_threads = k,
         };
         int64_t n_events = 0;
-        if (st == WF_OK) st = trace_write_capture(&job, &n_events);
+        if (st == WF_OK) st = wf__trace_write_capture(&job, &n_events);
         if (st == WF_OK) {
             T.stats.captures_written++;
             T.stats.events_written += n_events;
