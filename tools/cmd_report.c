@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "weft/metrics.h"
+#include "weft/report.h"
 #include "weft/weft.h"
 
 typedef struct {

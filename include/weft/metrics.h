@@ -1,13 +1,13 @@
-/* weft: observability of a training run. What one step measured, the sinks
- * that record it (metrics.jsonl and TensorBoard event files), the FLOP count
- * and the peak that MFU is measured against, host memory and the memory
- * watchdog, the loss-spike detector, the reproducibility record (run.json),
- * and the HTML report made from all of it.
+/* weft: the metrics of a training run. What one step measured, the sinks
+ * that record it (metrics.jsonl and TensorBoard event files), host memory,
+ * and the reproducibility record (run.json). MFU and its peak are in
+ * weft/mfu.h, the HTML report in weft/report.h; the loss-spike detector and
+ * the memory watchdog, which decide what training does, are the trainer's
+ * (weft/runctl.h).
  *
- * The trainer owns the loop: it fills one wf_metrics_step per step, asks
- * the spike detector and the watchdog what they think, carries out what
- * they decide (warn, skip, roll back, save and stop), and hands the record
- * to wf_metrics_log. Nothing here touches the model or the data.
+ * The trainer owns the loop: it fills one wf_metrics_step per step and
+ * hands the record to wf_metrics_log. Nothing here touches the model or the
+ * data.
  *
  * Formats: docs/formats/metrics-jsonl.md, docs/formats/tensorboard.md,
  * docs/formats/run-json.md; what every field means: docs/metrics.md.
@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "weft/arena.h"
+#include "weft/mfu.h"
 #include "weft/model.h"
 #include "weft/status.h"
 
@@ -173,46 +174,6 @@ uint32_t wf_crc32c(uint32_t crc, const void *data, size_t len);
 /* TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
 uint32_t wf_crc32c_mask(uint32_t crc);
 
-/* ------------------------------------------------------------------ MFU */
-
-/* Training FLOPs (forward + backward) per token of a model at sequence
- * length T, as docs/train.md "FLOPs per token" defines it:
- * 6 * N_mm + 6 * L * T * C, N_mm = L * (2*C*C + 2*C*KV + 3*C*H) + V*C. */
-double wf_model_flops_per_token(const wf_model_config *cfg, int T);
-
-/* The peak MFU is measured against. */
-typedef enum { WF_PEAK_CONFIG, WF_PEAK_MEASURED, WF_PEAK_CACHED } wf_peak_source;
-typedef struct {
-    double tflops;          /* TFLOP/s */
-    wf_peak_source source;
-    char key[256];          /* what the cache is keyed by: CPU, threads, BLAS core */
-    char cache_path[1024];  /* "" when no cache was used */
-    double measured_at;     /* Unix time of the measurement, 0 for a configured peak */
-} wf_peak;
-
-typedef struct {
-    double configured_tflops; /* > 0: use it, measure nothing */
-    const char *cache_path;   /* NULL: $XDG_CACHE_HOME/weft/peak.json or ~/.cache/weft/peak.json;
-                                 "": no cache */
-    double budget_s;          /* time the benchmark may take; 0: 0.3 s */
-    int max_n;                /* largest square size tried; 0: 2048 */
-    int refresh;              /* 0: the cached entry when there is one; 1: measure again and
-                                 store that; 2: measure again but keep the cached entry when it
-                                 is higher (load only lowers a measurement) */
-} wf_peak_options;
-
-/* The peak: the configured one, else the cached measurement for this
- * machine's key, else a short benchmark of square cblas_sgemm on
- * wf_kern_threads() threads, whose best rate is stored in the cache (see
- * `refresh` for when an entry is replaced)
- * (atomically; a cache that cannot be written is a warning, not an error). */
-wf_status wf_peak_get(wf_peak *out, const wf_peak_options *opt);
-/* "config", "measured" or "cached". */
-const char *wf_peak_source_name(wf_peak_source s);
-/* One line for the log: "peak 1.23 TFLOP/s (measured: sgemm on 8 threads of
- * <cpu>, cached in <path>)". */
-void wf_peak_describe(const wf_peak *p, char *buf, size_t size);
-
 /* --------------------------------------------------------------- memory */
 
 typedef struct {
@@ -226,74 +187,6 @@ typedef struct {
 wf_status wf_host_mem_read(wf_host_mem *out);
 /* Parses the two files' text (either may be NULL); for tests. */
 void wf_host_mem_parse(const char *status_text, const char *meminfo_text, wf_host_mem *out);
-
-/* The watchdog's thresholds; 0 turns one off. */
-typedef struct {
-    double max_used_frac;   /* machine: 1 - MemAvailable/MemTotal above this trips (e.g. 0.95) */
-    double max_rss_frac;    /* process: VmRSS / MemTotal above this trips */
-    int64_t max_rss_bytes;  /* process: VmRSS above this trips */
-} wf_mem_limits;
-
-/* 1 when a threshold is passed, with the reason and advice in msg (the
- * trainer then saves and stops); 0 otherwise. Unknown values never trip. */
-int wf_mem_watchdog_check(const wf_mem_limits *lim, const wf_host_mem *mem, char *msg, size_t size);
-
-/* --------------------------------------------------------- loss spikes
- * A step is a spike when its loss or its gradient norm lies more than
- * `z` standard deviations above the mean of the last `window` steps that
- * were not spikes, or is not finite. Only rises count. Spikes are kept out
- * of the window, so one bad step does not raise the bar for the next. The
- * first `warmup` steps only fill the window (a non-finite value is still a
- * spike). The standard deviation is floored at `min_rel_std` times the
- * mean's magnitude, so a flat series does not make noise a spike. */
-typedef enum { WF_SPIKE_WARN, WF_SPIKE_SKIP, WF_SPIKE_ROLLBACK } wf_spike_action;
-
-typedef struct {
-    int window;          /* steps in the rolling statistics (>= 2) */
-    double z;            /* threshold in standard deviations (> 0) */
-    int warmup;          /* steps before any check, >= 2 and <= window; 0: window */
-    int use_grad_norm;   /* 1: the gradient norm can also make a spike */
-    double min_rel_std;  /* floor of the std relative to |mean|; 0: 1e-3 */
-} wf_spike_config;
-
-typedef struct {
-    wf_spike_config cfg;
-    double *loss_win, *gn_win; /* (window) ring buffers */
-    int n, head;               /* values held, next slot */
-} wf_spike_detector;
-
-typedef struct {
-    int spike;              /* 1: this step is a spike */
-    int by_loss, by_grad_norm, nonfinite;
-    double loss_z, grad_norm_z;       /* NaN during warmup */
-    double loss_mean, loss_std;       /* of the window before this step */
-    double grad_norm_mean, grad_norm_std;
-    int n;                  /* values the statistics came from */
-} wf_spike_result;
-
-wf_status wf_spike_init(wf_spike_detector *d, const wf_spike_config *cfg);
-void wf_spike_deinit(wf_spike_detector *d); /* accepts a zeroed detector */
-/* Judges one step's loss and gradient norm, then (if it is not a spike)
- * adds them to the window. */
-wf_spike_result wf_spike_check(wf_spike_detector *d, double loss, double grad_norm);
-/* Forgets the window (a new run starts with it empty). */
-void wf_spike_reset(wf_spike_detector *d);
-/* The window as a checkpoint keeps it: its d->n values, oldest first, into
- * loss[] and grad_norm[] (room for d->n each; grad_norm gets zeros when
- * the detector ignores the norm). The statistics are summed oldest first,
- * so the list alone (not where the ring starts) fixes every later result. */
-void wf_spike_get_window(const wf_spike_detector *d, double *loss, double *grad_norm);
-/* Replaces the window by n values, oldest first (a checkpoint's); with n
- * above cfg.window only the newest cfg.window are kept. A detector given
- * another's window then judges every step exactly as that one would. */
-void wf_spike_set_window(wf_spike_detector *d, const double *loss, const double *grad_norm, int n);
-/* "warn", "skip", "rollback" <-> the enum; parse returns -1 if unknown. */
-int wf_spike_action_parse(const char *name);
-const char *wf_spike_action_name(wf_spike_action a);
-/* The log line of a spike: step, the batch's place in the data order,
- * values, z-scores, window statistics and the action. */
-void wf_spike_describe(const wf_spike_result *r, int64_t step, int64_t data_pos, double loss,
-                       double grad_norm, wf_spike_action action, char *buf, size_t size);
 
 /* ------------------------------------------------- reproducibility record */
 
@@ -327,16 +220,5 @@ typedef struct {
  * checkout has uncommitted changes to tracked files, their diff goes to
  * DIR/git.diff. Facts that cannot be found are null, never an error. */
 wf_status wf_run_record_write(const char *dir, const wf_run_record *r);
-
-/* --------------------------------------------------------------- report */
-
-/* Reads DIR/metrics.jsonl (and DIR/run.json if present) and writes one
- * self-contained HTML page with SVG plots to `out_path`: loss and
- * validation loss, learning rate, gradient norm, tokens/s, MFU, memory,
- * the step-time split, spikes. Steps repeated after a rollback replace the
- * earlier ones; spikes are all kept. With DIR/ranks/rank-NNNNN/metrics.jsonl
- * (metrics.all_ranks) the page also has a Ranks section: per-rank medians,
- * peak RSS, the straggler, and plots with a line per rank. */
-wf_status wf_report_write(const char *dir, const char *out_path);
 
 #endif

@@ -171,7 +171,7 @@ wf_status wf_peak_get(wf_peak *out, const wf_peak_options *opt) {
     else default_cache_path(out->cache_path, sizeof out->cache_path);
     double cached = 0, cached_at = 0;
     int have = out->cache_path[0] && cache_lookup(out->cache_path, out->key, &cached, &cached_at);
-    if (have && !opt->refresh) {
+    if (have && opt->refresh == WF_PEAK_USE_CACHE) {
         out->tflops = cached;
         out->measured_at = cached_at;
         out->source = WF_PEAK_CACHED;
@@ -187,7 +187,7 @@ wf_status wf_peak_get(wf_peak *out, const wf_peak_options *opt) {
     out->source = WF_PEAK_MEASURED;
     if (!(out->tflops > 0))
         return wf_error(WF_ERR_INTERNAL, "the sgemm benchmark measured no rate (out of memory?); set metrics.peak_tflops");
-    if (opt->refresh == 2 && have && cached > out->tflops) {
+    if (opt->refresh == WF_PEAK_RECHECK && have && cached > out->tflops) {
         /* Other load on the machine only lowers the rate: the best one
          * seen for this key stays the peak. */
         out->tflops = cached;

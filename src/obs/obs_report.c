@@ -21,6 +21,7 @@
  * (the lowest and the highest of the column, so spikes stay visible);
  * stacked areas use the column's mean. */
 #include "weft/metrics.h"
+#include "weft/report.h"
 
 #include <dirent.h>
 #include <jansson.h>

@@ -3,7 +3,7 @@
  * carries out the action (warn, skip the update, or PaLM's recipe: roll
  * back to the last checkpoint and skip the data window that led to the
  * spike); this file only decides and describes. */
-#include "weft/metrics.h"
+#include "weft/runctl.h"
 
 #include <math.h>
 #include <stdio.h>

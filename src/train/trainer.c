@@ -42,8 +42,10 @@
 #include "weft/loader.h"
 #include "weft/log.h"
 #include "weft/metrics.h"
+#include "weft/mfu.h"
 #include "weft/optim.h"
 #include "weft/progress.h"
+#include "weft/runctl.h"
 #include "weft/safetensors.h"
 #include "weft/shard.h"
 #include "weft/thread.h"
@@ -764,7 +766,8 @@ static wf_loader_state data_cursor(const trainer *t, int64_t pos) {
  * restart in the event files. */
 static wf_status setup_obs(trainer *t, int64_t start) {
     const wf_train_config *tc = t->tc;
-    wf_peak_options po = {tc->metrics_peak_tflops, NULL, 0, 0, tc->metrics_remeasure_peak};
+    wf_peak_options po = {.configured_tflops = tc->metrics_peak_tflops,
+                          .refresh = tc->metrics_remeasure_peak ? WF_PEAK_REMEASURE : WF_PEAK_USE_CACHE};
     char line[1536];
     if (wf_peak_get(&t->peak, &po) == WF_OK) {
         wf_peak_describe(&t->peak, line, sizeof line);
@@ -1057,7 +1060,7 @@ static void recheck_peak(trainer *t, int64_t step, double achieved) {
     WF_WARN("MFU above 100%% at step %lld: this process ran %.4g TFLOP/s, more than the %s peak of %.4g TFLOP/s, "
             "which was measured while the machine was busy; measuring the peak again",
             (long long)step, achieved, wf_peak_source_name(t->peak.source), t->peak.tflops);
-    wf_peak_options po = {0, NULL, 0, 0, 2}; /* 2: the cache keeps the higher of the two */
+    wf_peak_options po = {.refresh = WF_PEAK_RECHECK}; /* the cache keeps the higher of the two */
     wf_peak np;
     if (wf_peak_get(&np, &po) != WF_OK) {
         WF_WARN("MFU: %s", wf_error_msg());

@@ -35,6 +35,8 @@
 #include "weft/arena.h"
 #include "weft/fileio.h"
 #include "weft/metrics.h"
+#include "weft/mfu.h"
+#include "weft/runctl.h"
 #include "weft/model.h"
 
 static double arg(int argc, char **argv, const char *key, double def) {

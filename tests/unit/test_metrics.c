@@ -16,6 +16,9 @@
 #include "harness.h"
 #include "weft/fileio.h"
 #include "weft/metrics.h"
+#include "weft/mfu.h"
+#include "weft/report.h"
+#include "weft/runctl.h"
 #include "weft/model.h"
 
 static char *path_in_tmp(const char *name) {
@@ -497,11 +500,11 @@ WF_TEST(peak_configured_measured_cached) {
                                                     "tflops")) > 0);
     json_decref(root);
     /* refresh measures again; a broken cache is replaced; "" uses none. */
-    o.refresh = 1;
+    o.refresh = WF_PEAK_REMEASURE;
     WF_CHECK_OK(wf_peak_get(&q, &o));
     WF_CHECK_EQ(q.source, WF_PEAK_MEASURED);
     wf_test_write_file(cache, "{not json", 9);
-    o.refresh = 0;
+    o.refresh = WF_PEAK_USE_CACHE;
     WF_CHECK_OK(wf_peak_get(&q, &o));
     WF_CHECK_EQ(q.source, WF_PEAK_MEASURED);
     WF_CHECK_OK(wf_peak_get(&q, &o));
@@ -522,32 +525,32 @@ static void write_peak_cache(const char *cache, const char *key, double tflops) 
     wf_test_write_file(cache, text, strlen(text));
 }
 
-/* refresh = 2 (the trainer's recheck after an MFU above 100%) keeps a
+/* WF_PEAK_RECHECK (the trainer's recheck after an MFU above 100%) keeps a
  * cached peak that is higher than the new measurement and stores a higher
- * measurement; refresh = 1 (the user's) replaces the entry either way. */
+ * measurement; WF_PEAK_REMEASURE (the user's) replaces the entry either way. */
 WF_TEST(peak_recheck_keeps_the_higher) {
     const char *cache = path_in_tmp("recheck/weft/peak.json");
     wf_peak p, q;
     wf_peak_options o = {0, cache, 0.05, 256, 0};
     WF_CHECK_OK(wf_peak_get(&p, &o));
     write_peak_cache(cache, p.key, 1e6); /* far above any measurement */
-    o.refresh = 2;
+    o.refresh = WF_PEAK_RECHECK;
     WF_CHECK_OK(wf_peak_get(&q, &o));
     WF_CHECK_EQ(q.source, WF_PEAK_CACHED);
     WF_CHECK_NEAR(q.tflops, 1e6, 0);
-    o.refresh = 0;
+    o.refresh = WF_PEAK_USE_CACHE;
     WF_CHECK_OK(wf_peak_get(&q, &o));
     WF_CHECK_NEAR(q.tflops, 1e6, 0); /* still in the cache */
     write_peak_cache(cache, p.key, 1e-9); /* far below: replaced by the measurement */
-    o.refresh = 2;
+    o.refresh = WF_PEAK_RECHECK;
     WF_CHECK_OK(wf_peak_get(&q, &o));
     WF_CHECK_EQ(q.source, WF_PEAK_MEASURED);
     WF_CHECK_TRUE(q.tflops > 1e-6);
-    o.refresh = 0;
+    o.refresh = WF_PEAK_USE_CACHE;
     WF_CHECK_OK(wf_peak_get(&p, &o));
     WF_CHECK_NEAR(p.tflops, q.tflops, q.tflops * 1e-12);
     write_peak_cache(cache, p.key, 1e6); /* the user's refresh replaces a higher entry */
-    o.refresh = 1;
+    o.refresh = WF_PEAK_REMEASURE;
     WF_CHECK_OK(wf_peak_get(&q, &o));
     WF_CHECK_EQ(q.source, WF_PEAK_MEASURED);
     WF_CHECK_TRUE(q.tflops < 1e6);
