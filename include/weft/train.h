@@ -24,47 +24,187 @@
 #include "weft/status.h"
 
 /* Every key of a training config (TOML sections [model], [data], [optim],
- * [train], [ckpt], [metrics], [spike], [memory], [dist], [trace]). Numeric model sizes of 0 mean "from the preset"; the vocabulary
- * defaults to the dataset's. docs/train.md lists them all. */
+ * [train], [ckpt], [metrics], [spike], [memory], [dist], [trace]), as ONE
+ * list from which both the struct below and the option table of `weft
+ * train` (src/train/train_config.c) are made, so that they cannot drift.
+ * Numeric model sizes of 0 mean "from the preset"; the vocabulary defaults
+ * to the dataset's. docs/train.md lists them all.
+ *
+ * X(field, type, "section.key", "flag" or NULL, "default" or NULL,
+ *   (min, max) or (WF_NO_RANGE), "help")
+ * type is a wf_opt_type: WF_OPT_STR fields are char * (owned, freed by
+ * wf_opts_free), WF_OPT_INT int64_t, WF_OPT_FLOAT double, WF_OPT_BOOL int. */
+#define WF_TRAIN_KEYS(X) \
+    /* [model] */ \
+    X(preset, WF_OPT_STR, "model.preset", "preset", "tiny", (WF_NO_RANGE), \
+      "starting sizes: tiny, stories15M or gpt2-small; every size below that is non-zero overrides it") \
+    X(dim, WF_OPT_INT, "model.dim", NULL, "0", (0, 1 << 16), \
+      "model width C (0: from the preset)") \
+    X(n_layers, WF_OPT_INT, "model.n_layers", NULL, "0", (0, 1024), \
+      "transformer blocks (0: from the preset)") \
+    X(n_heads, WF_OPT_INT, "model.n_heads", NULL, "0", (0, 1024), \
+      "attention (query) heads (0: from the preset)") \
+    X(n_kv_heads, WF_OPT_INT, "model.n_kv_heads", NULL, "0", (0, 1024), \
+      "key/value heads for grouped-query attention, dividing n_heads (0: from the preset)") \
+    X(vocab_size, WF_OPT_INT, "model.vocab_size", NULL, "0", (0, 1 << 24), \
+      "vocabulary of the embedding (0: the dataset's); must be at least the dataset's") \
+    X(ffn_hidden_dim, WF_OPT_INT, "model.ffn_hidden_dim", NULL, "0", (0, 1 << 20), \
+      "SwiGLU hidden width (0: from the preset, or from ffn_multiplier when sizes are overridden)") \
+    X(ffn_multiplier, WF_OPT_FLOAT, "model.ffn_multiplier", NULL, "0", (0, 64), \
+      "hidden = multiplier * 8/3 * dim rounded up to ffn_multiple_of, when ffn_hidden_dim is 0 (0: preset)") \
+    X(ffn_multiple_of, WF_OPT_INT, "model.ffn_multiple_of", NULL, "0", (0, 1 << 16), \
+      "round the derived hidden width up to a multiple of this (0: preset)") \
+    X(max_seq_len, WF_OPT_INT, "model.max_seq_len", NULL, "0", (0, 1 << 20), \
+      "longest sequence the model accepts (0: from the preset)") \
+    X(norm_eps, WF_OPT_FLOAT, "model.norm_eps", NULL, "0", (0, 1), \
+      "RMSNorm epsilon (0: from the preset)") \
+    X(rope_theta, WF_OPT_FLOAT, "model.rope_theta", NULL, "0", (0, 1e12), \
+      "RoPE base (0: from the preset)") \
+    X(init_std, WF_OPT_FLOAT, "model.init_std", NULL, "0", (0, 10), \
+      "std of the normal init of weight matrices (0: from the preset)") \
+    X(tied, WF_OPT_BOOL, "model.tied", NULL, "true", (WF_NO_RANGE), \
+      "tie the output projection to the token embedding") \
+    /* [data] */ \
+    X(data_dir, WF_OPT_STR, "data.dir", "data", NULL, (WF_NO_RANGE), \
+      "dataset directory written by `weft tokenize` (required)") \
+    X(tokenizer, WF_OPT_STR, "data.tokenizer", "tokenizer", NULL, (WF_NO_RANGE), \
+      "tokenizer.json (default: the one recorded in the dataset); recorded with the model for `weft sample`") \
+    X(seq_len, WF_OPT_INT, "data.seq_len", "seq-len", "0", (0, 1 << 20), \
+      "T, tokens per sequence (0: the model's max_seq_len)") \
+    X(batch_size, WF_OPT_INT, "data.batch_size", "batch-size", "8", (1, 1 << 20), \
+      "B, sequences per micro-batch") \
+    X(global_batch_tokens, WF_OPT_INT, "data.global_batch_tokens", NULL, "0", (0, 1e12), \
+      "tokens per optimizer step, a multiple of B*T: the steps accumulate gradients over " "global_batch_tokens / (B*T) micro-batches (0: B*T, no accumulation)") \
+    X(data_seed, WF_OPT_INT, "data.seed", NULL, "0", (0, 9.2e18), \
+      "seed of the data order") \
+    /* [optim] */ \
+    X(schedule, WF_OPT_STR, "optim.schedule", "schedule", "cosine", (WF_NO_RANGE), \
+      "learning-rate schedule after warmup: cosine, wsd or constant") \
+    X(lr, WF_OPT_FLOAT, "optim.lr", "lr", "1e-3", (0, 10), \
+      "peak learning rate") \
+    X(min_lr, WF_OPT_FLOAT, "optim.min_lr", NULL, "1e-4", (0, 10), \
+      "learning rate at the end of the decay") \
+    X(warmup_steps, WF_OPT_INT, "optim.warmup_steps", NULL, "10", (0, 1e12), \
+      "linear warmup steps") \
+    X(decay_frac, WF_OPT_FLOAT, "optim.decay_frac", NULL, "0.2", (0, 1), \
+      "wsd: fraction of the steps spent in the final linear decay") \
+    X(beta1, WF_OPT_FLOAT, "optim.beta1", NULL, "0.9", (0, 0.999999), \
+      "AdamW beta1") \
+    X(beta2, WF_OPT_FLOAT, "optim.beta2", NULL, "0.95", (0, 0.999999999), \
+      "AdamW beta2") \
+    X(eps, WF_OPT_FLOAT, "optim.eps", NULL, "1e-8", (0, 1), \
+      "AdamW epsilon") \
+    X(weight_decay, WF_OPT_FLOAT, "optim.weight_decay", NULL, "0.1", (0, 10), \
+      "decoupled weight decay, applied to weight matrices only") \
+    X(decay_embeddings, WF_OPT_BOOL, "optim.decay_embeddings", NULL, "false", (WF_NO_RANGE), \
+      "also decay the token embedding (and an untied output projection)") \
+    X(grad_clip, WF_OPT_FLOAT, "optim.grad_clip", NULL, "1.0", (0, 1e9), \
+      "clip gradients to this global L2 norm (0: no clipping)") \
+    /* [train] */ \
+    X(run_dir, WF_OPT_STR, "train.run_dir", "run-dir", "runs/default", (WF_NO_RANGE), \
+      "where the run's files go (config.toml, checkpoints/, model.safetensors, metrics.jsonl, tb/, run.json, traces/)") \
+    X(steps, WF_OPT_INT, "train.steps", "steps", "100", (1, 1e12), \
+      "optimizer steps") \
+    X(seed, WF_OPT_INT, "train.seed", "seed", "1337", (0, 9.2e18), \
+      "seed of the initialisation") \
+    X(eval_every, WF_OPT_INT, "train.eval_every", NULL, "50", (0, 1e12), \
+      "compute the validation loss every N steps and at the end (0: never)") \
+    X(eval_batches, WF_OPT_INT, "train.eval_batches", NULL, "8", (1, 1e9), \
+      "micro-batches of the validation split per evaluation (always the same ones)") \
+    X(log_every, WF_OPT_INT, "train.log_every", NULL, "1", (1, 1e12), \
+      "print a step line every N steps") \
+    X(threads, WF_OPT_INT, "train.threads", "threads", "0", (0, 4096), \
+      "compute threads for OpenMP and OpenBLAS together (0: WEFT_THREADS or every CPU)") \
+    /* [ckpt] */ \
+    X(ckpt_every, WF_OPT_INT, "ckpt.every", NULL, "100", (0, 1e12), \
+      "save a checkpoint every N steps into RUN_DIR/checkpoints/step-NNNNNNN (0: only at the end, on " "signals and on a SAVE or STOP file)") \
+    X(ckpt_keep_last, WF_OPT_INT, "ckpt.keep_last", NULL, "2", (0, 1e9), \
+      "keep the newest N checkpoints, delete older ones (0: keep all)") \
+    X(ckpt_keep_every, WF_OPT_INT, "ckpt.keep_every", NULL, "0", (0, 1e12), \
+      "also keep for good every checkpoint whose step is a multiple of M (0: none)") \
+    X(ckpt_async, WF_OPT_BOOL, "ckpt.async", NULL, "true", (WF_NO_RANGE), \
+      "asynchronous saves: training waits only for a copy into a staging buffer, a thread writes") \
+    X(ckpt_resume, WF_OPT_BOOL, "ckpt.resume", "resume", "true", (WF_NO_RANGE), \
+      "continue from the latest valid checkpoint of the run directory, if there is one (--no-resume: start over)") \
+    X(ckpt_resume_from, WF_OPT_STR, "ckpt.resume_from", "resume-from", NULL, (WF_NO_RANGE), \
+      "continue from this checkpoint directory instead of the run's latest") \
+    X(ckpt_init_from, WF_OPT_STR, "ckpt.init_from", "init-from", NULL, (WF_NO_RANGE), \
+      "initialise the weights from a safetensors model (a file, or a Hugging Face directory with " "model.safetensors and config.json) when not resuming") \
+    X(ckpt_stop_at, WF_OPT_INT, "ckpt.stop_at", NULL, "0", (0, 1e12), \
+      "after this step, save and exit with status 75 as if preempted (0: never); splits a run into jobs") \
+    /* [metrics] */ \
+    X(metrics_jsonl, WF_OPT_BOOL, "metrics.jsonl", NULL, "true", (WF_NO_RANGE), \
+      "write RUN_DIR/metrics.jsonl, one JSON object per step") \
+    X(metrics_tensorboard, WF_OPT_BOOL, "metrics.tensorboard", NULL, "true", (WF_NO_RANGE), \
+      "write TensorBoard event files into RUN_DIR/tb/") \
+    X(metrics_flush_every_s, WF_OPT_FLOAT, "metrics.flush_every_s", NULL, "10", (0, 86400), \
+      "seconds between writes of the buffered metrics (and at exit); 0: every step") \
+    X(metrics_peak_tflops, WF_OPT_FLOAT, "metrics.peak_tflops", NULL, "0", (0, 1e9), \
+      "one process's peak TFLOP/s for MFU (0: measure it with a short sgemm benchmark, or use the cached " "measurement of this machine)") \
+    X(metrics_remeasure_peak, WF_OPT_BOOL, "metrics.remeasure_peak", NULL, "false", (WF_NO_RANGE), \
+      "measure the peak even when this machine's measurement is cached") \
+    X(metrics_all_ranks, WF_OPT_BOOL, "metrics.all_ranks", NULL, "false", (WF_NO_RANGE), \
+      "several ranks: every rank r > 0 also writes its own metrics (its step times, communication wait and " "memory) into RUN_DIR/ranks/rank-NNNNN/ (metrics.jsonl, tb/); rank 0 writes RUN_DIR's as always") \
+    /* [spike] */ \
+    X(spike_window, WF_OPT_INT, "spike.window", NULL, "100", (2, 1048576), \
+      "steps in the rolling mean and standard deviation of the loss and gradient norm") \
+    X(spike_z, WF_OPT_FLOAT, "spike.z", NULL, "6", (0.001, 1e6), \
+      "a step whose loss (or gradient norm) is more than z standard deviations above the window's mean is a spike") \
+    X(spike_warmup, WF_OPT_INT, "spike.warmup", NULL, "20", (0, 1048576), \
+      "steps that only fill the window before the first check (2..window; 0: the window)") \
+    X(spike_grad_norm, WF_OPT_BOOL, "spike.grad_norm", NULL, "true", (WF_NO_RANGE), \
+      "the gradient norm can make a spike too, not only the loss") \
+    X(spike_action, WF_OPT_STR, "spike.action", NULL, "warn", (WF_NO_RANGE), \
+      "on a spike: warn (log it), skip (drop the step's update) or rollback (reload the last checkpoint and " "skip the data from there to past the spike's batch)") \
+    X(spike_skip_batches, WF_OPT_INT, "spike.skip_batches", NULL, "200", (0, 1e12), \
+      "rollback: micro-batches skipped after the spike's own") \
+    X(spike_max_rollbacks, WF_OPT_INT, "spike.max_rollbacks", NULL, "3", (0, 1e9), \
+      "rollback: at most this many rollbacks to the same checkpoint; further spikes skip their update") \
+    /* [memory] */ \
+    X(memory_max_used_frac, WF_OPT_FLOAT, "memory.max_used_frac", NULL, "0.95", (0, 1), \
+      "watchdog: save and stop (exit 75) when the machine's memory is more than this fraction used " "(1 - MemAvailable/MemTotal; 0: off)") \
+    X(memory_max_rss_frac, WF_OPT_FLOAT, "memory.max_rss_frac", NULL, "0", (0, 1), \
+      "watchdog: save and stop when this process's resident memory passes this fraction of MemTotal (0: off)") \
+    X(memory_max_rss_gib, WF_OPT_FLOAT, "memory.max_rss_gib", NULL, "0", (0, 1e9), \
+      "watchdog: save and stop when this process's resident memory passes this many GiB (0: off)") \
+    /* [dist] */ \
+    X(dist_timeout_first_s, WF_OPT_FLOAT, "dist.timeout_first_s", NULL, "600", (0, 1e9), \
+      "several ranks: a collective blocked longer than this in the first dist.first_steps steps ends the job " "with the watchdog's report (0: no limit)") \
+    X(dist_timeout_s, WF_OPT_FLOAT, "dist.timeout_s", NULL, "300", (0, 1e9), \
+      "several ranks: the same limit after the first steps (0: no limit)") \
+    X(dist_first_steps, WF_OPT_INT, "dist.first_steps", NULL, "2", (0, 1e12), \
+      "steps that get dist.timeout_first_s (startup and the first steps are slower)") \
+    X(dist_bucket_mb, WF_OPT_FLOAT, "dist.bucket_mb", NULL, "25", (0.001, 1e6), \
+      "several ranks: MB of gradients per all-reduce bucket") \
+    X(dist_zero1, WF_OPT_BOOL, "dist.zero1", NULL, "false", (WF_NO_RANGE), \
+      "several ranks: ZeRO-1, each rank keeps the AdamW moments of its 1/W of the parameters (reduce-scatter " "the gradients, update the shard, all-gather the parameters) instead of DDP's all-reduce; one process " "ignores it") \
+    /* [trace] */ \
+    X(trace_dir, WF_OPT_STR, "trace.dir", NULL, NULL, (WF_NO_RANGE), \
+      "where trace captures go, one folder per capture (default: RUN_DIR/traces)") \
+    X(trace_skip_first, WF_OPT_INT, "trace.skip_first", NULL, "0", (0, 1e12), \
+      "schedule: steps before the first cycle") \
+    X(trace_wait, WF_OPT_INT, "trace.wait", NULL, "0", (0, 1e12), \
+      "schedule: steps not recorded at the start of a cycle") \
+    X(trace_warmup, WF_OPT_INT, "trace.warmup", NULL, "1", (0, 1e12), \
+      "schedule: steps recorded and discarded before the active ones") \
+    X(trace_active, WF_OPT_INT, "trace.active", NULL, "0", (0, 1e6), \
+      "schedule: steps recorded and written per capture (0: no scheduled captures)") \
+    X(trace_repeat, WF_OPT_INT, "trace.repeat", NULL, "1", (0, 1e12), \
+      "schedule: cycles (0: for ever)") \
+    X(trace_requests, WF_OPT_BOOL, "trace.requests", NULL, "true", (WF_NO_RANGE), \
+      "capture the next N steps when `weft trace request RUN_DIR --steps N` asks") \
+    X(trace_buffer_events, WF_OPT_INT, "trace.buffer_events", NULL, "65536", (16, 1 << 30), \
+      "spans each thread can hold per capture (40 bytes each); more are dropped and counted")
+
+#define WF_TRAIN_CTYPE_WF_OPT_STR char *
+#define WF_TRAIN_CTYPE_WF_OPT_INT int64_t
+#define WF_TRAIN_CTYPE_WF_OPT_FLOAT double
+#define WF_TRAIN_CTYPE_WF_OPT_BOOL int
+
 typedef struct {
-    /* [model] */
-    char *preset;
-    int64_t dim, n_layers, n_heads, n_kv_heads, vocab_size, ffn_hidden_dim, ffn_multiple_of, max_seq_len;
-    double ffn_multiplier, norm_eps, rope_theta, init_std;
-    int tied;
-    /* [data] */
-    char *data_dir, *tokenizer;
-    int64_t seq_len, batch_size, global_batch_tokens, data_seed;
-    /* [optim] */
-    char *schedule;
-    double lr, min_lr, decay_frac, beta1, beta2, eps, weight_decay, grad_clip;
-    int64_t warmup_steps;
-    int decay_embeddings;
-    /* [train] */
-    char *run_dir;
-    int64_t steps, seed, eval_every, eval_batches, log_every, threads;
-    /* [ckpt] */
-    int64_t ckpt_every, ckpt_keep_last, ckpt_keep_every, ckpt_stop_at;
-    int ckpt_async, ckpt_resume;
-    char *ckpt_resume_from, *ckpt_init_from;
-    /* [metrics] */
-    int metrics_jsonl, metrics_tensorboard, metrics_remeasure_peak, metrics_all_ranks;
-    double metrics_flush_every_s, metrics_peak_tflops;
-    /* [spike] */
-    int64_t spike_window, spike_warmup, spike_skip_batches, spike_max_rollbacks;
-    double spike_z;
-    int spike_grad_norm;
-    char *spike_action;
-    /* [memory] */
-    double memory_max_used_frac, memory_max_rss_frac, memory_max_rss_gib;
-    /* [dist] */
-    double dist_timeout_first_s, dist_timeout_s, dist_bucket_mb;
-    int64_t dist_first_steps;
-    int dist_zero1;
-    /* [trace] */
-    char *trace_dir;
-    int64_t trace_skip_first, trace_wait, trace_warmup, trace_active, trace_repeat, trace_buffer_events;
-    int trace_requests;
+#define WF_TRAIN_FIELD_(field, type, key, flag, def, range, help) WF_TRAIN_CTYPE_##type field;
+    WF_TRAIN_KEYS(WF_TRAIN_FIELD_)
+#undef WF_TRAIN_FIELD_
     /* Not config keys: the command line, recorded in RUN_DIR/run.json (set
      * by the caller; argc 0 records none). Borrowed, not freed. */
     int argc;
