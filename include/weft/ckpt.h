@@ -168,7 +168,7 @@ wf_status wf_ckpt_writer_wait(wf_ckpt_writer *w, wf_ckpt_save_stats *stats);
 
 /* Does not block: 1 while this rank's asynchronous write is running, else
  * 0 (always 0 for a sync writer). With several ranks the caller ORs it
- * over ranks once a step (WF_AGREE_CKPT_BUSY in wf_comm_agree's word) and
+ * over ranks once a step (a "busy" bit in the trainer's wf_comm_agree word) and
  * commits when no rank is busy. */
 int wf_ckpt_writer_busy(wf_ckpt_writer *w);
 

@@ -179,19 +179,12 @@ wf_status wf_comm_wait(wf_comm *c, wf_comm_request *req);
 wf_status wf_comm_progress(wf_comm *c);
 
 /* --- Rank agreement. ----------------------------------------------------
- * Each rank passes its own flags; all get the OR over ranks, so that one
- * rank seeing a STOP file, a signal or an error makes every rank take the
- * same decision at the same step. One small all-reduce (see
- * docs/distributed.md for the step-loop pattern). */
-enum {
-    WF_AGREE_STOP = 1u << 0,  /* stop after this step */
-    WF_AGREE_SAVE = 1u << 1,  /* save a checkpoint at this step */
-    WF_AGREE_ERROR = 1u << 2, /* a rank failed this step: do not apply it */
-    WF_AGREE_SIGNAL = 1u << 3, /* a rank got SIGTERM/SIGUSR1/SIGINT */
-    /* this rank's asynchronous checkpoint write is still running
-     * (wf_ckpt_writer_busy): no rank commits at this step */
-    WF_AGREE_CKPT_BUSY = 1u << 4
-};
+ * Each rank passes its own word of flags; all get the OR over ranks, so
+ * that what one rank saw (a file, a signal, an error) makes every rank take
+ * the same decision at the same step. One small all-reduce. The meaning of
+ * the bits is the caller's: the communicator knows no training words (the
+ * trainer's are in src/train/train_impl.h; docs/distributed.md shows the
+ * step-loop pattern). */
 wf_status wf_comm_agree(wf_comm *c, uint32_t *flags, const char *tag);
 
 /* --- Flight recorder. ---------------------------------------------------

@@ -6,7 +6,7 @@ What is checked:
 - saves every step with the state scribbled over right after each save, at
   np 2 and 4 (Open MPI) and np 2 (MPICH), committed three ways: by
   wf_ckpt_writer_commit when the per-step agreement word says no rank is
-  busy (WF_AGREE_CKPT_BUSY), by commit after each rank waited for its own
+  busy (the trainer's CKPT_BUSY agreement bit), by commit after each rank waited for its own
   write (every commit through commit: deterministic), and only by the next
   save and the final wf_ckpt_writer_wait. Every save is committed exactly
   once; every checkpoint opens, verifies its checksums, has W data files

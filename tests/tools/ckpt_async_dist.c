@@ -7,7 +7,7 @@
  *                   fail_limit=B] [kill_step=S]
  *       A step loop shaped like weft train's: each step sets the state to
  *       the step's values, ORs wf_ckpt_writer_busy into the per-step
- *       agreement word (WF_AGREE_CKPT_BUSY) and, with commit=agree, calls
+ *       agreement word (a CKPT_BUSY bit, as the trainer's) and, with commit=agree, calls
  *       wf_ckpt_writer_commit when no rank is busy; every E-th step it saves
  *       ROOT/step-NNNNNNN and scribbles over the state at once (a save must
  *       hold the state of its moment). commit=drain first waits (polling
@@ -57,6 +57,9 @@
 #include "weft/ckpt.h"
 #include "weft/dist.h"
 #include "weft/fileio.h"
+
+/* The agreement bit this driver uses, as the trainer defines its own. */
+enum { AGREE_CKPT_BUSY = 1u << 4 };
 
 static int rank_, size_;
 
@@ -190,10 +193,10 @@ static int cmd_save(wf_comm *c, const char *root, int argc, char **argv) {
         wf_comm_set_step(c, step);
         if (work_ms > 0) usleep((useconds_t)work_ms * 1000);
         while (drain && wf_ckpt_writer_busy(r.w)) usleep(1000);
-        uint32_t flags = wf_ckpt_writer_busy(r.w) ? WF_AGREE_CKPT_BUSY : 0u;
+        uint32_t flags = wf_ckpt_writer_busy(r.w) ? AGREE_CKPT_BUSY : 0u;
         if (wf_comm_agree(c, &flags, "agree") != WF_OK) return die("agree");
-        if (flags & WF_AGREE_CKPT_BUSY) busy_steps++;
-        if (by_commit && !(flags & WF_AGREE_CKPT_BUSY)) {
+        if (flags & AGREE_CKPT_BUSY) busy_steps++;
+        if (by_commit && !(flags & AGREE_CKPT_BUSY)) {
             note(&r, wf_ckpt_writer_commit(r.w, NULL));
             count_commits(&r, &r.by_commit);
         }

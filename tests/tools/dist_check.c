@@ -58,6 +58,10 @@
 #include "weft/log.h"
 #include "weft/thread.h"
 
+/* This driver's agreement bits, as a training loop would define its own
+ * (dist.h leaves their meaning to the caller). */
+enum { AGREE_STOP = 1u << 0, AGREE_SAVE = 1u << 1, AGREE_ERROR = 1u << 2, AGREE_SIGNAL = 1u << 3 };
+
 static int rank_, size_;
 
 static int die(const char *what) {
@@ -353,9 +357,9 @@ static int cmd_collectives(wf_comm *c) {
     if (wf_comm_all_reduce_i32(c, iv + 2, 1, WF_COMM_BOR, "i32") != WF_OK) return die("i32");
     report(c, "all_reduce_i32", iv[0] == size_ - 1 && iv[1] == 0 && iv[2] == (1 << size_) - 1);
     /* Agreement: only the last rank raises SAVE, rank 0 raises STOP. */
-    uint32_t flags = (rank_ == size_ - 1 ? WF_AGREE_SAVE : 0) | (rank_ == 0 ? WF_AGREE_STOP : 0);
+    uint32_t flags = (rank_ == size_ - 1 ? AGREE_SAVE : 0) | (rank_ == 0 ? AGREE_STOP : 0);
     if (wf_comm_agree(c, &flags, NULL) != WF_OK) return die("agree");
-    report(c, "agree", flags == (WF_AGREE_SAVE | WF_AGREE_STOP));
+    report(c, "agree", flags == (AGREE_SAVE | AGREE_STOP));
     /* Reduce-scatter and all-gather over ZeRO-1 shards of uneven size. */
     const size_t n = 10007;
     wf_zero1_plan p;
@@ -714,23 +718,23 @@ static int cmd_agree(wf_comm *c, int argc, char **argv) {
          * times). */
         uint32_t flags = 0;
         if (step % size_ == rank_ || (rank_ == who && step == when)) {
-            if (file_exists(stop_path)) flags |= WF_AGREE_STOP | WF_AGREE_SAVE;
-            if (file_exists(save_path)) flags |= WF_AGREE_SAVE;
+            if (file_exists(stop_path)) flags |= AGREE_STOP | AGREE_SAVE;
+            if (file_exists(save_path)) flags |= AGREE_SAVE;
         }
-        if (got_signal_) flags |= WF_AGREE_SIGNAL | WF_AGREE_SAVE | WF_AGREE_STOP;
-        if (step_failed) flags |= WF_AGREE_ERROR | WF_AGREE_STOP;
+        if (got_signal_) flags |= AGREE_SIGNAL | AGREE_SAVE | AGREE_STOP;
+        if (step_failed) flags |= AGREE_ERROR | AGREE_STOP;
         if (wf_comm_agree(c, &flags, "agree") != WF_OK) return die("agree");
         char decision[160] = "";
-        if (flags & WF_AGREE_ERROR) {
+        if (flags & AGREE_ERROR) {
             snprintf(decision, sizeof decision,
                      "stop at step %d without applying it (error on a rank)", step);
             errored = 1;
-        } else if (flags & WF_AGREE_SAVE) {
+        } else if (flags & AGREE_SAVE) {
             snprintf(decision, sizeof decision, "save%s at step %d%s",
-                     flags & WF_AGREE_STOP ? " and stop" : "", step,
-                     flags & WF_AGREE_SIGNAL ? " (signal)" : "");
+                     flags & AGREE_STOP ? " and stop" : "", step,
+                     flags & AGREE_SIGNAL ? " (signal)" : "");
             if (rank_ == 0 && file_exists(save_path)) unlink(save_path);
-        } else if (flags & WF_AGREE_STOP) {
+        } else if (flags & AGREE_STOP) {
             snprintf(decision, sizeof decision, "stop at step %d", step);
         }
         if (decision[0]) {
@@ -745,9 +749,9 @@ static int cmd_agree(wf_comm *c, int argc, char **argv) {
                 fclose(f);
             }
         }
-        if (flags & (WF_AGREE_ERROR | WF_AGREE_STOP)) break;
+        if (flags & (AGREE_ERROR | AGREE_STOP)) break;
         /* The SAVE file is consumed once every rank has acted on it. */
-        if ((flags & WF_AGREE_SAVE) && wf_comm_barrier(c, "save done") != WF_OK)
+        if ((flags & AGREE_SAVE) && wf_comm_barrier(c, "save done") != WF_OK)
             return die("barrier");
     }
     fflush(stdout);

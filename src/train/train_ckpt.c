@@ -1,0 +1,235 @@
+/* What a checkpoint of a training run holds, and saving it (train_impl.h):
+ * the state (every parameter, then the AdamW moments, each rank its part;
+ * ZeRO-1's moments as each rank's shard under DDP's names and shapes), the
+ * scalars a step depends on (optimizer steps, the loader's cursor, seeds,
+ * the spike detector's window, the effective config), the writer
+ * (synchronous, or asynchronous with a staging copy), and the files a run
+ * writes besides: config.toml and the final model.safetensors. */
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/train_impl.h"
+#include "weft/fileio.h"
+#include "weft/log.h"
+#include "weft/safetensors.h"
+
+/* ---- checkpoints ---- */
+
+static char *config_toml(const wf_train_config *tc) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    wf_opts_write_toml(wf_train_spec(), tc, f);
+    fclose(f);
+    return buf;
+}
+
+/* The state a checkpoint holds: every parameter, then the AdamW moments
+ * under "optim.m.<name>" and "optim.v.<name>". */
+static wf_status build_state(trainer *t) {
+    int nt = wf_model_num_tensors(t->model);
+    t->n_state = 3 * (size_t)nt;
+    t->state = calloc(t->n_state, sizeof *t->state);
+    t->state_names = calloc(t->n_state, sizeof *t->state_names);
+    if (!t->state || !t->state_names) return wf_error(WF_ERR_NOMEM, "out of memory");
+    float *bufs[3] = {wf_model_params(t->model), wf_adamw_m(t->opt), wf_adamw_v(t->opt)};
+    const char *prefix[3] = {"", "optim.m.", "optim.v."};
+    size_t shard_lo, shard_hi;
+    wf_adamw_range(t->opt, &shard_lo, &shard_hi);
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < nt; i++) {
+            const wf_tensor_info *ti = wf_model_tensor(t->model, i);
+            size_t j = (size_t)k * (size_t)nt + (size_t)i;
+            size_t n = strlen(prefix[k]) + strlen(ti->name) + 1;
+            t->state_names[j] = malloc(n);
+            if (!t->state_names[j]) return wf_error(WF_ERR_NOMEM, "out of memory");
+            snprintf(t->state_names[j], n, "%s%s", prefix[k], ti->name);
+            wf_ckpt_tensor *e = &t->state[j];
+            e->name = t->state_names[j];
+            e->ndim = ti->ndim;
+            e->shape[0] = ti->shape[0];
+            e->shape[1] = ti->shape[1];
+            e->data = bufs[k] + ti->offset;
+            if (k > 0 && t->zero1) {
+                /* This rank holds the moments of its shard only: it saves
+                 * and loads that part of each tensor (the global names and
+                 * shapes are DDP's, so the checkpoints are the same). */
+                e->shard_size = (int64_t)t->zplan.shard_size;
+                e->shard_base = (int64_t)ti->offset;
+                int64_t b, end;
+                wf_ckpt_tensor_range(e, t->rank, &b, &end);
+                e->data = b < end ? bufs[k] + (ti->offset + (size_t)b - shard_lo) : bufs[k];
+            }
+        }
+    }
+    return WF_OK;
+}
+
+/* The spike detector's window goes into every checkpoint, so that a
+ * resumed run (and a rollback) judges the next steps exactly as the run
+ * that saved it would have: `spike.n` values, oldest first, as text of
+ * doubles that read back to the same bits ("%.17g", one space apart) in
+ * `spike.loss` and, when the norm is judged too, `spike.grad_norm`. */
+wf_status wf__train_spike_state_put(const trainer *t, wf_ckpt_meta *m) {
+    int n = t->spike.n;
+    double *v = malloc(2 * (size_t)(n ? n : 1) * sizeof *v);
+    char *text = malloc(25 * (size_t)n + 1);
+    wf_status s = v && text ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory for the spike window (%d steps)", n);
+    if (s == WF_OK) {
+        wf_spike_get_window(&t->spike, v, v + n);
+        s = wf_ckpt_meta_set_u64(m, "spike.n", (uint64_t)n);
+        for (int k = 0; k < 1 + t->spike.cfg.use_grad_norm && s == WF_OK; k++) {
+            size_t len = 0;
+            text[0] = '\0';
+            for (int i = 0; i < n; i++)
+                len += (size_t)snprintf(text + len, 26, "%s%.17g", i ? " " : "", v[(size_t)k * (size_t)n + (size_t)i]);
+            s = wf_ckpt_meta_set_str(m, k ? "spike.grad_norm" : "spike.loss", text);
+        }
+    }
+    free(text);
+    free(v);
+    return s;
+}
+
+static wf_status make_meta(trainer *t, wf_ckpt_meta **out) {
+    const wf_train_config *tc = t->tc;
+    wf_ckpt_meta *m = wf_ckpt_meta_create();
+    if (!m) return wf_error(WF_ERR_NOMEM, "out of memory");
+    wf_loader_state ls = wf_loader_get_state(t->train);
+    wf_status s = wf_ckpt_meta_set_str(m, "config", t->config_text);
+    if (s == WF_OK) s = wf_ckpt_meta_set_model_config(m, &t->mc);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "optimizer.steps", wf_adamw_steps(t->opt));
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "loader.epoch", ls.epoch);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "loader.sample", ls.sample);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "rng.init_seed", (uint64_t)tc->seed);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "rng.data_seed", (uint64_t)tc->data_seed);
+    if (s == WF_OK) s = wf_ckpt_meta_set_str(m, "data.dir", tc->data_dir);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.seq_len", (uint64_t)t->T);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.global_batch", (uint64_t)t->B * (uint64_t)t->accum);
+    /* Absolute, so that `weft export` finds it from anywhere. */
+    char tok[PATH_MAX] = "";
+    if (t->tokenizer_path && !realpath(t->tokenizer_path, tok)) snprintf(tok, sizeof tok, "%s", t->tokenizer_path);
+    if (s == WF_OK) s = wf_ckpt_meta_set_str(m, "data.tokenizer", tok);
+    if (s == WF_OK) s = wf__train_spike_state_put(t, m);
+    if (s != WF_OK) {
+        wf_ckpt_meta_destroy(m);
+        return s;
+    }
+    *out = m;
+    return WF_OK;
+}
+
+static void log_save(const trainer *t, const wf_ckpt_save_stats *st) {
+    char dir[4096];
+    wf_ckpt_step_dir(dir, sizeof dir, t->root, st->step);
+    double gbs = st->write_seconds > 0 ? (double)st->bytes / st->write_seconds / 1e9 : 0;
+    char pruned[48] = "";
+    if (st->pruned) snprintf(pruned, sizeof pruned, "; removed %d old", st->pruned);
+    if (wf_ckpt_writer_staging_bytes(t->writer))
+        WF_INFO("saved %s: %.1f MB written in %.1f ms (%.2f GB/s) by the writer thread; training blocked %.1f ms "
+                "(copy %.1f ms)%s",
+                dir, (double)st->bytes / 1e6, st->write_seconds * 1e3, gbs, st->blocked_seconds * 1e3,
+                st->copy_seconds * 1e3, pruned);
+    else
+        WF_INFO("saved %s: %.1f MB written in %.1f ms (%.2f GB/s); training blocked %.1f ms%s", dir,
+                (double)st->bytes / 1e6, st->write_seconds * 1e3, gbs, st->blocked_seconds * 1e3, pruned);
+}
+
+/* A failed save stops the run (the previous checkpoints are intact, so a
+ * rerun resumes from the last good one). */
+wf_status wf__train_report_saves(trainer *t) {
+    wf_ckpt_save_stats st;
+    while (wf_ckpt_writer_poll(t->writer, &st)) {
+        if (st.status != WF_OK) return wf_ckpt_writer_wait(t->writer, NULL);
+        log_save(t, &st);
+    }
+    return WF_OK;
+}
+
+wf_status wf__train_save(trainer *t, int64_t step) {
+    if (t->last_saved == step) return WF_OK;
+    wf_ckpt_meta *meta = NULL;
+    WF_TRY(make_meta(t, &meta));
+    char dir[4096];
+    wf_ckpt_step_dir(dir, sizeof dir, t->root, (uint64_t)step);
+    wf_status s = wf_ckpt_save(t->writer, dir, (uint64_t)step, meta, NULL);
+    wf_ckpt_meta_destroy(meta);
+    WF_TRY(s);
+    t->last_saved = step;
+    snprintf(t->rollback_dir, sizeof t->rollback_dir, "%s", dir);
+    return wf__train_report_saves(t);
+}
+
+/* With several ranks this is collective (an asynchronous save still
+ * pending is committed) and ends with a barrier, so that all ranks leave
+ * together. */
+wf_status wf__train_finish_saves(trainer *t) {
+    wf_status s = wf_ckpt_writer_wait(t->writer, NULL);
+    if (s == WF_OK) s = wf__train_report_saves(t);
+    if (t->world > 1) {
+        /* Collective on every path, so that a failed save does not leave the
+         * other ranks waiting (main aborts the job on the error). */
+        wf_status b = wf_comm_barrier(t->comm, "checkpoint done");
+        if (s == WF_OK) s = b;
+    }
+    return s;
+}
+
+wf_status wf__train_setup_checkpoints(trainer *t) {
+    const wf_train_config *tc = t->tc;
+    snprintf(t->root, sizeof t->root, "%s/checkpoints", tc->run_dir);
+    snprintf(t->save_path, sizeof t->save_path, "%s/SAVE", tc->run_dir);
+    snprintf(t->stop_path, sizeof t->stop_path, "%s/STOP", tc->run_dir);
+    t->last_saved = -1;
+    t->config_text = config_toml(tc);
+    if (!t->config_text) return wf_error(WF_ERR_NOMEM, "out of memory");
+    WF_TRY(build_state(t));
+    if (t->rank == 0) {
+        /* Rank 0 alone tidies the folder; the caller's barrier follows. */
+        WF_TRY(wf_mkdirs(t->root));
+        int removed = 0;
+        WF_TRY(wf_ckpt_cleanup(t->root, &removed));
+        if (removed)
+            WF_INFO("removed %d unfinished checkpoint save%s from %s", removed, removed == 1 ? "" : "s", t->root);
+    }
+    /* Several ranks: each writes its part of every tensor; an asynchronous
+     * save is committed later, collectively, on this thread (run control:
+     * when the step's agreement says no rank's write is busy). */
+    int async = tc->ckpt_async;
+    wf_ckpt_writer_opts wo = {.rank = t->rank,
+                              .world_size = t->world,
+                              .async = async,
+                              .keep_last = (int)tc->ckpt_keep_last,
+                              .keep_every = (uint64_t)tc->ckpt_keep_every};
+    WF_TRY(wf_ckpt_writer_create_ranks(&t->writer, t->state, t->n_state, &wo, t->comm));
+    if (async)
+        WF_INFO("checkpoints: %s, asynchronous (staging buffer %.1f MB)", t->root,
+                (double)wf_ckpt_writer_staging_bytes(t->writer) / 1e6);
+    return WF_OK;
+}
+
+wf_status wf__train_write_final_model(trainer *t, int64_t steps) {
+    if (t->rank != 0) return WF_OK;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", t->tc->run_dir);
+    char steps_s[32];
+    snprintf(steps_s, sizeof steps_s, "%lld", (long long)steps);
+    wf_kv meta[2] = {{"weft.step", steps_s}, {"weft.tokenizer", t->tokenizer_path ? t->tokenizer_path : ""}};
+    WF_TRY(wf_safetensors_save(t->model, path, meta, t->tokenizer_path ? 2 : 1));
+    WF_INFO("wrote %s", path);
+    return WF_OK;
+}
+
+wf_status wf__train_write_run_config(const wf_train_config *tc) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.toml", tc->run_dir);
+    wf_afile f;
+    WF_TRY(wf_afile_open(&f, path));
+    fprintf(f.fp, "# effective configuration of this run (weft train --config %s reproduces it)\n", path);
+    wf_opts_write_toml(wf_train_spec(), tc, f.fp);
+    return wf_afile_commit(&f);
+}

@@ -1,0 +1,187 @@
+/* Internals of the trainer, shared by its files (not part of the API):
+ *
+ *   trainer.c       the loop: next batch, forward/backward, judge, update,
+ *                   then the once-in-a-while blocks; wf_train_execute
+ *   train_setup.c   planning: model, optimizer, DDP/ZeRO-1, loaders
+ *   train_step.c    one optimizer step (one path: norm, judge, update or
+ *                   skip) and the validation loss
+ *   train_control.c run control: signals, SAVE/STOP files, the memory
+ *                   watchdog, trace requests, agreement across ranks
+ *   train_ckpt.c    what a checkpoint holds and saving it
+ *   train_resume.c  resume, restore and the spike rollback
+ *   train_observe.c MFU peak, run.json, metrics sinks, tracer, the step's
+ *                   record and console line
+ *   spike.c, mem_watchdog.c, train_config.c: the judges and the config
+ *                   (public: weft/runctl.h, weft/train.h)
+ */
+#ifndef WEFT_TRAIN_IMPL_H
+#define WEFT_TRAIN_IMPL_H
+
+#include <stdint.h>
+
+#include "weft/arena.h"
+#include "weft/ckpt.h"
+#include "weft/dist.h"
+#include "weft/loader.h"
+#include "weft/metrics.h"
+#include "weft/mfu.h"
+#include "weft/optim.h"
+#include "weft/progress.h"
+#include "weft/runctl.h"
+#include "weft/train.h"
+
+typedef struct {
+    const wf_train_config *tc;
+    wf_model_config mc;
+    int B, T, accum;           /* B: sequences per micro-batch over all ranks */
+    int Bl;                    /* this rank's part of them: B / world */
+    /* data parallelism */
+    wf_comm *comm;
+    int rank, world;
+    wf_reducer *reducer;       /* world > 1: DDP's buckets, or ZeRO-1's (reduce-scattered into gshard) */
+    int zero1;                 /* world > 1 and dist.zero1: ZeRO-1 instead of DDP */
+    wf_zero1_plan zplan;       /* zero1: the shards of the parameter buffer */
+    float *gshard;             /* zero1: (zplan.counts[rank]) this rank's shard of the mean gradient */
+    wf_status hook_status;     /* the first error of the gradient hook this step */
+    char *tokenizer_path;
+    wf_arena *arena;
+    wf_model *model;
+    wf_adamw *opt;
+    wf_loader *train, *val;
+    int32_t *inputs, *targets; /* (Bl, T) each */
+    /* checkpoints */
+    char root[4096];           /* RUN_DIR/checkpoints */
+    char save_path[4096], stop_path[4096];
+    char *config_text;         /* the effective config as TOML, saved in every checkpoint */
+    wf_ckpt_tensor *state;     /* parameters, then AdamW m, then v */
+    char **state_names;        /* owned names of the m and v entries */
+    size_t n_state;
+    wf_ckpt_writer *writer;
+    int64_t last_saved;        /* step of the last save started, -1 if none */
+    char rollback_dir[4096];   /* the checkpoint a rollback goes back to: the last one this job
+                                  saved or resumed from ("" if none) */
+    int64_t rb_step;           /* the checkpoint step of the last rollback, -1 if none */
+    int rb_count;              /* rollbacks to rb_step so far */
+    /* observability */
+    wf_peak peak;
+    int peak_rechecked;        /* the peak was measured again after an MFU above 100% */
+    double flops_per_token;
+    wf_metrics *metrics;
+    wf_spike_detector spike;
+    wf_spike_action spike_action;
+    wf_mem_limits mem_limits;
+    int tracing;               /* wf_trace_init succeeded */
+    wf_progress bar;           /* rank 0's progress bar */
+    double t_run;              /* when the loop started */
+    double val_loss;           /* the last validation loss, NaN before the first */
+} trainer;
+
+/* What one step measured and decided. */
+typedef struct {
+    double loss, lr, grad_norm;
+    int64_t data_pos;          /* the step's first micro-batch in the data order */
+    double data_s, fwd_bwd_s, optim_s;
+    double comm_s;             /* several ranks: blocked in the gradient's collectives; NaN with one */
+    wf_spike_result spike;
+    int skipped;               /* the update was not applied */
+} step_outcome;
+
+/* What run control decided between two steps (the same on every rank). */
+typedef struct {
+    int save_file;             /* RUN_DIR/SAVE: save now */
+    int stop_file;             /* RUN_DIR/STOP: save and stop, exit 0 */
+    int sig;                   /* SIGTERM or SIGUSR1 arrived: save and stop, requeue */
+    int stop_at;               /* ckpt.stop_at reached: save and stop, requeue */
+    int mem_trip;              /* the memory watchdog tripped: save and stop, requeue */
+    char mem_msg[512];         /* why it tripped */
+} run_control;
+
+/* The trainer's words in wf_comm_agree's flag word (dist.h leaves the bits
+ * to the caller). */
+enum {
+    WF__TRAIN_AGREE_STOP = 1u << 0,
+    WF__TRAIN_AGREE_SAVE = 1u << 1,
+    WF__TRAIN_AGREE_ERROR = 1u << 2,     /* a rank failed to set up */
+    WF__TRAIN_AGREE_SIGNAL = 1u << 3,
+    WF__TRAIN_AGREE_CKPT_BUSY = 1u << 4, /* this rank's asynchronous write still runs: nobody commits */
+    WF__TRAIN_AGREE_MEMORY = 1u << 8,
+    WF__TRAIN_AGREE_USR1 = 1u << 9,
+    WF__TRAIN_AGREE_TRACE = 1u << 10,    /* rank 0 claimed a `weft trace request` */
+};
+
+/* train_setup.c */
+wf_status wf__train_setup(trainer *t, const wf_train_config *tc);
+void wf__train_free(trainer *t);
+/* Splits a loader batch (B, T+1) into inputs (B, T) and targets (B, T). */
+void wf__train_split_batch(const wf_batch *b, int32_t *inputs, int32_t *targets);
+
+/* train_step.c */
+/* One optimizer step: the micro-batches' forward and backward (gradients
+ * scaled by 1 / (accum x world)), the gradient summed over ranks, then one
+ * path for every mode: the global norm, the judgement (a non-finite loss
+ * with spike.action = warn is an error; the spike detector), and the
+ * update, or none for a spike that is skipped or rolled back. */
+wf_status wf__train_step(trainer *t, const wf_lr_schedule *sched, int64_t step, step_outcome *o);
+/* Mean loss over the first eval_batches batches of the validation split. */
+wf_status wf__train_evaluate(trainer *t, double *loss);
+
+/* train_control.c */
+void wf__train_signals_install(void);
+void wf__train_signals_restore(void);
+/* Looks at the SAVE and STOP files, the signals, ckpt.stop_at and the
+ * memory watchdog after step `done` (nothing after a step that is rolled
+ * back), and with several ranks makes every rank decide the same (and
+ * takes part in a trace request and an asynchronous save's commit). */
+wf_status wf__train_control(trainer *t, int64_t done, int roll, run_control *rc);
+/* Whether run control stops the run after step `done`. */
+int wf__train_stopping(const trainer *t, const run_control *rc, int64_t done);
+/* Says why the run stopped and sets the result's flags. */
+void wf__train_stopped(const trainer *t, const run_control *rc, int64_t done, wf_train_result *res);
+/* With several ranks, the ranks agree on whether all of them set up (s is
+ * this rank's status); every rank returns the same verdict. *setup_failed
+ * is 1 when the run ends here on every rank (no job abort needed). */
+wf_status wf__train_agree_setup(trainer *t, wf_status s, int *setup_failed);
+
+/* train_ckpt.c */
+wf_status wf__train_setup_checkpoints(trainer *t);
+wf_status wf__train_save(trainer *t, int64_t step);
+/* Logs the saves that completed; a failed one stops the run. */
+wf_status wf__train_report_saves(trainer *t);
+/* Waits for the save in flight (and, with several ranks, a barrier). */
+wf_status wf__train_finish_saves(trainer *t);
+wf_status wf__train_write_final_model(trainer *t, int64_t steps);
+wf_status wf__train_write_run_config(const wf_train_config *tc);
+/* The spike detector's window into a checkpoint's state. */
+wf_status wf__train_spike_state_put(const trainer *t, wf_ckpt_meta *m);
+
+/* train_resume.c */
+wf_status wf__train_resume_or_init(trainer *t, int64_t *start);
+/* PaLM's recipe for a spike at `step` (first micro-batch at `spike_pos`):
+ * reload the last checkpoint of this job and skip the data past the
+ * spike. *back gets the checkpoint's step, or -1 when the update is
+ * skipped instead. */
+wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int64_t *back);
+/* A loader cursor as micro-batches from the run's first epoch, and back. */
+int64_t wf__train_data_position(const trainer *t, wf_loader_state s);
+
+/* train_observe.c */
+wf_status wf__train_setup_obs(trainer *t, int64_t start);
+/* The plan's lines at the start: model, batch, memory, FLOPs. */
+void wf__train_log_plan(const trainer *t);
+/* The tracer's step marker and the communicator's step, before a step. */
+void wf__train_mark_step(trainer *t, int64_t step);
+/* Logs a spike (the caller has counted it); `note` gets " | spike (...)". */
+void wf__train_log_spike(trainer *t, const step_outcome *o, int64_t done, int roll, char *note, size_t size);
+/* Times of one step for its record. */
+typedef struct {
+    double t0, t_end;          /* the step's start and end */
+    double eval_s;             /* NaN when no evaluation ran */
+    double ckpt_s;             /* time in the checkpoint block */
+} step_times;
+/* The step's record into the metrics sinks, and rank 0's console line. */
+wf_status wf__train_observe(trainer *t, int64_t done, const step_outcome *o, const step_times *st,
+                            const char *spike_note);
+/* Flushes a trace capture at the end (a failure is a warning). */
+void wf__train_trace_flush(void);
+
+#endif

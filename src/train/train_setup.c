@@ -1,0 +1,230 @@
+/* Planning a training run once (train_impl.h): the model and its
+ * activations, the optimizer (or ZeRO-1's shard of it), DDP's or ZeRO-1's
+ * gradient buckets, the batch buffers and the loaders. Nothing is
+ * allocated after this but what a checkpoint save stages. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/train_impl.h"
+#include "weft/fileio.h"
+#include "weft/kernels.h"
+#include "weft/log.h"
+#include "weft/shard.h"
+#include "weft/thread.h"
+#include "weft/tokenizer.h"
+
+void wf__train_free(trainer *t) {
+    wf_metrics_close(t->metrics); /* writes what is buffered; its errors were reported on success paths */
+    wf_spike_deinit(&t->spike);
+    wf_reducer_destroy(t->reducer);
+    wf_zero1_plan_deinit(&t->zplan);
+    wf_ckpt_writer_destroy(t->writer); /* waits for a save in flight */
+    for (size_t i = 0; t->state_names && i < t->n_state; i++) free(t->state_names[i]);
+    free(t->state_names);
+    free(t->state);
+    free(t->config_text);
+    wf_loader_destroy(t->val);
+    wf_loader_destroy(t->train);
+    wf_adamw_destroy(t->opt);
+    wf_model_destroy(t->model);
+    wf_arena_destroy(t->arena);
+    free(t->tokenizer_path);
+}
+
+void wf__train_split_batch(const wf_batch *b, int32_t *inputs, int32_t *targets) {
+    size_t row = (size_t)b->seq_len + 1;
+    for (int i = 0; i < b->batch; i++) {
+        const int32_t *src = b->tokens + (size_t)i * row;
+        memcpy(inputs + (size_t)i * b->seq_len, src, (size_t)b->seq_len * sizeof *src);
+        memcpy(targets + (size_t)i * b->seq_len, src + 1, (size_t)b->seq_len * sizeof *src);
+    }
+}
+
+/* Resolves the tokenizer: the config's, else the dataset's if it exists. */
+static wf_status resolve_tokenizer(trainer *t, const wf_dataset_info *info) {
+    const char *path = t->tc->tokenizer ? t->tc->tokenizer : info->tokenizer;
+    if (!path) return WF_OK;
+    if (!wf_path_exists(path)) {
+        if (t->tc->tokenizer) return wf_error(WF_ERR_NOTFOUND, "data.tokenizer: %s does not exist", path);
+        WF_WARN("the dataset's tokenizer %s does not exist; the model will not record one", path);
+        return WF_OK;
+    }
+    wf_tokenizer *tok;
+    WF_TRY(wf_tokenizer_load(&tok, path));
+    size_t tv = wf_tokenizer_vocab_size(tok);
+    wf_tokenizer_destroy(tok);
+    if (tv > (size_t)t->mc.vocab_size)
+        return wf_error(WF_ERR_CONFIG,
+                        "model.vocab_size = %d is smaller than the tokenizer's vocabulary (%zu ids in %s): "
+                        "raise it or leave it 0 to use the dataset's",
+                        t->mc.vocab_size, tv, path);
+    t->tokenizer_path = strdup(path);
+    return t->tokenizer_path ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
+}
+
+/* The gradient buckets over the model's tensors (in buffer order): DDP
+ * all-reduces them; ZeRO-1 (make_zero1 first) reduce-scatters each into
+ * this rank's gradient shard. */
+static wf_status make_reducer(trainer *t) {
+    int nt = wf_model_num_tensors(t->model);
+    wf_dist_span *spans = calloc((size_t)nt, sizeof *spans);
+    if (!spans) return wf_error(WF_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nt; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(t->model, i);
+        spans[i] = (wf_dist_span){ti->offset, ti->numel};
+    }
+    size_t bucket = (size_t)(t->tc->dist_bucket_mb * 1e6);
+    wf_status s = wf_reducer_create(&t->reducer, t->comm, wf_model_grads(t->model), spans, nt, bucket ? bucket : 1);
+    free(spans);
+    /* The backward scales by 1 / world (wf__train_step): the buckets sum. */
+    if (s == WF_OK) s = wf_reducer_set_op(t->reducer, WF_COMM_SUM);
+    if (s == WF_OK && t->zero1) s = wf_reducer_set_shards(t->reducer, &t->zplan, t->rank, t->gshard);
+    if (s == WF_OK && t->zero1 && t->rank == 0)
+        WF_INFO("ZeRO-1: %d reduce-scatter bucket%s of up to %.1f MB of the gradient, each started during the "
+                "backward as soon as its tensors are ready",
+                wf_reducer_num_buckets(t->reducer), wf_reducer_num_buckets(t->reducer) == 1 ? "" : "s",
+                t->tc->dist_bucket_mb);
+    else if (s == WF_OK && !t->zero1)
+        WF_INFO("DDP: %d ranks (%s), %d gradient bucket%s of up to %.1f MB", t->world, wf_comm_backend(t->comm),
+                wf_reducer_num_buckets(t->reducer), wf_reducer_num_buckets(t->reducer) == 1 ? "" : "s",
+                t->tc->dist_bucket_mb);
+    return s;
+}
+
+/* ZeRO-1: the shards (16-float aligned), this rank's optimizer of its
+ * shard and the buffer the reduce-scatter writes its gradient shard into. */
+static wf_status make_zero1(trainer *t, const wf_adamw_config *ac) {
+    size_t np = wf_model_num_params(t->model);
+    WF_TRY(wf_zero1_plan_init(&t->zplan, np, t->world, 16));
+    size_t lo = t->zplan.offsets[t->rank], count = t->zplan.counts[t->rank];
+    WF_TRY(wf_adamw_create_shard(&t->opt, ac, t->model, lo, lo + count, t->arena));
+    t->gshard = wf_arena_alloc(t->arena, (count ? count : 1) * sizeof(float), 64);
+    if (!t->gshard) return wf_error(WF_ERR_NOMEM, "ZeRO-1: out of memory for the gradient shard (%zu floats)", count);
+    wf_zero1_memory zm = wf_zero1_plan_memory(&t->zplan, 0, 2);
+    if (t->rank == 0) {
+        WF_INFO("ZeRO-1: %d ranks (%s), shards of %zu of the %zu parameters: gradients reduce-scattered in buckets "
+                "during the backward, each rank updates its shard, parameters all-gathered",
+                t->world, wf_comm_backend(t->comm), t->zplan.shard_size, np);
+        /* Rank 0's shard is a full one, the largest: the per-rank figure.
+         * It counts the moments' shard and the gradient shard. */
+        WF_INFO("ZeRO-1: optimizer state %.3f MB per rank instead of %.3f MB (saves %.3f MB, %.0f%%)",
+                (double)zm.sharded_bytes / 1e6, (double)zm.unsharded_bytes / 1e6, (double)zm.saved_bytes / 1e6,
+                zm.unsharded_bytes ? 100.0 * (double)zm.saved_bytes / (double)zm.unsharded_bytes : 0.0);
+    }
+    WF_INFO("ZeRO-1: this rank updates parameters [%zu, %zu)", lo, lo + count);
+    return WF_OK;
+}
+
+wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
+    t->tc = tc;
+    if (!tc->data_dir) return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR)");
+    if (wf_lr_parse_kind(tc->schedule) < 0)
+        return wf_error(WF_ERR_CONFIG, "optim.schedule = '%s': use cosine, wsd or constant", tc->schedule);
+    if (tc->min_lr > tc->lr)
+        return wf_error(WF_ERR_CONFIG, "optim.min_lr = %g is above optim.lr = %g", tc->min_lr, tc->lr);
+    int action = wf_spike_action_parse(tc->spike_action);
+    if (action < 0)
+        return wf_error(WF_ERR_CONFIG, "spike.action = '%s': use warn, skip or rollback",
+                        tc->spike_action ? tc->spike_action : "");
+    t->spike_action = (wf_spike_action)action;
+    wf_spike_config sc = {.window = (int)tc->spike_window,
+                          .z = tc->spike_z,
+                          .warmup = (int)tc->spike_warmup,
+                          .use_grad_norm = tc->spike_grad_norm};
+    WF_TRY(wf_spike_init(&t->spike, &sc));
+    t->mem_limits = (wf_mem_limits){.max_used_frac = tc->memory_max_used_frac,
+                                    .max_rss_frac = tc->memory_max_rss_frac,
+                                    .max_rss_bytes = (int64_t)(tc->memory_max_rss_gib * 1073741824.0)};
+    wf_dataset_info info;
+    WF_TRY(wf_dataset_info_load(&info, tc->data_dir));
+    wf_status s = wf_train_model_config(tc, info.vocab_size, &t->mc);
+    if (s == WF_OK) s = resolve_tokenizer(t, &info);
+    uint64_t val_tokens = 0;
+    for (size_t i = 0; i < info.n_splits; i++)
+        if (strcmp(info.splits[i].name, "val") == 0) val_tokens = info.splits[i].n_tokens;
+    wf_dataset_info_free(&info);
+    WF_TRY(s);
+
+    t->B = (int)tc->batch_size;
+    if (t->B % t->world != 0)
+        return wf_error(WF_ERR_CONFIG,
+                        "data.batch_size = %d sequences is not divisible by the %d ranks: every rank gets an "
+                        "equal part of each micro-batch; use a multiple of %d (or another rank count)",
+                        t->B, t->world, t->world);
+    t->Bl = t->B / t->world;
+    t->T = tc->seq_len ? (int)tc->seq_len : t->mc.max_seq_len;
+    int64_t micro = (int64_t)t->B * t->T;
+    int64_t global = tc->global_batch_tokens ? tc->global_batch_tokens : micro;
+    if (global % micro != 0)
+        return wf_error(WF_ERR_CONFIG,
+                        "data.global_batch_tokens = %lld is not a multiple of batch_size * seq_len = %d * %d = %lld: "
+                        "each step accumulates whole micro-batches",
+                        (long long)global, t->B, t->T, (long long)micro);
+    t->accum = (int)(global / micro);
+
+    int threads = tc->threads ? (int)tc->threads : wf_default_threads();
+    wf_kern_set_threads(threads);
+    char blas_msg[256];
+    if (wf_kern_blas_check(blas_msg, sizeof blas_msg)) WF_WARN("%s", blas_msg);
+
+    WF_TRY(wf_arena_create(&t->arena, 0));
+    WF_TRY(wf_model_create(&t->model, &t->mc, t->arena));
+    WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
+    wf_model_init(t->model, (uint64_t)tc->seed);
+    wf_adamw_config ac = {.beta1 = tc->beta1,
+                          .beta2 = tc->beta2,
+                          .eps = tc->eps,
+                          .weight_decay = tc->weight_decay,
+                          .decay_embeddings = tc->decay_embeddings,
+                          .grad_clip = tc->grad_clip};
+    t->zero1 = tc->dist_zero1 && t->world > 1;
+    if (tc->dist_zero1 && t->world == 1)
+        WF_INFO("dist.zero1 = true with one process: nothing to shard, the optimizer is the usual one");
+    if (t->zero1) {
+        WF_TRY(make_zero1(t, &ac));
+        WF_TRY(make_reducer(t));
+    } else {
+        WF_TRY(wf_adamw_create(&t->opt, &ac, t->model, t->arena));
+        if (t->world > 1) WF_TRY(make_reducer(t));
+    }
+    size_t local = (size_t)t->Bl * (size_t)t->T;
+    t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
+    t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
+    if (!t->inputs || !t->targets) return WF_ERR_NOMEM;
+
+    /* Every rank reads the same global order; rank r gets its part of each
+     * micro-batch, so any rank count sees the same global batches. */
+    wf_loader_opts lo = {.dir = tc->data_dir,
+                         .split = "train",
+                         .seed = (uint64_t)tc->data_seed,
+                         .seq_len = t->T,
+                         .global_batch = t->B,
+                         .rank = t->rank,
+                         .world_size = t->world,
+                         .shuffle = 1,
+                         .prefetch = WF_LOADER_DEFAULT_PREFETCH,
+                         .verify = 1};
+    WF_TRY(wf_loader_create(&t->train, &lo));
+    if (tc->eval_every > 0) {
+        if (val_tokens > (uint64_t)t->T) {
+            wf_loader_opts vo = lo;
+            vo.split = "val";
+            vo.shuffle = 0;
+            vo.prefetch = 0;
+            vo.global_batch = 1;
+            while (vo.global_batch * 2 <= t->B && (uint64_t)(vo.global_batch * 2) * (uint64_t)t->T < val_tokens)
+                vo.global_batch *= 2;
+            /* Split over the ranks like training batches: a multiple of
+             * the world size (B is one, so this never passes B). */
+            if (vo.global_batch % t->world) vo.global_batch = t->world;
+            s = wf_loader_create(&t->val, &vo);
+            if (s != WF_OK) return wf_error_wrap(s, "validation split: ");
+        } else {
+            WF_WARN("the dataset has no validation split longer than one sequence (%" PRIu64
+                    " tokens); no validation loss will be computed",
+                    val_tokens);
+        }
+    }
+    return WF_OK;
+}

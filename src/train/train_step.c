@@ -1,0 +1,199 @@
+/* One optimizer step of the trainer (train_impl.h), and the validation
+ * loss. A step is: the micro-batches' forward and backward, the gradient
+ * summed over ranks (during the backward, by DDP's or ZeRO-1's buckets),
+ * then the same three stages in every mode (DDP or ZeRO-1, any
+ * spike.action): the global gradient norm, the judgement, and the update
+ * or none. Judging before the update is what lets a spike's update be
+ * dropped; with spike.action = warn the step is judged the same way and
+ * updated anyway. */
+#include <math.h>
+#include <string.h>
+
+#include "train/train_impl.h"
+#include "weft/log.h"
+#include "weft/thread.h"
+#include "weft/trace.h"
+
+/* The model's backward hook (last micro-batch of a step): the tensors in
+ * floats [offset, offset + numel) have their final gradient, so their
+ * buckets may start their all-reduce while backward goes on. */
+static void grad_ready(void *ctx, size_t offset, size_t numel) {
+    trainer *t = ctx;
+    int nt = wf_model_num_tensors(t->model);
+    /* The first tensor at or after offset (tensors are in buffer order). */
+    int lo = 0, hi = nt;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (wf_model_tensor(t->model, mid)->offset < offset) lo = mid + 1;
+        else hi = mid;
+    }
+    for (int i = lo; i < nt && t->hook_status == WF_OK; i++) {
+        if (wf_model_tensor(t->model, i)->offset >= offset + numel) break;
+        t->hook_status = wf_reducer_ready(t->reducer, i);
+    }
+}
+
+/* Forward and backward over the step's micro-batches: the gradients of
+ * this rank's part of the global batch, scaled by 1 / (accum x world). */
+static wf_status forward_backward(trainer *t, step_outcome *o) {
+    wf_model_zero_grad(t->model);
+    /* The mean over the global batch is the sum over ranks of each rank's
+     * gradient scaled by 1 / world: the scale goes into the backward's (it
+     * costs nothing there) and the ranks' gradients are summed, as PyTorch
+     * DDP divides before its all-reduce. No pass over the gradient follows
+     * the transfer, as AVG's division would. For a world size that is a
+     * power of two the bits are those of summing and then dividing (scaling
+     * by 2^-k commutes with every rounding, barring underflow); for others
+     * 1 / (accum x world) is rounded once, so the result may differ from
+     * that mean in the last bit (docs/distributed.md). */
+    const float grad_scale = 1.0f / (float)(t->accum * t->world);
+    for (int k = 0; k < t->accum; k++) {
+        double ta = wf_time_now();
+        const wf_batch *b;
+        wf_trace_span span = wf_trace_begin(WF_TRACE_DATA_WAIT, "data wait");
+        wf_status s = wf_loader_next(t->train, &b);
+        wf_trace_end(span);
+        WF_TRY(s);
+        wf__train_split_batch(b, t->inputs, t->targets);
+        if (k == 0) o->data_pos = wf__train_data_position(t, b->state);
+        double tb = wf_time_now();
+        o->data_s += tb - ta;
+        float l = 0;
+        span = wf_trace_begin(WF_TRACE_REGION, "forward");
+        s = wf_model_forward(t->model, t->inputs, t->targets, t->Bl, t->T, &l);
+        wf_trace_end(span);
+        WF_TRY(s);
+        span = wf_trace_begin(WF_TRACE_REGION, "backward");
+        /* The last micro-batch's backward finishes the gradients: buckets
+         * start reducing as it goes (DDP's overlap). */
+        int hook = t->reducer && k == t->accum - 1;
+        if (hook) {
+            t->hook_status = WF_OK;
+            wf_model_set_grad_hook(t->model, grad_ready, t);
+        }
+        s = wf_model_backward(t->model, grad_scale);
+        if (hook) {
+            wf_model_set_grad_hook(t->model, NULL, NULL);
+            if (s == WF_OK) s = t->hook_status;
+        }
+        wf_trace_end(span);
+        WF_TRY(s);
+        o->loss += (double)l / t->accum;
+        o->fwd_bwd_s += wf_time_now() - tb;
+    }
+    return WF_OK;
+}
+
+/* The gradient summed over ranks (nothing with one process). */
+static wf_status reduce_gradients(trainer *t, int64_t step, step_outcome *o) {
+    if (t->world == 1) return WF_OK;
+    /* Every rank's gradients become the sum over ranks of each rank's
+     * mean over its equal part of the batch scaled by 1 / world: the
+     * mean over the global batch. The logged loss becomes the average.
+     * DDP: the whole gradient, on every rank, by the buckets'
+     * all-reduces; ZeRO-1: this rank's shard of it, by the same buckets'
+     * reduce-scatters. Both started during the backward. Every rank then
+     * applies the same update to the same parameters (ZeRO-1: each to
+     * its shard, then the all-gather). */
+    double tr = wf_time_now();
+    wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, t->zero1 ? "grad reduce-scatter" : "grad all-reduce");
+    wf_status s = wf_reducer_finish(t->reducer);
+    /* What the buckets did not hide behind the backward, waiting for
+     * the slowest rank included. */
+    o->comm_s += wf_time_now() - tr;
+    if (s == WF_OK) s = wf_comm_all_reduce_f64(t->comm, &o->loss, 1, WF_COMM_AVG, "loss");
+    if (s == WF_OK && step == 0 && t->rank == 0)
+        WF_INFO("%s: %d of %d %s buckets started during the backward", t->zero1 ? "ZeRO-1" : "DDP",
+                wf_reducer_overlapped(t->reducer), wf_reducer_num_buckets(t->reducer),
+                t->zero1 ? "reduce-scatter" : "gradient");
+    wf_trace_end(span);
+    WF_TRY(s);
+    o->fwd_bwd_s += wf_time_now() - tr;
+    return WF_OK;
+}
+
+/* The global L2 norm of the summed gradient: over the model's gradient,
+ * or over the ranks' shards with ZeRO-1 (a collective). */
+static wf_status grad_norm(trainer *t, double *norm) {
+    wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "grad norm");
+    wf_status s = WF_OK;
+    if (t->zero1) s = wf_zero1_grad_norm(t->comm, t->gshard, t->zplan.counts[t->rank], norm);
+    else *norm = wf_grad_norm(t->model);
+    wf_trace_end(span);
+    return s;
+}
+
+/* The judgement: the spike detector sees every step's loss and norm (the
+ * same on every rank, so every rank decides the same). With spike.action
+ * = warn a non-finite loss is an error (skip and rollback drop the step
+ * instead); a spike's update is dropped with skip and rollback. */
+static wf_status judge(trainer *t, int64_t step, step_outcome *o) {
+    if (t->spike_action == WF_SPIKE_WARN && !isfinite(o->loss))
+        return wf_error(WF_ERR_RANGE,
+                        "step %lld: the loss is %g; lower optim.lr or check the data (spike.action = skip or "
+                        "rollback would drop the step instead)",
+                        (long long)step + 1, o->loss);
+    o->spike = wf_spike_check(&t->spike, o->loss, o->grad_norm);
+    o->skipped = o->spike.spike && t->spike_action != WF_SPIKE_WARN;
+    return WF_OK;
+}
+
+/* AdamW on this rank's parameters (all of them, or ZeRO-1's shard, which
+ * is then all-gathered), clipped with the global norm. The same norm, loss
+ * and lr on every rank: all update (or all refuse a non-finite norm). */
+static wf_status update(trainer *t, int64_t step, step_outcome *o) {
+    const float *grad = t->zero1 ? t->gshard : wf_model_grads(t->model);
+    wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
+    wf_status s = wf_adamw_step_shard(t->opt, o->lr, grad, o->grad_norm);
+    wf_trace_end(span);
+    if (s != WF_OK) return wf_error_wrap(s, "step %lld: ", (long long)step + 1);
+    if (t->zero1) {
+        double tg = wf_time_now();
+        span = wf_trace_begin(WF_TRACE_REGION, "param all-gather");
+        s = wf_comm_all_gather(t->comm, wf_model_params(t->model), t->zplan.counts, "param all-gather");
+        wf_trace_end(span);
+        o->comm_s += wf_time_now() - tg;
+    }
+    return s;
+}
+
+wf_status wf__train_step(trainer *t, const wf_lr_schedule *sched, int64_t step, step_outcome *o) {
+    memset(o, 0, sizeof *o);
+    o->data_pos = -1;
+    o->comm_s = t->world > 1 ? 0 : NAN;
+    WF_TRY(forward_backward(t, o));
+    WF_TRY(reduce_gradients(t, step, o));
+    double t0 = wf_time_now();
+    o->lr = wf_lr_at(sched, (uint64_t)step);
+    wf_trace_span region = wf_trace_begin(WF_TRACE_REGION, "optimizer");
+    wf_status s = grad_norm(t, &o->grad_norm);
+    if (s == WF_OK) s = judge(t, step, o);
+    if (s == WF_OK && !o->skipped) s = update(t, step, o);
+    wf_trace_end(region);
+    o->optim_s = wf_time_now() - t0;
+    return s;
+}
+
+/* Always the same batches, so that evaluations are comparable. */
+wf_status wf__train_evaluate(trainer *t, double *loss) {
+    wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, "eval");
+    double sum = 0;
+    int n = 0;
+    uint64_t per_epoch = wf_loader_batches_per_epoch(t->val);
+    wf_status s = wf_loader_set_state(t->val, (wf_loader_state){0, 0});
+    for (int64_t i = 0; s == WF_OK && i < t->tc->eval_batches && (uint64_t)i < per_epoch; i++) {
+        const wf_batch *b;
+        s = wf_loader_next(t->val, &b);
+        if (s != WF_OK) break;
+        wf__train_split_batch(b, t->inputs, t->targets);
+        float l;
+        s = wf_model_forward(t->model, t->inputs, t->targets, b->batch, b->seq_len, &l);
+        sum += l;
+        n++;
+    }
+    wf_trace_end(span);
+    *loss = n ? sum / n : NAN;
+    /* Each rank's mean over equal parts: their average is the global mean. */
+    if (s == WF_OK && t->world > 1) s = wf_comm_all_reduce_f64(t->comm, loss, 1, WF_COMM_AVG, "val loss");
+    return s;
+}
