@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "prep/prep_impl.h"
+#include "weft/json.h"
 #include "weft/fileio.h"
 #include "weft/thread.h"
 
@@ -207,7 +208,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; f && i < norm.n; i++) {
             out.len = 0;
             wf_buf_append(&out, "{\"text\":", 8);
-            prep_json_string(&out, norm.v[i].data, norm.v[i].len);
+            wf_buf_json_str(&out, norm.v[i].data, norm.v[i].len);
             wf_buf_append(&out, "}\n", 2);
             fwrite(out.data, 1, out.len, f);
         }

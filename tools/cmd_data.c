@@ -11,22 +11,8 @@
 #include "commands.h"
 #include "weft/shard.h"
 #include "weft/tokenizer.h"
+#include "weft/json.h"
 #include "weft/weft.h"
-
-/* Writes s as a JSON string literal. */
-static void json_str(FILE *out, const char *s) {
-    if (!s) {
-        fputs("null", out);
-        return;
-    }
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-        else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
-        else fputc(*p, out);
-    }
-    fputc('"', out);
-}
 
 /* ---------------------------------------------------------------- inspect */
 
@@ -80,20 +66,20 @@ static void print_inspect_text(const char *dir, const wf_dataset_info *info, int
 
 static void print_inspect_json(const char *dir, const wf_dataset_info *info, int verified) {
     printf("{\"dir\": ");
-    json_str(stdout, dir);
+    wf_json_fput_str(stdout, dir);
     printf(", \"vocab_size\": %" PRIu32 ", \"dtype\": \"%s\", \"tokenizer\": ", info->vocab_size,
            info->token_bytes == 2 ? "uint16" : "uint32");
-    json_str(stdout, info->tokenizer);
+    wf_json_fput_str(stdout, info->tokenizer);
     printf(", \"verified\": %s, \"splits\": {", verified ? "true" : "false");
     for (size_t i = 0; i < info->n_splits; i++) {
         const wf_split_info *sp = &info->splits[i];
         printf("%s", i ? ", " : "");
-        json_str(stdout, sp->name);
+        wf_json_fput_str(stdout, sp->name);
         printf(": {\"n_tokens\": %" PRIu64 ", \"n_docs\": %" PRIu64 ", \"shards\": [", sp->n_tokens, sp->n_docs);
         for (size_t k = 0; k < sp->n_shards; k++) {
             const wf_shard_info *si = &sp->shards[k];
             printf("%s{\"file\": ", k ? ", " : "");
-            json_str(stdout, si->file);
+            wf_json_fput_str(stdout, si->file);
             printf(", \"n_tokens\": %" PRIu64 ", \"n_docs\": %" PRIu64 ", \"bytes\": %" PRIu64
                    ", \"payload_xxh3\": \"%016" PRIx64 "\"}",
                    si->n_tokens, si->n_docs, si->bytes, si->payload_hash);

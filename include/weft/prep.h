@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "weft/buf.h"
 #include "weft/config.h"
 #include "weft/status.h"
 
@@ -106,15 +107,6 @@ wf_status wf_prep_config_validate(const wf_prep_config *c);
 wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t n_inputs);
 
 /* ---- Stages on their own (for tests, benchmarks and other tools) ---- */
-
-/* A growable byte buffer. Zero-initialise; free with wf_buf_free. */
-typedef struct {
-    char *data;
-    size_t len, cap;
-} wf_buf;
-void wf_buf_free(wf_buf *b);
-wf_status wf_buf_reserve(wf_buf *b, size_t extra);
-wf_status wf_buf_append(wf_buf *b, const void *data, size_t len);
 
 /* HTML (UTF-8) to text: one line per block element, inline whitespace
  * collapsed, <pre> kept as is; scripts, styles, <head> (but its <title>,

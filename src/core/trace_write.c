@@ -20,6 +20,7 @@
 
 #include "core/trace_impl.h"
 #include "weft/fileio.h"
+#include "weft/json.h"
 #include "weft/weft.h"
 
 const char *wf_trace_cat_name(wf_trace_cat cat) {
@@ -31,20 +32,6 @@ const char *wf_trace_cat_name(wf_trace_cat cat) {
     case WF_TRACE_DATA_WAIT: return "data_wait";
     case WF_TRACE_REGION: return "region";
     default: return "unknown";
-    }
-}
-
-static void json_escape(FILE *out, const char *s) {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        unsigned char c = *p;
-        if (c == '"' || c == '\\') {
-            fputc('\\', out);
-            fputc(c, out);
-        } else if (c < 0x20) {
-            fprintf(out, "\\u%04x", c);
-        } else {
-            fputc(c, out);
-        }
     }
 }
 
@@ -72,7 +59,7 @@ static void put_kernel_name(FILE *out, uint32_t cat, const char *name) {
         fputs("Memcpy HtoH ", out);
     else if (cat == WF_TRACE_IO && !starts(name, "Memcpy"))
         fputs("Memcpy IO ", out);
-    json_escape(out, name);
+    wf_json_fput_body(out, name);
 }
 
 typedef struct {
@@ -101,7 +88,7 @@ static void meta(writer *w, const char *what, int pid, long tid, const char *nam
     w->first = 0;
     fprintf(w->out, "{\"ph\": \"M\", \"name\": \"%s\", \"pid\": %d, \"tid\": %ld, \"args\": {\"name\": \"", what,
             pid, tid);
-    json_escape(w->out, name);
+    wf_json_fput_body(w->out, name);
     fputs("\"}}", w->out);
 }
 
@@ -137,7 +124,7 @@ static int64_t write_thread(writer *w, const trace_thread_snap *s, int64_t *corr
         const char *cname = wf_trace_cat_name((wf_trace_cat)e->cat);
         if (!is_device(e->cat)) {
             ev_head(w, "user_annotation");
-            json_escape(out, e->name);
+            wf_json_fput_body(out, e->name);
             ev_times(w, w->pid, s->tid, ts, dur);
             fprintf(out, ", \"args\": {\"weft_cat\": \"%s\"%s}}", cname, truncated ? ", \"truncated\": 1" : "");
             continue;
@@ -147,7 +134,7 @@ static int64_t write_thread(writer *w, const trace_thread_snap *s, int64_t *corr
         if (e->arg >= 0) snprintf(bytes, sizeof bytes, ", \"bytes\": %" PRId64, e->arg);
         if (depth > 0) { /* inside another device span: host event only */
             ev_head(w, "cpu_op");
-            json_escape(out, e->name);
+            wf_json_fput_body(out, e->name);
             ev_times(w, w->pid, s->tid, ts, dur);
             fprintf(out, ", \"args\": {\"weft_cat\": \"%s\", \"nested\": 1%s%s}}", cname, bytes,
                     truncated ? ", \"truncated\": 1" : "");
@@ -156,7 +143,7 @@ static int64_t write_thread(writer *w, const trace_thread_snap *s, int64_t *corr
         if (depth < (int)(sizeof stack / sizeof *stack)) stack[depth++] = t1;
         int64_t c = ++*corr;
         ev_head(w, "cpu_op");
-        json_escape(out, e->name);
+        wf_json_fput_body(out, e->name);
         ev_times(w, w->pid, s->tid, ts, dur);
         fprintf(out, ", \"args\": {\"correlation\": %" PRId64 ", \"weft_cat\": \"%s\"%s%s}}", c, cname, bytes,
                 truncated ? ", \"truncated\": 1" : "");
@@ -188,7 +175,7 @@ wf_status wf__trace_write_capture(const trace_write_job *job, int64_t *n_events)
     /* HTA finds a file's rank with the regex "rank":\s+(\d+) on the first
      * line that has it: this line, with a space after the colon. */
     fputs("  \"distributedInfo\": {\"backend\": \"", out);
-    json_escape(out, job->backend);
+    wf_json_fput_body(out, job->backend);
     fprintf(out, "\", \"rank\": %d, \"world_size\": %d},\n", job->rank, job->world_size);
     fprintf(out,
             "  \"deviceProperties\": [{\"id\": 0, \"name\": \"weft CPU pseudo-device (%ld CPUs)\", "
@@ -199,10 +186,10 @@ wf_status wf__trace_write_capture(const trace_write_job *job, int64_t *n_events)
     fputs("  \"weft\": {\"format\": \"weft-trace\", \"version\": 1, \"weft_version\": \"" WF_VERSION "\", ", out);
     fprintf(out, "\"first_step\": %" PRId64 ", \"last_step\": %" PRId64 ", \"trigger\": \"", job->first_step,
             job->last_step);
-    json_escape(out, job->trigger ? job->trigger : "");
+    wf_json_fput_body(out, job->trigger ? job->trigger : "");
     fprintf(out, "\", \"dropped_events\": %" PRId64 ", \"clock\": \"CLOCK_MONOTONIC\", \"pid\": %d, \"host\": \"",
             job->dropped, w.pid);
-    json_escape(out, host);
+    wf_json_fput_body(out, host);
     fputs("\"},\n", out);
     fputs("  \"traceEvents\": [", out);
 
@@ -220,7 +207,7 @@ wf_status wf__trace_write_capture(const trace_write_job *job, int64_t *n_events)
         n += write_thread(&w, s, &corr);
     }
     fputs("\n  ],\n  \"traceName\": \"", out);
-    json_escape(out, job->path);
+    wf_json_fput_body(out, job->path);
     fputs("\"\n}\n", out);
     wf_status st = wf_afile_commit(&f);
     free(iobuf);

@@ -15,6 +15,7 @@
 
 #include "data/bpe_impl.h"
 #include "weft/fileio.h"
+#include "weft/json.h"
 #include "weft/log.h"
 
 /* ---------------------------------------------------------------- reader */
@@ -430,25 +431,6 @@ wf_status wf_tokenizer_load(wf_tokenizer **out, const char *path) {
 
 /* ---------------------------------------------------------------- writer */
 
-static void put_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
-        case '\b': fputs("\\b", f); break;
-        case '\f': fputs("\\f", f); break;
-        default:
-            if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-            else fputc(*p, f);
-        }
-    }
-    fputc('"', f);
-}
-
 static const char *jbool(int b) { return b ? "true" : "false"; }
 
 static void put_bytelevel(FILE *f, const wf_tokenizer *t, const char *ind, int aps, int use_regex) {
@@ -464,7 +446,7 @@ static void write_json(FILE *f, const wf_tokenizer *t) {
     for (size_t i = 0; i < t->n_added; i++) {
         const wf_added_token *a = &t->added[i];
         fprintf(f, "%s\n    {\n      \"id\": %d,\n      \"content\": ", i ? "," : "", a->id);
-        put_str(f, a->content);
+        wf_json_fput_str(f, a->content);
         fprintf(f,
                 ",\n      \"single_word\": %s,\n      \"lstrip\": %s,\n      \"rstrip\": %s,\n"
                 "      \"normalized\": %s,\n      \"special\": %s\n    }",
@@ -480,7 +462,7 @@ static void write_json(FILE *f, const wf_tokenizer *t) {
         if (t->split_pattern) {
             fprintf(f, "      {\n        \"type\": \"Split\",\n        \"pattern\": {\n          \"%s\": ",
                     t->split_literal ? "String" : "Regex");
-            put_str(f, t->split_pattern);
+            wf_json_fput_str(f, t->split_pattern);
             fputs("\n        },\n        \"behavior\": \"Isolated\",\n        \"invert\": false\n"
                   "      },\n      ",
                   f);
@@ -498,7 +480,7 @@ static void write_json(FILE *f, const wf_tokenizer *t) {
                "true,\n    \"use_regex\": true\n  }",
                f);
     fputs(",\n  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": ", f);
-    if (t->unk_token) put_str(f, t->unk_token);
+    if (t->unk_token) wf_json_fput_str(f, t->unk_token);
     else fputs("null", f);
     fprintf(f,
             ",\n    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n"
@@ -509,7 +491,7 @@ static void write_json(FILE *f, const wf_tokenizer *t) {
     for (size_t i = 0; i < t->n_ids; i++) {
         if (!t->vocab_str[i]) continue;
         fputs(first ? "\n      " : ",\n      ", f);
-        put_str(f, t->vocab_str[i]);
+        wf_json_fput_str(f, t->vocab_str[i]);
         fprintf(f, ": %zu", i);
         first = 0;
     }
@@ -517,9 +499,9 @@ static void write_json(FILE *f, const wf_tokenizer *t) {
     fputs("    \"merges\": [", f);
     for (size_t r = 0; r < t->n_merges; r++) {
         fputs(r ? ",\n      [" : "\n      [", f);
-        put_str(f, t->vocab_str[t->merges[r][0]]);
+        wf_json_fput_str(f, t->vocab_str[t->merges[r][0]]);
         fputs(", ", f);
-        put_str(f, t->vocab_str[t->merges[r][1]]);
+        wf_json_fput_str(f, t->vocab_str[t->merges[r][1]]);
         fputc(']', f);
     }
     fputs(t->n_merges ? "\n    ]\n  }\n}\n" : "]\n  }\n}\n", f);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "obs/obs_impl.h"
+#include "weft/json.h"
 #include "weft/fileio.h"
 
 void wf_metrics_step_init(wf_metrics_step *r) {
@@ -56,7 +57,7 @@ void wf_metrics_step_memory(wf_metrics_step *r, const wf_arena *arena) {
 struct wf_metrics {
     FILE *jsonl;
     char *jsonl_path;
-    obs_buf buf;
+    wf_buf buf;
     wf_tb_writer *tb;
     double flush_every_s, last_flush;
 };
@@ -115,14 +116,14 @@ wf_status wf_metrics_open(wf_metrics **out, const wf_metrics_options *opt) {
 /* Appends one JSON line for `r`: every field in table order, NaN and -1
  * left out, except loss and grad_norm, which are null when not finite (a
  * step that has them always has them). */
-static void jsonl_record(obs_buf *b, const wf_metrics_step *r) {
+static void jsonl_record(wf_buf *b, const wf_metrics_step *r) {
     int first = 1;
 #define KEY_(key)                                     \
     do {                                              \
-        obs_buf_append(b, first ? "{" : ",", 1);      \
+        wf_buf_append(b, first ? "{" : ",", 1);      \
         first = 0;                                    \
-        obs_buf_json_str(b, key);                     \
-        obs_buf_append(b, ":", 1);                    \
+        wf_buf_json_str(b, key, strlen(key));                     \
+        wf_buf_append(b, ":", 1);                    \
     } while (0)
 #define PUT_D_(key, f)                                                      \
     if (isfinite(r->f)) {                                                   \
@@ -130,16 +131,16 @@ static void jsonl_record(obs_buf *b, const wf_metrics_step *r) {
         obs_buf_json_num(b, r->f);                                          \
     } else if (strcmp(key, "loss") == 0 || strcmp(key, "grad_norm") == 0) { \
         KEY_(key);                                                          \
-        obs_buf_append(b, "null", 4);                                       \
+        wf_buf_append(b, "null", 4);                                       \
     }
 #define PUT_I_(key, f)                                    \
     if (r->f >= 0) {                                      \
         KEY_(key);                                        \
-        obs_buf_printf(b, "%lld", (long long)r->f);       \
+        wf_buf_printf(b, "%lld", (long long)r->f);       \
     }
 #define PUT_B_(key, f)                                    \
     KEY_(key);                                            \
-    obs_buf_append(b, r->f ? "1" : "0", 1);
+    wf_buf_append(b, r->f ? "1" : "0", 1);
 #define PUT_(key, f, type, tag, scale, unit) PUT_##type##_(key, f)
     WF_METRICS_FIELDS(PUT_)
 #undef PUT_
@@ -147,7 +148,7 @@ static void jsonl_record(obs_buf *b, const wf_metrics_step *r) {
 #undef PUT_I_
 #undef PUT_D_
 #undef KEY_
-    obs_buf_append(b, "}\n", 2);
+    wf_buf_append(b, "}\n", 2);
 }
 
 static wf_status tb_record(wf_tb_writer *tb, const wf_metrics_step *r) {
@@ -210,7 +211,7 @@ wf_status wf_metrics_close(wf_metrics *m) {
     }
     wf_status s2 = wf_tb_close(m->tb);
     if (s == WF_OK) s = s2;
-    obs_buf_free(&m->buf);
+    wf_buf_free(&m->buf);
     free(m->jsonl_path);
     free(m);
     return s;

@@ -68,7 +68,7 @@ static char *run_capture(char *const argv[], size_t max, size_t *len, int *trunc
         close(fds[0]);
         return NULL;
     }
-    obs_buf b = {0};
+    wf_buf b = {0};
     *truncated = 0;
     char chunk[65536];
     for (;;) {
@@ -79,7 +79,7 @@ static char *run_capture(char *const argv[], size_t max, size_t *len, int *trunc
             *truncated = 1;
             got = (ssize_t)(max - b.len);
         }
-        obs_buf_append(&b, chunk, (size_t)got);
+        wf_buf_append(&b, chunk, (size_t)got);
         if (*truncated) break; /* closing the pipe ends the child with SIGPIPE */
     }
     close(fds[0]);
@@ -88,10 +88,10 @@ static char *run_capture(char *const argv[], size_t max, size_t *len, int *trunc
     }
     int ok = *truncated || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (!ok || b.failed) {
-        obs_buf_free(&b);
+        wf_buf_free(&b);
         return NULL;
     }
-    if (!b.data) obs_buf_append(&b, "", 0);
+    if (!b.data) wf_buf_append(&b, "", 0);
     *len = b.len;
     return b.data;
 }

@@ -37,7 +37,7 @@
 #include "weft/weft.h"
 
 /* Appends a string literal. */
-#define PUT(b, lit) obs_buf_append((b), lit, sizeof(lit) - 1)
+#define PUT(b, lit) wf_buf_append((b), lit, sizeof(lit) - 1)
 
 /* ------------------------------------------------------------ the data */
 
@@ -129,14 +129,14 @@ static wf_status read_metrics(run_data *d, const char *path) {
 
 /* ------------------------------------------------------------ html text */
 
-static void html_esc(obs_buf *b, const char *s) {
+static void html_esc(wf_buf *b, const char *s) {
     for (; s && *s; s++) {
         switch (*s) {
         case '<': PUT(b, "&lt;"); break;
         case '>': PUT(b, "&gt;"); break;
         case '&': PUT(b, "&amp;"); break;
         case '"': PUT(b, "&quot;"); break;
-        default: obs_buf_append(b, s, 1);
+        default: wf_buf_append(b, s, 1);
         }
     }
 }
@@ -211,16 +211,16 @@ static double nice_step(double range, int target) {
     return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
 }
 
-static void axes(obs_buf *b, const frame *f) {
+static void axes(wf_buf *b, const frame *f) {
     char t[48];
     /* y grid and labels */
     if (f->logy) {
         for (double e = ceil(f->y0); e <= f->y1 + 1e-9; e += 1) {
             double py = px_y(f, pow(10, e));
             fmt_num(t, sizeof t, pow(10, e));
-            obs_buf_printf(b, "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", M_LEFT,
+            wf_buf_printf(b, "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", M_LEFT,
                            PLOT_W - M_RIGHT, py, py);
-            obs_buf_printf(b, "<text class=\"ylab\" x=\"%.1f\" y=\"%.1f\">%s</text>", M_LEFT - 6, py + 4, t);
+            wf_buf_printf(b, "<text class=\"ylab\" x=\"%.1f\" y=\"%.1f\">%s</text>", M_LEFT - 6, py + 4, t);
         }
     } else {
         double st = nice_step(f->y1 - f->y0, 5);
@@ -228,9 +228,9 @@ static void axes(obs_buf *b, const frame *f) {
             double vr = fabs(v) < st * 1e-6 ? 0 : v;
             double py = px_y(f, vr);
             fmt_num(t, sizeof t, vr);
-            obs_buf_printf(b, "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", M_LEFT,
+            wf_buf_printf(b, "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", M_LEFT,
                            PLOT_W - M_RIGHT, py, py);
-            obs_buf_printf(b, "<text class=\"ylab\" x=\"%.1f\" y=\"%.1f\">%s</text>", M_LEFT - 6, py + 4, t);
+            wf_buf_printf(b, "<text class=\"ylab\" x=\"%.1f\" y=\"%.1f\">%s</text>", M_LEFT - 6, py + 4, t);
         }
     }
     /* x ticks: whole steps */
@@ -239,20 +239,20 @@ static void axes(obs_buf *b, const frame *f) {
     for (double v = ceil(f->x0 / st) * st; v <= f->x1 + 1e-9; v += st) {
         double px = px_x(f, v);
         fmt_num(t, sizeof t, v);
-        obs_buf_printf(b, "<line class=\"tick\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", px, px,
+        wf_buf_printf(b, "<line class=\"tick\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", px, px,
                        PLOT_H - M_BOTTOM, PLOT_H - M_BOTTOM + 4);
-        obs_buf_printf(b, "<text class=\"xlab\" x=\"%.1f\" y=\"%.1f\">%s</text>", px, PLOT_H - M_BOTTOM + 16, t);
+        wf_buf_printf(b, "<text class=\"xlab\" x=\"%.1f\" y=\"%.1f\">%s</text>", px, PLOT_H - M_BOTTOM + 16, t);
     }
-    obs_buf_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>", M_LEFT, M_TOP,
+    wf_buf_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>", M_LEFT, M_TOP,
                    PLOT_W - M_LEFT - M_RIGHT, PLOT_H - M_TOP - M_BOTTOM);
-    obs_buf_printf(b, "<text class=\"xlab\" x=\"%.1f\" y=\"%.1f\">step</text>", (M_LEFT + PLOT_W - M_RIGHT) / 2,
+    wf_buf_printf(b, "<text class=\"xlab\" x=\"%.1f\" y=\"%.1f\">step</text>", (M_LEFT + PLOT_W - M_RIGHT) / 2,
                    PLOT_H - 4);
 }
 
 /* One polyline per run of finite values; at most two points per pixel
  * column: the column's lowest and highest, in step order. Returns the
  * number of points drawn. */
-static size_t draw_line(obs_buf *b, const frame *f, const double *x, const double *y, size_t n, const char *name,
+static size_t draw_line(wf_buf *b, const frame *f, const double *x, const double *y, size_t n, const char *name,
                         const char *color, int dots) {
     size_t drawn = 0;
     int open = 0;
@@ -263,10 +263,10 @@ static size_t draw_line(obs_buf *b, const frame *f, const double *x, const doubl
     do {                                                                         \
         if (have) {                                                              \
             size_t a_ = lo < hi ? lo : hi, b_ = lo < hi ? hi : lo;               \
-            obs_buf_printf(b, "%.1f,%.1f ", px_x(f, x[a_]), px_y(f, y[a_]));     \
+            wf_buf_printf(b, "%.1f,%.1f ", px_x(f, x[a_]), px_y(f, y[a_]));     \
             drawn++;                                                             \
             if (b_ != a_) {                                                      \
-                obs_buf_printf(b, "%.1f,%.1f ", px_x(f, x[b_]), px_y(f, y[b_])); \
+                wf_buf_printf(b, "%.1f,%.1f ", px_x(f, x[b_]), px_y(f, y[b_])); \
                 drawn++;                                                         \
             }                                                                    \
             have = 0;                                                            \
@@ -283,7 +283,7 @@ static size_t draw_line(obs_buf *b, const frame *f, const double *x, const doubl
             continue;
         }
         if (!open) {
-            obs_buf_printf(b, "<polyline class=\"series\" data-series=\"%s\" stroke=\"%s\" points=\"", name, color);
+            wf_buf_printf(b, "<polyline class=\"series\" data-series=\"%s\" stroke=\"%s\" points=\"", name, color);
             open = 1;
             col = -1;
         }
@@ -302,21 +302,21 @@ static size_t draw_line(obs_buf *b, const frame *f, const double *x, const doubl
     if (dots) {
         for (size_t i = 0; i < n; i++)
             if (isfinite(y[i]) && (!f->logy || y[i] > 0))
-                obs_buf_printf(b, "<circle class=\"dot\" data-series=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>",
+                wf_buf_printf(b, "<circle class=\"dot\" data-series=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>",
                                name, px_x(f, x[i]), px_y(f, y[i]), color);
     }
     return drawn;
 }
 
 /* Stacked areas: per pixel column the mean of each part, summed upwards. */
-static size_t draw_stacked(obs_buf *b, const frame *f, const plot *p, double **cum, double *cx, size_t nc) {
+static size_t draw_stacked(wf_buf *b, const frame *f, const plot *p, double **cum, double *cx, size_t nc) {
     (void)f;
     for (int k = p->ns - 1; k >= 0; k--) {
-        obs_buf_printf(b, "<path class=\"area\" data-series=\"%s\" fill=\"%s\" d=\"", p->s[k].name, p->s[k].color);
+        wf_buf_printf(b, "<path class=\"area\" data-series=\"%s\" fill=\"%s\" d=\"", p->s[k].name, p->s[k].color);
         for (size_t i = 0; i < nc; i++)
-            obs_buf_printf(b, "%s%.1f,%.1f ", i ? "L" : "M", px_x(f, cx[i]), px_y(f, cum[k][i]));
+            wf_buf_printf(b, "%s%.1f,%.1f ", i ? "L" : "M", px_x(f, cx[i]), px_y(f, cum[k][i]));
         for (size_t i = nc; i-- > 0;)
-            obs_buf_printf(b, "L%.1f,%.1f ", px_x(f, cx[i]), px_y(f, k ? cum[k - 1][i] : 0));
+            wf_buf_printf(b, "L%.1f,%.1f ", px_x(f, cx[i]), px_y(f, k ? cum[k - 1][i] : 0));
         PUT(b, "Z\"/>");
     }
     return nc;
@@ -350,8 +350,8 @@ static size_t stack_columns(const plot *p, double **cum, double *cx) {
     return nc;
 }
 
-static void svg_plot(obs_buf *b, const plot *p) {
-    obs_buf_printf(b, "<figure class=\"plot-box\" id=\"plot-%s\">", p->id);
+static void svg_plot(wf_buf *b, const plot *p) {
+    wf_buf_printf(b, "<figure class=\"plot-box\" id=\"plot-%s\">", p->id);
     /* the range of the values */
     double lo = INFINITY, hi = -INFINITY;
     double **cum = NULL, *cx = NULL;
@@ -386,12 +386,12 @@ static void svg_plot(obs_buf *b, const plot *p) {
             if (v > hi) hi = v;
         }
     }
-    obs_buf_printf(b, "<svg class=\"plot\" data-plot=\"%s\" data-values=\"%zu\" viewBox=\"0 0 %.0f %.0f\" "
+    wf_buf_printf(b, "<svg class=\"plot\" data-plot=\"%s\" data-values=\"%zu\" viewBox=\"0 0 %.0f %.0f\" "
                       "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"",
                    p->id, n_values, PLOT_W, PLOT_H);
     html_esc(b, p->title);
     PUT(b, "\">");
-    obs_buf_printf(b, "<text class=\"title\" x=\"%.1f\" y=\"18\">", M_LEFT);
+    wf_buf_printf(b, "<text class=\"title\" x=\"%.1f\" y=\"18\">", M_LEFT);
     html_esc(b, p->title);
     if (p->unit && p->unit[0]) {
         PUT(b, "<tspan class=\"unit\"> (");
@@ -404,13 +404,13 @@ static void svg_plot(obs_buf *b, const plot *p) {
     for (int k = p->ns - 1; k >= 0; k--) {
         double w = 14 + 6.8 * (double)strlen(p->s[k].name);
         lx -= w;
-        obs_buf_printf(b, "<rect x=\"%.1f\" y=\"9\" width=\"10\" height=\"10\" fill=\"%s\"/>"
+        wf_buf_printf(b, "<rect x=\"%.1f\" y=\"9\" width=\"10\" height=\"10\" fill=\"%s\"/>"
                           "<text class=\"legend\" x=\"%.1f\" y=\"18\">%s</text>",
                        lx, p->s[k].color, lx + 13, p->s[k].name);
         lx -= 8;
     }
     if (n_values == 0 || !(hi >= lo)) {
-        obs_buf_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>"
+        wf_buf_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>"
                           "<text class=\"empty\" x=\"%.1f\" y=\"%.1f\">no data in this run</text></svg>",
                        M_LEFT, M_TOP, PLOT_W - M_LEFT - M_RIGHT, PLOT_H - M_TOP - M_BOTTOM, PLOT_W / 2, PLOT_H / 2);
     } else {
@@ -430,7 +430,7 @@ static void svg_plot(obs_buf *b, const plot *p) {
             f.x1 += 1;
         }
         axes(b, &f);
-        obs_buf_printf(b, "<g class=\"data\" clip-path=\"none\">");
+        wf_buf_printf(b, "<g class=\"data\" clip-path=\"none\">");
         if (p->stacked) {
             draw_stacked(b, &f, p, cum, cx, nc);
         } else {
@@ -440,11 +440,11 @@ static void svg_plot(obs_buf *b, const plot *p) {
         for (size_t i = 0; i < p->n_marks; i++) {
             double mx = px_x(&f, p->mark_x[i]);
             double my = p->mark_y ? p->mark_y[i] : NAN;
-            obs_buf_printf(b, "<g class=\"spike\"><title>spike at step %.0f</title>", p->mark_x[i]);
-            obs_buf_printf(b, "<line class=\"spike-line\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", mx, mx,
+            wf_buf_printf(b, "<g class=\"spike\"><title>spike at step %.0f</title>", p->mark_x[i]);
+            wf_buf_printf(b, "<line class=\"spike-line\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", mx, mx,
                            M_TOP, PLOT_H - M_BOTTOM);
             if (isfinite(my) && (!f.logy || my > 0))
-                obs_buf_printf(b, "<circle class=\"spike-dot\" cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\"/>", mx, px_y(&f, my));
+                wf_buf_printf(b, "<circle class=\"spike-dot\" cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\"/>", mx, px_y(&f, my));
             PUT(b, "</g>");
         }
         PUT(b, "</g></svg>");
@@ -526,7 +526,7 @@ static double max_of(const run_data *d, int f) {
     return m;
 }
 
-static void card(obs_buf *b, const char *value, const char *label) {
+static void card(wf_buf *b, const char *value, const char *label) {
     PUT(b, "<div class=\"card\"><b>");
     html_esc(b, value);
     PUT(b, "</b><span>");
@@ -540,7 +540,7 @@ static const char *jstr(json_t *o, const char *a, const char *bkey) {
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-static void kv_row(obs_buf *b, const char *k, const char *v) {
+static void kv_row(wf_buf *b, const char *k, const char *v) {
     if (!v) return;
     PUT(b, "<tr><td>");
     html_esc(b, k);
@@ -549,7 +549,7 @@ static void kv_row(obs_buf *b, const char *k, const char *v) {
     PUT(b, "</td></tr>");
 }
 
-static void summary(obs_buf *b, const run_data *d) {
+static void summary(wf_buf *b, const run_data *d) {
     char v[64], l[96];
     const double *last = d->rows + (d->n - 1) * NF;
     PUT(b, "<section id=\"summary\"><div class=\"cards\">");
@@ -600,14 +600,14 @@ static void summary(obs_buf *b, const run_data *d) {
     }
     PUT(b, "</div>");
     if (d->bad_lines)
-        obs_buf_printf(b, "<p class=\"warn\">%zu line%s of metrics.jsonl could not be read and %s skipped "
+        wf_buf_printf(b, "<p class=\"warn\">%zu line%s of metrics.jsonl could not be read and %s skipped "
                           "(the first: line %zu), e.g. the last line of a run that was killed mid-write.</p>",
                        d->bad_lines, d->bad_lines == 1 ? "" : "s", d->bad_lines == 1 ? "was" : "were",
                        d->first_bad_line);
     PUT(b, "</section>\n");
 }
 
-static void spikes_table(obs_buf *b, const run_data *d) {
+static void spikes_table(wf_buf *b, const run_data *d) {
     PUT(b, "<section id=\"spikes\"><h2>Loss spikes</h2>");
     if (!d->n_spikes) {
         PUT(b, "<p>None detected.</p></section>\n");
@@ -625,14 +625,14 @@ static void spikes_table(obs_buf *b, const run_data *d) {
         snprintf(g, sizeof g, isfinite(r[F_grad_norm_z]) ? "%.1f" : "-", r[F_grad_norm_z]);
         if (!isfinite(r[F_data_pos])) snprintf(a, sizeof a, "-");
         else snprintf(a, sizeof a, "%.0f", r[F_data_pos]);
-        obs_buf_printf(b, "<tr><td class=\"num\">%.0f</td><td class=\"num\">%s</td><td class=\"num\">%s</td>"
+        wf_buf_printf(b, "<tr><td class=\"num\">%.0f</td><td class=\"num\">%s</td><td class=\"num\">%s</td>"
                           "<td class=\"num\">%s</td><td class=\"num\">%s</td><td class=\"num\">%s</td></tr>",
                        r[F_step], a, c, e, f, g);
     }
     PUT(b, "</table></section>\n");
 }
 
-static void run_section(obs_buf *b, const run_data *d) {
+static void run_section(wf_buf *b, const run_data *d) {
     PUT(b, "<section id=\"run\"><h2>Run</h2>");
     json_t *r = d->run;
     if (!r) {
@@ -839,17 +839,17 @@ static wf_status read_ranks(ranks_data *rd, const char *dir, const run_data *mai
 
 /* A time for the table: "2.41 s", "12.3 ms", "8.39 µs"; the exact seconds go into
  * data-v for readers of the page. */
-static void time_cell(obs_buf *b, double v) {
+static void time_cell(wf_buf *b, double v) {
     if (!isfinite(v)) {
         PUT(b, "<td class=\"num\">-</td>");
         return;
     }
     const char *unit = v >= 1 ? "s" : v >= 1e-3 || v == 0 ? "ms" : "\xc2\xb5" "s"; /* µs */
     double shown = v >= 1 ? v : v >= 1e-3 || v == 0 ? v * 1e3 : v * 1e6;
-    obs_buf_printf(b, "<td class=\"num\" data-v=\"%.17g\">%.3g %s</td>", v, shown, unit);
+    wf_buf_printf(b, "<td class=\"num\" data-v=\"%.17g\">%.3g %s</td>", v, shown, unit);
 }
 
-static void ranks_table(obs_buf *b, const ranks_data *rd) {
+static void ranks_table(wf_buf *b, const ranks_data *rd) {
     double fastest = INFINITY, slowest = -INFINITY;
     size_t n_timed = 0, i_slow = 0;
     for (size_t i = 0; i < rd->n; i++) {
@@ -869,7 +869,7 @@ static void ranks_table(obs_buf *b, const ranks_data *rd) {
     for (size_t i = 0; i < rd->n; i++) {
         const rank_info *ri = &rd->r[i];
         int slow = n_timed > 1 && i == i_slow;
-        obs_buf_printf(b, "<tr data-rank=\"%d\"%s><td class=\"num\">%d</td>", ri->rank,
+        wf_buf_printf(b, "<tr data-rank=\"%d\"%s><td class=\"num\">%d</td>", ri->rank,
                        slow ? " class=\"slowest\"" : "", ri->rank);
         if (!ri->d) {
             PUT(b, "<td colspan=\"7\" class=\"warn\">");
@@ -877,20 +877,20 @@ static void ranks_table(obs_buf *b, const ranks_data *rd) {
             PUT(b, "</td></tr>");
             continue;
         }
-        obs_buf_printf(b, "<td class=\"num\">%zu</td>", ri->d->n);
+        wf_buf_printf(b, "<td class=\"num\">%zu</td>", ri->d->n);
         time_cell(b, ri->step_s);
         time_cell(b, ri->data_s);
         time_cell(b, ri->fwd_bwd_s);
         time_cell(b, ri->comm_s);
         char v[48];
         fmt_bytes(v, sizeof v, ri->rss_peak);
-        if (isfinite(ri->rss_peak)) obs_buf_printf(b, "<td class=\"num\" data-v=\"%.17g\">%s</td>", ri->rss_peak, v);
-        else obs_buf_printf(b, "<td class=\"num\">%s</td>", v);
+        if (isfinite(ri->rss_peak)) wf_buf_printf(b, "<td class=\"num\" data-v=\"%.17g\">%s</td>", ri->rss_peak, v);
+        else wf_buf_printf(b, "<td class=\"num\">%s</td>", v);
         if (!isfinite(ri->step_s)) {
             PUT(b, "<td class=\"num\">-</td>");
         } else {
             double pct = fastest > 0 ? 100 * (ri->step_s - fastest) / fastest : 0;
-            obs_buf_printf(b, "<td class=\"num\" data-v=\"%.17g\">%s%.1f%%%s</td>", pct, pct > 0 ? "+" : "", pct,
+            wf_buf_printf(b, "<td class=\"num\" data-v=\"%.17g\">%s%.1f%%%s</td>", pct, pct > 0 ? "+" : "", pct,
                            slow ? " <b class=\"straggler\">slowest</b>" : ri->step_s == fastest ? " fastest" : "");
         }
         PUT(b, "</tr>");
@@ -900,13 +900,13 @@ static void ranks_table(obs_buf *b, const ranks_data *rd) {
         const rank_info *ri = &rd->r[i];
         if (!ri->d) continue;
         if (ri->d->bad_lines && i > 0)
-            obs_buf_printf(b, "<p class=\"warn\">rank %d: %zu line%s of ranks/rank-%05d/metrics.jsonl could not be "
+            wf_buf_printf(b, "<p class=\"warn\">rank %d: %zu line%s of ranks/rank-%05d/metrics.jsonl could not be "
                               "read and %s skipped (the first: line %zu), e.g. the last line of a run that was "
                               "killed mid-write.</p>",
                            ri->rank, ri->d->bad_lines, ri->d->bad_lines == 1 ? "" : "s", ri->rank,
                            ri->d->bad_lines == 1 ? "was" : "were", ri->d->first_bad_line);
         if (ri->missing)
-            obs_buf_printf(b, "<p class=\"warn\">rank %d has no record of %zu of rank 0's %zu steps; its "
+            wf_buf_printf(b, "<p class=\"warn\">rank %d has no record of %zu of rank 0's %zu steps; its "
                               "medians and lines cover the steps it has.</p>",
                            ri->rank, ri->missing, rd->r[0].d->n);
     }
@@ -949,7 +949,7 @@ static size_t pick_ranks(const ranks_data *rd, size_t *sel) {
 static const char *const rank_color[MAX_SERIES] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
                                                    "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
-static wf_status ranks_plots(obs_buf *b, const ranks_data *rd) {
+static wf_status ranks_plots(wf_buf *b, const ranks_data *rd) {
     size_t sel[MAX_SERIES];
     size_t ns = pick_ranks(rd, sel);
     if (!ns) return WF_OK;
@@ -1022,7 +1022,7 @@ static wf_status ranks_plots(obs_buf *b, const ranks_data *rd) {
 }
 
 /* The Ranks section; nothing when the run has no ranks/ folder. */
-static wf_status ranks_section(obs_buf *b, const ranks_data *rd) {
+static wf_status ranks_section(wf_buf *b, const ranks_data *rd) {
     if (!rd->n) return WF_OK;
     PUT(b, "<section id=\"ranks\"><h2>Ranks</h2>");
     ranks_table(b, rd);
@@ -1031,12 +1031,12 @@ static wf_status ranks_section(obs_buf *b, const ranks_data *rd) {
     return s;
 }
 
-static wf_status render(obs_buf *b, const char *dir, const run_data *d, const ranks_data *rd) {
+static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ranks_data *rd) {
     PUT(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
            "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">");
     PUT(b, "<meta name=\"generator\" content=\"weft " WF_VERSION "\"><title>weft report: ");
     html_esc(b, dir);
-    obs_buf_printf(b, "</title><style>%s</style></head><body>\n<h1>weft run report</h1><p class=\"sub\">", CSS);
+    wf_buf_printf(b, "</title><style>%s</style></head><body>\n<h1>weft run report</h1><p class=\"sub\">", CSS);
     html_esc(b, dir);
     const char *started = d->run ? jstr(d->run, "started_at", NULL) : NULL;
     if (started) {
@@ -1164,11 +1164,11 @@ wf_status wf_report_write(const char *dir, const char *out_path) {
     }
     free(path);
     if (s == WF_OK) s = read_ranks(&rd, dir, &d);
-    obs_buf b = {0};
+    wf_buf b = {0};
     if (s == WF_OK) s = render(&b, dir, &d, &rd);
     if (s == WF_OK && b.failed) s = wf_error(WF_ERR_NOMEM, "out of memory writing the report");
     if (s == WF_OK) s = wf_file_write_atomic(out_path, b.data, b.len);
-    obs_buf_free(&b);
+    wf_buf_free(&b);
     ranks_free(&rd);
     run_data_free(&d);
     return s;

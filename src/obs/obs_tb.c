@@ -51,7 +51,7 @@ uint32_t wf_crc32c_mask(uint32_t crc) {
 
 /* ------------------------------------------------------------ protobuf */
 
-static void pb_varint(obs_buf *b, uint64_t v) {
+static void pb_varint(wf_buf *b, uint64_t v) {
     unsigned char tmp[10];
     int n = 0;
     do {
@@ -60,10 +60,10 @@ static void pb_varint(obs_buf *b, uint64_t v) {
         if (v) tmp[n] |= 0x80;
         n++;
     } while (v);
-    obs_buf_append(b, tmp, (size_t)n);
+    wf_buf_append(b, tmp, (size_t)n);
 }
 
-static void pb_key(obs_buf *b, int field, int wire) {
+static void pb_key(wf_buf *b, int field, int wire) {
     pb_varint(b, ((uint64_t)field << 3) | (uint64_t)wire);
 }
 
@@ -71,28 +71,28 @@ static void put_le(unsigned char *p, uint64_t v, int n) {
     for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static void pb_double(obs_buf *b, int field, double v) {
+static void pb_double(wf_buf *b, int field, double v) {
     uint64_t u;
     memcpy(&u, &v, sizeof u);
     unsigned char tmp[8];
     put_le(tmp, u, 8);
     pb_key(b, field, 1);
-    obs_buf_append(b, tmp, 8);
+    wf_buf_append(b, tmp, 8);
 }
 
-static void pb_float(obs_buf *b, int field, float v) {
+static void pb_float(wf_buf *b, int field, float v) {
     uint32_t u;
     memcpy(&u, &v, sizeof u);
     unsigned char tmp[4];
     put_le(tmp, u, 4);
     pb_key(b, field, 5);
-    obs_buf_append(b, tmp, 4);
+    wf_buf_append(b, tmp, 4);
 }
 
-static void pb_bytes(obs_buf *b, int field, const void *data, size_t len) {
+static void pb_bytes(wf_buf *b, int field, const void *data, size_t len) {
     pb_key(b, field, 2);
     pb_varint(b, len);
-    obs_buf_append(b, data, len);
+    wf_buf_append(b, data, len);
 }
 
 /* ------------------------------------------------------------- writer */
@@ -100,8 +100,8 @@ static void pb_bytes(obs_buf *b, int field, const void *data, size_t len) {
 struct wf_tb_writer {
     FILE *fp;
     char *path;
-    obs_buf out;      /* framed records not yet written */
-    obs_buf summary;  /* Summary message of the open event */
+    wf_buf out;      /* framed records not yet written */
+    wf_buf summary;  /* Summary message of the open event */
     int open_event;
     int64_t step;
     double wall_time;
@@ -110,27 +110,27 @@ struct wf_tb_writer {
 
 /* Appends one TFRecord: length, masked CRC of the length, data, masked CRC
  * of the data; integers little-endian. */
-static void frame_record(obs_buf *out, const obs_buf *data) {
+static void frame_record(wf_buf *out, const wf_buf *data) {
     unsigned char head[12], tail[4];
     put_le(head, (uint64_t)data->len, 8);
     put_le(head + 8, wf_crc32c_mask(wf_crc32c(0, head, 8)), 4);
     put_le(tail, wf_crc32c_mask(wf_crc32c(0, data->data, data->len)), 4);
-    obs_buf_append(out, head, sizeof head);
-    obs_buf_append(out, data->data, data->len);
-    obs_buf_append(out, tail, sizeof tail);
+    wf_buf_append(out, head, sizeof head);
+    wf_buf_append(out, data->data, data->len);
+    wf_buf_append(out, tail, sizeof tail);
 }
 
 /* Encodes the open event (if any) into the output buffer. */
 static void close_event(wf_tb_writer *w) {
     if (!w->open_event) return;
-    obs_buf ev = {0};
+    wf_buf ev = {0};
     pb_double(&ev, 1, w->wall_time);
     pb_key(&ev, 2, 0);
     pb_varint(&ev, (uint64_t)w->step); /* int64: negative steps take 10 bytes, as protobuf does */
     pb_bytes(&ev, 5, w->summary.data ? w->summary.data : "", w->summary.len);
     if (ev.failed || w->summary.failed) w->out.failed = 1;
     else frame_record(&w->out, &ev);
-    obs_buf_free(&ev);
+    wf_buf_free(&ev);
     w->summary.len = 0;
     w->summary.failed = 0;
     w->open_event = 0;
@@ -190,15 +190,15 @@ wf_status wf_tb_open(wf_tb_writer **out, const char *dir, double flush_every_s) 
     w->flush_every_s = flush_every_s;
     w->last_flush = now;
     /* The first record of every event file says its version. */
-    obs_buf ev = {0};
+    wf_buf ev = {0};
     pb_double(&ev, 1, now);
     pb_bytes(&ev, 3, "brain.Event:2", 13);
     frame_record(&w->out, &ev);
-    obs_buf_free(&ev);
+    wf_buf_free(&ev);
     wf_status s = write_out(w);
     if (s != WF_OK) {
         fclose(w->fp);
-        obs_buf_free(&w->out);
+        wf_buf_free(&w->out);
         free(w->path);
         free(w);
         return s;
@@ -223,12 +223,12 @@ wf_status wf_tb_begin(wf_tb_writer *w, int64_t step, double wall_time) {
 
 wf_status wf_tb_add(wf_tb_writer *w, const char *tag, float value) {
     if (!w->open_event) return wf_error(WF_ERR_INVALID, "%s: wf_tb_add(%s) before wf_tb_begin", w->path, tag);
-    obs_buf val = {0};
+    wf_buf val = {0};
     pb_bytes(&val, 1, tag, strlen(tag));
     pb_float(&val, 2, value);
     if (val.failed) w->summary.failed = 1;
     else pb_bytes(&w->summary, 1, val.data, val.len);
-    obs_buf_free(&val);
+    wf_buf_free(&val);
     return WF_OK;
 }
 
@@ -241,7 +241,7 @@ wf_status wf_tb_add_scalar(wf_tb_writer *w, const char *tag, double value, int64
 
 wf_status wf_tb_restart(wf_tb_writer *w, int64_t step) {
     close_event(w);
-    obs_buf ev = {0};
+    wf_buf ev = {0};
     pb_double(&ev, 1, obs_unix_now());
     pb_key(&ev, 2, 0);
     pb_varint(&ev, (uint64_t)step);
@@ -249,7 +249,7 @@ wf_status wf_tb_restart(wf_tb_writer *w, int64_t step) {
     pb_bytes(&ev, 7, start, sizeof start);
     if (ev.failed) w->out.failed = 1;
     else frame_record(&w->out, &ev);
-    obs_buf_free(&ev);
+    wf_buf_free(&ev);
     return maybe_flush(w);
 }
 
@@ -265,8 +265,8 @@ wf_status wf_tb_close(wf_tb_writer *w) {
         s = wf_error(WF_ERR_IO, "%s: fsync failed: %s", w->path, strerror(errno));
     if (fclose(w->fp) != 0 && s == WF_OK)
         s = wf_error(WF_ERR_IO, "%s: close failed: %s", w->path, strerror(errno));
-    obs_buf_free(&w->out);
-    obs_buf_free(&w->summary);
+    wf_buf_free(&w->out);
+    wf_buf_free(&w->summary);
     free(w->path);
     free(w);
     return s;

@@ -35,6 +35,7 @@
 
 #include "prep/prep_impl.h"
 #include "weft/dirlock.h"
+#include "weft/json.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
 #include "weft/progress.h"
@@ -446,17 +447,17 @@ static wf_status output_serial(prep_run *r) {
         wf_buf *l = &r->line;
         l->len = 0;
         WF_TRY(wf_buf_append(l, "{\"text\":", 8));
-        WF_TRY(prep_json_string(l, d->text.data, d->text.len));
+        WF_TRY(wf_buf_json_str(l, d->text.data, d->text.len));
         WF_TRY(wf_buf_append(l, ",\"id\":", 6));
         char id[4200];
         int n = snprintf(id, sizeof id, "%s#%llu", r->inputs[d->input], (unsigned long long)d->index);
-        WF_TRY(prep_json_string(l, id, (size_t)n < sizeof id ? (size_t)n : sizeof id - 1));
+        WF_TRY(wf_buf_json_str(l, id, (size_t)n < sizeof id ? (size_t)n : sizeof id - 1));
         if (d->url.len) {
             WF_TRY(wf_buf_append(l, ",\"url\":", 7));
-            WF_TRY(prep_json_string(l, d->url.data, d->url.len));
+            WF_TRY(wf_buf_json_str(l, d->url.data, d->url.len));
         }
         WF_TRY(wf_buf_append(l, ",\"lang\":", 8));
-        WF_TRY(prep_json_string(l, d->lang, strlen(d->lang)));
+        WF_TRY(wf_buf_json_str(l, d->lang, strlen(d->lang)));
         if (r->c->langid) {
             n = snprintf(num, sizeof num, ",\"lang_score\":%.2f", d->lang_conf);
             WF_TRY(wf_buf_append(l, num, (size_t)n));

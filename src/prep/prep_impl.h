@@ -294,8 +294,4 @@ wf_status prep_stats_write(const char *dir, const wf_prep_config *c, const prep_
                            const prep_stats *st);
 
 /* ---- small helpers ---- */
-
-/* Appends s as a JSON string (quotes included); s must be valid UTF-8. */
-wf_status prep_json_string(wf_buf *out, const char *s, size_t len);
-
 #endif

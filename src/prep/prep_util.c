@@ -1,34 +1,10 @@
-/* Small pieces the pipeline's stages share: the growable byte buffer, the
- * capped 64-bit hash set of the dedup stages, and JSON string output. */
+/* Small pieces the pipeline's stages share: the capped 64-bit hash set of
+ * the dedup stages. (The byte buffer and JSON strings are core's:
+ * weft/buf.h, weft/json.h.) */
 #include <stdlib.h>
 #include <string.h>
 
 #include "prep/prep_impl.h"
-
-void wf_buf_free(wf_buf *b) {
-    free(b->data);
-    b->data = NULL;
-    b->len = b->cap = 0;
-}
-
-wf_status wf_buf_reserve(wf_buf *b, size_t extra) {
-    if (b->len + extra + 1 <= b->cap) return WF_OK;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1) cap *= 2;
-    char *d = realloc(b->data, cap);
-    if (!d) return wf_error(WF_ERR_NOMEM, "out of memory growing a buffer to %zu bytes", cap);
-    b->data = d;
-    b->cap = cap;
-    return WF_OK;
-}
-
-wf_status wf_buf_append(wf_buf *b, const void *data, size_t len) {
-    WF_TRY(wf_buf_reserve(b, len));
-    if (len) memcpy(b->data + b->len, data, len);
-    b->len += len;
-    b->data[b->len] = '\0';
-    return WF_OK;
-}
 
 /* ---- u64set ---- */
 
@@ -103,37 +79,3 @@ int u64set_insert(u64set *s, uint64_t h) {
     return 1;
 }
 
-/* ---- JSON ---- */
-
-wf_status prep_json_string(wf_buf *out, const char *s, size_t len) {
-    /* Worst case: every byte a six-byte \u00XX escape. */
-    WF_TRY(wf_buf_reserve(out, len * 6 + 2));
-    char *o = out->data + out->len;
-    *o++ = '"';
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch >= 0x20 && ch != '"' && ch != '\\') {
-            *o++ = (char)ch;
-            continue;
-        }
-        *o++ = '\\';
-        switch (ch) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '\n': *o++ = 'n'; break;
-        case '\t': *o++ = 't'; break;
-        case '\r': *o++ = 'r'; break;
-        default:
-            *o++ = 'u';
-            *o++ = '0';
-            *o++ = '0';
-            *o++ = hex[ch >> 4];
-            *o++ = hex[ch & 15];
-        }
-    }
-    *o++ = '"';
-    out->len = (size_t)(o - out->data);
-    out->data[out->len] = '\0';
-    return WF_OK;
-}

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "weft/json.h"
 #include "weft/weft.h"
 
 /* ------------------------------------------------------------ config */
@@ -615,4 +616,88 @@ WF_TEST(dirlock_concurrent_start_one_wins) {
     for (int i = 0; i < N; i++) waitpid(kids[i], NULL, 0);
     WF_CHECK_EQ(wins, 1);
     WF_CHECK_EQ(losses, N - 1);
+}
+
+/* ------------------------------------------------------- buf, json, grow */
+
+/* The one JSON escaper (weft/json.h): quote and backslash, the named
+ * controls, other controls as \u00XX; UTF-8 and 0x7F as they are. */
+WF_TEST(json_escape) {
+    wf_buf b = {0};
+    const char *s = "a\"b\\c\nd\te\x01 \xc3\xa9\b\f\r\x1f\x7f";
+    WF_CHECK_OK(wf_buf_json_str(&b, s, strlen(s)));
+    WF_CHECK_STREQ(b.data, "\"a\\\"b\\\\c\\nd\\te\\u0001 \xc3\xa9\\b\\f\\r\\u001f\x7f\"");
+    WF_CHECK_EQ(b.len, strlen(b.data));
+    WF_CHECK_EQ(wf_json_escaped_len(s, strlen(s)) + 2, b.len);
+    /* The FILE sink writes the same bytes; NULL is null. */
+    char path[600];
+    snprintf(path, sizeof path, "%s/j.txt", wf_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    WF_CHECK_TRUE(f != NULL);
+    wf_json_fput_str(f, s);
+    fputc(' ', f);
+    wf_json_fput_str(f, NULL);
+    fclose(f);
+    char *got;
+    size_t n;
+    WF_CHECK_OK(wf_file_read(path, &got, &n));
+    WF_CHECK_TRUE(n == b.len + 5 && memcmp(got, b.data, b.len) == 0 && strcmp(got + b.len, " null") == 0);
+    free(got);
+    wf_buf_free(&b);
+}
+
+/* A long string crosses the FILE sink's chunks unchanged. */
+WF_TEST(json_escape_long) {
+    char s[1000];
+    for (size_t i = 0; i < sizeof s - 1; i++) s[i] = i % 7 == 0 ? '"' : (char)('a' + i % 26);
+    s[sizeof s - 1] = '\0';
+    wf_buf b = {0};
+    WF_CHECK_OK(wf_buf_json_str(&b, s, strlen(s)));
+    char path[600];
+    snprintf(path, sizeof path, "%s/l.txt", wf_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    wf_json_fput_str(f, s);
+    fclose(f);
+    char *got;
+    size_t n;
+    WF_CHECK_OK(wf_file_read(path, &got, &n));
+    WF_CHECK_TRUE(n == b.len && memcmp(got, b.data, n) == 0);
+    free(got);
+    wf_buf_free(&b);
+}
+
+WF_TEST(buf_append_printf_and_failure) {
+    wf_buf b = {0};
+    WF_CHECK_OK(wf_buf_puts(&b, "step "));
+    WF_CHECK_OK(wf_buf_printf(&b, "%d/%s", 7, "ten"));
+    WF_CHECK_STREQ(b.data, "step 7/ten");
+    WF_CHECK_EQ(b.len, 10);
+    for (int i = 0; i < 1000; i++) WF_CHECK_OK(wf_buf_append(&b, "0123456789", 10));
+    WF_CHECK_EQ(b.len, 10010);
+    WF_CHECK_TRUE(b.cap >= b.len + 1);
+    /* A growth that cannot be met fails, and the buffer stays failed. */
+    WF_CHECK_ERR(wf_buf_reserve(&b, (size_t)-1 / 2), WF_ERR_NOMEM, "");
+    WF_CHECK_TRUE(b.failed);
+    WF_CHECK_ERR(wf_buf_append(&b, "x", 1), WF_ERR_NOMEM, "failed to grow earlier");
+    WF_CHECK_EQ(b.len, 10010);
+    wf_buf_free(&b);
+    WF_CHECK_TRUE(b.data == NULL && b.len == 0 && !b.failed);
+}
+
+WF_TEST(grow_doubles_and_keeps_contents) {
+    int *v = NULL;
+    size_t cap = 0;
+    WF_CHECK_OK(WF_GROW(v, cap, 1, 16));
+    WF_CHECK_EQ(cap, 16);
+    for (int i = 0; i < 16; i++) v[i] = i;
+    WF_CHECK_OK(WF_GROW(v, cap, 17, 16));
+    WF_CHECK_EQ(cap, 32);
+    WF_CHECK_OK(WF_GROW(v, cap, 200, 16));
+    WF_CHECK_EQ(cap, 256);
+    WF_CHECK_OK(WF_GROW(v, cap, 10, 16)); /* enough already: unchanged */
+    WF_CHECK_EQ(cap, 256);
+    for (int i = 0; i < 16; i++) WF_CHECK_EQ(v[i], i);
+    WF_CHECK_ERR(WF_GROW(v, cap, (size_t)-1 / 2, 16), WF_ERR_NOMEM, "too large");
+    WF_CHECK_EQ(cap, 256); /* left as it was */
+    free(v);
 }

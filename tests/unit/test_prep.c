@@ -785,14 +785,6 @@ WF_TEST(quality_rules) {
     wf_prep_config_free(&c);
 }
 
-WF_TEST(json_escape) {
-    wf_buf b = {0};
-    const char *s = "a\"b\\c\nd\te\x01 \xc3\xa9";
-    WF_CHECK_OK(prep_json_string(&b, s, strlen(s)));
-    WF_CHECK_STREQ(b.data, "\"a\\\"b\\\\c\\nd\\te\\u0001 \xc3\xa9\"");
-    wf_buf_free(&b);
-}
-
 WF_TEST(config_defaults_and_checks) {
     wf_prep_config c = defaults();
     WF_CHECK_EQ(c.min_words, 50);

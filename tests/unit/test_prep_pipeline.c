@@ -14,6 +14,7 @@
 #include <zstd.h>
 
 #include "harness.h"
+#include "weft/json.h"
 #include "prep/prep_impl.h"
 #include "weft/fileio.h"
 #include "weft/rng.h"
@@ -66,7 +67,7 @@ static void prose(wf_buf *b, uint64_t seed, int lines) {
 
 static void jsonl_add(wf_buf *file, const char *text, size_t len) {
     WF_CHECK_OK(wf_buf_append(file, "{\"text\":", 8));
-    WF_CHECK_OK(prep_json_string(file, text, len));
+    WF_CHECK_OK(wf_buf_json_str(file, text, len));
     WF_CHECK_OK(wf_buf_append(file, "}\n", 2));
 }
 
