@@ -4,6 +4,8 @@
  * Nothing here knows about any particular command. */
 #include "weft/config.h"
 
+#include "weft/buf.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -103,27 +105,10 @@ static void tp_skip_ws_nl(tparser *p) {
     }
 }
 
-typedef struct {
-    char *buf;
-    size_t n, cap;
-} sbuf;
+/* The TOML reader's strings are built in the core byte buffer. */
+static int sb_push(wf_buf *b, const char *s, size_t n) { return wf_buf_append(b, s, n) == WF_OK ? 0 : -1; }
 
-static int sb_push(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *nb = realloc(b->buf, cap);
-        if (!nb) return -1;
-        b->buf = nb;
-        b->cap = cap;
-    }
-    memcpy(b->buf + b->n, s, n);
-    b->n += n;
-    b->buf[b->n] = '\0';
-    return 0;
-}
-
-static int sb_push_utf8(sbuf *b, uint32_t cp) {
+static int sb_push_utf8(wf_buf *b, uint32_t cp) {
     char u[4];
     size_t n;
     if (cp < 0x80) {
@@ -157,17 +142,17 @@ static wf_status tp_string(tparser *p, char **out) {
         p->pos++;
         p->line++;
     }
-    sbuf b = {0};
+    wf_buf b = {0};
     if (sb_push(&b, "", 0) != 0) return wf_error(WF_ERR_NOMEM, "out of memory");
     for (;;) {
         char c = tp_peek(p);
         if (c == '\0') {
-            free(b.buf);
+            wf_buf_free(&b);
             return tp_err(p, "unterminated string");
         }
         if (c == '\n') {
             if (!multi) {
-                free(b.buf);
+                wf_buf_free(&b);
                 return tp_err(p, "newline inside a single-line string");
             }
             p->line++;
@@ -206,13 +191,13 @@ static wf_status tp_string(tparser *p, char **out) {
                 for (int k = 0; k < nd; k++) {
                     char h = p->src[p->pos + 2 + k];
                     if (!isxdigit((unsigned char)h)) {
-                        free(b.buf);
+                        wf_buf_free(&b);
                         return tp_err(p, "bad \\u escape in string");
                     }
                     cp = cp * 16 + (uint32_t)(isdigit((unsigned char)h) ? h - '0' : (tolower((unsigned char)h) - 'a' + 10));
                 }
                 if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-                    free(b.buf);
+                    wf_buf_free(&b);
                     return tp_err(p, "\\u escape is not a Unicode scalar value");
                 }
                 sb_push_utf8(&b, cp);
@@ -228,16 +213,16 @@ static wf_status tp_string(tparser *p, char **out) {
                 }
                 continue;
             }
-            free(b.buf);
+            wf_buf_free(&b);
             return tp_err(p, "unknown escape sequence in string");
         }
         if (sb_push(&b, &c, 1) != 0) {
-            free(b.buf);
+            wf_buf_free(&b);
             return wf_error(WF_ERR_NOMEM, "out of memory");
         }
         p->pos++;
     }
-    *out = b.buf;
+    *out = b.data;
     return WF_OK;
 }
 
@@ -247,7 +232,7 @@ static int is_bare_key_char(char c) {
 
 /* Parses a dotted key into "a.b.c" (quoted parts kept as written). */
 static wf_status tp_key(tparser *p, char **out) {
-    sbuf b = {0};
+    wf_buf b = {0};
     sb_push(&b, "", 0);
     for (;;) {
         tp_skip_ws(p);
@@ -256,7 +241,7 @@ static wf_status tp_key(tparser *p, char **out) {
             char *s = NULL;
             wf_status st = tp_string(p, &s);
             if (st != WF_OK) {
-                free(b.buf);
+                wf_buf_free(&b);
                 return st;
             }
             sb_push(&b, s, strlen(s));
@@ -266,7 +251,7 @@ static wf_status tp_key(tparser *p, char **out) {
             while (is_bare_key_char(tp_peek(p))) p->pos++;
             sb_push(&b, p->src + start, p->pos - start);
         } else {
-            free(b.buf);
+            wf_buf_free(&b);
             return tp_err(p, "expected a key");
         }
         tp_skip_ws(p);
@@ -274,7 +259,7 @@ static wf_status tp_key(tparser *p, char **out) {
         p->pos++;
         sb_push(&b, ".", 1);
     }
-    *out = b.buf;
+    *out = b.data;
     return WF_OK;
 }
 

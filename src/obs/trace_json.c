@@ -16,14 +16,13 @@
 #include <zlib.h>
 
 #include "obs/trace_analyze_impl.h"
+#include "weft/buf.h"
 
 #define RBUF (1 << 18)
 #define MAX_STR (1 << 16)
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-} sbuf;
+/* Strings are read into core byte buffers, kept to their first MAX_STR bytes. */
+typedef wf_buf sbuf;
 
 typedef enum { ST_START = 0, ST_TOP, ST_EVENTS, ST_END } jstate;
 
@@ -99,26 +98,15 @@ static wf_status expect(trace_jreader *r, int c, const char *what) {
 /* ---- strings and numbers ------------------------------------------------------- */
 
 static void sb_put(sbuf *b, char c) {
-    if (b->len + 1 >= b->cap) {
-        if (b->cap >= MAX_STR) return; /* keep the first 64 KiB */
-        size_t nc = b->cap ? b->cap * 2 : 256;
-        char *ns = realloc(b->s, nc);
-        if (!ns) return;
-        b->s = ns;
-        b->cap = nc;
-    }
-    b->s[b->len++] = c;
-    b->s[b->len] = 0;
+    if (b->len + 1 >= MAX_STR) return; /* keep the first 64 KiB */
+    wf_buf_append(b, &c, 1);            /* a failure drops the byte, as the cap does */
 }
 
-/* Empties b, allocating it if needed so that b->s is a valid string. */
+/* Empties b, allocating it if needed so that b->data is a valid string. */
 static void sb_clear(sbuf *b) {
     b->len = 0;
-    if (!b->s) {
-        b->s = malloc(256);
-        b->cap = b->s ? 256 : 0;
-    }
-    if (b->s) b->s[0] = 0;
+    if (wf_buf_reserve(b, 0) == WF_OK) b->data[0] = 0;
+    else wf_error_clear();
 }
 
 static void sb_utf8(sbuf *b, uint32_t cp) {
@@ -353,7 +341,7 @@ static wf_status walk_object(trace_jreader *r, member_fn fn, void *ctx) {
     for (;;) {
         WF_TRY(read_string(r, &r->key));
         WF_TRY(expect(r, ':', "expected ':' after a key"));
-        WF_TRY(fn(r, ctx, r->key.s ? r->key.s : ""));
+        WF_TRY(fn(r, ctx, r->key.data ? r->key.data : ""));
         int c = ws(r);
         r->pos++;
         if (c == '}') return WF_OK;
@@ -374,7 +362,7 @@ static wf_status dist_member(trace_jreader *r, void *ctx, const char *key) {
 
 static void copy_to(sbuf *dst, const sbuf *src) {
     sb_clear(dst);
-    for (size_t i = 0; i < src->len; i++) sb_put(dst, src->s[i]);
+    for (size_t i = 0; i < src->len; i++) sb_put(dst, src->data[i]);
 }
 
 static wf_status args_member(trace_jreader *r, void *ctx, const char *key) {
@@ -388,10 +376,10 @@ static wf_status args_member(trace_jreader *r, void *ctx, const char *key) {
     if (is_wcat) {
         if (kind == 's') {
             copy_to(&r->weft_cat, &r->tmp);
-            ev->weft_cat = r->weft_cat.s ? r->weft_cat.s : "";
+            ev->weft_cat = r->weft_cat.data ? r->weft_cat.data : "";
         }
     } else if (is_stream) {
-        ev->stream = ((kind == 'n' && int_value(r->num, &v)) || (kind == 's' && r->tmp.s && int_value(r->tmp.s, &v)))
+        ev->stream = ((kind == 'n' && int_value(r->num, &v)) || (kind == 's' && r->tmp.data && int_value(r->tmp.data, &v)))
                          ? v : -1;
     } else if (kind == 'n' && int_value(r->num, &v)) {
         ev->correlation = v;
@@ -406,7 +394,7 @@ static wf_status event_member(trace_jreader *r, void *ctx, const char *key) {
         if (strcmp(key, "ph") == 0) {
             int kind;
             WF_TRY(read_scalar(r, &kind));
-            ev->ph = kind == 's' && r->tmp.s ? r->tmp.s[0] : 0;
+            ev->ph = kind == 's' && r->tmp.data ? r->tmp.data[0] : 0;
             return WF_OK;
         }
         break;
@@ -414,7 +402,7 @@ static wf_status event_member(trace_jreader *r, void *ctx, const char *key) {
         if (strcmp(key, "name") == 0) {
             if (ws(r) != '"') return skip_value(r);
             WF_TRY(read_string(r, &r->name));
-            ev->name = r->name.s ? r->name.s : "";
+            ev->name = r->name.data ? r->name.data : "";
             return WF_OK;
         }
         break;
@@ -422,7 +410,7 @@ static wf_status event_member(trace_jreader *r, void *ctx, const char *key) {
         if (strcmp(key, "cat") == 0) {
             if (ws(r) != '"') return skip_value(r);
             WF_TRY(read_string(r, &r->cat));
-            ev->cat = r->cat.s ? r->cat.s : "";
+            ev->cat = r->cat.data ? r->cat.data : "";
             return WF_OK;
         }
         break;
@@ -486,11 +474,11 @@ void wf__trace_jreader_close(trace_jreader *r) {
     if (r->gz) gzclose(r->gz);
     free(r->path);
     free(r->buf);
-    free(r->key.s);
-    free(r->name.s);
-    free(r->cat.s);
-    free(r->weft_cat.s);
-    free(r->tmp.s);
+    wf_buf_free(&r->key);
+    wf_buf_free(&r->name);
+    wf_buf_free(&r->cat);
+    wf_buf_free(&r->weft_cat);
+    wf_buf_free(&r->tmp);
     free(r);
 }
 
@@ -528,7 +516,7 @@ wf_status wf__trace_jreader_next(trace_jreader *r, trace_jevent *ev, int *got) {
             r->top_first = 0;
             WF_TRY(read_string(r, &r->key));
             WF_TRY(expect(r, ':', "expected ':' after a key"));
-            const char *k = r->key.s ? r->key.s : "";
+            const char *k = r->key.data ? r->key.data : "";
             if (strcmp(k, "traceEvents") == 0 && ws(r) == '[') {
                 r->pos++;
                 r->saw_events = 1;
