@@ -2,6 +2,7 @@
  * chunks; a request larger than the chunk size gets a chunk of its own.
  * Memory is zeroed when handed out, so planned buffers start from a known
  * state (and reproducible runs do not depend on stale bytes). */
+#include "weft/buf.h"
 #include "weft/arena.h"
 
 #include <stdint.h>
@@ -38,13 +39,7 @@ void wf_arena_destroy(wf_arena *a) {
 }
 
 static int arena_add_chunk(wf_arena *a, size_t min_bytes) {
-    if (a->n_chunks == a->cap_chunks) {
-        size_t cap = a->cap_chunks ? a->cap_chunks * 2 : 8;
-        arena_chunk *c = realloc(a->chunks, cap * sizeof *c);
-        if (!c) return -1;
-        a->chunks = c;
-        a->cap_chunks = cap;
-    }
+    if (WF_GROW(a->chunks, a->cap_chunks, a->n_chunks + 1, 8) != WF_OK) return -1;
     size_t size = min_bytes > a->chunk_bytes ? min_bytes : a->chunk_bytes;
     size = (size + 4095) & ~(size_t)4095;
     void *p = NULL;

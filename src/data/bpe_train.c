@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "weft/buf.h"
 #include "data/bpe_impl.h"
 #include "weft/docs.h"
 #include "weft/log.h"
@@ -261,13 +262,7 @@ static int pq_better(const pq_ent *x, const pq_ent *y) {
 }
 
 static int pq_push(trainer *tr, pq_ent e) {
-    if (tr->hn == tr->hcap) {
-        size_t nc = tr->hcap ? tr->hcap * 2 : 4096;
-        pq_ent *h = realloc(tr->heap, nc * sizeof *h);
-        if (!h) return -1;
-        tr->heap = h;
-        tr->hcap = nc;
-    }
+    if (WF_GROW(tr->heap, tr->hcap, tr->hn + 1, 4096) != WF_OK) return -1;
     size_t i = tr->hn++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -334,13 +329,7 @@ static uint32_t pair_get(trainer *tr, int32_t a, int32_t b) {
     if ((tr->n_pairs + 1) * 2 > tr->pcap && pairs_grow(tr) != 0) return UINT32_MAX;
     size_t i = pslot(tr, key);
     if (tr->pkeys[i] == key) return tr->pidx[i];
-    if (tr->n_pairs == tr->cap_pairs) {
-        size_t nc = tr->cap_pairs ? tr->cap_pairs * 2 : 1 << 14;
-        pair_info *p = realloc(tr->pairs, nc * sizeof *p);
-        if (!p) return UINT32_MAX;
-        tr->pairs = p;
-        tr->cap_pairs = nc;
-    }
+    if (WF_GROW(tr->pairs, tr->cap_pairs, tr->n_pairs + 1, 1 << 14) != WF_OK) return UINT32_MAX;
     uint32_t idx = (uint32_t)tr->n_pairs++;
     tr->pairs[idx] = (pair_info){0, a, b, NULL, 0, 0, UINT32_MAX, 0};
     tr->pkeys[i] = key;
@@ -372,13 +361,7 @@ static int pair_update(trainer *tr, int32_t a, int32_t b, int64_t delta, uint32_
     if (delta > 0 && pair_add_word(p, w) != 0) return -1;
     if (is_new && p->pushed != step + 1) {
         p->pushed = step + 1;
-        if (tr->n_touched == tr->cap_touched) {
-            size_t nc = tr->cap_touched ? tr->cap_touched * 2 : 1024;
-            uint32_t *t = realloc(tr->touched, nc * sizeof *t);
-            if (!t) return -1;
-            tr->touched = t;
-            tr->cap_touched = nc;
-        }
+        if (WF_GROW(tr->touched, tr->cap_touched, tr->n_touched + 1, 1024) != WF_OK) return -1;
         tr->touched[tr->n_touched++] = idx;
     }
     return 0;

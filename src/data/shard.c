@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "weft/buf.h"
 #include "data/shard_internal.h"
 #include "weft/shard.h"
 
@@ -56,13 +57,8 @@ wf_status wf_shard_out_append(wf_shard_out *o, const int32_t *ids, size_t n) {
             return wf_error(WF_ERR_RANGE,
                             "%s: document %zu: token %d at position %zu is outside the vocabulary [0, %u)",
                             o->f.path, o->n_docs, ids[i], i, o->vocab_size);
-    if (o->n_docs == o->cap_docs) {
-        size_t cap = o->cap_docs ? o->cap_docs * 2 : 1024;
-        uint64_t *nd = realloc(o->doc_starts, cap * sizeof *nd);
-        if (!nd) return wf_error(WF_ERR_NOMEM, "%s: out of memory for the document index", o->f.path);
-        o->doc_starts = nd;
-        o->cap_docs = cap;
-    }
+    if (WF_GROW(o->doc_starts, o->cap_docs, o->n_docs + 1, 1024) != WF_OK)
+        return wf_error_wrap(WF_ERR_NOMEM, "%s: the document index: ", o->f.path);
     o->doc_starts[o->n_docs++] = o->n_tokens;
     /* Convert in chunks so a huge document needs no huge buffer. */
     const size_t chunk = 1 << 16;

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "weft/buf.h"
 #include "obs/trace_analyze_impl.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
@@ -548,13 +549,7 @@ static wf_status analyse_rank(ctx *c, const file_info *f, rank_data *rd, wf_trac
         select_row(c, f, d->ts, d->ts + d->dur, iter);
         const char *name = rd->names.s[d->name];
         if (d->gpu && d->stream > 0 && iter > 0 && is_valid_iter(c, iter) && strncmp(name, "ncclKernel", 10) == 0) {
-            if (c->n_comm == c->cap_comm) {
-                size_t nc = c->cap_comm ? c->cap_comm * 2 : 256;
-                comm_rec *ncm = realloc(c->comm, nc * sizeof *ncm);
-                if (!ncm) return wf_error(WF_ERR_NOMEM, "out of memory");
-                c->comm = ncm;
-                c->cap_comm = nc;
-            }
+            WF_TRY(WF_GROW(c->comm, c->cap_comm, c->n_comm + 1, 256));
             uint32_t g = strtab_id(&c->gnames, name);
             if (g == UINT32_MAX) return wf_error(WF_ERR_NOMEM, "out of memory");
             c->comm[c->n_comm++] = (comm_rec){(int)f->rank, d->stream, iter, g, d->ts, d->dur, d->idx};

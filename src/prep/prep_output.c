@@ -43,13 +43,7 @@ static prep_writer *find_writer(prep_output *o, const char *lang, const char *bu
     for (size_t i = 0; i < o->n; i++)
         if (strcmp(o->w[i].lang, lang) == 0 && strcmp(o->w[i].bucket, bucket) == 0) return &o->w[i];
     if (!create) return NULL;
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 16;
-        prep_writer *nw = realloc(o->w, cap * sizeof *nw);
-        if (!nw) return NULL;
-        o->w = nw;
-        o->cap = cap;
-    }
+    if (WF_GROW(o->w, o->cap, o->n + 1, 16) != WF_OK) return NULL;
     prep_writer *w = &o->w[o->n++];
     memset(w, 0, sizeof *w);
     snprintf(w->lang, sizeof w->lang, "%s", lang);
@@ -338,13 +332,7 @@ wf_status prep_output_wipe(const char *dir) {
 /* ---- hash logs ---- */
 
 wf_status u64vec_push(u64vec *v, uint64_t x) {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 1024;
-        uint64_t *nv = realloc(v->v, cap * sizeof *nv);
-        if (!nv) return wf_error(WF_ERR_NOMEM, "out of memory");
-        v->v = nv;
-        v->cap = cap;
-    }
+    WF_TRY(WF_GROW(v->v, v->cap, v->n + 1, 1024));
     v->v[v->n++] = x;
     return WF_OK;
 }

@@ -34,13 +34,7 @@ typedef struct {
 } spans;
 
 static int spans_push(spans *s, size_t off, size_t len) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 256;
-        span *nv = realloc(s->v, cap * sizeof *nv);
-        if (!nv) return -1;
-        s->v = nv;
-        s->cap = cap;
-    }
+    if (WF_GROW(s->v, s->cap, s->n + 1, 256) != WF_OK) return -1;
     s->v[s->n++] = (span){off, len};
     return 0;
 }
