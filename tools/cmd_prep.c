@@ -18,13 +18,7 @@ typedef struct {
 } path_list;
 
 static int list_push(path_list *l, const char *p) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        char **nv = realloc(l->v, cap * sizeof *nv);
-        if (!nv) return -1;
-        l->v = nv;
-        l->cap = cap;
-    }
+    if (WF_GROW(l->v, l->cap, l->n + 1, 64) != WF_OK) return -1;
     l->v[l->n] = strdup(p);
     return l->v[l->n++] ? 0 : -1;
 }

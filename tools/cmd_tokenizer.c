@@ -15,30 +15,7 @@
 /* Reads a whole file, or stdin when path is NULL or "-". */
 static wf_status read_input(const char *path, char **data, size_t *len) {
     if (path && strcmp(path, "-") != 0) return wf_file_read(path, data, len);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return wf_error(WF_ERR_NOMEM, "out of memory reading stdin");
-    for (;;) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) {
-                free(buf);
-                return wf_error(WF_ERR_NOMEM, "out of memory reading stdin");
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, stdin);
-        n += r;
-        if (r == 0) break;
-    }
-    if (ferror(stdin)) {
-        free(buf);
-        return wf_error(WF_ERR_IO, "<stdin>: read error");
-    }
-    buf[n] = '\0';
-    *data = buf;
-    *len = n;
-    return WF_OK;
+    return wf_stream_read(stdin, "stdin", data, len);
 }
 
 /* ------------------------------------------------------------------ train */

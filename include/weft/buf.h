@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "weft/buf.h"
 #include "weft/status.h"
 
 typedef struct {
@@ -33,6 +34,9 @@ wf_status wf_buf_printf(wf_buf *b, const char *fmt, ...) __attribute__((format(p
  * failure the array and *cap are left as they were and the message names
  * the sizes. Use WF_GROW, which takes the array itself. */
 wf_status wf_grow_(void **pp, size_t *cap, size_t need, size_t size, size_t first);
+/* The capacity WF_GROW would choose (for parallel arrays that share one
+ * capacity and are reallocated together). */
+size_t wf_grow_cap(size_t cap, size_t need, size_t first);
 #define WF_GROW(ptr, cap, need, first) wf_grow_((void **)&(ptr), &(cap), (need), sizeof *(ptr), (first))
 
 #endif

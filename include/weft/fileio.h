@@ -13,6 +13,9 @@
 /* Reads a whole file into a malloc'd buffer with a terminating NUL (not
  * counted in *len). The caller frees *data. */
 wf_status wf_file_read(const char *path, char **data, size_t *len);
+/* The same for an open stream (stdin, /proc files whose size is unknown),
+ * read to its end; `what` names it in errors. */
+wf_status wf_stream_read(FILE *fp, const char *what, char **data, size_t *len);
 
 /* A read-only, shared mapping of a whole file. An empty file maps to
  * data == NULL, size == 0. */

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "weft/buf.h"
 #include "ckpt/ckpt_impl.h"
 #include "weft/fileio.h"
 
@@ -524,15 +525,8 @@ wf_status wf_ckpt_list(const char *root, uint64_t **steps, size_t *n) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", root, e->d_name);
         if (!wf_path_is_dir(path)) continue;
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            uint64_t *ns = realloc(*steps, cap * sizeof *ns);
-            if (!ns) {
-                s = wf_error(WF_ERR_NOMEM, "out of memory");
-                break;
-            }
-            *steps = ns;
-        }
+        s = WF_GROW(*steps, cap, *n + 1, 16);
+        if (s != WF_OK) break;
         (*steps)[(*n)++] = step;
     }
     closedir(d);

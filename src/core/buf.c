@@ -51,16 +51,18 @@ wf_status wf_buf_printf(wf_buf *b, const char *fmt, ...) {
     return s;
 }
 
-wf_status wf_grow_(void **pp, size_t *cap, size_t need, size_t size, size_t first) {
-    if (need <= *cap) return WF_OK;
-    size_t nc = *cap ? *cap : (first ? first : 1);
+size_t wf_grow_cap(size_t cap, size_t need, size_t first) {
+    size_t nc = cap ? cap : (first ? first : 1);
     while (nc < need) {
-        if (nc > SIZE_MAX / 2) {
-            nc = need;
-            break;
-        }
+        if (nc > SIZE_MAX / 2) return need;
         nc *= 2;
     }
+    return nc;
+}
+
+wf_status wf_grow_(void **pp, size_t *cap, size_t need, size_t size, size_t first) {
+    if (need <= *cap) return WF_OK;
+    size_t nc = wf_grow_cap(*cap, need, first);
     if (size && nc > SIZE_MAX / size)
         return wf_error(WF_ERR_NOMEM, "out of memory: an array of %zu elements of %zu bytes is too large", nc, size);
     void *p = realloc(*pp, nc * size);

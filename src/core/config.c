@@ -275,12 +275,7 @@ static wf_status tp_array(tparser *p, tvalue *v) {
             p->pos++;
             return WF_OK;
         }
-        if (v->n == cap) {
-            cap = cap ? cap * 2 : 4;
-            tvalue *ni = realloc(v->items, cap * sizeof *ni);
-            if (!ni) return wf_error(WF_ERR_NOMEM, "out of memory");
-            v->items = ni;
-        }
+        WF_TRY(WF_GROW(v->items, cap, v->n + 1, 4));
         memset(&v->items[v->n], 0, sizeof *v->items);
         WF_TRY(tp_value(p, &v->items[v->n]));
         v->n++;
@@ -452,15 +447,7 @@ static wf_status toml_parse(const char *src, const char *where, tentries *out) {
                     break;
                 }
             }
-            if (st == WF_OK && out->n == out->cap) {
-                size_t cap = out->cap ? out->cap * 2 : 16;
-                tentry *ne = realloc(out->e, cap * sizeof *ne);
-                if (!ne) st = wf_error(WF_ERR_NOMEM, "out of memory");
-                else {
-                    out->e = ne;
-                    out->cap = cap;
-                }
-            }
+            if (st == WF_OK) st = WF_GROW(out->e, out->cap, out->n + 1, 16);
             if (st != WF_OK) {
                 free(full);
                 tv_free(&v);

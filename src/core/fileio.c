@@ -4,6 +4,8 @@
  * disk. A crash at any point leaves either the old file or the new one. */
 #include "weft/fileio.h"
 
+#include "weft/buf.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -14,41 +16,36 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+wf_status wf_stream_read(FILE *fp, const char *what, char **data, size_t *len) {
+    *data = NULL;
+    *len = 0;
+    wf_buf b = {0};
+    for (;;) {
+        if (wf_buf_reserve(&b, 1 << 16) != WF_OK) {
+            wf_buf_free(&b);
+            return wf_error_wrap(WF_ERR_NOMEM, "%s: ", what);
+        }
+        size_t got = fread(b.data + b.len, 1, b.cap - 1 - b.len, fp);
+        b.len += got;
+        if (got == 0) break;
+    }
+    if (ferror(fp)) {
+        wf_buf_free(&b);
+        return wf_error(WF_ERR_IO, "%s: read error: %s", what, strerror(errno));
+    }
+    b.data[b.len] = '\0';
+    *data = b.data;
+    *len = b.len;
+    return WF_OK;
+}
+
 wf_status wf_file_read(const char *path, char **data, size_t *len) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return wf_error(errno == ENOENT ? WF_ERR_NOTFOUND : WF_ERR_IO,
                              "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(fp);
-        return wf_error(WF_ERR_NOMEM, "%s: out of memory", path);
-    }
-    for (;;) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                fclose(fp);
-                return wf_error(WF_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, cap * 2);
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - 1 - n, fp);
-        n += got;
-        if (got == 0) break;
-    }
-    int err = ferror(fp);
+    wf_status s = wf_stream_read(fp, path, data, len);
     fclose(fp);
-    if (err) {
-        free(buf);
-        return wf_error(WF_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = '\0';
-    *data = buf;
-    *len = n;
-    return WF_OK;
+    return s;
 }
 
 wf_status wf_mmap_open(wf_mmap *m, const char *path) {

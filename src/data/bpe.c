@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "data/bpe_impl.h"
+#include "weft/buf.h"
 #include "weft/fileio.h"
 
 const char *const WF_BPE_DEFAULT_SPECIALS[3] = {"<|begin_of_text|>", "<|end_of_text|>",
@@ -438,10 +439,8 @@ static size_t merge_heap(const wf_tokenizer *t, bpe_tls *s, size_t n) {
         if (hn + 2 > s->heap_cap) {
             /* Not reached (see above); kept so a wrong bound cannot write
              * past the array. */
-            heap_ent *nh = realloc(s->heap, s->heap_cap * 2 * sizeof *nh);
-            if (!nh) return (size_t)-1;
-            s->heap = h = nh;
-            s->heap_cap *= 2;
+            if (WF_GROW(s->heap, s->heap_cap, hn + 2, 64) != WF_OK) return (size_t)-1;
+            h = s->heap;
         }
         if (prv[pos] >= 0) {
             p = wf_bpe_pair_find(t, sym[prv[pos]], sym[pos]);

@@ -80,13 +80,8 @@ typedef struct {
 } batch;
 
 static wf_status batch_add_unit(batch *b, size_t start) {
-    if (b->n + 2 > b->off_cap) {
-        size_t nc = b->off_cap ? b->off_cap * 2 : 1024;
-        size_t *p = realloc(b->off, nc * sizeof *p);
-        if (!p) return wf_error(WF_ERR_NOMEM, "tokenizer train: out of memory");
-        b->off = p;
-        b->off_cap = nc;
-    }
+    if (WF_GROW(b->off, b->off_cap, b->n + 2, 1024) != WF_OK)
+        return wf_error_wrap(WF_ERR_NOMEM, "tokenizer train: ");
     b->off[b->n++] = start;
     return WF_OK;
 }
@@ -339,6 +334,8 @@ static uint32_t pair_get(trainer *tr, int32_t a, int32_t b) {
 
 static int pair_add_word(pair_info *p, uint32_t w) {
     if (p->last_word == w) return 0;
+    /* Not WF_GROW: there is one pair_info per pair, and 32-bit counts
+     * keep it small. */
     if (p->n_where == p->cap_where) {
         uint32_t nc = p->cap_where ? p->cap_where * 2 : 4;
         uint32_t *nw = realloc(p->where, nc * sizeof *nw);
@@ -391,21 +388,9 @@ typedef struct {
 } tokstore;
 
 static int tok_add(tokstore *ts, const char *a, size_t al, const char *b, size_t bl) {
-    if (ts->len + al + bl > ts->cap) {
-        size_t nc = ts->cap ? ts->cap * 2 : 1 << 16;
-        while (nc < ts->len + al + bl) nc *= 2;
-        char *p = realloc(ts->bytes, nc);
-        if (!p) return -1;
-        ts->bytes = p;
-        ts->cap = nc;
-    }
-    if (ts->n + 2 > ts->cap_off) {
-        size_t nc = ts->cap_off ? ts->cap_off * 2 : 1024;
-        size_t *p = realloc(ts->off, nc * sizeof *p);
-        if (!p) return -1;
-        ts->off = p;
-        ts->cap_off = nc;
-    }
+    if (WF_GROW(ts->bytes, ts->cap, ts->len + al + bl, 1 << 16) != WF_OK ||
+        WF_GROW(ts->off, ts->cap_off, ts->n + 2, 1024) != WF_OK)
+        return -1;
     memcpy(ts->bytes + ts->len, a, al);
     memcpy(ts->bytes + ts->len + al, b, bl);
     size_t l = al + bl;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "weft/buf.h"
 #include "data/shard_internal.h"
 #include "weft/log.h"
 #include "weft/shard.h"
@@ -135,20 +136,16 @@ static wf_status split_close_shard(wf_dataset_writer *w, split_writer *sw) {
         wf_shard_out_abort(&sw->out);
         return s;
     }
-    if (sw->n_done == sw->cap_done) {
-        size_t cap = sw->cap_done ? sw->cap_done * 2 : 16;
-        wf_shard_info *nd = realloc(sw->done, cap * sizeof *nd);
-        if (!nd) {
+    if (WF_GROW(sw->done, sw->cap_done, sw->n_done + 1, 16) != WF_OK) {
+        {
             /* The file is committed but unrecorded: remove it here, since
              * destroy only knows the recorded ones. */
             char *p = path_join(w->dir, file);
             if (p) unlink(p);
             free(p);
             free(file);
-            return wf_error(WF_ERR_NOMEM, "out of memory");
+            return wf_error_wrap(WF_ERR_NOMEM, "%s: ", w->dir);
         }
-        sw->done = nd;
-        sw->cap_done = cap;
     }
     sw->done[sw->n_done++] =
         (wf_shard_info){file, sum.n_tokens, sum.n_docs, sum.bytes, sum.payload_hash, sum.header_hash};

@@ -3,6 +3,7 @@
  * through a fixed-size window, so memory is bounded by the largest document
  * (for whole-file text documents, by the largest file). It does not decode
  * or validate UTF-8 in plain text: that is the tokenizer's business. */
+#include "weft/buf.h"
 #include "weft/docs.h"
 
 #include <errno.h>
@@ -209,15 +210,8 @@ static wf_status window_fill(wf_docs *d, int *eof) {
         d->len -= d->pos;
         d->pos = 0;
     }
-    if (d->cap - d->len < DOCS_READ_CHUNK) {
-        size_t cap = d->cap ? d->cap * 2 : 2 * DOCS_READ_CHUNK;
-        while (cap - d->len < DOCS_READ_CHUNK) cap *= 2;
-        char *nb = realloc(d->buf, cap);
-        if (!nb) return wf_error(WF_ERR_NOMEM, "%s: out of memory reading a line of %zu bytes",
-                                 d->paths[d->cur], d->len);
-        d->buf = nb;
-        d->cap = cap;
-    }
+    if (WF_GROW(d->buf, d->cap, d->len + DOCS_READ_CHUNK, 2 * DOCS_READ_CHUNK) != WF_OK)
+        return wf_error_wrap(WF_ERR_NOMEM, "%s: reading a line of %zu bytes: ", d->paths[d->cur], d->len);
     size_t got = 0;
     WF_TRY(src_read(&d->src, d->paths[d->cur], d->buf + d->len, d->cap - d->len, &got));
     d->len += got;
@@ -260,15 +254,9 @@ static wf_status next_line(wf_docs *d, const char **line, size_t *n) {
 
 static wf_status doc_append(wf_docs *d, const char *s, size_t n) {
     if (n == 0) return WF_OK;
-    if (d->doc_len + n + 1 > d->doc_cap) {
-        size_t cap = d->doc_cap ? d->doc_cap * 2 : 1 << 16;
-        while (cap < d->doc_len + n + 1) cap *= 2;
-        char *nd = realloc(d->doc, cap);
-        if (!nd) return wf_error(WF_ERR_NOMEM, "%s: out of memory assembling a document of %zu bytes",
-                                 d->paths[d->cur], d->doc_len + n);
-        d->doc = nd;
-        d->doc_cap = cap;
-    }
+    if (WF_GROW(d->doc, d->doc_cap, d->doc_len + n + 1, 1 << 16) != WF_OK)
+        return wf_error_wrap(WF_ERR_NOMEM, "%s: assembling a document of %zu bytes: ", d->paths[d->cur],
+                             d->doc_len + n);
     memcpy(d->doc + d->doc_len, s, n);
     d->doc_len += n;
     return WF_OK;

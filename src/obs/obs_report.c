@@ -20,6 +20,7 @@
  * Drawing: long runs are reduced to at most two points per pixel column
  * (the lowest and the highest of the column, so spikes stay visible);
  * stacked areas use the column's mean. */
+#include "weft/buf.h"
 #include "weft/metrics.h"
 #include "weft/report.h"
 
@@ -69,13 +70,8 @@ static void run_data_free(run_data *d) {
 }
 
 static int push_row(double **rows, size_t *n, size_t *cap, const double *row) {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 256;
-        double *r = realloc(*rows, nc * NF * sizeof *r);
-        if (!r) return 0;
-        *rows = r;
-        *cap = nc;
-    }
+    /* The array's elements are rows of NF doubles. */
+    if (wf_grow_((void **)rows, cap, *n + 1, NF * sizeof **rows, 256) != WF_OK) return 0;
     memcpy(*rows + *n * NF, row, NF * sizeof *row);
     (*n)++;
     return 1;
@@ -756,15 +752,10 @@ static wf_status list_ranks(const char *ranks_dir, int **out, size_t *n) {
         char canon[32];
         snprintf(canon, sizeof canon, "rank-%05d", r);
         if (r <= 0 || strcmp(canon, nm)) continue;
-        if (*n == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            int *p = realloc(*out, nc * sizeof *p);
-            if (!p) {
-                s = wf_error(WF_ERR_NOMEM, "out of memory listing %s", ranks_dir);
-                break;
-            }
-            *out = p;
-            cap = nc;
+        s = WF_GROW(*out, cap, *n + 1, 16);
+        if (s != WF_OK) {
+            s = wf_error_wrap(s, "listing %s: ", ranks_dir);
+            break;
         }
         (*out)[(*n)++] = r;
     }

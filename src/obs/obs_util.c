@@ -1,6 +1,7 @@
 /* Small helpers of the observability module: JSON numbers that round-trip
  * and reading /proc. */
 #include "obs/obs_impl.h"
+#include "weft/fileio.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -23,26 +24,11 @@ void obs_buf_json_num(wf_buf *b, double v) {
 char *obs_read_text(const char *path) {
     FILE *fp = fopen(path, "r");
     if (!fp) return NULL;
-    size_t cap = 8192, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - 1 - n, fp);
-        n += got;
-        if (got == 0) break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
+    char *text = NULL;
+    size_t len;
+    if (wf_stream_read(fp, path, &text, &len) != WF_OK) wf_error_clear(); /* NULL: "cannot" */
     fclose(fp);
-    if (buf) buf[n] = '\0';
-    return buf;
+    return text;
 }
 
 void obs_cpu_model(char *buf, size_t size) {

@@ -43,7 +43,8 @@
 /* Interned strings: id -> string, with an open-addressing index. */
 typedef struct {
     char **s;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
     uint32_t *slot; /* id + 1, 0 empty */
     uint32_t nslot;
 } strtab;
@@ -81,13 +82,7 @@ static uint32_t strtab_id(strtab *t, const char *s) {
         if (strcmp(t->s[id], s) == 0) return id;
         j = (j + 1) & (t->nslot - 1);
     }
-    if (t->n == t->cap) {
-        uint32_t nc = t->cap ? t->cap * 2 : 256;
-        char **ns = realloc(t->s, nc * sizeof *ns);
-        if (!ns) return UINT32_MAX;
-        t->s = ns;
-        t->cap = nc;
-    }
+    if (WF_GROW(t->s, t->cap, (size_t)t->n + 1, 256) != WF_OK) return UINT32_MAX;
     char *copy = strdup(s);
     if (!copy) return UINT32_MAX;
     t->s[t->n] = copy;
@@ -233,7 +228,8 @@ typedef struct {
     char *path;
     int64_t rank, world_size;
     step_rec *steps; /* ProfilerStep#N events, sorted by ts */
-    int n_steps, cap_steps;
+    int n_steps;
+    size_t cap_steps;
     int has_marker;               /* some CPU event's name contains "ProfilerStep" */
     int64_t last_start, last_end; /* over those events */
     int64_t events;
@@ -311,16 +307,8 @@ static wf_status read_steps(ctx *c, file_info *f, strtab *step_names) {
         if (f->last_end == NO_TS || ts + dur > f->last_end) f->last_end = ts + dur;
         int64_t iter;
         if (!step_number(ev.name, &iter)) continue;
-        if (f->n_steps == f->cap_steps) {
-            int nc = f->cap_steps ? f->cap_steps * 2 : 64;
-            step_rec *ns = realloc(f->steps, (size_t)nc * sizeof *ns);
-            if (!ns) {
-                st = wf_error(WF_ERR_NOMEM, "out of memory");
-                break;
-            }
-            f->steps = ns;
-            f->cap_steps = nc;
-        }
+        st = WF_GROW(f->steps, f->cap_steps, (size_t)f->n_steps + 1, 64);
+        if (st != WF_OK) break;
         f->steps[f->n_steps++] = (step_rec){ts, ts + dur, iter};
     }
     f->rank = wf__trace_jreader_rank(r);
@@ -415,16 +403,8 @@ static wf_status read_events(ctx *c, const file_info *f, rank_data *rd) {
             if (!cpu_kept(c, f, ts)) continue;
             select_row(c, f, ts, ts + dur, iter_of(f, ts));
             if (is_data_wait(&ev)) {
-                if (rd->n_dw == rd->cap_dw) {
-                    size_t nc = rd->cap_dw ? rd->cap_dw * 2 : 256;
-                    void *nd = realloc(rd->dw, nc * sizeof *rd->dw);
-                    if (!nd) {
-                        st = wf_error(WF_ERR_NOMEM, "out of memory");
-                        break;
-                    }
-                    rd->dw = nd;
-                    rd->cap_dw = nc;
-                }
+                st = WF_GROW(rd->dw, rd->cap_dw, rd->n_dw + 1, 256);
+                if (st != WF_OK) break;
                 rd->dw[rd->n_dw][0] = ts;
                 rd->dw[rd->n_dw][1] = ts + dur;
                 rd->n_dw++;
@@ -888,16 +868,17 @@ static wf_status list_traces(const char *dir, char ***out, int *n_out) {
     DIR *d = opendir(dir);
     if (!d) return wf_error(WF_ERR_NOTFOUND, "%s: cannot open the directory", dir);
     char **v = NULL;
-    int n = 0, cap = 0;
+    int n = 0;
+    size_t cap = 0;
     wf_status st = WF_OK;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.' || !is_trace_name(e->d_name)) continue;
         size_t len = strlen(dir) + strlen(e->d_name) + 2;
         char *p = malloc(len);
-        if (!p || (n == cap && !(cap = cap ? cap * 2 : 16, v = realloc(v, (size_t)cap * sizeof *v)))) {
+        if (!p || WF_GROW(v, cap, (size_t)n + 1, 16) != WF_OK) {
             free(p);
-            st = wf_error(WF_ERR_NOMEM, "out of memory");
+            st = wf_error(WF_ERR_NOMEM, "out of memory listing %s", dir);
             break;
         }
         snprintf(p, len, "%s/%s", dir, e->d_name);

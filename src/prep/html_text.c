@@ -179,15 +179,8 @@ wf_status wf_html_to_text(const char *html, size_t len, wf_buf *out) {
         if (block_tag(tag)) end_line(&e);
         if (pre_tag(tag)) pre_depth++;
         const GumboVector *kids = &node->v.element.children;
-        if (n + kids->length + 1 > cap) {
-            while (n + kids->length + 1 > cap) cap *= 2;
-            walk_item *ns = realloc(stack, cap * sizeof *ns);
-            if (!ns) {
-                e.status = wf_error(WF_ERR_NOMEM, "out of memory walking HTML");
-                break;
-            }
-            stack = ns;
-        }
+        e.status = WF_GROW(stack, cap, n + kids->length + 1, 64);
+        if (e.status != WF_OK) break;
         stack[n++] = (walk_item){node, 1};
         for (unsigned i = kids->length; i-- > 0;) stack[n++] = (walk_item){kids->data[i], 0};
     }

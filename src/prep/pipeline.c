@@ -131,7 +131,8 @@ static int in_list(const wf_strs *l, const char *code) {
 
 static wf_status unit_push(pdoc *d, size_t off, size_t len) {
     if (d->n_units == d->unit_cap) {
-        size_t cap = d->unit_cap ? d->unit_cap * 2 : 64;
+        /* Four parallel arrays with one capacity. */
+        size_t cap = wf_grow_cap(d->unit_cap, d->n_units + 1, 64);
         size_t *no = realloc(d->unit_off, cap * sizeof *no);
         if (no) d->unit_off = no;
         size_t *nl = realloc(d->unit_len, cap * sizeof *nl);
@@ -536,7 +537,8 @@ static void pdoc_free(pdoc *d) {
 
 static wf_status batch_slot(prep_run *r, pdoc **out) {
     if (r->n_docs == r->docs_cap) {
-        size_t cap = r->docs_cap ? r->docs_cap * 2 : 256;
+        /* New slots get their signature and key arrays at once. */
+        size_t cap = wf_grow_cap(r->docs_cap, r->n_docs + 1, 256);
         pdoc *nd = realloc(r->docs, cap * sizeof *nd);
         if (!nd) return wf_error(WF_ERR_NOMEM, "out of memory");
         memset(nd + r->docs_cap, 0, (cap - r->docs_cap) * sizeof *nd);

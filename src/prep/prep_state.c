@@ -236,16 +236,8 @@ wf_status prep_state_read(const char *dir, prep_progress_state *ps, prep_output 
             s = wf_error(WF_ERR_FORMAT, "%s: writer %zu is malformed; rerun with --force", path, i);
             goto done;
         }
-        if (o->n == o->cap) {
-            size_t cap = o->cap ? o->cap * 2 : 16;
-            prep_writer *nw = realloc(o->w, cap * sizeof *nw);
-            if (!nw) {
-                s = wf_error(WF_ERR_NOMEM, "out of memory");
-                goto done;
-            }
-            o->w = nw;
-            o->cap = cap;
-        }
+        s = WF_GROW(o->w, o->cap, o->n + 1, 16);
+        if (s != WF_OK) goto done;
         prep_writer *pw = &o->w[o->n++];
         memset(pw, 0, sizeof *pw);
         snprintf(pw->lang, sizeof pw->lang, "%s", lang);

@@ -147,14 +147,10 @@ static wf_status fill(prep_reader *r, size_t need, size_t *avail) {
             r->pos = 0;
         }
         size_t want = need > READ_CHUNK ? need : READ_CHUNK;
-        if (r->cap - r->len < want) {
-            size_t cap = r->cap ? r->cap : READ_CHUNK * 2;
-            while (cap - r->len < want) cap *= 2;
-            char *nb = realloc(r->buf, cap + 1);
-            if (!nb) return wf_error(WF_ERR_NOMEM, "%s: out of memory for a %zu-byte read window", r->path, cap);
-            r->buf = nb;
-            r->cap = cap;
-        }
+        /* One byte more than the window, for a terminating NUL. */
+        if (r->cap - r->len < want + 1 &&
+            WF_GROW(r->buf, r->cap, r->len + want + 1, READ_CHUNK * 2) != WF_OK)
+            return wf_error_wrap(WF_ERR_NOMEM, "%s: the read window: ", r->path);
         size_t got = src_read(r, r->buf + r->len, r->cap - r->len);
         r->len += got;
     }
