@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/model_impl.h"
 #include "weft/arena.h"
 #include "weft/kernels.h"
 
@@ -133,38 +134,25 @@ static wf_status find_params(wf_generator *g) {
     return WF_OK;
 }
 
-/* Carves the buffers out of one block: a first pass with base NULL counts
- * floats, the second assigns. Every buffer starts 64-byte aligned. */
-typedef struct {
-    float *base;
-    size_t used;
-} gen_carver_;
-
-static float *gen_carve(gen_carver_ *cv, size_t n) {
-    float *p = cv->base ? cv->base + cv->used : NULL;
-    cv->used += (n + 15) & ~(size_t)15;
-    return p;
-}
-
-static void gen_layout(wf_generator *g, gen_carver_ *cv) {
+static void gen_layout(wf_generator *g, wf__model_carver *cv) {
     size_t P = (size_t)g->chunk, C = (size_t)g->C, H = (size_t)g->H, V = (size_t)g->V;
     size_t QD = (size_t)g->NH * (size_t)g->HD, cache = (size_t)g->L * g->cap * g->KVD;
     size_t half = (size_t)g->HD / 2;
-    g->k_cache = gen_carve(cv, cache);
-    g->v_cache = gen_carve(cv, cache);
-    g->rope_cos = gen_carve(cv, (size_t)g->cap * half);
-    g->rope_sin = gen_carve(cv, (size_t)g->cap * half);
-    g->x = gen_carve(cv, P * C);
-    g->xn = gen_carve(cv, P * C);
-    g->rstd = gen_carve(cv, P);
-    g->q = gen_carve(cv, P * QD);
-    g->att = gen_carve(cv, P * QD);
-    g->h13 = gen_carve(cv, P * 2 * H);
-    g->gate = gen_carve(cv, P * H);
-    g->scores = gen_carve(cv, (size_t)g->n_threads * g->cap);
-    g->logits = gen_carve(cv, V);
-    g->sample_w = gen_carve(cv, V);
-    g->sample_idx = (int32_t *)(void *)gen_carve(cv, V);
+    g->k_cache = wf__model_carve(cv, cache);
+    g->v_cache = wf__model_carve(cv, cache);
+    g->rope_cos = wf__model_carve(cv, (size_t)g->cap * half);
+    g->rope_sin = wf__model_carve(cv, (size_t)g->cap * half);
+    g->x = wf__model_carve(cv, P * C);
+    g->xn = wf__model_carve(cv, P * C);
+    g->rstd = wf__model_carve(cv, P);
+    g->q = wf__model_carve(cv, P * QD);
+    g->att = wf__model_carve(cv, P * QD);
+    g->h13 = wf__model_carve(cv, P * 2 * H);
+    g->gate = wf__model_carve(cv, P * H);
+    g->scores = wf__model_carve(cv, (size_t)g->n_threads * g->cap);
+    g->logits = wf__model_carve(cv, V);
+    g->sample_w = wf__model_carve(cv, V);
+    g->sample_idx = (int32_t *)(void *)wf__model_carve(cv, V);
 }
 
 wf_status wf_generator_create(wf_generator **out, wf_model *m, int max_tokens) {
@@ -199,7 +187,7 @@ wf_status wf_generator_create(wf_generator **out, wf_model *m, int max_tokens) {
         wf_arena_destroy(arena);
         return s;
     }
-    gen_carver_ cv = {NULL, 0};
+    wf__model_carver cv = {NULL, 0};
     gen_layout(g, &cv);
     float *base = wf_arena_alloc(arena, cv.used * sizeof(float), 64);
     if (!base) {
@@ -207,7 +195,7 @@ wf_status wf_generator_create(wf_generator **out, wf_model *m, int max_tokens) {
         return wf_error_wrap(WF_ERR_NOMEM, "generate: cache and scratch for %d tokens (%zu bytes): ",
                              max_tokens, cv.used * sizeof(float));
     }
-    cv = (gen_carver_){base, 0};
+    cv = (wf__model_carver){base, 0};
     gen_layout(g, &cv);
     wf_kern_rope_table(g->rope_cos, g->rope_sin, g->cap, g->HD, cfg->rope_theta);
     *out = g;

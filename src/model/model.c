@@ -19,53 +19,40 @@
 #include "weft/thread.h"
 #include "weft/trace.h"
 
-/* Carves float buffers out of one block: a first pass with base NULL
- * counts, a second assigns. Every buffer starts on a 64-byte boundary. */
-typedef struct {
-    float *base;
-    size_t used;
-} carver_;
-
-static float *carve(carver_ *cv, size_t n) {
-    float *p = cv->base ? cv->base + cv->used : NULL;
-    cv->used += (n + 15) & ~(size_t)15;
-    return p;
-}
-
-static void plan_layout(wf_model *m, carver_ *cv) {
+static void plan_layout(wf_model *m, wf__model_carver *cv) {
     size_t B = (size_t)m->plan_B, T = (size_t)m->plan_T, N = B * T;
     size_t C = (size_t)m->C, H = (size_t)m->H, V = (size_t)m->V, QKV = (size_t)m->QKV;
-    m->rope_cos = carve(cv, T * (size_t)(m->HD / 2));
-    m->rope_sin = carve(cv, T * (size_t)(m->HD / 2));
-    m->attn_scratch = carve(cv, wf_kern_attention_scratch(m->plan_T, m->n_threads));
+    m->rope_cos = wf__model_carve(cv, T * (size_t)(m->HD / 2));
+    m->rope_sin = wf__model_carve(cv, T * (size_t)(m->HD / 2));
+    m->attn_scratch = wf__model_carve(cv, wf_kern_attention_scratch(m->plan_T, m->n_threads));
     for (int l = 0; l <= m->L; l++)
-        m->res[l] = carve(cv, N * C);
+        m->res[l] = wf__model_carve(cv, N * C);
     for (int l = 0; l < m->L; l++) {
         model_layer_acts_ *a = &m->la[l];
-        a->xn1 = carve(cv, N * C);
-        a->rstd1 = carve(cv, N);
-        a->qkv = carve(cv, N * QKV);
-        a->att = carve(cv, N * C);
-        a->lse = carve(cv, B * (size_t)m->NH * T);
-        a->mid = carve(cv, N * C);
-        a->xn2 = carve(cv, N * C);
-        a->rstd2 = carve(cv, N);
-        a->h13 = carve(cv, N * 2 * H);
-        a->g = carve(cv, N * H);
+        a->xn1 = wf__model_carve(cv, N * C);
+        a->rstd1 = wf__model_carve(cv, N);
+        a->qkv = wf__model_carve(cv, N * QKV);
+        a->att = wf__model_carve(cv, N * C);
+        a->lse = wf__model_carve(cv, B * (size_t)m->NH * T);
+        a->mid = wf__model_carve(cv, N * C);
+        a->xn2 = wf__model_carve(cv, N * C);
+        a->rstd2 = wf__model_carve(cv, N);
+        a->h13 = wf__model_carve(cv, N * 2 * H);
+        a->g = wf__model_carve(cv, N * H);
     }
-    m->xf = carve(cv, N * C);
-    m->rstdf = carve(cv, N);
-    m->logits = carve(cv, N * V);
-    m->losses = carve(cv, N);
-    m->ce_lse = carve(cv, N);
-    m->tokens = (int32_t *)(void *)carve(cv, N);
-    m->targets = (int32_t *)(void *)carve(cv, N);
-    m->dres = carve(cv, N * C);
-    m->dxn = carve(cv, N * C);
-    m->datt = carve(cv, N * C);
-    m->dqkv = carve(cv, N * QKV);
-    m->dh13 = carve(cv, N * 2 * H);
-    m->dg = carve(cv, N * H);
+    m->xf = wf__model_carve(cv, N * C);
+    m->rstdf = wf__model_carve(cv, N);
+    m->logits = wf__model_carve(cv, N * V);
+    m->losses = wf__model_carve(cv, N);
+    m->ce_lse = wf__model_carve(cv, N);
+    m->tokens = (int32_t *)(void *)wf__model_carve(cv, N);
+    m->targets = (int32_t *)(void *)wf__model_carve(cv, N);
+    m->dres = wf__model_carve(cv, N * C);
+    m->dxn = wf__model_carve(cv, N * C);
+    m->datt = wf__model_carve(cv, N * C);
+    m->dqkv = wf__model_carve(cv, N * QKV);
+    m->dh13 = wf__model_carve(cv, N * 2 * H);
+    m->dg = wf__model_carve(cv, N * H);
 }
 
 /* Runs one kernel call and adds its time to m->times.dir[op]; while a trace
@@ -120,7 +107,7 @@ wf_status wf_model_plan(wf_model *m, int B, int T) {
         m->plan_B = 0;
         return wf_error(WF_ERR_NOMEM, "model: cannot allocate the activation table");
     }
-    carver_ cv = {NULL, 0};
+    wf__model_carver cv = {NULL, 0};
     plan_layout(m, &cv);
     float *base = wf_arena_alloc(m->arena, cv.used * sizeof(float), 64);
     if (!base) {
@@ -130,7 +117,7 @@ wf_status wf_model_plan(wf_model *m, int B, int T) {
                              cv.used * sizeof(float));
     }
     m->act_floats = cv.used;
-    cv = (carver_){base, 0};
+    cv = (wf__model_carver){base, 0};
     plan_layout(m, &cv);
     wf_kern_rope_table(m->rope_cos, m->rope_sin, T, m->HD, m->cfg.rope_theta);
     return WF_OK;

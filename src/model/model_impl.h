@@ -2,6 +2,8 @@
 #ifndef WEFT_MODEL_IMPL_H
 #define WEFT_MODEL_IMPL_H
 
+#include <stddef.h>
+
 #include "weft/model.h"
 
 /* Pointers into the parameter buffer (or, at the same offsets, the gradient
@@ -66,6 +68,20 @@ struct wf_model {
     wf_model_grad_hook grad_hook;
     void *grad_hook_ctx;
 };
+
+/* Carves float buffers out of one block (the model's activations, the
+ * generator's caches): a first pass with base NULL counts, a second
+ * assigns. Every buffer starts on a 64-byte boundary. */
+typedef struct {
+    float *base;
+    size_t used; /* floats counted or assigned so far */
+} wf__model_carver;
+
+static inline float *wf__model_carve(wf__model_carver *cv, size_t n) {
+    float *p = cv->base ? cv->base + cv->used : NULL;
+    cv->used += (n + 15) & ~(size_t)15;
+    return p;
+}
 
 /* Gradient pointer for a parameter pointer. */
 static inline float *model_grad_of_(const struct wf_model *m, const float *p) {
