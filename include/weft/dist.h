@@ -287,7 +287,7 @@ typedef struct {
 wf_zero1_memory wf_zero1_plan_memory(const wf_zero1_plan *p, int rank, int state_floats_per_param);
 
 /* Global L2 norm of a sharded gradient: sqrt of the sum over ranks of the
- * sum of squares (double, wf_sumsq's fixed blocks) of each rank's shard
+ * sum of squares (double, wf_kern_sumsq's fixed blocks) of each rank's shard
  * (count floats). Collective. With one rank it equals wf_grad_norm of the
  * same gradient bit for bit. */
 wf_status wf_zero1_grad_norm(wf_comm *c, const float *shard, size_t count, double *norm);

@@ -218,4 +218,9 @@ void wf_kern_crossentropy_fwd_ref(float *losses, float *lse, const float *logits
 void wf_kern_crossentropy_bwd_ref(float *logits, const float *lse, const int32_t *targets, int N,
                                   int V, float dloss);
 
+/* Sum of the squares of x (n floats), in double, over 256 fixed blocks
+ * added in order: the same bits on any thread count. The reduction behind
+ * every gradient norm (wf_grad_norm, ZeRO-1's over the ranks' shards). */
+double wf_kern_sumsq(const float *x, size_t n);
+
 #endif

@@ -15,7 +15,7 @@
  * ZeRO-1 (docs/distributed.md): wf_adamw_create_shard makes an optimizer
  * that holds the moments of one flat element range of the parameter buffer
  * (a rank's shard) and updates that range only, from the range's gradient
- * and a global norm the caller computes over all shards (wf_sumsq of each
+ * and a global norm the caller computes over all shards (wf_kern_sumsq of each
  * shard, summed over ranks).
  */
 #ifndef WEFT_OPTIM_H
@@ -54,12 +54,9 @@ wf_status wf_adamw_create(wf_adamw **out, const wf_adamw_config *cfg, wf_model *
 void wf_adamw_destroy(wf_adamw *o); /* accepts NULL */
 
 /* Global L2 norm of the model's gradients (computed in double):
- * sqrt(wf_sumsq(grads, num_params)). */
+ * sqrt(wf_kern_sumsq(grads, num_params)) (weft/kernels.h). */
 double wf_grad_norm(wf_model *m);
 
-/* Sum of the squares of x (n floats), in double, over 256 fixed blocks
- * added in order: the same bits on any thread count. */
-double wf_sumsq(const float *x, size_t n);
 
 /* Clips (if configured) and applies one update with learning rate `lr` to
  * the model's parameters from its gradients (an optimizer of the whole

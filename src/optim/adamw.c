@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "weft/kernels.h"
 #include "weft/optim.h"
 
 /* Adjacent tensors with the same decay setting, clipped to the
@@ -45,9 +46,6 @@ struct wf_adamw {
     adamw_range_ *ranges;
 };
 
-/* The gradient norm sums this many blocks, each in double, then adds the
- * block sums in order: the same bits on any number of threads. */
-#define NORM_BLOCKS_ 256
 /* Below this many elements a loop runs on one thread (no fork-join). */
 #define PARALLEL_MIN_ 32768
 
@@ -142,26 +140,7 @@ void wf_adamw_destroy(wf_adamw *o) {
     free(o);
 }
 
-double wf_sumsq(const float *x, size_t n) {
-    /* Block boundaries depend only on n, so the sum's rounding does too. */
-    size_t per = (n + NORM_BLOCKS_ - 1) / NORM_BLOCKS_;
-    double part[NORM_BLOCKS_];
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_)
-    for (int b = 0; b < NORM_BLOCKS_; b++) {
-        size_t lo = (size_t)b * per, hi = lo + per;
-        if (lo > n) lo = n;
-        if (hi > n) hi = n;
-        double s = 0;
-#pragma omp simd reduction(+ : s)
-        for (size_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
-        part[b] = s;
-    }
-    double sum = 0;
-    for (int b = 0; b < NORM_BLOCKS_; b++) sum += part[b];
-    return sum;
-}
-
-double wf_grad_norm(wf_model *m) { return sqrt(wf_sumsq(wf_model_grads(m), wf_model_num_params(m))); }
+double wf_grad_norm(wf_model *m) { return sqrt(wf_kern_sumsq(wf_model_grads(m), wf_model_num_params(m))); }
 
 /* Names the first tensor with a non-finite gradient in the optimizer's
  * range (`g` holds the range; the error path only). */

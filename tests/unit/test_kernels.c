@@ -611,3 +611,23 @@ WF_TEST(vector_exp_is_within_two_ulp) {
     WF_CHECK_TRUE(isinf(kern_expf_(100.0f)) && isinf(kern_expf_(INFINITY)));
     WF_CHECK_TRUE(isnan(kern_expf_(NAN)));
 }
+
+/* The sum of squares behind every gradient norm: the naive double sum
+ * within rounding, and the same bits on one thread as on the default. */
+WF_TEST(sumsq_matches_naive_and_threads) {
+    size_t sizes[] = {0, 1, 255, 257, 40000, 100003};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        float *x = randn(n ? n : 1, 40 + (uint64_t)k, 0, 3);
+        double want = 0;
+        for (size_t i = 0; i < n; i++) want += (double)x[i] * (double)x[i];
+        double got = wf_kern_sumsq(x, n);
+        WF_CHECK_NEAR(got, want, 1e-12 * (want > 1 ? want : 1));
+        int nt_ = wf_kern_threads();
+        wf_kern_set_threads(1);
+        double one = wf_kern_sumsq(x, n);
+        wf_kern_set_threads(nt_);
+        WF_CHECK_TRUE(memcmp(&one, &got, sizeof got) == 0);
+        free(x);
+    }
+}

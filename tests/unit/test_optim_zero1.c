@@ -1,5 +1,5 @@
 /* Unit tests of the sharded AdamW of ZeRO-1 (wf_adamw_create_shard,
- * wf_adamw_step_shard, wf_sumsq): shards of any split, including ZeRO-1
+ * wf_adamw_step_shard, wf_kern_sumsq): shards of any split, including ZeRO-1
  * plans and random cuts in the middle of a matrix row, stepped with the
  * global norm, give the bits of the whole-buffer update (parameters and
  * moments); ZeRO-1 at one rank (the shard [0, n) with the norm of its own
@@ -14,6 +14,7 @@
 
 #include "harness.h"
 #include "weft/dist.h"
+#include "weft/kernels.h"
 #include "weft/optim.h"
 #include "weft/rng.h"
 
@@ -93,7 +94,7 @@ static void check_split(const wf_adamw_config *oc, double lr, const size_t *cuts
     for (int s = 0; s < STEPS; s++) {
         fill_grads(g, n, 40 + (uint64_t)s);
         double ss = 0;
-        for (int i = 0; i <= k; i++) ss += wf_sumsq(g + lo[i], hi[i] - lo[i]);
+        for (int i = 0; i <= k; i++) ss += wf_kern_sumsq(g + lo[i], hi[i] - lo[i]);
         /* Another order of the same sum: equal to rounding in double. */
         WF_CHECK_NEAR(sqrt(ss), ref_norms[s], 1e-12 * ref_norms[s]);
         /* Each shard sees only its part of the gradient (what the
@@ -168,7 +169,7 @@ WF_TEST(any_split_gives_the_bits_of_the_whole_update) {
 
 WF_TEST(zero1_at_one_rank_is_the_unsharded_step_bit_for_bit) {
     /* What the trainer does at W = 1: the reduce-scatter copies the whole
-     * gradient, the norm is sqrt of its wf_sumsq (the all-reduce of one
+     * gradient, the norm is sqrt of its wf_kern_sumsq (the all-reduce of one
      * rank is the identity), and the shard is [0, n). */
     wf_adamw_config oc = wf_adamw_config_default();
     double norms[STEPS];
@@ -186,7 +187,7 @@ WF_TEST(zero1_at_one_rank_is_the_unsharded_step_bit_for_bit) {
     for (int s = 0; s < STEPS; s++) {
         fill_grads(wf_model_grads(m), n, 40 + (uint64_t)s);
         memcpy(shard, wf_model_grads(m), n * sizeof *shard);
-        double norm = sqrt(wf_sumsq(shard, n));
+        double norm = sqrt(wf_kern_sumsq(shard, n));
         WF_CHECK_TRUE(memcmp(&norm, &norms[s], sizeof norm) == 0);
         WF_CHECK_TRUE(memcmp(&norm, &(double){wf_grad_norm(m)}, sizeof norm) == 0);
         WF_CHECK_OK(wf_adamw_step_shard(o, 3e-3, shard, norm));
