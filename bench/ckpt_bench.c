@@ -158,7 +158,7 @@ int main(int argc, char **argv) {
                 return 1;
             }
             double total = wf_time_now() - t0;
-            if (r + 1 < repeat || !async) wf_ckpt_remove_tree(ckdir); /* the last one is loaded below */
+            if (r + 1 < repeat || !async) wf_remove_tree(ckdir); /* the last one is loaded below */
             if (!async) t_sync = min_d(t_sync, total);
             else {
                 t_block = min_d(t_block, st.blocked_seconds);
@@ -191,7 +191,7 @@ int main(int argc, char **argv) {
     printf("XXH3-64 of the state               %7.4f s  %6.2f GB/s\n", t_hash, gb / t_hash);
     printf("async blocking vs a sync save: %.1f%% of its time\n", 100.0 * t_block / t_sync);
 
-    wf_ckpt_remove_tree(ckdir);
+    wf_remove_tree(ckdir);
     if (!dir_arg) rmdir(dir);
     free(state);
     free(names);

@@ -26,6 +26,10 @@ typedef struct {
 wf_status wf_mmap_open(wf_mmap *m, const char *path);
 void wf_mmap_close(wf_mmap *m); /* accepts a zeroed or closed mapping */
 
+/* rm -r: removes `path` and everything under it, without following
+ * symbolic links; a path that does not exist is not an error. */
+wf_status wf_remove_tree(const char *path);
+
 /* mkdir -p. */
 wf_status wf_mkdirs(const char *path);
 int wf_path_exists(const char *path);

@@ -78,9 +78,6 @@ wf_status wf_ckpt_write_manifest(const wf_ckpt_plan *p, const char *tmp_dir, uin
  * deleting it after), fsyncs the parent. */
 wf_status wf_ckpt_commit(const char *tmp_dir, const char *dir);
 
-/* rm -rf */
-wf_status wf_ckpt_remove_tree(const char *path);
-
 /* The JSON object behind a wf_ckpt_meta (borrowed). */
 const json_t *wf_ckpt_meta_json(const wf_ckpt_meta *m);
 

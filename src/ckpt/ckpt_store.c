@@ -434,19 +434,6 @@ wf_status wf_ckpt_write_manifest(const wf_ckpt_plan *p, const char *tmp_dir, uin
 
 /* ---- commit and directory housekeeping ---- */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path) != 0 && errno != ENOENT ? -1 : 0;
-}
-
-wf_status wf_ckpt_remove_tree(const char *path) {
-    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
-        return wf_error(WF_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
-    return WF_OK;
-}
-
 static char *parent_of(const char *path) {
     const char *slash = strrchr(path, '/');
     if (!slash) return strdup(".");
@@ -481,7 +468,7 @@ wf_status wf_ckpt_commit(const char *tmp_dir, const char *dir) {
     if (s == WF_OK && rename(tmp_dir, dir) != 0)
         s = wf_error(WF_ERR_IO, "%s: cannot rename %s into place: %s", dir, tmp_dir, strerror(errno));
     if (s == WF_OK) s = wf_fsync_dir(parent);
-    if (s == WF_OK && trash) s = wf_ckpt_remove_tree(trash);
+    if (s == WF_OK && trash) s = wf_remove_tree(trash);
     free(trash);
     free(parent);
     return s;
@@ -553,7 +540,7 @@ wf_status wf_ckpt_cleanup(const char *root, int *removed) {
         if (strncmp(e->d_name, ".tmp-", 5) != 0 && strncmp(e->d_name, ".trash-", 7) != 0) continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", root, e->d_name);
-        s = wf_ckpt_remove_tree(path);
+        s = wf_remove_tree(path);
         if (s == WF_OK && removed) (*removed)++;
     }
     closedir(d);
@@ -578,7 +565,7 @@ wf_status wf_ckpt_prune(const char *root, int keep_last, uint64_t keep_every, in
         }
         if (rename(path, trash) != 0)
             s = wf_error(WF_ERR_IO, "%s: cannot remove an old checkpoint: %s", path, strerror(errno));
-        else s = wf_ckpt_remove_tree(trash);
+        else s = wf_remove_tree(trash);
         free(trash);
         if (s == WF_OK && removed) (*removed)++;
     }

@@ -91,7 +91,7 @@ static wf_status prune_after(wf_ckpt_writer *w, const char *dir, int *pruned) {
 static void discard_tmp(const char *tmp, wf_status s) {
     wf_error_keep k = WF_ERROR_KEEP_INIT;
     wf_error_keep_note(&k, s);
-    wf_ckpt_remove_tree(tmp);
+    wf_remove_tree(tmp);
     wf_error_keep_restore(&k);
 }
 
@@ -101,7 +101,7 @@ static wf_status do_save(wf_ckpt_writer *w, const char *dir, uint64_t step, cons
     char *tmp = wf_ckpt_tmp_path(dir);
     if (!tmp) return wf_error(WF_ERR_NOMEM, "out of memory");
     wf_status s = WF_OK;
-    if (wf_path_exists(tmp)) s = wf_ckpt_remove_tree(tmp);
+    if (wf_path_exists(tmp)) s = wf_remove_tree(tmp);
     if (s == WF_OK) s = wf_mkdirs(tmp);
     if (s == WF_OK) s = wf_ckpt_write_data(&w->plan, w->o.rank, tmp, step, image, w->sums);
     if (s == WF_OK) s = wf_ckpt_write_manifest(&w->plan, tmp, step, state, w->sums);
@@ -144,7 +144,7 @@ static wf_status do_save_ranks(wf_ckpt_writer *w, const char *dir, uint64_t step
     s = agree_phase(w, s, "to name the temporary folder");
     if (s == WF_OK) s = wf_comm_broadcast(w->comm, tmp, 4096, 0, "ckpt tmp dir");
     if (s == WF_OK && rank == 0) {
-        if (wf_path_exists(tmp)) s = wf_ckpt_remove_tree(tmp);
+        if (wf_path_exists(tmp)) s = wf_remove_tree(tmp);
         if (s == WF_OK) s = wf_mkdirs(tmp);
     }
     s = agree_phase(w, s, "to make the temporary folder");
@@ -328,7 +328,7 @@ static wf_status save_ranks_async(wf_ckpt_writer *w, const char *dir, uint64_t s
         tmp[TMP_PATH_MAX - 1] = '\0';
         wf_status m = WF_OK;
         if (rank == 0) {
-            if (wf_path_exists(tmp)) m = wf_ckpt_remove_tree(tmp);
+            if (wf_path_exists(tmp)) m = wf_remove_tree(tmp);
             if (m == WF_OK) m = wf_mkdirs(tmp);
         }
         s = agree_error(w, m, m != WF_OK ? wf_error_msg() : NULL, 0, "could not make the temporary folder", step);

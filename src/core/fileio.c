@@ -7,6 +7,7 @@
 #include "weft/buf.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdlib.h>
@@ -216,4 +217,17 @@ void wf_hasher_destroy(wf_hasher *h) {
     if (!h) return;
     XXH3_freeState(h->st);
     free(h);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path) != 0 && errno != ENOENT ? -1 : 0;
+}
+
+wf_status wf_remove_tree(const char *path) {
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+        return wf_error(WF_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    return WF_OK;
 }

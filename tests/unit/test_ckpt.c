@@ -437,7 +437,7 @@ static void manifest_edit2_fails(const char *field, json_t *value, const char *f
     state_init(&s, 5);
     char dir[4096], mpath[8192];
     path_in(dir, sizeof dir, "step-0000001");
-    wf_ckpt_remove_tree(dir);
+    wf_remove_tree(dir);
     write_multi_rank(&s, 1, dir);
     snprintf(mpath, sizeof mpath, "%s/manifest.json", dir);
     json_t *m = json_load_file(mpath, 0, NULL);

@@ -701,3 +701,21 @@ WF_TEST(grow_doubles_and_keeps_contents) {
     WF_CHECK_EQ(cap, 256); /* left as it was */
     free(v);
 }
+
+/* rm -r without following links: the tree goes, a link's target stays. */
+WF_TEST(remove_tree) {
+    char dir[600], path[700], keep[600];
+    snprintf(dir, sizeof dir, "%s/tree", wf_test_tmpdir());
+    snprintf(keep, sizeof keep, "%s/keep.txt", wf_test_tmpdir());
+    wf_test_write_file(keep, "x", 1);
+    snprintf(path, sizeof path, "%s/a/b/c", dir);
+    WF_CHECK_OK(wf_mkdirs(path));
+    snprintf(path, sizeof path, "%s/a/b/c/f.bin", dir);
+    wf_test_write_file(path, "abc", 3);
+    snprintf(path, sizeof path, "%s/a/link", dir);
+    WF_CHECK_TRUE(symlink(keep, path) == 0);
+    WF_CHECK_OK(wf_remove_tree(dir));
+    WF_CHECK_TRUE(!wf_path_exists(dir));
+    WF_CHECK_TRUE(wf_path_exists(keep));
+    WF_CHECK_OK(wf_remove_tree(dir)); /* gone already: fine */
+}
