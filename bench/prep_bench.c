@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
     size_t read_bytes = 0;
     for (int i = first; i < argc; i++) {
         prep_reader *r;
-        if (prep_reader_open(&r, argv[i], &c) != WF_OK) {
+        if (wf__prep_reader_open(&r, argv[i], &c) != WF_OK) {
             fprintf(stderr, "prep_bench: %s\n", wf_error_msg());
             return 1;
         }
@@ -74,14 +74,14 @@ int main(int argc, char **argv) {
         for (;;) {
             prep_record rec;
             int eof;
-            if (prep_reader_next(r, &rec, &eof) != WF_OK || eof) break;
+            if (wf__prep_reader_next(r, &rec, &eof) != WF_OK || eof) break;
             if (rec.drop != R_NONE) continue;
             read_bytes += rec.len;
             if (rec.kind == REC_HTTP) {
                 wf_buf body = {0};
                 int is_html;
                 char cs[32];
-                if (prep_http_parse(rec.data, rec.len, 64 << 20, &body, &is_html, cs) == R_NONE && is_html)
+                if (wf__prep_http_parse(rec.data, rec.len, 64 << 20, &body, &is_html, cs) == R_NONE && is_html)
                     push(&html, body.data, body.len);
                 wf_buf_free(&body);
             } else if (rec.kind == REC_HTML) {
@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
             }
         }
         t_read += wf_time_now() - t0;
-        prep_reader_close(r);
+        wf__prep_reader_close(r);
     }
     printf("prep_bench: %zu HTML pages (%.2f MB), %zu text records, %d repeats, 1 thread\n\n", html.n,
            html.bytes / 1e6, texts.n, repeat);
@@ -178,7 +178,7 @@ int main(int argc, char **argv) {
             out.len = 0;
             wf_buf_append(&out, norm.v[i].data, norm.v[i].len);
             uint64_t rm;
-            kept += prep_quality(&c, &out, &rm) == R_NONE;
+            kept += wf__prep_quality(&c, &out, &rm) == R_NONE;
         }
         double dt = wf_time_now() - t0;
         if (dt < best) best = dt;
@@ -194,7 +194,7 @@ int main(int argc, char **argv) {
         double t0 = wf_time_now();
         for (size_t i = 0; i < norm.n; i++) {
             if (wf_minhash_signature(norm.v[i].data, norm.v[i].len, (int)c.mh_ngram, H, 1, sig)) {
-                prep_minhash_bands(sig, (int)c.mh_bands, (int)c.mh_rows, keys);
+                wf__prep_minhash_bands(sig, (int)c.mh_bands, (int)c.mh_rows, keys);
                 sink += keys[0];
             }
         }

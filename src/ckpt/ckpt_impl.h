@@ -40,45 +40,45 @@ typedef struct {
 } wf_ckpt_plan;
 
 /* Rows [*begin, *end) of a dim-0 extent `rows` that rank r of w holds. */
-void wf_ckpt_rows_of(int64_t rows, int r, int w, int64_t *begin, int64_t *end);
+void wf__ckpt_rows_of(int64_t rows, int r, int w, int64_t *begin, int64_t *end);
 
 /* The flat element range [begin, end) (non-empty) of a tensor of shape
  * `shape` (ndim dims), cut into boxes whose elements are contiguous in
  * row-major order: a partial first row, whole rows and a partial last row
  * at each level, at most 2 * ndim - 1. Writes up to that many boxes to
  * off/size (may be NULL to count) and returns how many. */
-int wf_ckpt_range_boxes(const int64_t *shape, int ndim, int64_t begin, int64_t end,
+int wf__ckpt_range_boxes(const int64_t *shape, int ndim, int64_t begin, int64_t end,
                         int64_t (*off)[WF_CKPT_MAX_DIMS], int64_t (*size)[WF_CKPT_MAX_DIMS]);
 
-wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, int world_size);
-void wf_ckpt_plan_free(wf_ckpt_plan *p);
+wf_status wf__ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, int world_size);
+void wf__ckpt_plan_free(wf_ckpt_plan *p);
 
 /* "data-%05d-of-%05d.bin" */
-void wf_ckpt_data_name(char *buf, size_t n, int rank, int world_size);
+void wf__ckpt_data_name(char *buf, size_t n, int rank, int world_size);
 
 /* The temporary directory a save of `dir` writes into, malloc'd. */
-char *wf_ckpt_tmp_path(const char *dir);
+char *wf__ckpt_tmp_path(const char *dir);
 
 /* Copies rank r's data file image (header, pieces, zero padding) into
  * `image` (rank_bytes[r] bytes, zeroed by the caller once). */
-void wf_ckpt_stage(const wf_ckpt_plan *p, int rank, uint64_t step, unsigned char *image);
+void wf__ckpt_stage(const wf_ckpt_plan *p, int rank, uint64_t step, unsigned char *image);
 
 /* Writes rank r's data file into `tmp_dir`, from `image` when non-NULL
- * (made by wf_ckpt_stage) or else from the tensors, fsyncs it, and stores
+ * (made by wf__ckpt_stage) or else from the tensors, fsyncs it, and stores
  * each of its pieces' checksum at sums[piece index]. */
-wf_status wf_ckpt_write_data(const wf_ckpt_plan *p, int rank, const char *tmp_dir, uint64_t step,
+wf_status wf__ckpt_write_data(const wf_ckpt_plan *p, int rank, const char *tmp_dir, uint64_t step,
                              const unsigned char *image, uint64_t *sums);
 
 /* Writes and fsyncs tmp_dir/manifest.json: the plan, the checksums of every
  * piece (sums, by piece index) and the state (a JSON object, or NULL). */
-wf_status wf_ckpt_write_manifest(const wf_ckpt_plan *p, const char *tmp_dir, uint64_t step,
+wf_status wf__ckpt_write_manifest(const wf_ckpt_plan *p, const char *tmp_dir, uint64_t step,
                                  const json_t *state, const uint64_t *sums);
 
 /* fsyncs tmp_dir, renames it to `dir` (moving an existing `dir` aside and
  * deleting it after), fsyncs the parent. */
-wf_status wf_ckpt_commit(const char *tmp_dir, const char *dir);
+wf_status wf__ckpt_commit(const char *tmp_dir, const char *dir);
 
 /* The JSON object behind a wf_ckpt_meta (borrowed). */
-const json_t *wf_ckpt_meta_json(const wf_ckpt_meta *m);
+const json_t *wf__ckpt_meta_json(const wf_ckpt_meta *m);
 
 #endif

@@ -25,7 +25,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoint data is li
 
 /* ---- plan ---- */
 
-void wf_ckpt_rows_of(int64_t rows, int r, int w, int64_t *begin, int64_t *end) {
+void wf__ckpt_rows_of(int64_t rows, int r, int w, int64_t *begin, int64_t *end) {
     /* Near-equal split: the first rows % w ranks get one more row. */
     *begin = rows * r / w;
     *end = rows * (r + 1) / w;
@@ -100,14 +100,14 @@ static int range_boxes_at(const int64_t *shape, int ndim, int d, int64_t *prefix
     return got;
 }
 
-int wf_ckpt_range_boxes(const int64_t *shape, int ndim, int64_t begin, int64_t end,
+int wf__ckpt_range_boxes(const int64_t *shape, int ndim, int64_t begin, int64_t end,
                         int64_t (*off)[WF_CKPT_MAX_DIMS], int64_t (*size)[WF_CKPT_MAX_DIMS]) {
     int64_t prefix[WF_CKPT_MAX_DIMS] = {0};
     if (begin >= end) return 0;
     return range_boxes_at(shape, ndim, 0, prefix, begin, end, off, size, 0);
 }
 
-void wf_ckpt_plan_free(wf_ckpt_plan *p) {
+void wf__ckpt_plan_free(wf_ckpt_plan *p) {
     if (!p) return;
     for (size_t i = 0; i < p->n_tensors && p->tensors; i++) free((char *)(uintptr_t)p->tensors[i].name);
     free(p->tensors);
@@ -124,7 +124,7 @@ static int rank_boxes(const wf_ckpt_tensor *t, int r, int w, int64_t (*off)[WF_C
                       int64_t (*size)[WF_CKPT_MAX_DIMS], int64_t *range_begin) {
     if (t->shard_size <= 0) {
         int64_t b, e;
-        wf_ckpt_rows_of(t->shape[0], r, w, &b, &e);
+        wf__ckpt_rows_of(t->shape[0], r, w, &b, &e);
         *range_begin = 0;
         if (b == e) return 0; /* fewer rows than ranks: this rank has none */
         if (off) {
@@ -138,7 +138,7 @@ static int rank_boxes(const wf_ckpt_tensor *t, int r, int w, int64_t (*off)[WF_C
     int64_t b, e;
     wf_ckpt_tensor_range(t, r, &b, &e);
     *range_begin = b;
-    return wf_ckpt_range_boxes(t->shape, t->ndim, b, e, off, size);
+    return wf__ckpt_range_boxes(t->shape, t->ndim, b, e, off, size);
 }
 
 static wf_status check_piece_follows(const wf_ckpt_plan *p, const wf_ckpt_piece *pc, int64_t expected) {
@@ -173,7 +173,7 @@ static wf_status check_tiling(const wf_ckpt_plan *p) {
     return s;
 }
 
-wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, int world_size) {
+wf_status wf__ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, int world_size) {
     memset(p, 0, sizeof *p);
     if (world_size < 1 || world_size > 100000)
         return wf_error(WF_ERR_INVALID, "checkpoint: world_size %d is out of range [1, 100000]", world_size);
@@ -211,7 +211,7 @@ wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, 
     p->rank_first = calloc((size_t)world_size + 1, sizeof *p->rank_first);
     p->rank_bytes = calloc((size_t)world_size, sizeof *p->rank_bytes);
     if (!p->tensors || !p->pieces || !p->rank_first || !p->rank_bytes) {
-        wf_ckpt_plan_free(p);
+        wf__ckpt_plan_free(p);
         return wf_error(WF_ERR_NOMEM, "checkpoint: out of memory planning %zu tensors", n);
     }
     for (size_t i = 0; i < n; i++) {
@@ -219,7 +219,7 @@ wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, 
         p->tensors[i].name = strdup(t[i].name);
         if (!p->tensors[i].name) {
             p->n_tensors = i;
-            wf_ckpt_plan_free(p);
+            wf__ckpt_plan_free(p);
             return wf_error(WF_ERR_NOMEM, "out of memory");
         }
     }
@@ -256,15 +256,15 @@ wf_status wf_ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, 
     }
     p->rank_first[world_size] = p->n_pieces;
     wf_status s = check_tiling(p);
-    if (s != WF_OK) wf_ckpt_plan_free(p);
+    if (s != WF_OK) wf__ckpt_plan_free(p);
     return s;
 }
 
-void wf_ckpt_data_name(char *buf, size_t n, int rank, int world_size) {
+void wf__ckpt_data_name(char *buf, size_t n, int rank, int world_size) {
     snprintf(buf, n, "data-%05d-of-%05d.bin", rank, world_size);
 }
 
-char *wf_ckpt_tmp_path(const char *dir) {
+char *wf__ckpt_tmp_path(const char *dir) {
     const char *slash = strrchr(dir, '/');
     size_t plen = slash ? (size_t)(slash - dir + 1) : 0;
     size_t n = strlen(dir) + 48;
@@ -299,7 +299,7 @@ static const unsigned char *piece_src(const wf_ckpt_plan *p, const wf_ckpt_piece
     return (const unsigned char *)(p->tensors[pc->tensor].data + pc->src);
 }
 
-void wf_ckpt_stage(const wf_ckpt_plan *p, int rank, uint64_t step, unsigned char *image) {
+void wf__ckpt_stage(const wf_ckpt_plan *p, int rank, uint64_t step, unsigned char *image) {
     make_header(image, p, rank, step);
     for (size_t k = p->rank_first[rank]; k < p->rank_first[rank + 1]; k++) {
         const wf_ckpt_piece *pc = &p->pieces[k];
@@ -323,10 +323,10 @@ static int write_all(int fd, const unsigned char *buf, uint64_t len) {
     return 0;
 }
 
-wf_status wf_ckpt_write_data(const wf_ckpt_plan *p, int rank, const char *tmp_dir, uint64_t step,
+wf_status wf__ckpt_write_data(const wf_ckpt_plan *p, int rank, const char *tmp_dir, uint64_t step,
                              const unsigned char *image, uint64_t *sums) {
     char name[64], path[4096];
-    wf_ckpt_data_name(name, sizeof name, rank, p->world_size);
+    wf__ckpt_data_name(name, sizeof name, rank, p->world_size);
     snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return wf_error(WF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
@@ -365,7 +365,7 @@ static json_t *int_array(const int64_t *v, int n) {
     return a;
 }
 
-wf_status wf_ckpt_write_manifest(const wf_ckpt_plan *p, const char *tmp_dir, uint64_t step,
+wf_status wf__ckpt_write_manifest(const wf_ckpt_plan *p, const char *tmp_dir, uint64_t step,
                                  const json_t *state, const uint64_t *sums) {
     json_t *m = json_object();
     json_object_set_new(m, "format", json_string("weft-checkpoint"));
@@ -376,7 +376,7 @@ wf_status wf_ckpt_write_manifest(const wf_ckpt_plan *p, const char *tmp_dir, uin
     json_t *files = json_array();
     for (int r = 0; r < p->world_size; r++) {
         char name[64];
-        wf_ckpt_data_name(name, sizeof name, r, p->world_size);
+        wf__ckpt_data_name(name, sizeof name, r, p->world_size);
         json_t *f = json_object();
         json_object_set_new(f, "name", json_string(name));
         json_object_set_new(f, "rank", json_integer(r));
@@ -451,7 +451,7 @@ static char *trash_path(const char *path) {
     return out;
 }
 
-wf_status wf_ckpt_commit(const char *tmp_dir, const char *dir) {
+wf_status wf__ckpt_commit(const char *tmp_dir, const char *dir) {
     WF_TRY(wf_fsync_dir(tmp_dir));
     char *parent = parent_of(dir), *trash = NULL;
     if (!parent) return wf_error(WF_ERR_NOMEM, "out of memory");
@@ -595,7 +595,7 @@ void wf_ckpt_meta_destroy(wf_ckpt_meta *m) {
     free(m);
 }
 
-const json_t *wf_ckpt_meta_json(const wf_ckpt_meta *m) { return m ? m->state : NULL; }
+const json_t *wf__ckpt_meta_json(const wf_ckpt_meta *m) { return m ? m->state : NULL; }
 
 /* Stores v (stolen) at "section.name" or "name". */
 static wf_status meta_put(wf_ckpt_meta *m, const char *key, json_t *v) {

@@ -98,14 +98,14 @@ static void discard_tmp(const char *tmp, wf_status s) {
 static wf_status do_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const json_t *state,
                          const unsigned char *image, int *pruned) {
     *pruned = 0;
-    char *tmp = wf_ckpt_tmp_path(dir);
+    char *tmp = wf__ckpt_tmp_path(dir);
     if (!tmp) return wf_error(WF_ERR_NOMEM, "out of memory");
     wf_status s = WF_OK;
     if (wf_path_exists(tmp)) s = wf_remove_tree(tmp);
     if (s == WF_OK) s = wf_mkdirs(tmp);
-    if (s == WF_OK) s = wf_ckpt_write_data(&w->plan, w->o.rank, tmp, step, image, w->sums);
-    if (s == WF_OK) s = wf_ckpt_write_manifest(&w->plan, tmp, step, state, w->sums);
-    if (s == WF_OK) s = wf_ckpt_commit(tmp, dir);
+    if (s == WF_OK) s = wf__ckpt_write_data(&w->plan, w->o.rank, tmp, step, image, w->sums);
+    if (s == WF_OK) s = wf__ckpt_write_manifest(&w->plan, tmp, step, state, w->sums);
+    if (s == WF_OK) s = wf__ckpt_commit(tmp, dir);
     if (s != WF_OK) discard_tmp(tmp, s);
     free(tmp);
     if (s == WF_OK) s = prune_after(w, dir, pruned);
@@ -136,7 +136,7 @@ static wf_status do_save_ranks(wf_ckpt_writer *w, const char *dir, uint64_t step
     int rank = w->o.rank;
     /* Rank 0's temporary folder (its name holds rank 0's pid) for all. */
     char *tmp = calloc(1, 4096);
-    char *mine = rank == 0 ? wf_ckpt_tmp_path(dir) : NULL;
+    char *mine = rank == 0 ? wf__ckpt_tmp_path(dir) : NULL;
     wf_status s = tmp && (rank != 0 || mine) ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
     if (s == WF_OK && mine && strlen(mine) >= 4096) s = wf_error(WF_ERR_INVALID, "checkpoint: path too long: %s", mine);
     if (s == WF_OK && mine) memcpy(tmp, mine, strlen(mine) + 1);
@@ -152,7 +152,7 @@ static wf_status do_save_ranks(wf_ckpt_writer *w, const char *dir, uint64_t step
     int32_t *words = NULL;
     if (s == WF_OK) {
         memset(w->sums, 0, (n + 1) * sizeof *w->sums);
-        s = wf_ckpt_write_data(&w->plan, rank, tmp, step, NULL, w->sums);
+        s = wf__ckpt_write_data(&w->plan, rank, tmp, step, NULL, w->sums);
         s = agree_phase(w, s, "to write its data file");
     }
     if (s == WF_OK) {
@@ -166,8 +166,8 @@ static wf_status do_save_ranks(wf_ckpt_writer *w, const char *dir, uint64_t step
         wf_status m = WF_OK;
         if (rank == 0) {
             memcpy(w->sums, words, n * sizeof *w->sums);
-            m = wf_ckpt_write_manifest(&w->plan, tmp, step, state, w->sums);
-            if (m == WF_OK) m = wf_ckpt_commit(tmp, dir);
+            m = wf__ckpt_write_manifest(&w->plan, tmp, step, state, w->sums);
+            if (m == WF_OK) m = wf__ckpt_commit(tmp, dir);
             if (m == WF_OK) m = prune_after(w, dir, pruned);
         }
         s = agree_phase(w, m, "to write the manifest and commit");
@@ -250,8 +250,8 @@ static wf_status commit_ranks(wf_ckpt_writer *w, wf_ckpt_save_stats *stats) {
         int committed = 0;
         if (rank == 0) {
             memcpy(w->sums, w->words, n * sizeof *w->sums);
-            m = wf_ckpt_write_manifest(&w->plan, w->pend_tmp, step, w->pend_state, w->sums);
-            if (m == WF_OK) m = wf_ckpt_commit(w->pend_tmp, w->pend_dir);
+            m = wf__ckpt_write_manifest(&w->plan, w->pend_tmp, step, w->pend_state, w->sums);
+            if (m == WF_OK) m = wf__ckpt_commit(w->pend_tmp, w->pend_dir);
             committed = m == WF_OK;
             if (m == WF_OK) m = prune_after(w, w->pend_dir, &pruned);
         }
@@ -314,9 +314,9 @@ static wf_status save_ranks_async(wf_ckpt_writer *w, const char *dir, uint64_t s
     json_t *state = NULL;
     wf_status s = dir_copy && tmp && job_tmp ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
     if (s == WF_OK && rank == 0) {
-        const json_t *mj = wf_ckpt_meta_json(meta);
+        const json_t *mj = wf__ckpt_meta_json(meta);
         state = mj ? json_deep_copy(mj) : json_object();
-        char *mine = wf_ckpt_tmp_path(dir);
+        char *mine = wf__ckpt_tmp_path(dir);
         if (!state || !mine) s = wf_error(WF_ERR_NOMEM, "out of memory");
         else if (strlen(mine) >= TMP_PATH_MAX) s = wf_error(WF_ERR_INVALID, "checkpoint: path too long: %s", mine);
         else memcpy(tmp, mine, strlen(mine) + 1);
@@ -347,7 +347,7 @@ static wf_status save_ranks_async(wf_ckpt_writer *w, const char *dir, uint64_t s
     memset(w->sums, 0, (w->plan.n_pieces + 1) * sizeof *w->sums);
     double t1 = wf_time_now();
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_MEMORY, "ckpt snapshot", (int64_t)st.bytes);
-    wf_ckpt_stage(&w->plan, rank, step, w->staging);
+    wf__ckpt_stage(&w->plan, rank, step, w->staging);
     wf_trace_end(span);
     double t2 = wf_time_now();
     st.copy_seconds = t2 - t1;
@@ -369,7 +369,7 @@ static wf_status save_ranks_async(wf_ckpt_writer *w, const char *dir, uint64_t s
 static void thread_write_rank(wf_ckpt_writer *w, const char *tmp, uint64_t step) {
     double t0 = wf_time_now();
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_IO, "ckpt write", (int64_t)w->plan.rank_bytes[w->o.rank]);
-    wf_status s = wf_ckpt_write_data(&w->plan, w->o.rank, tmp, step, w->staging, w->sums);
+    wf_status s = wf__ckpt_write_data(&w->plan, w->o.rank, tmp, step, w->staging, w->sums);
     wf_trace_end(span);
     double dt = wf_time_now() - t0;
     pthread_mutex_lock(&w->mu);
@@ -448,7 +448,7 @@ wf_status wf_ckpt_writer_create_ranks(wf_ckpt_writer **out, const wf_ckpt_tensor
     w->o = *opts;
     w->comm = comm;
     w->ranks_async = opts->world_size > 1 && opts->async;
-    wf_status s = wf_ckpt_plan_make(&w->plan, tensors, n, opts->world_size);
+    wf_status s = wf__ckpt_plan_make(&w->plan, tensors, n, opts->world_size);
     if (s != WF_OK) {
         free(w);
         return s;
@@ -503,7 +503,7 @@ void wf_ckpt_writer_destroy(wf_ckpt_writer *w) {
     free(w->staging);
     free(w->sums);
     free(w->words);
-    wf_ckpt_plan_free(&w->plan);
+    wf__ckpt_plan_free(&w->plan);
     free(w);
 }
 
@@ -521,8 +521,8 @@ wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const 
     if (!w->o.async) {
         int pruned;
         wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_IO, "ckpt write", (int64_t)st.bytes);
-        wf_status s = w->o.world_size > 1 ? do_save_ranks(w, dir, step, wf_ckpt_meta_json(meta), &pruned)
-                                          : do_save(w, dir, step, wf_ckpt_meta_json(meta), NULL, &pruned);
+        wf_status s = w->o.world_size > 1 ? do_save_ranks(w, dir, step, wf__ckpt_meta_json(meta), &pruned)
+                                          : do_save(w, dir, step, wf__ckpt_meta_json(meta), NULL, &pruned);
         wf_trace_end(span);
         st.write_seconds = st.blocked_seconds = wf_time_now() - t0;
         st.pruned = pruned;
@@ -549,7 +549,7 @@ wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const 
 
     /* Not busy: the staging buffer and the job fields are ours. */
     char *dir_copy = strdup(dir);
-    json_t *state = wf_ckpt_meta_json(meta) ? json_deep_copy(wf_ckpt_meta_json(meta)) : json_object();
+    json_t *state = wf__ckpt_meta_json(meta) ? json_deep_copy(wf__ckpt_meta_json(meta)) : json_object();
     if (!dir_copy || !state) {
         free(dir_copy);
         json_decref(state);
@@ -557,7 +557,7 @@ wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const 
     }
     double t1 = wf_time_now();
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_MEMORY, "ckpt snapshot", (int64_t)st.bytes);
-    wf_ckpt_stage(&w->plan, w->o.rank, step, w->staging);
+    wf__ckpt_stage(&w->plan, w->o.rank, step, w->staging);
     wf_trace_end(span);
     double t2 = wf_time_now();
     st.copy_seconds = t2 - t1;

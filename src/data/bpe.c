@@ -26,7 +26,7 @@
 #include "weft/buf.h"
 #include "weft/fileio.h"
 
-const char *const WF_BPE_DEFAULT_SPECIALS[3] = {"<|begin_of_text|>", "<|end_of_text|>",
+const char *const wf__bpe_default_specials[3] = {"<|begin_of_text|>", "<|end_of_text|>",
                                                  "<|pad|>"};
 
 /* --------------------------------------------------------- byte alphabet */
@@ -35,7 +35,7 @@ static int byte_is_printable(unsigned b) {
     return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
 }
 
-uint32_t wf_bpe_byte_cp(uint8_t b) {
+uint32_t wf__bpe_byte_cp(uint8_t b) {
     if (byte_is_printable(b)) return b;
     /* The k-th non-printable byte (in byte order) maps to U+0100 + k. */
     uint32_t k = 0;
@@ -50,17 +50,17 @@ static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
 static void tab_init(void) {
     for (size_t i = 0; i < sizeof cp_byte_tab / sizeof *cp_byte_tab; i++) cp_byte_tab[i] = -1;
     for (unsigned b = 0; b < 256; b++) {
-        byte_cp_tab[b] = wf_bpe_byte_cp((uint8_t)b);
+        byte_cp_tab[b] = wf__bpe_byte_cp((uint8_t)b);
         cp_byte_tab[byte_cp_tab[b]] = (int16_t)b;
     }
 }
 
-int wf_bpe_cp_byte(uint32_t cp) {
+int wf__bpe_cp_byte(uint32_t cp) {
     pthread_once(&tab_once, tab_init);
     return cp < sizeof cp_byte_tab / sizeof *cp_byte_tab ? cp_byte_tab[cp] : -1;
 }
 
-size_t wf_bpe_bytes_to_str(const uint8_t *b, size_t n, char *out) {
+size_t wf__bpe_bytes_to_str(const uint8_t *b, size_t n, char *out) {
     pthread_once(&tab_once, tab_init);
     char *o = out;
     for (size_t i = 0; i < n; i++) {
@@ -76,7 +76,7 @@ size_t wf_bpe_bytes_to_str(const uint8_t *b, size_t n, char *out) {
     return (size_t)(o - out);
 }
 
-long wf_bpe_str_to_bytes(const char *s, size_t n, uint8_t *out) {
+long wf__bpe_str_to_bytes(const char *s, size_t n, uint8_t *out) {
     pthread_once(&tab_once, tab_init);
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0, k = 0;
@@ -99,9 +99,9 @@ long wf_bpe_str_to_bytes(const char *s, size_t n, uint8_t *out) {
 
 /* -------------------------------------------------------------- strmap */
 
-uint64_t wf_bpe_hash(const void *p, size_t n) { return wf_hash64(p, n); }
+uint64_t wf__bpe_hash(const void *p, size_t n) { return wf_hash64(p, n); }
 
-wf_status wf_strmap_init(wf_strmap *m, size_t expected) {
+wf_status wf__bpe_strmap_init(wf_strmap *m, size_t expected) {
     memset(m, 0, sizeof *m);
     size_t cap = 16;
     while (cap < expected * 2) cap *= 2;
@@ -112,13 +112,13 @@ wf_status wf_strmap_init(wf_strmap *m, size_t expected) {
     return WF_OK;
 }
 
-void wf_strmap_free(wf_strmap *m) {
+void wf__bpe_strmap_free(wf_strmap *m) {
     free(m->slots);
     free(m->keys);
     memset(m, 0, sizeof *m);
 }
 
-int64_t *wf_strmap_find(const wf_strmap *m, const void *key, size_t len, uint64_t hash) {
+int64_t *wf__bpe_strmap_find(const wf_strmap *m, const void *key, size_t len, uint64_t hash) {
     if (!m->cap) return NULL;
     size_t mask = m->cap - 1, i = (size_t)hash & mask;
     for (;;) {
@@ -147,11 +147,11 @@ static int strmap_grow(wf_strmap *m) {
     return 0;
 }
 
-int64_t *wf_strmap_upsert(wf_strmap *m, const void *key, size_t len, uint64_t hash, int64_t def,
+int64_t *wf__bpe_strmap_upsert(wf_strmap *m, const void *key, size_t len, uint64_t hash, int64_t def,
                           int *inserted) {
     if (inserted) *inserted = 0;
     if (len >= UINT32_MAX) return NULL;
-    int64_t *v = wf_strmap_find(m, key, len, hash);
+    int64_t *v = wf__bpe_strmap_find(m, key, len, hash);
     if (v) return v;
     if ((m->n + 1) * 4 > m->cap * 3 && strmap_grow(m) != 0) return NULL;
     if (m->keys_len + len > m->keys_cap) {
@@ -254,8 +254,8 @@ typedef struct heap_ent {
 
 static void tls_free(bpe_tls *s) {
     if (!s) return;
-    wf_regex_state_free(&s->split_st);
-    wf_regex_state_free(&s->bl_st);
+    wf__pretok_regex_state_free(&s->split_st);
+    wf__pretok_regex_state_free(&s->bl_st);
     free(s->slots);
     free(s->cbytes);
     free(s->cids);
@@ -305,8 +305,8 @@ static bpe_tls *tls_get(const wf_tokenizer *t) {
     s->cbytes = malloc(CACHE_BYTES);
     s->cids = malloc(CACHE_IDS * sizeof *s->cids);
     if (!s->slots || !s->cbytes || !s->cids) goto nomem;
-    if (t->split_pattern && wf_regex_state_init(&s->split_st, &t->split_re) != WF_OK) goto fail;
-    if (t->bl_use_regex && wf_regex_state_init(&s->bl_st, &t->bl_re) != WF_OK) goto fail;
+    if (t->split_pattern && wf__pretok_regex_state_init(&s->split_st, &t->split_re) != WF_OK) goto fail;
+    if (t->bl_use_regex && wf__pretok_regex_state_init(&s->bl_st, &t->bl_re) != WF_OK) goto fail;
     if (pthread_setspecific(t->reg->key, s) != 0) goto nomem;
     pthread_mutex_lock(&t->reg->mu);
     s->next = t->reg->head;
@@ -480,7 +480,7 @@ static wf_status encode_piece(const wf_tokenizer *t, bpe_tls *s, const uint8_t *
         return wf_error(WF_ERR_NOMEM, "out of memory encoding a piece of %zu bytes", n);
     int32_t *sym = s->sym;
     size_t k = 0;
-    int64_t *whole = t->ignore_merges ? wf_strmap_find(&t->byte_ids, p, n, wf_hash64(p, n)) : NULL;
+    int64_t *whole = t->ignore_merges ? wf__bpe_strmap_find(&t->byte_ids, p, n, wf_hash64(p, n)) : NULL;
     if (whole) {
         sym[k++] = (int32_t)*whole;
     } else {
@@ -545,10 +545,10 @@ static wf_status encode_bytelevel(const wf_tokenizer *t, bpe_tls *s, const char 
         return encode_piece(t, s, (const uint8_t *)p, n, out);
     }
     wf_split_iter it;
-    wf_split_begin(&it, &t->bl_re, p, n);
+    wf__pretok_split_begin(&it, &t->bl_re, p, n);
     size_t off, len;
     int r;
-    while ((r = wf_split_next(&t->bl_re, &s->bl_st, &it, &off, &len)) > 0) {
+    while ((r = wf__pretok_split_next(&t->bl_re, &s->bl_st, &it, &off, &len)) > 0) {
         if (s->sink) WF_TRY(s->sink(s->sink_ctx, p + off, len));
         else WF_TRY(encode_piece(t, s, (const uint8_t *)p + off, len, out));
     }
@@ -561,10 +561,10 @@ static wf_status encode_segment(const wf_tokenizer *t, bpe_tls *s, const char *p
     if (n == 0) return WF_OK;
     if (!t->split_pattern) return encode_bytelevel(t, s, p, n, out);
     wf_split_iter it;
-    wf_split_begin(&it, &t->split_re, p, n);
+    wf__pretok_split_begin(&it, &t->split_re, p, n);
     size_t off, len;
     int r;
-    while ((r = wf_split_next(&t->split_re, &s->split_st, &it, &off, &len)) > 0) {
+    while ((r = wf__pretok_split_next(&t->split_re, &s->split_st, &it, &off, &len)) > 0) {
         /* With a prefix space the ByteLevel stage copies into pbuf, which
          * the split iterator does not read from: p is the caller's text. */
         WF_TRY(encode_bytelevel(t, s, p + off, len, out));
@@ -635,7 +635,7 @@ wf_status wf_tokenizer_pretokenize(const wf_tokenizer *t, const char *text, size
 }
 
 size_t wf_tokenizer_bytes_to_str(const void *bytes, size_t n, char *out) {
-    return wf_bpe_bytes_to_str(bytes, n, out);
+    return wf__bpe_bytes_to_str(bytes, n, out);
 }
 
 /* ---------------------------------------------------------------- decode */
@@ -682,7 +682,7 @@ int32_t wf_tokenizer_token_id(const wf_tokenizer *t, const char *token) {
     size_t n = strlen(token);
     for (size_t i = 0; i < t->n_added; i++)
         if (t->added[i].len == n && memcmp(t->added[i].content, token, n) == 0) return t->added[i].id;
-    int64_t *v = wf_strmap_find(&t->str_ids, token, n, wf_hash64(token, n));
+    int64_t *v = wf__bpe_strmap_find(&t->str_ids, token, n, wf_hash64(token, n));
     return v ? (int32_t)*v : -1;
 }
 
@@ -692,8 +692,8 @@ void wf_tokenizer_get_info(const wf_tokenizer *t, wf_tokenizer_info *out) {
     out->n_model_tokens = t->n_vocab;
     out->n_merges = t->n_merges;
     out->n_added = t->n_added;
-    out->pattern = t->split_pattern ? t->split_pattern : t->bl_use_regex ? WF_PRETOK_GPT2 : NULL;
-    out->pattern_name = t->split_literal ? NULL : wf_pretok_name_of(out->pattern);
+    out->pattern = t->split_pattern ? t->split_pattern : t->bl_use_regex ? wf__pretok_gpt2 : NULL;
+    out->pattern_name = t->split_literal ? NULL : wf__pretok_name_of(out->pattern);
     out->ignore_merges = t->ignore_merges;
     char bl[96];
     snprintf(bl, sizeof bl, "ByteLevel(add_prefix_space=%s, use_regex=%s)",
@@ -714,7 +714,7 @@ void wf_tokenizer_added(const wf_tokenizer *t, size_t i, const char **content, i
 
 /* ------------------------------------------------------- build / destroy */
 
-wf_tokenizer *wf_bpe_alloc(void) {
+wf_tokenizer *wf__bpe_alloc(void) {
     wf_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->unk_id = t->bos = t->eos = t->pad = -1;
@@ -730,11 +730,11 @@ static int32_t find_special(const wf_tokenizer *t, const char *const *names, siz
     return -1;
 }
 
-wf_status wf_bpe_build(wf_tokenizer *t, const char *where) {
+wf_status wf__bpe_build(wf_tokenizer *t, const char *where) {
     size_t n = t->n_ids;
     /* string -> id, and bytes -> id, over the model vocabulary */
-    WF_TRY(wf_strmap_init(&t->str_ids, t->n_vocab));
-    WF_TRY(wf_strmap_init(&t->byte_ids, t->n_vocab));
+    WF_TRY(wf__bpe_strmap_init(&t->str_ids, t->n_vocab));
+    WF_TRY(wf__bpe_strmap_init(&t->byte_ids, t->n_vocab));
     t->kind = calloc(n ? n : 1, 1);
     t->dec_off = calloc(n + 1, sizeof *t->dec_off);
     if (!t->kind || !t->dec_off) return wf_error(WF_ERR_NOMEM, "%s: out of memory", where);
@@ -764,7 +764,7 @@ wf_status wf_bpe_build(wf_tokenizer *t, const char *where) {
         if (!str) continue;
         size_t sl = strlen(str);
         int ins = 0;
-        int64_t *v = wf_strmap_upsert(&t->str_ids, str, sl, wf_hash64(str, sl), (int64_t)i, &ins);
+        int64_t *v = wf__bpe_strmap_upsert(&t->str_ids, str, sl, wf_hash64(str, sl), (int64_t)i, &ins);
         if (!v) {
             free(tmp);
             return wf_error(WF_ERR_NOMEM, "%s: out of memory", where);
@@ -782,9 +782,9 @@ wf_status wf_bpe_build(wf_tokenizer *t, const char *where) {
             }
             tmp = nt;
         }
-        long bl = wf_bpe_str_to_bytes(str, sl, tmp);
+        long bl = wf__bpe_str_to_bytes(str, sl, tmp);
         if (bl > 0) {
-            v = wf_strmap_upsert(&t->byte_ids, tmp, (size_t)bl, wf_hash64(tmp, (size_t)bl),
+            v = wf__bpe_strmap_upsert(&t->byte_ids, tmp, (size_t)bl, wf_hash64(tmp, (size_t)bl),
                                  (int64_t)i, NULL);
             if (!v) {
                 free(tmp);
@@ -821,13 +821,13 @@ wf_status wf_bpe_build(wf_tokenizer *t, const char *where) {
     for (int b = 0; b < 256; b++) {
         char s[4];
         uint8_t byte = (uint8_t)b;
-        size_t sl = wf_bpe_bytes_to_str(&byte, 1, s);
-        int64_t *v = wf_strmap_find(&t->str_ids, s, sl, wf_hash64(s, sl));
+        size_t sl = wf__bpe_bytes_to_str(&byte, 1, s);
+        int64_t *v = wf__bpe_strmap_find(&t->str_ids, s, sl, wf_hash64(s, sl));
         t->byte_id[b] = v ? (int32_t)*v : -1;
     }
     if (t->unk_token) {
         size_t sl = strlen(t->unk_token);
-        int64_t *v = wf_strmap_find(&t->str_ids, t->unk_token, sl, wf_hash64(t->unk_token, sl));
+        int64_t *v = wf__bpe_strmap_find(&t->str_ids, t->unk_token, sl, wf_hash64(t->unk_token, sl));
         if (!v)
             return wf_error(WF_ERR_FORMAT, "%s: model.unk_token \"%s\" is not in model.vocab", where,
                             t->unk_token);
@@ -865,8 +865,8 @@ wf_status wf_bpe_build(wf_tokenizer *t, const char *where) {
     t->eos = find_special(t, eos, 4);
     t->pad = find_special(t, pad, 4);
 
-    if (t->split_pattern) WF_TRY(wf_regex_compile(&t->split_re, t->split_pattern, t->split_literal, where));
-    if (t->bl_use_regex) WF_TRY(wf_regex_compile(&t->bl_re, WF_PRETOK_GPT2, 0, where));
+    if (t->split_pattern) WF_TRY(wf__pretok_regex_compile(&t->split_re, t->split_pattern, t->split_literal, where));
+    if (t->bl_use_regex) WF_TRY(wf__pretok_regex_compile(&t->bl_re, wf__pretok_gpt2, 0, where));
 
     t->reg = calloc(1, sizeof *t->reg);
     if (!t->reg) return wf_error(WF_ERR_NOMEM, "%s: out of memory", where);
@@ -907,14 +907,14 @@ void wf_tokenizer_destroy(wf_tokenizer *t) {
     free(t->added);
     free(t->split_pattern);
     free(t->post_processor_json);
-    wf_strmap_free(&t->str_ids);
-    wf_strmap_free(&t->byte_ids);
+    wf__bpe_strmap_free(&t->str_ids);
+    wf__bpe_strmap_free(&t->byte_ids);
     free(t->pairs);
     free(t->pair_filter);
     free(t->kind);
     free(t->dec_off);
     free(t->dec);
-    wf_regex_free(&t->split_re);
-    wf_regex_free(&t->bl_re);
+    wf__pretok_regex_free(&t->split_re);
+    wf__pretok_regex_free(&t->bl_re);
     free(t);
 }

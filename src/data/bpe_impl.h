@@ -10,7 +10,7 @@
  *     the input (invalid UTF-8 included) lands in exactly one piece;
  *   - a byte-string -> int64 hash map (vocabulary lookups, training counts);
  *   - the tokenizer object itself, filled by the JSON loader or the trainer
- *     and finished by wf_bpe_build.
+ *     and finished by wf__bpe_build.
  */
 #ifndef WEFT_DATA_BPE_IMPL_H
 #define WEFT_DATA_BPE_IMPL_H
@@ -27,26 +27,26 @@
 
 /* The code point GPT-2 uses for byte b: printable Latin-1 bytes map to
  * themselves, the other 68 to U+0100.. in byte order. */
-uint32_t wf_bpe_byte_cp(uint8_t b);
+uint32_t wf__bpe_byte_cp(uint8_t b);
 /* The byte of a code point of the alphabet, or -1. */
-int wf_bpe_cp_byte(uint32_t cp);
+int wf__bpe_cp_byte(uint32_t cp);
 /* Writes the alphabet form of n bytes as UTF-8 to out (room for 2n+1; it
  * is NUL-terminated) and returns its length. */
-size_t wf_bpe_bytes_to_str(const uint8_t *b, size_t n, char *out);
+size_t wf__bpe_bytes_to_str(const uint8_t *b, size_t n, char *out);
 /* Decodes a UTF-8 string of alphabet characters to bytes (out has room for
  * n). Returns the number of bytes, or -1 if the string holds a character
  * outside the alphabet or is not valid UTF-8. */
-long wf_bpe_str_to_bytes(const char *s, size_t n, uint8_t *out);
+long wf__bpe_str_to_bytes(const char *s, size_t n, uint8_t *out);
 
 /* --------------------------------------------------------- pre-tokenizer */
 
 /* The built-in patterns, as they appear in tokenizer.json. */
-extern const char WF_PRETOK_GPT2[];
-extern const char WF_PRETOK_LLAMA3[];
+extern const char wf__pretok_gpt2[];
+extern const char wf__pretok_llama3[];
 /* "gpt2" / "llama3" -> pattern; NULL if unknown. */
-const char *wf_pretok_named(const char *name);
+const char *wf__pretok_named(const char *name);
 /* Pattern -> "gpt2" / "llama3", or NULL for any other pattern. */
-const char *wf_pretok_name_of(const char *pattern);
+const char *wf__pretok_name_of(const char *pattern);
 
 /* A compiled pattern; immutable once compiled, shared by threads. `code`
  * is exact; `fast` (or NULL) is the pattern without the Unicode 15-16
@@ -62,8 +62,8 @@ typedef struct {
  * differs from PCRE2's, and \p{L}/\p{N} widened to Unicode 16 when
  * PCRE2's tables are older. `literal` quotes the whole pattern (Split with
  * a String pattern). `where` prefixes error messages. */
-wf_status wf_regex_compile(wf_regex *r, const char *pattern, int literal, const char *where);
-void wf_regex_free(wf_regex *r);
+wf_status wf__pretok_regex_compile(wf_regex *r, const char *pattern, int literal, const char *where);
+void wf__pretok_regex_free(wf_regex *r);
 
 /* One thread's matching state for one regex. */
 typedef struct {
@@ -71,8 +71,8 @@ typedef struct {
     pcre2_match_context *mc;
     pcre2_jit_stack *js;
 } wf_regex_state;
-wf_status wf_regex_state_init(wf_regex_state *st, const wf_regex *r);
-void wf_regex_state_free(wf_regex_state *st);
+wf_status wf__pretok_regex_state_init(wf_regex_state *st, const wf_regex *r);
+void wf__pretok_regex_state_free(wf_regex_state *st);
 
 /* Iterates the pieces of a subject: the matches of the regex, and each run
  * of bytes between matches (invalid UTF-8, or characters no alternative
@@ -86,10 +86,10 @@ typedef struct {
     size_t m_off, m_len; /* a match found after a gap, returned next */
     int pending;
 } wf_split_iter;
-void wf_split_begin(wf_split_iter *it, const wf_regex *r, const char *s, size_t n);
+void wf__pretok_split_begin(wf_split_iter *it, const wf_regex *r, const char *s, size_t n);
 /* Returns 1 and the next piece, 0 at the end, -1 on a matching error
  * (message set). */
-int wf_split_next(const wf_regex *r, wf_regex_state *st, wf_split_iter *it, size_t *off,
+int wf__pretok_split_next(const wf_regex *r, wf_regex_state *st, wf_split_iter *it, size_t *off,
                   size_t *len);
 
 /* ------------------------------------------------------------- hash map */
@@ -107,19 +107,19 @@ typedef struct {
     char *keys;
     size_t keys_len, keys_cap;
 } wf_strmap;
-wf_status wf_strmap_init(wf_strmap *m, size_t expected);
-void wf_strmap_free(wf_strmap *m);
+wf_status wf__bpe_strmap_init(wf_strmap *m, size_t expected);
+void wf__bpe_strmap_free(wf_strmap *m);
 /* Returns the value slot of key, inserting it with value `def` if absent
  * (*inserted says which). NULL when out of memory. The pointer is valid
  * until the next insertion. */
-int64_t *wf_strmap_upsert(wf_strmap *m, const void *key, size_t len, uint64_t hash, int64_t def,
+int64_t *wf__bpe_strmap_upsert(wf_strmap *m, const void *key, size_t len, uint64_t hash, int64_t def,
                           int *inserted);
 /* Returns the value slot of key, or NULL. */
-int64_t *wf_strmap_find(const wf_strmap *m, const void *key, size_t len, uint64_t hash);
+int64_t *wf__bpe_strmap_find(const wf_strmap *m, const void *key, size_t len, uint64_t hash);
 static inline const char *wf_strmap_key(const wf_strmap *m, const wf_strmap_slot *s) {
     return m->keys + s->off;
 }
-uint64_t wf_bpe_hash(const void *p, size_t n);
+uint64_t wf__bpe_hash(const void *p, size_t n);
 
 /* ------------------------------------------------------------ tokenizer */
 
@@ -168,7 +168,7 @@ struct wf_tokenizer {
     char *post_processor_json; /* kept verbatim for saving; NULL = null */
     int decoder_null;
 
-    /* ---- derived by wf_bpe_build ---- */
+    /* ---- derived by wf__bpe_build ---- */
     int32_t bos, eos, pad;
     int32_t byte_id[256];       /* id of each byte's token, -1 if missing */
     wf_pair_slot *pairs;        /* merge lookup */
@@ -191,10 +191,10 @@ struct wf_tokenizer {
 };
 
 /* Allocates an empty tokenizer (all ids -1, nothing derived). */
-wf_tokenizer *wf_bpe_alloc(void);
+wf_tokenizer *wf__bpe_alloc(void);
 /* Builds the derived tables from the model/added/pre-tokenizer fields.
  * `where` prefixes error messages (the file name). */
-wf_status wf_bpe_build(wf_tokenizer *t, const char *where);
+wf_status wf__bpe_build(wf_tokenizer *t, const char *where);
 
 /* Looks up a merge. */
 static inline const wf_pair_slot *wf_bpe_pair_find(const wf_tokenizer *t, int32_t a, int32_t b) {
@@ -212,6 +212,6 @@ static inline const wf_pair_slot *wf_bpe_pair_find(const wf_tokenizer *t, int32_
 }
 
 /* Default special tokens, in id order after the merges. */
-extern const char *const WF_BPE_DEFAULT_SPECIALS[3];
+extern const char *const wf__bpe_default_specials[3];
 
 #endif

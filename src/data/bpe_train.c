@@ -59,10 +59,10 @@ static wf_status count_task(void *arg, int tid, int n_threads) {
         const char *s = c->buf + c->unit_off[u];
         size_t n = c->unit_off[u + 1] - c->unit_off[u], off, len;
         wf_split_iter it;
-        wf_split_begin(&it, c->re, s, n);
+        wf__pretok_split_begin(&it, c->re, s, n);
         int r;
-        while ((r = wf_split_next(c->re, &c->st[tid], &it, &off, &len)) > 0) {
-            int64_t *v = wf_strmap_upsert(m, s + off, len, wf_bpe_hash(s + off, len), 0, NULL);
+        while ((r = wf__pretok_split_next(c->re, &c->st[tid], &it, &off, &len)) > 0) {
+            int64_t *v = wf__bpe_strmap_upsert(m, s + off, len, wf__bpe_hash(s + off, len), 0, NULL);
             if (!v) return wf_error(WF_ERR_NOMEM, "tokenizer train: out of memory counting pieces");
             (*v)++;
             c->n_pieces[tid]++;
@@ -146,9 +146,9 @@ static wf_status count_pieces(const wf_bpe_train_opts *o, const wf_regex *re, in
         goto out;
     }
     for (; n_init < n_threads; n_init++) {
-        if ((st = wf_regex_state_init(&c.st[n_init], re)) != WF_OK) goto out;
-        if ((st = wf_strmap_init(&c.maps[n_init], 1 << 16)) != WF_OK) {
-            wf_regex_state_free(&c.st[n_init]);
+        if ((st = wf__pretok_regex_state_init(&c.st[n_init], re)) != WF_OK) goto out;
+        if ((st = wf__bpe_strmap_init(&c.maps[n_init], 1 << 16)) != WF_OK) {
+            wf__pretok_regex_state_free(&c.st[n_init]);
             goto out;
         }
     }
@@ -188,7 +188,7 @@ static wf_status count_pieces(const wf_bpe_train_opts *o, const wf_regex *re, in
         for (size_t i = 0; i < m->cap; i++) {
             const wf_strmap_slot *s = &m->slots[i];
             if (s->len == UINT32_MAX) continue;
-            int64_t *v = wf_strmap_upsert(&c.maps[0], wf_strmap_key(m, s), s->len, s->hash, 0, NULL);
+            int64_t *v = wf__bpe_strmap_upsert(&c.maps[0], wf_strmap_key(m, s), s->len, s->hash, 0, NULL);
             if (!v) {
                 st = wf_error(WF_ERR_NOMEM, "tokenizer train: out of memory merging counts");
                 goto out;
@@ -200,8 +200,8 @@ static wf_status count_pieces(const wf_bpe_train_opts *o, const wf_regex *re, in
     memset(&c.maps[0], 0, sizeof c.maps[0]);
 out:
     for (int t = 0; t < n_init; t++) {
-        wf_regex_state_free(&c.st[t]);
-        wf_strmap_free(&c.maps[t]);
+        wf__pretok_regex_state_free(&c.st[t]);
+        wf__bpe_strmap_free(&c.maps[t]);
     }
     free(c.st);
     free(c.maps);
@@ -394,7 +394,7 @@ static int tok_add(tokstore *ts, const char *a, size_t al, const char *b, size_t
     memcpy(ts->bytes + ts->len, a, al);
     memcpy(ts->bytes + ts->len + al, b, bl);
     size_t l = al + bl;
-    if (!wf_strmap_upsert(&ts->ids, ts->bytes + ts->len, l, wf_bpe_hash(ts->bytes + ts->len, l),
+    if (!wf__bpe_strmap_upsert(&ts->ids, ts->bytes + ts->len, l, wf__bpe_hash(ts->bytes + ts->len, l),
                           (int64_t)ts->n, NULL))
         return -1;
     ts->off[ts->n] = ts->len;
@@ -443,7 +443,7 @@ static wf_status learn_merges(trainer *tr, tokstore *ts, size_t target, uint64_t
         if (!cat) return nomem();
         memcpy(cat, ts->bytes + ts->off[a], al);
         memcpy(cat + al, ts->bytes + ts->off[b], bl);
-        int64_t *have = wf_strmap_find(&ts->ids, cat, al + bl, wf_bpe_hash(cat, al + bl));
+        int64_t *have = wf__bpe_strmap_find(&ts->ids, cat, al + bl, wf__bpe_hash(cat, al + bl));
         int32_t nid = have ? (int32_t)*have : (int32_t)ts->n;
         int r = have ? 0 : tok_add(ts, cat, al + bl, cat, 0);
         if (cat != small) free(cat);
@@ -523,9 +523,9 @@ static int utf8_valid(const char *s) {
 
 static wf_status check_opts(const wf_bpe_train_opts *o, const char *const **specials,
                             size_t *n_special) {
-    *specials = o->special_tokens ? o->special_tokens : WF_BPE_DEFAULT_SPECIALS;
+    *specials = o->special_tokens ? o->special_tokens : wf__bpe_default_specials;
     *n_special = o->special_tokens ? o->n_special : 3;
-    if (!wf_pretok_named(o->pattern))
+    if (!wf__pretok_named(o->pattern))
         return wf_error(WF_ERR_INVALID, "tokenizer train: unknown pattern \"%s\" (use llama3 or gpt2)",
                         o->pattern);
     if (o->n_paths == 0) return wf_error(WF_ERR_INVALID, "tokenizer train: no input files");
@@ -595,7 +595,7 @@ static wf_status make_words(trainer *tr, const wf_strmap *counts) {
 static wf_status make_tokenizer(wf_tokenizer **out, const tokstore *ts, int32_t (*merges)[3],
                                 size_t n_merges, const char *pattern, const char *const *specials,
                                 size_t n_special) {
-    wf_tokenizer *t = wf_bpe_alloc();
+    wf_tokenizer *t = wf__bpe_alloc();
     if (!t) {
         free(merges);
         return nomem();
@@ -609,7 +609,7 @@ static wf_status make_tokenizer(wf_tokenizer **out, const tokstore *ts, int32_t 
     for (size_t i = 0; i < ts->n; i++) {
         size_t l = ts->off[i + 1] - ts->off[i];
         if (!(t->vocab_str[i] = malloc(2 * l + 1))) goto nomem;
-        wf_bpe_bytes_to_str((const uint8_t *)ts->bytes + ts->off[i], l, t->vocab_str[i]);
+        wf__bpe_bytes_to_str((const uint8_t *)ts->bytes + ts->off[i], l, t->vocab_str[i]);
     }
     for (size_t i = 0; i < n_special; i++) {
         wf_added_token *a = &t->added[i];
@@ -622,7 +622,7 @@ static wf_status make_tokenizer(wf_tokenizer **out, const tokstore *ts, int32_t 
     t->merges = merges;
     t->n_merges = n_merges;
     t->bl_trim_offsets = 1;
-    wf_status st = wf_bpe_build(t, "trained tokenizer");
+    wf_status st = wf__bpe_build(t, "trained tokenizer");
     if (st != WF_OK) {
         wf_tokenizer_destroy(t);
         return st;
@@ -643,16 +643,16 @@ wf_status wf_tokenizer_train(wf_tokenizer **out, const wf_bpe_train_opts *o) {
     for (size_t i = 0; i < n_special; i++)
         if (!utf8_valid(specials[i]))
             return wf_error(WF_ERR_INVALID, "tokenizer train: special token %zu is not valid UTF-8", i);
-    const char *pattern = wf_pretok_named(o->pattern);
+    const char *pattern = wf__pretok_named(o->pattern);
     int n_threads = o->n_threads > 0 ? o->n_threads : wf_default_threads();
     wf_regex re;
-    WF_TRY(wf_regex_compile(&re, pattern, 0, "tokenizer train"));
+    WF_TRY(wf__pretok_regex_compile(&re, pattern, 0, "tokenizer train"));
 
     double t0 = wf_time_now();
     wf_strmap counts = {0};
     uint64_t n_pieces = 0, n_docs = 0, n_bytes = 0;
     wf_status st = count_pieces(o, &re, n_threads, &counts, &n_pieces, &n_docs, &n_bytes);
-    wf_regex_free(&re);
+    wf__pretok_regex_free(&re);
     if (st != WF_OK) return st;
     double t1 = wf_time_now();
     WF_INFO("tokenizer train: %llu documents, %.1f MB, %llu pieces (%zu distinct) counted in %.2f s "
@@ -660,7 +660,7 @@ wf_status wf_tokenizer_train(wf_tokenizer **out, const wf_bpe_train_opts *o) {
             (unsigned long long)n_docs, (double)n_bytes / 1e6, (unsigned long long)n_pieces, counts.n,
             t1 - t0, n_threads);
     if (n_bytes == 0) {
-        wf_strmap_free(&counts);
+        wf__bpe_strmap_free(&counts);
         return wf_error(WF_ERR_EMPTY, "tokenizer train: the inputs hold no text");
     }
 
@@ -669,9 +669,9 @@ wf_status wf_tokenizer_train(wf_tokenizer **out, const wf_bpe_train_opts *o) {
     int32_t(*merges)[3] = NULL;
     size_t n_merges = 0;
     st = make_words(&tr, &counts);
-    wf_strmap_free(&counts);
+    wf__bpe_strmap_free(&counts);
     if (st != WF_OK) goto out;
-    if ((st = wf_strmap_init(&ts.ids, o->vocab_size)) != WF_OK) goto out;
+    if ((st = wf__bpe_strmap_init(&ts.ids, o->vocab_size)) != WF_OK) goto out;
     for (int b = 0; b < 256; b++) {
         char byte = (char)b;
         if (tok_add(&ts, &byte, 1, &byte, 0) != 0) {
@@ -698,6 +698,6 @@ out:
     trainer_free(&tr);
     free(ts.bytes);
     free(ts.off);
-    wf_strmap_free(&ts.ids);
+    wf__bpe_strmap_free(&ts.ids);
     return st;
 }

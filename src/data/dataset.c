@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "weft/buf.h"
-#include "data/shard_internal.h"
+#include "data/shard_impl.h"
 #include "weft/log.h"
 #include "weft/shard.h"
 
@@ -129,11 +129,11 @@ static wf_status split_close_shard(wf_dataset_writer *w, split_writer *sw) {
     wf_shard_summary sum;
     char *file = strdup(strrchr(sw->out.f.path, '/') + 1);
     if (!file) return wf_error(WF_ERR_NOMEM, "out of memory");
-    wf_status s = wf_shard_out_end(&sw->out, &sum);
+    wf_status s = wf__shard_out_end(&sw->out, &sum);
     sw->open = 0;
     if (s != WF_OK) {
         free(file);
-        wf_shard_out_abort(&sw->out);
+        wf__shard_out_abort(&sw->out);
         return s;
     }
     if (WF_GROW(sw->done, sw->cap_done, sw->n_done + 1, 16) != WF_OK) {
@@ -171,12 +171,12 @@ wf_status wf_dataset_writer_add(wf_dataset_writer *w, int split, const int32_t *
         snprintf(name, sizeof name, "%s-%05zu.wfs", split_names[split], sw->n_done);
         char *path = path_join(w->dir, name);
         if (!path) s = wf_error(WF_ERR_NOMEM, "out of memory");
-        else s = wf_shard_out_begin(&sw->out, path, w->token_bytes, w->vocab_size, (uint32_t)split,
+        else s = wf__shard_out_begin(&sw->out, path, w->token_bytes, w->vocab_size, (uint32_t)split,
                                     (uint32_t)sw->n_done);
         free(path);
         if (s == WF_OK) sw->open = 1;
     }
-    if (s == WF_OK) s = wf_shard_out_append(&sw->out, ids, n);
+    if (s == WF_OK) s = wf__shard_out_append(&sw->out, ids, n);
     /* A token outside the vocabulary is caught before anything is written:
      * the writer stays usable. Any other failure stops it. */
     if (s == WF_ERR_RANGE) return s;
@@ -245,7 +245,7 @@ wf_status wf_dataset_writer_finish(wf_dataset_writer *w) {
         split_writer *sw = &w->sp[i];
         if (!sw->open) continue;
         if (sw->out.n_docs == 0) { /* opened, then its first document was refused */
-            wf_shard_out_abort(&sw->out);
+            wf__shard_out_abort(&sw->out);
             sw->open = 0;
             continue;
         }
@@ -275,7 +275,7 @@ void wf_dataset_writer_destroy(wf_dataset_writer *w) {
     if (!w) return;
     for (int i = 0; i < 2; i++) {
         split_writer *sw = &w->sp[i];
-        if (sw->open) wf_shard_out_abort(&sw->out);
+        if (sw->open) wf__shard_out_abort(&sw->out);
         for (size_t k = 0; k < sw->n_done; k++) {
             if (!w->finished) { /* shards without a dataset.json are garbage */
                 char *p = path_join(w->dir, sw->done[k].file);

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/loader_internal.h"
+#include "data/loader_impl.h"
 #include "weft/rng.h"
 #include "weft/thread.h"
 #include "weft/trace.h"
@@ -296,7 +296,7 @@ wf_status wf_loader_create(wf_loader **out, const wf_loader_opts *o) {
     return WF_OK;
 }
 
-void wf_loader_inject_error_(wf_loader *l, wf_loader_state at) {
+void wf__loader_inject_error(wf_loader *l, wf_loader_state at) {
     pthread_mutex_lock(&l->mu);
     l->inject = 1;
     l->inject_at = at;

@@ -14,7 +14,7 @@
  * encodes 30% slower), so such a pattern is compiled twice: as written, and
  * widened. A subject none of whose characters is one of the added code
  * points matches the same with either, and almost all text is like that;
- * wf_split_begin looks (a byte scan) and picks the fast one when it can.
+ * wf__pretok_split_begin looks (a byte scan) and picks the fast one when it can.
  *
  * Invalid UTF-8 never breaks matching: PCRE2_MATCH_INVALID_UTF makes an
  * invalid sequence match nothing, and the iterator returns the bytes
@@ -28,23 +28,23 @@
 #include "data/bpe_impl.h"
 
 /* The GPT-2 pattern, as `tokenizers`' ByteLevel(use_regex=true) uses it. */
-const char WF_PRETOK_GPT2[] =
+const char wf__pretok_gpt2[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 /* The Llama 3 pattern, as in Meta's tokenizer.json. */
-const char WF_PRETOK_LLAMA3[] =
+const char wf__pretok_llama3[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-const char *wf_pretok_named(const char *name) {
-    if (!name || strcmp(name, "llama3") == 0) return WF_PRETOK_LLAMA3;
-    if (strcmp(name, "gpt2") == 0) return WF_PRETOK_GPT2;
+const char *wf__pretok_named(const char *name) {
+    if (!name || strcmp(name, "llama3") == 0) return wf__pretok_llama3;
+    if (strcmp(name, "gpt2") == 0) return wf__pretok_gpt2;
     return NULL;
 }
 
-const char *wf_pretok_name_of(const char *pattern) {
+const char *wf__pretok_name_of(const char *pattern) {
     if (!pattern) return NULL;
-    if (strcmp(pattern, WF_PRETOK_LLAMA3) == 0) return "llama3";
-    if (strcmp(pattern, WF_PRETOK_GPT2) == 0) return "gpt2";
+    if (strcmp(pattern, wf__pretok_llama3) == 0) return "llama3";
+    if (strcmp(pattern, wf__pretok_gpt2) == 0) return "gpt2";
     return NULL;
 }
 
@@ -248,7 +248,7 @@ static wf_status compile_one(pcre2_code **code, int *jit, const char *pat, int l
     return WF_OK;
 }
 
-wf_status wf_regex_compile(wf_regex *r, const char *pattern, int literal, const char *where) {
+wf_status wf__pretok_regex_compile(wf_regex *r, const char *pattern, int literal, const char *where) {
     memset(r, 0, sizeof *r);
     pthread_once(&lacks_once, probe_pcre2);
     if (literal) return compile_one(&r->code, &r->jit, pattern, 1, pattern, where);
@@ -264,17 +264,17 @@ wf_status wf_regex_compile(wf_regex *r, const char *pattern, int literal, const 
     }
     free(exact);
     free(fast);
-    if (st != WF_OK) wf_regex_free(r);
+    if (st != WF_OK) wf__pretok_regex_free(r);
     return st;
 }
 
-void wf_regex_free(wf_regex *r) {
+void wf__pretok_regex_free(wf_regex *r) {
     if (r->code) pcre2_code_free(r->code);
     if (r->fast) pcre2_code_free(r->fast);
     memset(r, 0, sizeof *r);
 }
 
-wf_status wf_regex_state_init(wf_regex_state *st, const wf_regex *r) {
+wf_status wf__pretok_regex_state_init(wf_regex_state *st, const wf_regex *r) {
     memset(st, 0, sizeof *st);
     st->md = pcre2_match_data_create(1, NULL);
     st->mc = pcre2_match_context_create(NULL);
@@ -288,18 +288,18 @@ wf_status wf_regex_state_init(wf_regex_state *st, const wf_regex *r) {
     }
     return WF_OK;
 nomem:
-    wf_regex_state_free(st);
+    wf__pretok_regex_state_free(st);
     return wf_error(WF_ERR_NOMEM, "out of memory creating regex match state");
 }
 
-void wf_regex_state_free(wf_regex_state *st) {
+void wf__pretok_regex_state_free(wf_regex_state *st) {
     if (st->md) pcre2_match_data_free(st->md);
     if (st->mc) pcre2_match_context_free(st->mc);
     if (st->js) pcre2_jit_stack_free(st->js);
     memset(st, 0, sizeof *st);
 }
 
-void wf_split_begin(wf_split_iter *it, const wf_regex *r, const char *s, size_t n) {
+void wf__pretok_split_begin(wf_split_iter *it, const wf_regex *r, const char *s, size_t n) {
     int fast = r->fast && !has_extra(s, n);
     it->code = fast ? r->fast : r->code;
     it->jit = fast ? r->fast_jit : r->jit;
@@ -310,7 +310,7 @@ void wf_split_begin(wf_split_iter *it, const wf_regex *r, const char *s, size_t 
     it->m_off = it->m_len = 0;
 }
 
-int wf_split_next(const wf_regex *r, wf_regex_state *st, wf_split_iter *it, size_t *off,
+int wf__pretok_split_next(const wf_regex *r, wf_regex_state *st, wf_split_iter *it, size_t *off,
                   size_t *len) {
     if (it->pending) {
         it->pending = 0;

@@ -1,6 +1,6 @@
 /* One token shard file: the streaming writer (wf_shard_out_*, used by the
  * dataset writer in dataset.c) and the mmap reader with its checks
- * (wf_shard_*). The byte layout is in shard_internal.h and
+ * (wf_shard_*). The byte layout is in shard_impl.h and
  * docs/formats/token-shard.md. This file knows nothing of dataset.json,
  * splits or tokenizers. */
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "weft/buf.h"
-#include "data/shard_internal.h"
+#include "data/shard_impl.h"
 #include "weft/shard.h"
 
 /* ------------------------------------------------------------- writing */
@@ -21,7 +21,7 @@ static wf_status out_write(wf_shard_out *o, const void *data, size_t len) {
     return WF_OK;
 }
 
-wf_status wf_shard_out_begin(wf_shard_out *o, const char *path, int token_bytes, uint32_t vocab_size,
+wf_status wf__shard_out_begin(wf_shard_out *o, const char *path, int token_bytes, uint32_t vocab_size,
                              uint32_t split, uint32_t shard_index) {
     memset(o, 0, sizeof *o);
     if (token_bytes != 2 && token_bytes != 4)
@@ -44,13 +44,13 @@ wf_status wf_shard_out_begin(wf_shard_out *o, const char *path, int token_bytes,
     static const unsigned char zeros[WF_SHARD_TOKENS_OFFSET];
     if (fwrite(zeros, 1, sizeof zeros, o->f.fp) != sizeof zeros) {
         s = wf_error(WF_ERR_IO, "%s: write failed: %s", o->f.tmp_path, strerror(errno));
-        wf_shard_out_abort(o);
+        wf__shard_out_abort(o);
         return s;
     }
     return WF_OK;
 }
 
-wf_status wf_shard_out_append(wf_shard_out *o, const int32_t *ids, size_t n) {
+wf_status wf__shard_out_append(wf_shard_out *o, const int32_t *ids, size_t n) {
     if (n == 0) return wf_error(WF_ERR_INVALID, "%s: empty document (a document holds at least one token)", o->f.path);
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= o->vocab_size)
@@ -79,7 +79,7 @@ wf_status wf_shard_out_append(wf_shard_out *o, const int32_t *ids, size_t n) {
     return WF_OK;
 }
 
-wf_status wf_shard_out_end(wf_shard_out *o, wf_shard_summary *sum) {
+wf_status wf__shard_out_end(wf_shard_out *o, wf_shard_summary *sum) {
     if (o->n_docs == 0) return wf_error(WF_ERR_INTERNAL, "%s: a shard without documents", o->f.path);
     uint64_t tokens_end = WF_SHARD_TOKENS_OFFSET + o->n_tokens * (uint64_t)o->token_bytes;
     uint64_t index_offset = wf_shard_align64_(tokens_end);
@@ -112,11 +112,11 @@ wf_status wf_shard_out_end(wf_shard_out *o, wf_shard_summary *sum) {
         return wf_error(WF_ERR_IO, "%s: cannot write the header: %s", o->f.tmp_path, strerror(errno));
     WF_TRY(wf_afile_commit(&o->f)); /* frees o->f whether or not it worked */
     *sum = (wf_shard_summary){o->n_tokens, o->n_docs, file_size, payload_hash, header_hash};
-    wf_shard_out_abort(o); /* frees the rest; the file is no longer temporary */
+    wf__shard_out_abort(o); /* frees the rest; the file is no longer temporary */
     return WF_OK;
 }
 
-void wf_shard_out_abort(wf_shard_out *o) {
+void wf__shard_out_abort(wf_shard_out *o) {
     if (o->f.path) wf_afile_abort(&o->f);
     wf_hasher_destroy(o->hash);
     free(o->doc_starts);

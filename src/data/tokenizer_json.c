@@ -260,7 +260,7 @@ static wf_status parse_model(const jctx *c, wf_tokenizer *t, const json_t *m) {
     t->vocab_str = calloc(t->n_ids ? t->n_ids : 1, sizeof *t->vocab_str);
     if (!t->vocab_str) return wf_error(WF_ERR_NOMEM, "%s: out of memory for %zu ids", c->path, t->n_ids);
     wf_strmap ids;
-    WF_TRY(wf_strmap_init(&ids, json_object_size(vocab)));
+    WF_TRY(wf__bpe_strmap_init(&ids, json_object_size(vocab)));
     wf_status st = WF_OK;
     json_object_foreach((json_t *)vocab, key, val) {
         size_t id = (size_t)json_integer_value(val);
@@ -271,7 +271,7 @@ static wf_status parse_model(const jctx *c, wf_tokenizer *t, const json_t *m) {
         }
         size_t kl = strlen(key);
         if (!(t->vocab_str[id] = strdup(key)) ||
-            !wf_strmap_upsert(&ids, key, kl, wf_bpe_hash(key, kl), (int64_t)id, NULL)) {
+            !wf__bpe_strmap_upsert(&ids, key, kl, wf__bpe_hash(key, kl), (int64_t)id, NULL)) {
             st = wf_error(WF_ERR_NOMEM, "%s: out of memory", c->path);
             goto done;
         }
@@ -329,7 +329,7 @@ static wf_status parse_model(const jctx *c, wf_tokenizer *t, const json_t *m) {
         const char *parts[3] = {a, b, cat};
         size_t lens[3] = {al, bl, al + bl};
         for (int k = 0; k < 3; k++) {
-            int64_t *v = wf_strmap_find(&ids, parts[k], lens[k], wf_bpe_hash(parts[k], lens[k]));
+            int64_t *v = wf__bpe_strmap_find(&ids, parts[k], lens[k], wf__bpe_hash(parts[k], lens[k]));
             if (!v) {
                 st = wf_error(WF_ERR_FORMAT,
                               "%s: model.merges[%zu] (\"%.*s\" + \"%.*s\"): %s \"%.*s\" is not in "
@@ -345,7 +345,7 @@ static wf_status parse_model(const jctx *c, wf_tokenizer *t, const json_t *m) {
 done_cat:
     free(cat);
 done:
-    wf_strmap_free(&ids);
+    wf__bpe_strmap_free(&ids);
     return st;
 }
 
@@ -412,7 +412,7 @@ wf_status wf_tokenizer_load(wf_tokenizer **out, const char *path) {
             return wf_error(WF_ERR_IO, "%s: cannot read: %s", path, je.text);
         return wf_error(WF_ERR_FORMAT, "%s:%d:%d: malformed JSON: %s", path, je.line, je.column, je.text);
     }
-    wf_tokenizer *t = wf_bpe_alloc();
+    wf_tokenizer *t = wf__bpe_alloc();
     if (!t) {
         json_decref(root);
         return wf_error(WF_ERR_NOMEM, "%s: out of memory", path);
@@ -420,7 +420,7 @@ wf_status wf_tokenizer_load(wf_tokenizer **out, const char *path) {
     jctx c = {path};
     wf_status st = parse_root(&c, t, root);
     json_decref(root);
-    if (st == WF_OK) st = wf_bpe_build(t, path);
+    if (st == WF_OK) st = wf__bpe_build(t, path);
     if (st != WF_OK) {
         wf_tokenizer_destroy(t);
         return st;

@@ -222,7 +222,7 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
     const char *name = wf_comm_detect_backend(&o);
     const wf_dist_backend *be;
     if (strcmp(name, "single") == 0) {
-        be = wf_dist_single_backend();
+        be = wf__dist_single_backend();
     } else {
         char tried[2048] = "";
         be = find_backend(name, tried, sizeof tried);
@@ -278,7 +278,7 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
         return s;
     }
     c->max_reqs = be->max_requests < WF_COMM_MAX_REQUESTS ? be->max_requests : WF_COMM_MAX_REQUESTS;
-    wf_status s = wf_watchdog_create(&c->wd, &o, c->rank, c->size);
+    wf_status s = wf__dist_watchdog_create(&c->wd, &o, c->rank, c->size);
     if (s != WF_OK) {
         be->finalize(c->st);
         free(c);
@@ -302,7 +302,7 @@ void wf_comm_destroy(wf_comm *c) {
     /* Leave no request behind: MPI_Finalize with pending ones is an error. */
     for (int i = 0; i < c->max_reqs; i++)
         if (c->reqs[i].used && !c->reqs[i].done) c->be->wait(c->st, i);
-    wf_watchdog_destroy(c->wd);
+    wf__dist_watchdog_destroy(c->wd);
     c->be->finalize(c->st);
     free(c);
 }
@@ -318,13 +318,13 @@ void wf_comm_abort(wf_comm *c, int code) {
     _exit(code); /* a backend's abort does not return; this keeps noreturn true */
 }
 
-void wf_comm_set_step(wf_comm *c, int64_t step) { wf_watchdog_set_step(c->wd, step); }
+void wf_comm_set_step(wf_comm *c, int64_t step) { wf__dist_watchdog_set_step(c->wd, step); }
 
 size_t wf_comm_recorder_dump(wf_comm *c, char *out, size_t cap) {
-    return wf_watchdog_dump(c->wd, out, cap);
+    return wf__dist_watchdog_dump(c->wd, out, cap);
 }
 
-uint64_t wf_comm_completed(const wf_comm *c) { return wf_watchdog_completed(c->wd); }
+uint64_t wf_comm_completed(const wf_comm *c) { return wf__dist_watchdog_completed(c->wd); }
 
 static const char *op_name(wf_comm_op op) {
     switch (op) {
@@ -364,7 +364,7 @@ static wf_status backend_op(wf_comm_op op, wf_dist_dtype dt, const char *kind, c
 
 static wf_status comm_fail(wf_comm *c, const char *kind, const char *tag) {
     return wf_error(WF_ERR_IO, "dist: %s \"%s\" at step %lld on rank %d of %d: %s", kind,
-                    tag ? tag : "", (long long)wf_watchdog_step(c->wd), c->rank, c->size,
+                    tag ? tag : "", (long long)wf__dist_watchdog_step(c->wd), c->rank, c->size,
                     c->be->last_error(c->st));
 }
 
@@ -419,14 +419,14 @@ static wf_status all_reduce_any(wf_comm *c, void *buf, size_t n, wf_dist_dtype d
     if (n && !buf) return wf_error(WF_ERR_INVALID, "dist: all_reduce \"%s\": NULL buffer", tag ? tag : "");
     size_t es = dtype_size(dt);
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_reduce", (int64_t)(n * es));
-    uint64_t seq = wf_watchdog_begin(c->wd, "all_reduce", tag, n * es, 1);
+    uint64_t seq = wf__dist_watchdog_begin(c->wd, "all_reduce", tag, n * es, 1);
     int rc = 0;
     for (size_t done = 0; done < n && rc == 0;) {
         size_t k = n - done < WF_DIST_MAX_COUNT ? n - done : WF_DIST_MAX_COUNT;
         rc = c->be->all_reduce(c->st, (char *)buf + done * es, k, dt, bop);
         done += k;
     }
-    wf_watchdog_end(c->wd, seq, rc == 0);
+    wf__dist_watchdog_end(c->wd, seq, rc == 0);
     /* The division is part of the collective for its caller: inside the
      * trace span, as the caller's own timer counts it. */
     if (rc == 0 && op == WF_COMM_AVG && c->size > 1) {
@@ -509,9 +509,9 @@ wf_status wf_comm_reduce_scatter(wf_comm *c, const float *send, float *recv, con
                         "dist: reduce_scatter \"%s\": the receive buffer overlaps the send buffer",
                         tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "reduce_scatter", (int64_t)(total * sizeof(float)));
-    uint64_t seq = wf_watchdog_begin(c->wd, "reduce_scatter", tag, total * sizeof(float), 1);
+    uint64_t seq = wf__dist_watchdog_begin(c->wd, "reduce_scatter", tag, total * sizeof(float), 1);
     int rc = c->be->reduce_scatter(c->st, send, recv, counts, bop);
-    wf_watchdog_end(c->wd, seq, rc == 0);
+    wf__dist_watchdog_end(c->wd, seq, rc == 0);
     if (rc == 0 && op == WF_COMM_AVG && c->size > 1) divide_f32(recv, mine, c->size);
     wf_trace_end(span);
     if (rc != 0) return comm_fail(c, "reduce_scatter", tag);
@@ -523,9 +523,9 @@ wf_status wf_comm_all_gather(wf_comm *c, float *buf, const size_t *counts, const
     WF_TRY(check_counts(c, counts, "all_gather", tag, &total));
     if (total && !buf) return wf_error(WF_ERR_INVALID, "dist: all_gather \"%s\": NULL buffer", tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_gather", (int64_t)(total * sizeof(float)));
-    uint64_t seq = wf_watchdog_begin(c->wd, "all_gather", tag, total * sizeof(float), 1);
+    uint64_t seq = wf__dist_watchdog_begin(c->wd, "all_gather", tag, total * sizeof(float), 1);
     int rc = c->be->all_gather(c->st, buf, counts);
-    wf_watchdog_end(c->wd, seq, rc == 0);
+    wf__dist_watchdog_end(c->wd, seq, rc == 0);
     wf_trace_end(span);
     return rc == 0 ? WF_OK : comm_fail(c, "all_gather", tag);
 }
@@ -542,9 +542,9 @@ wf_status wf_comm_all_gather_bytes(wf_comm *c, const void *mine, void *out, size
         return wf_error(WF_ERR_INVALID,
                         "dist: all_gather_bytes \"%s\": the input overlaps the output", tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_gather", (int64_t)(bytes * (size_t)c->size));
-    uint64_t seq = wf_watchdog_begin(c->wd, "all_gather", tag, bytes * (size_t)c->size, 1);
+    uint64_t seq = wf__dist_watchdog_begin(c->wd, "all_gather", tag, bytes * (size_t)c->size, 1);
     int rc = c->be->all_gather_bytes(c->st, mine, out, bytes);
-    wf_watchdog_end(c->wd, seq, rc == 0);
+    wf__dist_watchdog_end(c->wd, seq, rc == 0);
     wf_trace_end(span);
     return rc == 0 ? WF_OK : comm_fail(c, "all_gather_bytes", tag);
 }
@@ -555,22 +555,22 @@ wf_status wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root, const
                         tag ? tag : "", root, c->size - 1);
     if (bytes && !buf) return wf_error(WF_ERR_INVALID, "dist: broadcast \"%s\": NULL buffer", tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "broadcast", (int64_t)(bytes));
-    uint64_t seq = wf_watchdog_begin(c->wd, "broadcast", tag, bytes, 1);
+    uint64_t seq = wf__dist_watchdog_begin(c->wd, "broadcast", tag, bytes, 1);
     int rc = 0;
     for (size_t done = 0; done < bytes && rc == 0;) {
         size_t k = bytes - done < WF_DIST_MAX_COUNT ? bytes - done : WF_DIST_MAX_COUNT;
         rc = c->be->broadcast(c->st, (char *)buf + done, k, root);
         done += k;
     }
-    wf_watchdog_end(c->wd, seq, rc == 0);
+    wf__dist_watchdog_end(c->wd, seq, rc == 0);
     wf_trace_end(span);
     return rc == 0 ? WF_OK : comm_fail(c, "broadcast", tag);
 }
 
 wf_status wf_comm_barrier(wf_comm *c, const char *tag) {
-    uint64_t seq = wf_watchdog_begin(c->wd, "barrier", tag, 0, 1);
+    uint64_t seq = wf__dist_watchdog_begin(c->wd, "barrier", tag, 0, 1);
     int rc = c->be->barrier(c->st);
-    wf_watchdog_end(c->wd, seq, rc == 0);
+    wf__dist_watchdog_end(c->wd, seq, rc == 0);
     return rc == 0 ? WF_OK : comm_fail(c, "barrier", tag);
 }
 
@@ -584,7 +584,7 @@ static void req_finish(wf_comm *c, int slot, int ok) {
     comm_req *q = &c->reqs[slot];
     if (q->done) return;
     if (ok && q->avg && c->size > 1) divide_f32(q->buf, q->n, c->size);
-    wf_watchdog_end(c->wd, q->seq, ok);
+    wf__dist_watchdog_end(c->wd, q->seq, ok);
     q->done = 1;
     q->ok = ok;
     c->n_out--;
@@ -643,14 +643,14 @@ wf_status wf_comm_iall_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, c
         return wf_error(WF_ERR_INVALID, "dist: iall_reduce \"%s\": NULL buffer", tag ? tag : "");
     int slot = free_slot(c);
     if (slot < 0) return no_slot(c, "iall_reduce", tag);
-    uint64_t seq = wf_watchdog_begin(c->wd, "iall_reduce", tag, n * sizeof(float), 0);
+    uint64_t seq = wf__dist_watchdog_begin(c->wd, "iall_reduce", tag, n * sizeof(float), 0);
     /* Starting it can do real work (Open MPI's libnbc runs the schedule's
      * first round in the call): traced, as the tests in progress are. */
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "iall_reduce", (int64_t)(n * sizeof(float)));
     int rc = c->be->iall_reduce(c->st, slot, buf, n, bop);
     wf_trace_end(span);
     if (rc != 0) {
-        wf_watchdog_end(c->wd, seq, 0);
+        wf__dist_watchdog_end(c->wd, seq, 0);
         return comm_fail(c, "iall_reduce", tag);
     }
     c->reqs[slot] = (comm_req){.used = 1, .buf = buf, .n = n, .avg = op == WF_COMM_AVG, .seq = seq,
@@ -683,12 +683,12 @@ wf_status wf_comm_ireduce_scatter(wf_comm *c, const float *send, float *recv, co
                         tag ? tag : "");
     int slot = free_slot(c);
     if (slot < 0) return no_slot(c, "ireduce_scatter", tag);
-    uint64_t seq = wf_watchdog_begin(c->wd, "ireduce_scatter", tag, total * sizeof(float), 0);
+    uint64_t seq = wf__dist_watchdog_begin(c->wd, "ireduce_scatter", tag, total * sizeof(float), 0);
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "ireduce_scatter", (int64_t)(total * sizeof(float)));
     int rc = c->be->ireduce_scatter(c->st, slot, send, recv, counts, bop);
     wf_trace_end(span);
     if (rc != 0) {
-        wf_watchdog_end(c->wd, seq, 0);
+        wf__dist_watchdog_end(c->wd, seq, 0);
         return comm_fail(c, "ireduce_scatter", tag);
     }
     c->reqs[slot] = (comm_req){.used = 1, .buf = recv, .n = mine, .avg = op == WF_COMM_AVG, .seq = seq,
@@ -728,7 +728,7 @@ wf_status wf_comm_wait(wf_comm *c, wf_comm_request *req) {
         /* The time blocked on a non-blocking collective: the part of it the
          * computation did not hide. */
         wf_trace_span span = wf_trace_begin(WF_TRACE_COMM, q->wait_name);
-        wf_watchdog_block(c->wd, req->seq);
+        wf__dist_watchdog_block(c->wd, req->seq);
         int rc = c->be->wait(c->st, req->slot);
         req_finish(c, req->slot, rc == 0);
         wf_trace_end(span);

@@ -71,6 +71,6 @@ typedef struct wf_dist_backend {
 typedef const wf_dist_backend *(*wf_dist_backend_fn)(void);
 
 /* The single-process backend (dist_single.c). */
-const wf_dist_backend *wf_dist_single_backend(void);
+const wf_dist_backend *wf__dist_single_backend(void);
 
 #endif

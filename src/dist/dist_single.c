@@ -61,7 +61,7 @@ static int single_all_gather_bytes(void *state, const void *mine, void *out, siz
 static int single_broadcast(void *state, void *buf, size_t bytes, int root) { return 0; }
 static int single_barrier(void *state) { return 0; }
 
-const wf_dist_backend *wf_dist_single_backend(void) {
+const wf_dist_backend *wf__dist_single_backend(void) {
     static const wf_dist_backend b = {
         .abi = WF_DIST_ABI,
         .name = "single",

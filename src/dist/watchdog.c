@@ -217,7 +217,7 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
-wf_status wf_watchdog_create(wf_watchdog **out, const wf_comm_options *o, int rank, int world) {
+wf_status wf__dist_watchdog_create(wf_watchdog **out, const wf_comm_options *o, int rank, int world) {
     *out = NULL;
     if (o->recorder_size < 4 || o->recorder_size > (1 << 20))
         return wf_error(WF_ERR_CONFIG,
@@ -259,7 +259,7 @@ wf_status wf_watchdog_create(wf_watchdog **out, const wf_comm_options *o, int ra
     pthread_condattr_destroy(&ca);
     if (w->timeout_first > 0 || w->timeout > 0) {
         if (pthread_create(&w->thread, NULL, watchdog_main, w) != 0) {
-            wf_watchdog_destroy(w);
+            wf__dist_watchdog_destroy(w);
             return wf_error(WF_ERR_INTERNAL, "dist: cannot start the watchdog thread");
         }
         w->has_thread = 1;
@@ -268,7 +268,7 @@ wf_status wf_watchdog_create(wf_watchdog **out, const wf_comm_options *o, int ra
     return WF_OK;
 }
 
-void wf_watchdog_destroy(wf_watchdog *w) {
+void wf__dist_watchdog_destroy(wf_watchdog *w) {
     if (!w) return;
     if (w->has_thread) {
         pthread_mutex_lock(&w->mu);
@@ -285,13 +285,13 @@ void wf_watchdog_destroy(wf_watchdog *w) {
     free(w);
 }
 
-void wf_watchdog_set_step(wf_watchdog *w, int64_t step) {
+void wf__dist_watchdog_set_step(wf_watchdog *w, int64_t step) {
     pthread_mutex_lock(&w->mu);
     w->step = step;
     pthread_mutex_unlock(&w->mu);
 }
 
-int64_t wf_watchdog_step(wf_watchdog *w) {
+int64_t wf__dist_watchdog_step(wf_watchdog *w) {
     pthread_mutex_lock(&w->mu);
     int64_t s = w->step;
     pthread_mutex_unlock(&w->mu);
@@ -308,7 +308,7 @@ static void block_locked(wf_watchdog *w, rec_entry *e, double now) {
     w->blocked_step = w->step;
 }
 
-uint64_t wf_watchdog_begin(wf_watchdog *w, const char *kind, const char *tag, size_t bytes,
+uint64_t wf__dist_watchdog_begin(wf_watchdog *w, const char *kind, const char *tag, size_t bytes,
                            int blocking) {
     double now = wf_time_now();
     pthread_mutex_lock(&w->mu);
@@ -327,7 +327,7 @@ uint64_t wf_watchdog_begin(wf_watchdog *w, const char *kind, const char *tag, si
     return seq;
 }
 
-void wf_watchdog_block(wf_watchdog *w, uint64_t seq) {
+void wf__dist_watchdog_block(wf_watchdog *w, uint64_t seq) {
     double now = wf_time_now();
     pthread_mutex_lock(&w->mu);
     rec_entry *e = &w->ring[seq % (uint64_t)w->ring_size];
@@ -343,7 +343,7 @@ void wf_watchdog_block(wf_watchdog *w, uint64_t seq) {
     pthread_mutex_unlock(&w->mu);
 }
 
-void wf_watchdog_end(wf_watchdog *w, uint64_t seq, int ok) {
+void wf__dist_watchdog_end(wf_watchdog *w, uint64_t seq, int ok) {
     double now = wf_time_now();
     pthread_mutex_lock(&w->mu);
     rec_entry *e = &w->ring[seq % (uint64_t)w->ring_size];
@@ -356,7 +356,7 @@ void wf_watchdog_end(wf_watchdog *w, uint64_t seq, int ok) {
     pthread_mutex_unlock(&w->mu);
 }
 
-size_t wf_watchdog_dump(wf_watchdog *w, char *out, size_t cap) {
+size_t wf__dist_watchdog_dump(wf_watchdog *w, char *out, size_t cap) {
     double now = wf_time_now();
     pthread_mutex_lock(&w->mu);
     size_t n = dump_locked(w, out, cap, now);
@@ -364,7 +364,7 @@ size_t wf_watchdog_dump(wf_watchdog *w, char *out, size_t cap) {
     return n;
 }
 
-uint64_t wf_watchdog_completed(wf_watchdog *w) {
+uint64_t wf__dist_watchdog_completed(wf_watchdog *w) {
     pthread_mutex_lock(&w->mu);
     uint64_t n = w->completed;
     pthread_mutex_unlock(&w->mu);

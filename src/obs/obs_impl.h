@@ -10,16 +10,16 @@
 #include "weft/status.h"
 
 /* Appends the shortest decimal that reads back as exactly `v` (finite). */
-void obs_buf_json_num(wf_buf *b, double v);
+void wf__obs_buf_json_num(wf_buf *b, double v);
 
 /* The CPU's model name from /proc/cpuinfo ("unknown CPU" if absent). */
-void obs_cpu_model(char *buf, size_t size);
+void wf__obs_cpu_model(char *buf, size_t size);
 
 /* Reads a whole small file (e.g. under /proc, whose size stat does not
  * know) into a NUL-terminated malloc'd string; NULL if it cannot. */
-char *obs_read_text(const char *path);
+char *wf__obs_read_text(const char *path);
 
 /* Current Unix time in seconds. */
-double obs_unix_now(void);
+double wf__obs_unix_now(void);
 
 #endif

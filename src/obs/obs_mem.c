@@ -40,8 +40,8 @@ void wf_host_mem_parse(const char *status_text, const char *meminfo_text, wf_hos
 }
 
 wf_status wf_host_mem_read(wf_host_mem *out) {
-    char *st = obs_read_text("/proc/self/status");
-    char *mi = obs_read_text("/proc/meminfo");
+    char *st = wf__obs_read_text("/proc/self/status");
+    char *mi = wf__obs_read_text("/proc/meminfo");
     wf_host_mem_parse(st, mi, out);
     free(st);
     free(mi);

@@ -85,7 +85,7 @@ wf_status wf_metrics_open(wf_metrics **out, const wf_metrics_options *opt) {
     wf_metrics *m = calloc(1, sizeof *m);
     if (!m) return wf_error(WF_ERR_NOMEM, "out of memory");
     m->flush_every_s = opt->flush_every_s > 0 ? opt->flush_every_s : 0;
-    m->last_flush = obs_unix_now();
+    m->last_flush = wf__obs_unix_now();
     size_t len = strlen(opt->dir) + 32;
     char *path = malloc(len);
     if (!path) {
@@ -128,7 +128,7 @@ static void jsonl_record(wf_buf *b, const wf_metrics_step *r) {
 #define PUT_D_(key, f)                                                      \
     if (isfinite(r->f)) {                                                   \
         KEY_(key);                                                          \
-        obs_buf_json_num(b, r->f);                                          \
+        wf__obs_buf_json_num(b, r->f);                                          \
     } else if (strcmp(key, "loss") == 0 || strcmp(key, "grad_norm") == 0) { \
         KEY_(key);                                                          \
         wf_buf_append(b, "null", 4);                                       \
@@ -173,7 +173,7 @@ static wf_status tb_record(wf_tb_writer *tb, const wf_metrics_step *r) {
 
 wf_status wf_metrics_log(wf_metrics *m, const wf_metrics_step *rec) {
     wf_metrics_step r = *rec;
-    double now = obs_unix_now();
+    double now = wf__obs_unix_now();
     if (r.time == 0) r.time = now;
     if (m->jsonl) jsonl_record(&m->buf, &r);
     if (m->tb) WF_TRY(tb_record(m->tb, &r));
@@ -191,7 +191,7 @@ wf_status wf_metrics_scalar(wf_metrics *m, const char *tag, double value, int64_
 }
 
 wf_status wf_metrics_flush(wf_metrics *m) {
-    m->last_flush = obs_unix_now();
+    m->last_flush = wf__obs_unix_now();
     wf_status s = jsonl_write_out(m);
     if (m->tb) {
         wf_status s2 = wf_tb_flush(m->tb);

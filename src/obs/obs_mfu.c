@@ -163,7 +163,7 @@ wf_status wf_peak_get(wf_peak *out, const wf_peak_options *opt) {
         return WF_OK;
     }
     char cpu[160];
-    obs_cpu_model(cpu, sizeof cpu);
+    wf__obs_cpu_model(cpu, sizeof cpu);
     int threads = wf_kern_threads();
     snprintf(out->key, sizeof out->key, "%s, %d thread%s, OpenBLAS %s", cpu, threads, threads == 1 ? "" : "s",
              wf_kern_blas_core());
@@ -183,7 +183,7 @@ wf_status wf_peak_get(wf_peak *out, const wf_peak_options *opt) {
     double t0 = wf_time_now();
     out->tflops = sgemm_peak(budget, max_n);
     double took = wf_time_now() - t0;
-    out->measured_at = obs_unix_now();
+    out->measured_at = wf__obs_unix_now();
     out->source = WF_PEAK_MEASURED;
     if (!(out->tflops > 0))
         return wf_error(WF_ERR_INTERNAL, "the sgemm benchmark measured no rate (out of memory?); set metrics.peak_tflops");

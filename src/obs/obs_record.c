@@ -230,7 +230,7 @@ static json_t *host_record(void) {
         json_object_set_new(h, "machine", json_string(u.machine));
     }
     char cpu[256];
-    obs_cpu_model(cpu, sizeof cpu);
+    wf__obs_cpu_model(cpu, sizeof cpu);
     json_object_set_new(h, "cpu", json_string(cpu));
     json_object_set_new(h, "logical_cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
     wf_host_mem hm;
@@ -269,7 +269,7 @@ wf_status wf_run_record_write(const char *dir, const wf_run_record *r) {
     json_object_set_new(root, "format", json_string("weft-run"));
     json_object_set_new(root, "version", json_integer(1));
     json_object_set_new(root, "weft_version", json_string(WF_VERSION));
-    double now = obs_unix_now();
+    double now = wf__obs_unix_now();
     time_t secs = (time_t)now;
     struct tm tm;
     char iso[32] = "";

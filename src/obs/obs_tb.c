@@ -148,7 +148,7 @@ static wf_status write_out(wf_tb_writer *w) {
     w->out.len = 0;
     if (fflush(w->fp) != 0)
         return wf_error(WF_ERR_IO, "%s: write failed: %s (is the disk full?)", w->path, strerror(errno));
-    w->last_flush = obs_unix_now();
+    w->last_flush = wf__obs_unix_now();
     return WF_OK;
 }
 
@@ -162,7 +162,7 @@ wf_status wf_tb_open(wf_tb_writer **out, const char *dir, double flush_every_s) 
         if (*c == '/') *c = '_';
     wf_tb_writer *w = calloc(1, sizeof *w);
     if (!w) return wf_error(WF_ERR_NOMEM, "out of memory");
-    double now = obs_unix_now();
+    double now = wf__obs_unix_now();
     /* TensorBoard reads the files of a directory in name order; the time
      * first keeps a resumed run's new file after the old one. The counter
      * avoids a clash when one process opens two writers in one second. */
@@ -208,7 +208,7 @@ wf_status wf_tb_open(wf_tb_writer **out, const char *dir, double flush_every_s) 
 }
 
 static wf_status maybe_flush(wf_tb_writer *w) {
-    if (w->out.len >= (1u << 20) || obs_unix_now() - w->last_flush >= w->flush_every_s) return write_out(w);
+    if (w->out.len >= (1u << 20) || wf__obs_unix_now() - w->last_flush >= w->flush_every_s) return write_out(w);
     return WF_OK;
 }
 
@@ -217,7 +217,7 @@ wf_status wf_tb_begin(wf_tb_writer *w, int64_t step, double wall_time) {
     WF_TRY(maybe_flush(w));
     w->open_event = 1;
     w->step = step;
-    w->wall_time = wall_time > 0 ? wall_time : obs_unix_now();
+    w->wall_time = wall_time > 0 ? wall_time : wf__obs_unix_now();
     return WF_OK;
 }
 
@@ -242,7 +242,7 @@ wf_status wf_tb_add_scalar(wf_tb_writer *w, const char *tag, double value, int64
 wf_status wf_tb_restart(wf_tb_writer *w, int64_t step) {
     close_event(w);
     wf_buf ev = {0};
-    pb_double(&ev, 1, obs_unix_now());
+    pb_double(&ev, 1, wf__obs_unix_now());
     pb_key(&ev, 2, 0);
     pb_varint(&ev, (uint64_t)step);
     static const unsigned char start[] = {0x08, 0x01}; /* SessionLog { status: START } */

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-void obs_buf_json_num(wf_buf *b, double v) {
+void wf__obs_buf_json_num(wf_buf *b, double v) {
     /* The first of %.15g, %.16g, %.17g that reads back exactly: 0.1 stays
      * "0.1", and every double survives the trip. */
     char tmp[40];
@@ -21,7 +21,7 @@ void obs_buf_json_num(wf_buf *b, double v) {
     wf_buf_append(b, tmp, strlen(tmp));
 }
 
-char *obs_read_text(const char *path) {
+char *wf__obs_read_text(const char *path) {
     FILE *fp = fopen(path, "r");
     if (!fp) return NULL;
     char *text = NULL;
@@ -31,9 +31,9 @@ char *obs_read_text(const char *path) {
     return text;
 }
 
-void obs_cpu_model(char *buf, size_t size) {
+void wf__obs_cpu_model(char *buf, size_t size) {
     snprintf(buf, size, "unknown CPU");
-    char *text = obs_read_text("/proc/cpuinfo");
+    char *text = wf__obs_read_text("/proc/cpuinfo");
     if (!text) return;
     /* x86: "model name"; arm64 has no name line, only "CPU implementer". */
     static const char *const keys[] = {"model name", "Model", "Hardware", "cpu model"};
@@ -61,7 +61,7 @@ void obs_cpu_model(char *buf, size_t size) {
     free(text);
 }
 
-double obs_unix_now(void) {
+double wf__obs_unix_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;

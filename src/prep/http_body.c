@@ -35,7 +35,7 @@ static const char *memcasemem(const char *h, size_t hn, const char *needle) {
     return NULL;
 }
 
-void prep_html_sniff_charset(const char *html, size_t len, char charset[32]) {
+void wf__prep_html_sniff_charset(const char *html, size_t len, char charset[32]) {
     charset[0] = '\0';
     if (len > 4096) len = 4096;
     const char *p = html, *end = html + len;
@@ -119,7 +119,7 @@ static int inflate_body(const char *p, size_t n, size_t max, int raw_ok, wf_buf 
     return out->len > max ? -1 : 0;
 }
 
-int prep_http_parse(const char *data, size_t len, size_t max_body, wf_buf *body, int *is_html,
+int wf__prep_http_parse(const char *data, size_t len, size_t max_body, wf_buf *body, int *is_html,
                     char charset[32]) {
     const char *p = data, *end = data + len;
     body->len = 0;
@@ -207,7 +207,7 @@ static int is_utf8_name(const char *cs) {
            strcmp(cs, "ascii") == 0;
 }
 
-int prep_to_utf8(const char *s, size_t len, const char *charset, wf_buf *out) {
+int wf__prep_to_utf8(const char *s, size_t len, const char *charset, wf_buf *out) {
     if (is_utf8_name(charset)) return 0;
     /* Browsers read latin-1 as windows-1252; so do we. */
     const char *from = charset;

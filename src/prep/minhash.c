@@ -90,7 +90,7 @@ double wf_minhash_similarity(const uint64_t *x, const uint64_t *y, int n_hashes)
     return n_hashes ? (double)eq / n_hashes : 0.0;
 }
 
-void prep_minhash_bands(const uint64_t *sig, int bands, int rows, uint64_t *keys) {
+void wf__prep_minhash_bands(const uint64_t *sig, int bands, int rows, uint64_t *keys) {
     for (int b = 0; b < bands; b++) {
         uint64_t salt = (uint64_t)b + 1;
         keys[b] = wf_hash64(sig + (size_t)b * (size_t)rows, (size_t)rows * sizeof *sig) ^ splitmix64(&salt);

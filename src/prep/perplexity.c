@@ -29,7 +29,7 @@ struct prep_ppl {
     int32_t *targets;
 };
 
-void prep_ppl_close(prep_ppl *p) {
+void wf__prep_ppl_close(prep_ppl *p) {
     if (!p) return;
     wf_model_destroy(p->model);
     wf_arena_destroy(p->arena);
@@ -39,7 +39,7 @@ void prep_ppl_close(prep_ppl *p) {
     free(p);
 }
 
-wf_status prep_ppl_open(prep_ppl **out, const char *model_path, const char *tokenizer_path,
+wf_status wf__prep_ppl_open(prep_ppl **out, const char *model_path, const char *tokenizer_path,
                         int64_t max_tokens, int threads) {
     *out = NULL;
     char path[4096];
@@ -76,7 +76,7 @@ wf_status prep_ppl_open(prep_ppl **out, const char *model_path, const char *toke
     if (s == WF_OK) s = wf_safetensors_load(p->model, path);
     if (s == WF_OK) s = wf_model_plan(p->model, 1, p->T);
     if (s != WF_OK) {
-        prep_ppl_close(p);
+        wf__prep_ppl_close(p);
         return s;
     }
     wf_kern_set_threads(threads);
@@ -84,7 +84,7 @@ wf_status prep_ppl_open(prep_ppl **out, const char *model_path, const char *toke
     return WF_OK;
 }
 
-wf_status prep_ppl_score(prep_ppl *p, const char *text, size_t len, double *loss, int64_t *n_tokens) {
+wf_status wf__prep_ppl_score(prep_ppl *p, const char *text, size_t len, double *loss, int64_t *n_tokens) {
     *loss = 0.0;
     *n_tokens = 0;
     p->ids.n = 0;

@@ -108,7 +108,7 @@ static const char *const bucket_names[] = {"head", "middle", "tail"};
 
 static void drop(pdoc *d, int reason) {
     d->drop = reason;
-    d->last = prep_reason_stage(reason);
+    d->last = wf__prep_reason_stage(reason);
 }
 
 static void swap_bufs(wf_buf *a, wf_buf *b) {
@@ -202,7 +202,7 @@ static wf_status phase_extract(prep_run *r, pdoc *d) {
     int is_html = d->kind == REC_HTML;
     char charset[32] = "";
     if (d->kind == REC_HTTP) {
-        int rc = prep_http_parse(body, blen, r->max_doc, &d->tmp, &is_html, charset);
+        int rc = wf__prep_http_parse(body, blen, r->max_doc, &d->tmp, &is_html, charset);
         if (rc != R_NONE) {
             drop(d, rc);
             d->t[ST_EXTRACT] += wf_time_now() - t0;
@@ -211,8 +211,8 @@ static wf_status phase_extract(prep_run *r, pdoc *d) {
         body = d->tmp.data ? d->tmp.data : "";
         blen = d->tmp.len;
     }
-    if (is_html && !charset[0]) prep_html_sniff_charset(body, blen, charset);
-    if (prep_to_utf8(body, blen, charset, &d->norm)) {
+    if (is_html && !charset[0]) wf__prep_html_sniff_charset(body, blen, charset);
+    if (wf__prep_to_utf8(body, blen, charset, &d->norm)) {
         body = d->norm.data ? d->norm.data : "";
         blen = d->norm.len;
     }
@@ -314,7 +314,7 @@ static wf_status phase_filter(prep_run *r, pdoc *d) {
         if (c->quality_languages.n && !in_list(&c->quality_languages, d->lang)) {
             d->q_skipped = 1;
         } else {
-            int rc = prep_quality(c, &d->text, &d->lines_removed);
+            int rc = wf__prep_quality(c, &d->text, &d->lines_removed);
             double t2 = wf_time_now();
             d->t[ST_QUALITY] += t2 - t1;
             t1 = t2;
@@ -334,7 +334,7 @@ static wf_status phase_filter(prep_run *r, pdoc *d) {
         if (n == 0) {
             d->mh_no_words = 1;
         } else {
-            prep_minhash_bands(d->sig, (int)c->mh_bands, (int)c->mh_rows, d->keys);
+            wf__prep_minhash_bands(d->sig, (int)c->mh_bands, (int)c->mh_rows, d->keys);
             d->has_keys = 1;
         }
         d->t[ST_MINHASH] += wf_time_now() - t1;
@@ -383,9 +383,9 @@ static wf_status dedup_serial(prep_run *r) {
         for (size_t u = 0; u < d->n_units; u++) {
             uint64_t h = d->unit_hash[u];
             if (!h) continue;
-            int ins = u64set_insert(&r->par, h);
+            int ins = wf__prep_u64set_insert(&r->par, h);
             if (ins == 0) d->unit_dup[u] = 1;
-            else if (ins == 1) WF_TRY(u64vec_push(&r->par_log, h));
+            else if (ins == 1) WF_TRY(wf__prep_u64vec_push(&r->par_log, h));
             else r->st.extra[E_DEDUP_FULL]++;
         }
     }
@@ -400,12 +400,12 @@ static wf_status minhash_serial(prep_run *r) {
         pdoc *d = &r->docs[i];
         if (d->drop != R_NONE || !d->has_keys) continue;
         int dup = 0;
-        for (int b = 0; b < bands; b++) dup |= u64set_contains(&r->lsh, d->keys[b]);
+        for (int b = 0; b < bands; b++) dup |= wf__prep_u64set_contains(&r->lsh, d->keys[b]);
         /* Every document's keys go in, duplicates' too, so that a chain of
          * near-duplicates is one cluster whose first document is kept. */
         for (int b = 0; b < bands; b++) {
-            int ins = u64set_insert(&r->lsh, d->keys[b]);
-            if (ins == 1) WF_TRY(u64vec_push(&r->lsh_log, d->keys[b]));
+            int ins = wf__prep_u64set_insert(&r->lsh, d->keys[b]);
+            if (ins == 1) WF_TRY(wf__prep_u64vec_push(&r->lsh_log, d->keys[b]));
             else if (ins < 0) r->st.extra[E_MH_FULL]++;
         }
         if (dup) drop(d, R_NEAR_DUP);
@@ -425,7 +425,7 @@ static wf_status perplexity_serial(prep_run *r) {
         double t0 = wf_time_now();
         double loss;
         int64_t n_tok;
-        WF_TRY(prep_ppl_score(r->ppl, d->text.data, d->text.len, &loss, &n_tok));
+        WF_TRY(wf__prep_ppl_score(r->ppl, d->text.data, d->text.len, &loss, &n_tok));
         d->ppl = n_tok ? exp(loss) : 0.0;
         d->bucket = d->ppl <= c->ppl_head_max ? 0 : d->ppl <= c->ppl_middle_max ? 1 : 2;
         double lg = d->ppl > 1.0 ? log10(d->ppl) * 100.0 : 0.0;
@@ -469,9 +469,9 @@ static wf_status output_serial(prep_run *r) {
         }
         WF_TRY(wf_buf_append(l, "}\n", 2));
         const char *bucket = d->bucket >= 0 ? bucket_names[d->bucket] : "all";
-        WF_TRY(prep_output_write(&r->out, d->lang, bucket, l->data, l->len, &r->st));
+        WF_TRY(wf__prep_output_write(&r->out, d->lang, bucket, l->data, l->len, &r->st));
         r->st.extra[E_JSON_BYTES] += l->len;
-        WF_TRY(prep_stats_add_lang(&r->st, d->lang, 1, d->text.len));
+        WF_TRY(wf__prep_stats_add_lang(&r->st, d->lang, 1, d->text.len));
     }
     r->st.seconds[ST_OUTPUT] += wf_time_now() - t0;
     return WF_OK;
@@ -565,11 +565,11 @@ static void finish_input(prep_run *r) {
     prep_reader *rd = r->rd;
     r->st.extra[E_INPUTS]++;
     r->st.extra[E_INPUT_BYTES] += r->sizes[r->reading];
-    r->st.extra[E_RECORDS_SKIPPED] += prep_reader_skipped(rd);
-    r->st.extra[E_INPUTS_DAMAGED] += (uint64_t)prep_reader_damaged(rd);
+    r->st.extra[E_RECORDS_SKIPPED] += wf__prep_reader_skipped(rd);
+    r->st.extra[E_INPUTS_DAMAGED] += (uint64_t)wf__prep_reader_damaged(rd);
     r->done_bytes += r->sizes[r->reading];
     r->since_ckpt += r->sizes[r->reading];
-    prep_reader_close(rd);
+    wf__prep_reader_close(rd);
     r->rd = NULL;
     WF_DEBUG("prep: read input %zu/%zu %s", r->reading + 1, r->n_inputs, r->inputs[r->reading]);
 }
@@ -591,12 +591,12 @@ static wf_status fill_batch(prep_run *r, int *checkpoint) {
         if (!r->rd) {
             if (r->next_input >= r->n_inputs) break;
             r->reading = r->next_input++;
-            s = prep_reader_open(&r->rd, r->inputs[r->reading], r->c);
+            s = wf__prep_reader_open(&r->rd, r->inputs[r->reading], r->c);
             if (s != WF_OK) break;
         }
         prep_record rec;
         int eof;
-        s = prep_reader_next(r->rd, &rec, &eof);
+        s = wf__prep_reader_next(r->rd, &rec, &eof);
         if (s != WF_OK) {
             wf_error_wrap(s, "%s: ", r->inputs[r->reading]);
             break;
@@ -657,13 +657,13 @@ static wf_status fingerprint(const prep_run *r, char out[32]) {
 }
 
 static wf_status checkpoint(prep_run *r, double t_start, double wall_base) {
-    WF_TRY(prep_output_checkpoint(&r->out));
-    WF_TRY(prep_hashlog_write(r->c->output, r->ps.inputs_done - 1, &r->par_log, &r->lsh_log));
-    WF_TRY(u64vec_push(&r->ps.checkpoints, r->ps.inputs_done));
+    WF_TRY(wf__prep_output_checkpoint(&r->out));
+    WF_TRY(wf__prep_hashlog_write(r->c->output, r->ps.inputs_done - 1, &r->par_log, &r->lsh_log));
+    WF_TRY(wf__prep_u64vec_push(&r->ps.checkpoints, r->ps.inputs_done));
     r->par_log.n = r->lsh_log.n = 0;
     r->since_ckpt = 0;
     r->st.wall_seconds = wall_base + (wf_time_now() - t_start);
-    return prep_state_write(r->c->output, &r->ps, &r->out, &r->st);
+    return wf__prep_state_write(r->c->output, &r->ps, &r->out, &r->st);
 }
 
 /* The test hook behind the killed-run tests: WEFT_PREP_CRASH_AFTER=K kills
@@ -679,18 +679,18 @@ static void maybe_crash(const prep_run *r) {
 }
 
 static void run_free(prep_run *r) {
-    prep_reader_close(r->rd);
-    u64vec_free(&r->ps.checkpoints);
+    wf__prep_reader_close(r->rd);
+    wf__prep_u64vec_free(&r->ps.checkpoints);
     for (size_t i = 0; i < r->docs_cap; i++) pdoc_free(&r->docs[i]);
     free(r->docs);
     free(r->sizes);
-    u64set_free(&r->par);
-    u64set_free(&r->lsh);
-    u64vec_free(&r->par_log);
-    u64vec_free(&r->lsh_log);
-    prep_output_close(&r->out);
-    prep_stats_free(&r->st);
-    prep_ppl_close(r->ppl);
+    wf__prep_u64set_free(&r->par);
+    wf__prep_u64set_free(&r->lsh);
+    wf__prep_u64vec_free(&r->par_log);
+    wf__prep_u64vec_free(&r->lsh_log);
+    wf__prep_output_close(&r->out);
+    wf__prep_stats_free(&r->st);
+    wf__prep_ppl_close(r->ppl);
     wf_buf_free(&r->line);
     wf_dirlock_release(r->lock);
 }
@@ -701,12 +701,12 @@ static wf_status replay(prep_run *r) {
     wf_status s = WF_OK;
     for (size_t ck = 0; ck < r->ps.checkpoints.n && s == WF_OK; ck++) {
         par.n = lsh.n = 0;
-        s = prep_hashlog_read(r->c->output, (size_t)r->ps.checkpoints.v[ck] - 1, &par, &lsh);
-        for (size_t k = 0; s == WF_OK && k < par.n; k++) u64set_insert(&r->par, par.v[k]);
-        for (size_t k = 0; s == WF_OK && k < lsh.n; k++) u64set_insert(&r->lsh, lsh.v[k]);
+        s = wf__prep_hashlog_read(r->c->output, (size_t)r->ps.checkpoints.v[ck] - 1, &par, &lsh);
+        for (size_t k = 0; s == WF_OK && k < par.n; k++) wf__prep_u64set_insert(&r->par, par.v[k]);
+        for (size_t k = 0; s == WF_OK && k < lsh.n; k++) wf__prep_u64set_insert(&r->lsh, lsh.v[k]);
     }
-    u64vec_free(&par);
-    u64vec_free(&lsh);
+    wf__prep_u64vec_free(&par);
+    wf__prep_u64vec_free(&lsh);
     return s;
 }
 
@@ -742,9 +742,9 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     wf_dirlock_opts lo = {.command = "weft prep", .what = "output directory",
                           .stale_seconds = c->lock_stale_s};
     if (s == WF_OK) s = wf_dirlock_acquire(&r.lock, c->output, &lo);
-    if (s == WF_OK) s = u64set_init(&r.par, (size_t)c->dedup_max_mb << 20);
-    if (s == WF_OK) s = u64set_init(&r.lsh, (size_t)c->mh_max_mb << 20);
-    if (s == WF_OK) s = prep_output_init(&r.out, c->output, (uint64_t)(c->shard_mb * 1048576.0), (int)c->zstd_level);
+    if (s == WF_OK) s = wf__prep_u64set_init(&r.par, (size_t)c->dedup_max_mb << 20);
+    if (s == WF_OK) s = wf__prep_u64set_init(&r.lsh, (size_t)c->mh_max_mb << 20);
+    if (s == WF_OK) s = wf__prep_output_init(&r.out, c->output, (uint64_t)(c->shard_mb * 1048576.0), (int)c->zstd_level);
     char fp[32];
     if (s == WF_OK) s = fingerprint(&r, fp);
     if (s != WF_OK) {
@@ -755,7 +755,7 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     /* Resume, refuse, or start over. */
     prep_progress_state old;
     memset(&old, 0, sizeof old);
-    wf_status rs = prep_state_read(c->output, &old, &r.out, &r.st);
+    wf_status rs = wf__prep_state_read(c->output, &old, &r.out, &r.st);
     double wall_base = 0.0;
     if (rs == WF_OK && !c->force && strcmp(old.fingerprint, fp) != 0) {
         s = wf_error(WF_ERR_CONFIG,
@@ -770,7 +770,7 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
             run_free(&r);
             return WF_OK;
         }
-        s = prep_output_rollback(&r.out);
+        s = wf__prep_output_rollback(&r.out);
         if (s == WF_OK) s = replay(&r);
         if (s == WF_OK)
             WF_INFO("prep: resuming %s after %zu of %zu inputs", c->output, old.inputs_done, n_inputs);
@@ -784,14 +784,14 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
                          c->output);
         } else {
             /* Fresh start: clear what a previous run may have left. */
-            prep_output_close(&r.out);
-            prep_stats_free(&r.st);
+            wf__prep_output_close(&r.out);
+            wf__prep_stats_free(&r.st);
             memset(&r.st, 0, sizeof r.st);
-            s = prep_output_init(&r.out, c->output, (uint64_t)(c->shard_mb * 1048576.0), (int)c->zstd_level);
-            if (s == WF_OK) s = prep_output_wipe(c->output);
+            s = wf__prep_output_init(&r.out, c->output, (uint64_t)(c->shard_mb * 1048576.0), (int)c->zstd_level);
+            if (s == WF_OK) s = wf__prep_output_wipe(c->output);
             snprintf(r.ps.fingerprint, sizeof r.ps.fingerprint, "%s", fp);
             r.ps.n_inputs = n_inputs;
-            if (s == WF_OK) s = prep_state_write(c->output, &r.ps, &r.out, &r.st);
+            if (s == WF_OK) s = wf__prep_state_write(c->output, &r.ps, &r.out, &r.st);
             if (s == WF_OK) {
                 char cfg[4200];
                 snprintf(cfg, sizeof cfg, "%s/_prep/config.toml", c->output);
@@ -806,9 +806,9 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     } else {
         s = rs; /* a damaged state file: its message says what to do */
     }
-    if (r.ps.checkpoints.v != old.checkpoints.v) u64vec_free(&old.checkpoints);
+    if (r.ps.checkpoints.v != old.checkpoints.v) wf__prep_u64vec_free(&old.checkpoints);
     if (s == WF_OK && c->ppl_model && c->ppl_model[0])
-        s = prep_ppl_open(&r.ppl, c->ppl_model, c->ppl_tokenizer, c->ppl_max_tokens, r.threads);
+        s = wf__prep_ppl_open(&r.ppl, c->ppl_model, c->ppl_tokenizer, c->ppl_max_tokens, r.threads);
     if (s != WF_OK) {
         run_free(&r);
         return s;
@@ -825,7 +825,7 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
         s = fill_batch(&r, &ckpt);
         if (s == WF_OK && r.n_docs) s = process_batch(&r);
         if (s != WF_OK) break;
-        wf_progress_update(&prog, r.done_bytes + (r.rd ? prep_reader_consumed(r.rd) : 0));
+        wf_progress_update(&prog, r.done_bytes + (r.rd ? wf__prep_reader_consumed(r.rd) : 0));
         maybe_crash(&r);
         if (ckpt) {
             r.ps.inputs_done = r.reading + 1;
@@ -834,12 +834,12 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
             s = wf_error(WF_ERR_INTERNAL, "prep: inputs ended without a checkpoint");
         }
     }
-    if (s == WF_OK) s = prep_output_finish(&r.out, &r.st);
+    if (s == WF_OK) s = wf__prep_output_finish(&r.out, &r.st);
     if (s == WF_OK) {
         r.ps.complete = 1;
         r.st.wall_seconds = wall_base + (wf_time_now() - t_start);
-        s = prep_stats_write(c->output, c, &r.ps, &r.st);
-        if (s == WF_OK) s = prep_state_write(c->output, &r.ps, &r.out, &r.st);
+        s = wf__prep_stats_write(c->output, c, &r.ps, &r.st);
+        if (s == WF_OK) s = wf__prep_state_write(c->output, &r.ps, &r.out, &r.st);
     }
     wf_progress_done(&prog);
     run_free(&r);

@@ -247,8 +247,8 @@ static const int extra_stages[] = {
 #undef PREP_EXTRA_STAGE_
 };
 
-const char *prep_stage_name(int st) { return st >= 0 && st < ST_COUNT ? stage_names[st] : "?"; }
-const char *prep_reason_name(int r) { return r >= 0 && r < R_COUNT ? reason_names[r] : "?"; }
-int prep_reason_stage(int r) { return r >= 0 && r < R_COUNT ? reason_stages[r] : -1; }
-const char *prep_extra_name(int e) { return e >= 0 && e < E_COUNT ? extra_names[e] : "?"; }
-int prep_extra_stage(int e) { return e >= 0 && e < E_COUNT ? extra_stages[e] : -1; }
+const char *wf__prep_stage_name(int st) { return st >= 0 && st < ST_COUNT ? stage_names[st] : "?"; }
+const char *wf__prep_reason_name(int r) { return r >= 0 && r < R_COUNT ? reason_names[r] : "?"; }
+int wf__prep_reason_stage(int r) { return r >= 0 && r < R_COUNT ? reason_stages[r] : -1; }
+const char *wf__prep_extra_name(int e) { return e >= 0 && e < E_COUNT ? extra_names[e] : "?"; }
+int wf__prep_extra_stage(int e) { return e >= 0 && e < E_COUNT ? extra_stages[e] : -1; }

@@ -110,34 +110,34 @@ typedef enum {
     E_COUNT
 } prep_extra;
 
-const char *prep_stage_name(int st);
-const char *prep_reason_name(int r);
-int prep_reason_stage(int r);
-const char *prep_extra_name(int e);
-int prep_extra_stage(int e);
+const char *wf__prep_stage_name(int st);
+const char *wf__prep_reason_name(int r);
+int wf__prep_reason_stage(int r);
+const char *wf__prep_extra_name(int e);
+int wf__prep_extra_stage(int e);
 
 /* ---- a set of 64-bit hashes with a memory cap ---- */
 
 /* Open addressing, linear probing. 0 is stored as 1 (a 2^-64 collision).
  * The table doubles up to max_bytes; when it is that big and 90% full,
- * inserts are refused (u64set_insert returns -1) and counted by the
+ * inserts are refused (wf__prep_u64set_insert returns -1) and counted by the
  * caller: dedup then only checks against what it already holds. */
 typedef struct {
     uint64_t *slots;
     size_t cap, n, max_cap;
 } u64set;
-wf_status u64set_init(u64set *s, size_t max_bytes);
-void u64set_free(u64set *s);
-int u64set_contains(const u64set *s, uint64_t h);
+wf_status wf__prep_u64set_init(u64set *s, size_t max_bytes);
+void wf__prep_u64set_free(u64set *s);
+int wf__prep_u64set_contains(const u64set *s, uint64_t h);
 /* 1: inserted, 0: already there, -1: table full (not inserted). */
-int u64set_insert(u64set *s, uint64_t h);
+int wf__prep_u64set_insert(u64set *s, uint64_t h);
 
 /* ---- input readers ---- */
 
 typedef enum { REC_TEXT = 0, REC_HTTP, REC_HTML } prep_rec_kind;
 
 /* One record of an input, as the reader gives it. Pointers stay valid
- * until the next prep_reader_next. */
+ * until the next wf__prep_reader_next. */
 typedef struct {
     int kind;               /* prep_rec_kind: plain text, an HTTP response, bare HTML */
     const char *data;       /* the payload (WARC block, JSONL field, text) */
@@ -151,53 +151,53 @@ typedef struct prep_reader prep_reader;
 
 /* Opens an input; the format comes from its contents (WARC) and name
  * (.jsonl), compression from its magic bytes (gzip, zstd). */
-wf_status prep_reader_open(prep_reader **out, const char *path, const wf_prep_config *c);
+wf_status wf__prep_reader_open(prep_reader **out, const char *path, const wf_prep_config *c);
 /* Next record: *eof set at the end. Records that are not documents (WARC
  * requests, metadata, warcinfo) are skipped and counted in *skipped.
  * A damaged input (truncated compression, read error) ends early with a
  * warning and sets *damaged; only an unreadable file is an error. */
-wf_status prep_reader_next(prep_reader *r, prep_record *rec, int *eof);
-uint64_t prep_reader_consumed(const prep_reader *r); /* on-disk bytes */
-uint64_t prep_reader_skipped(const prep_reader *r);
-int prep_reader_damaged(const prep_reader *r);
-void prep_reader_close(prep_reader *r);
+wf_status wf__prep_reader_next(prep_reader *r, prep_record *rec, int *eof);
+uint64_t wf__prep_reader_consumed(const prep_reader *r); /* on-disk bytes */
+uint64_t wf__prep_reader_skipped(const prep_reader *r);
+int wf__prep_reader_damaged(const prep_reader *r);
+void wf__prep_reader_close(prep_reader *r);
 
 /* An HTTP response (WARC response block): status, media type, charset and
  * the body, de-chunked and decompressed into `body`. Returns R_NONE or the
  * reason to drop it (R_HTTP_STATUS, R_CONTENT_TYPE, R_BAD_HTTP). *is_html
  * says whether the body is HTML (else plain text). */
-int prep_http_parse(const char *data, size_t len, size_t max_body, wf_buf *body, int *is_html,
+int wf__prep_http_parse(const char *data, size_t len, size_t max_body, wf_buf *body, int *is_html,
                     char charset[32]);
 
 /* Converts `*s` from `charset` to UTF-8 in `out` when the charset is known
  * and not UTF-8; returns 1 if it converted. Unknown charsets: 0. */
-int prep_to_utf8(const char *s, size_t len, const char *charset, wf_buf *out);
+int wf__prep_to_utf8(const char *s, size_t len, const char *charset, wf_buf *out);
 /* The charset an HTML document declares in <meta> in its first bytes. */
-void prep_html_sniff_charset(const char *html, size_t len, char charset[32]);
+void wf__prep_html_sniff_charset(const char *html, size_t len, char charset[32]);
 
 /* ---- quality ---- */
 
 /* Applies the C4 line filters to `text` (in place) and then the document
  * rules. Returns R_NONE if the document is kept, else the first failed
  * rule. *lines_removed counts the lines the line filters took out. */
-int prep_quality(const wf_prep_config *c, wf_buf *text, uint64_t *lines_removed);
+int wf__prep_quality(const wf_prep_config *c, wf_buf *text, uint64_t *lines_removed);
 
 /* ---- MinHash LSH ---- */
 
 /* The band keys of a signature (n_bands of them): each the hash of its
  * `rows` entries, salted by the band's number. */
-void prep_minhash_bands(const uint64_t *sig, int bands, int rows, uint64_t *keys);
+void wf__prep_minhash_bands(const uint64_t *sig, int bands, int rows, uint64_t *keys);
 
 /* ---- perplexity ---- */
 
 typedef struct prep_ppl prep_ppl;
-wf_status prep_ppl_open(prep_ppl **out, const char *model_path, const char *tokenizer_path,
+wf_status wf__prep_ppl_open(prep_ppl **out, const char *model_path, const char *tokenizer_path,
                         int64_t max_tokens, int threads);
 /* Mean per-token loss (nats) of a document under the model: its tokens
  * after an end-of-text token, at most max_tokens of them, in windows of the
  * model's max_seq_len. *n_tokens: how many were scored (0: empty). */
-wf_status prep_ppl_score(prep_ppl *p, const char *text, size_t len, double *loss, int64_t *n_tokens);
-void prep_ppl_close(prep_ppl *p);
+wf_status wf__prep_ppl_score(prep_ppl *p, const char *text, size_t len, double *loss, int64_t *n_tokens);
+void wf__prep_ppl_close(prep_ppl *p);
 
 /* ---- stats ---- */
 
@@ -220,8 +220,8 @@ typedef struct {
     uint64_t ppl_hist[PREP_PPL_BINS];
 } prep_stats;
 
-void prep_stats_free(prep_stats *s);
-wf_status prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs, uint64_t bytes);
+void wf__prep_stats_free(prep_stats *s);
+wf_status wf__prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs, uint64_t bytes);
 
 /* ---- output shards ---- */
 
@@ -245,23 +245,23 @@ typedef struct {
     size_t n, cap;
 } prep_output;
 
-wf_status prep_output_init(prep_output *o, const char *dir, uint64_t shard_bytes, int level);
+wf_status wf__prep_output_init(prep_output *o, const char *dir, uint64_t shard_bytes, int level);
 /* Appends one JSONL line to (lang, bucket)'s stream; rolls the shard when
  * it is full. Counts shards in st. */
-wf_status prep_output_write(prep_output *o, const char *lang, const char *bucket, const char *line,
+wf_status wf__prep_output_write(prep_output *o, const char *lang, const char *bucket, const char *line,
                             size_t len, prep_stats *st);
 /* Ends the zstd frame of every open shard and makes it durable; records
  * their sizes (part_bytes) for the state file. */
-wf_status prep_output_checkpoint(prep_output *o);
+wf_status wf__prep_output_checkpoint(prep_output *o);
 /* Closes every open shard under its final name. */
-wf_status prep_output_finish(prep_output *o, prep_stats *st);
-void prep_output_close(prep_output *o); /* frees; files stay as they are */
+wf_status wf__prep_output_finish(prep_output *o, prep_stats *st);
+void wf__prep_output_close(prep_output *o); /* frees; files stay as they are */
 /* Makes the directory match the writers (as read from a state file):
  * shards written after the checkpoint go, the open ones are cut back to
  * their recorded size. */
-wf_status prep_output_rollback(prep_output *o);
+wf_status wf__prep_output_rollback(prep_output *o);
 /* Deletes what a prep run writes in dir (and nothing else). */
-wf_status prep_output_wipe(const char *dir);
+wf_status wf__prep_output_wipe(const char *dir);
 
 /* ---- state and reports (OUT/_prep/state.json, OUT/stats.json, OUT/stats.txt) ---- */
 
@@ -269,13 +269,13 @@ typedef struct {
     uint64_t *v;
     size_t n, cap;
 } u64vec;
-wf_status u64vec_push(u64vec *v, uint64_t x);
-void u64vec_free(u64vec *v);
+wf_status wf__prep_u64vec_push(u64vec *v, uint64_t x);
+void wf__prep_u64vec_free(u64vec *v);
 
 /* The hashes an input added to the two tables, for replay on resume:
  * OUT/_prep/hashes/<input>.bin. */
-wf_status prep_hashlog_write(const char *dir, size_t input, const u64vec *par, const u64vec *lsh);
-wf_status prep_hashlog_read(const char *dir, size_t input, u64vec *par, u64vec *lsh);
+wf_status wf__prep_hashlog_write(const char *dir, size_t input, const u64vec *par, const u64vec *lsh);
+wf_status wf__prep_hashlog_read(const char *dir, size_t input, u64vec *par, u64vec *lsh);
 
 typedef struct {
     char fingerprint[32];
@@ -284,13 +284,13 @@ typedef struct {
     u64vec checkpoints; /* inputs_done at each checkpoint so far, ascending */
 } prep_progress_state;
 
-wf_status prep_state_write(const char *dir, const prep_progress_state *ps, const prep_output *o,
+wf_status wf__prep_state_write(const char *dir, const prep_progress_state *ps, const prep_output *o,
                            const prep_stats *st);
 /* WF_ERR_NOTFOUND when there is no state file. Fills the writers of o
  * (initialised) and the stats. */
-wf_status prep_state_read(const char *dir, prep_progress_state *ps, prep_output *o, prep_stats *st);
+wf_status wf__prep_state_read(const char *dir, prep_progress_state *ps, prep_output *o, prep_stats *st);
 /* stats.json and stats.txt. */
-wf_status prep_stats_write(const char *dir, const wf_prep_config *c, const prep_progress_state *ps,
+wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const prep_progress_state *ps,
                            const prep_stats *st);
 
 /* ---- small helpers ---- */

@@ -24,7 +24,7 @@
 
 #define PART_SUFFIX ".part"
 
-wf_status prep_output_init(prep_output *o, const char *dir, uint64_t shard_bytes, int level) {
+wf_status wf__prep_output_init(prep_output *o, const char *dir, uint64_t shard_bytes, int level) {
     memset(o, 0, sizeof *o);
     o->dir = strdup(dir);
     if (!o->dir) return wf_error(WF_ERR_NOMEM, "out of memory");
@@ -119,7 +119,7 @@ static wf_status close_shard(prep_output *o, prep_writer *w, prep_stats *st) {
     return WF_OK;
 }
 
-wf_status prep_output_write(prep_output *o, const char *lang, const char *bucket, const char *line,
+wf_status wf__prep_output_write(prep_output *o, const char *lang, const char *bucket, const char *line,
                             size_t len, prep_stats *st) {
     prep_writer *w = find_writer(o, lang, bucket, 1);
     if (!w) return wf_error(WF_ERR_NOMEM, "out of memory");
@@ -131,7 +131,7 @@ wf_status prep_output_write(prep_output *o, const char *lang, const char *bucket
     return WF_OK;
 }
 
-wf_status prep_output_checkpoint(prep_output *o) {
+wf_status wf__prep_output_checkpoint(prep_output *o) {
     for (size_t i = 0; i < o->n; i++) {
         prep_writer *w = &o->w[i];
         if (!w->fp || !w->dirty) continue;
@@ -146,7 +146,7 @@ wf_status prep_output_checkpoint(prep_output *o) {
     return wf_fsync_dir(o->dir);
 }
 
-wf_status prep_output_finish(prep_output *o, prep_stats *st) {
+wf_status wf__prep_output_finish(prep_output *o, prep_stats *st) {
     for (size_t i = 0; i < o->n; i++) {
         prep_writer *w = &o->w[i];
         if (w->fp || w->part_bytes) WF_TRY(close_shard(o, w, st));
@@ -154,7 +154,7 @@ wf_status prep_output_finish(prep_output *o, prep_stats *st) {
     return WF_OK;
 }
 
-void prep_output_close(prep_output *o) {
+void wf__prep_output_close(prep_output *o) {
     for (size_t i = 0; i < o->n; i++) {
         if (o->w[i].fp) fclose(o->w[i].fp);
         ZSTD_freeCCtx(o->w[i].cctx);
@@ -261,7 +261,7 @@ static wf_status remove_tmp_files(const char *dir) {
     return WF_OK;
 }
 
-wf_status prep_output_rollback(prep_output *o) {
+wf_status wf__prep_output_rollback(prep_output *o) {
     WF_TRY(each_shard(o->dir, rollback_one, o));
     for (size_t i = 0; i < o->n; i++) {
         prep_writer *w = &o->w[i];
@@ -302,7 +302,7 @@ static void remove_files_in(const char *dir) {
     closedir(d);
 }
 
-wf_status prep_output_wipe(const char *dir) {
+wf_status wf__prep_output_wipe(const char *dir) {
     WF_TRY(each_shard(dir, wipe_one, NULL));
     char p[4200];
     snprintf(p, sizeof p, "%s/_prep/hashes", dir);
@@ -331,13 +331,13 @@ wf_status prep_output_wipe(const char *dir) {
 
 /* ---- hash logs ---- */
 
-wf_status u64vec_push(u64vec *v, uint64_t x) {
+wf_status wf__prep_u64vec_push(u64vec *v, uint64_t x) {
     WF_TRY(WF_GROW(v->v, v->cap, v->n + 1, 1024));
     v->v[v->n++] = x;
     return WF_OK;
 }
 
-void u64vec_free(u64vec *v) {
+void wf__prep_u64vec_free(u64vec *v) {
     free(v->v);
     memset(v, 0, sizeof *v);
 }
@@ -357,7 +357,7 @@ static void hashlog_path(const char *dir, size_t input, char *out, size_t cap) {
     snprintf(out, cap, "%s/_prep/hashes/%05zu.bin", dir, input);
 }
 
-wf_status prep_hashlog_write(const char *dir, size_t input, const u64vec *par, const u64vec *lsh) {
+wf_status wf__prep_hashlog_write(const char *dir, size_t input, const u64vec *par, const u64vec *lsh) {
     char path[4200], d[4200];
     snprintf(d, sizeof d, "%s/_prep/hashes", dir);
     WF_TRY(wf_mkdirs(d));
@@ -377,7 +377,7 @@ wf_status prep_hashlog_write(const char *dir, size_t input, const u64vec *par, c
     return s;
 }
 
-wf_status prep_hashlog_read(const char *dir, size_t input, u64vec *par, u64vec *lsh) {
+wf_status wf__prep_hashlog_read(const char *dir, size_t input, u64vec *par, u64vec *lsh) {
     char path[4200];
     hashlog_path(dir, input, path, sizeof path);
     char *data;
@@ -397,8 +397,8 @@ wf_status prep_hashlog_read(const char *dir, size_t input, u64vec *par, u64vec *
                          "says; rerun with --force", path, len, (unsigned long long)np, (unsigned long long)nl);
         else if (wf_hash64(u + 32, len - 32) != get_le64(u + 24))
             s = wf_error(WF_ERR_CHECKSUM, "%s: checksum mismatch; rerun with --force", path);
-        for (uint64_t i = 0; s == WF_OK && i < np; i++) s = u64vec_push(par, get_le64(u + 32 + 8 * i));
-        for (uint64_t i = 0; s == WF_OK && i < nl; i++) s = u64vec_push(lsh, get_le64(u + 32 + 8 * (np + i)));
+        for (uint64_t i = 0; s == WF_OK && i < np; i++) s = wf__prep_u64vec_push(par, get_le64(u + 32 + 8 * i));
+        for (uint64_t i = 0; s == WF_OK && i < nl; i++) s = wf__prep_u64vec_push(lsh, get_le64(u + 32 + 8 * (np + i)));
     }
     free(data);
     return s;

@@ -11,13 +11,13 @@
 #include "prep/prep_impl.h"
 #include "weft/fileio.h"
 
-void prep_stats_free(prep_stats *s) {
+void wf__prep_stats_free(prep_stats *s) {
     free(s->langs);
     s->langs = NULL;
     s->n_langs = 0;
 }
 
-wf_status prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs, uint64_t bytes) {
+wf_status wf__prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs, uint64_t bytes) {
     size_t i = 0;
     while (i < s->n_langs && strcmp(s->langs[i].code, code) < 0) i++;
     if (i < s->n_langs && strcmp(s->langs[i].code, code) == 0) {
@@ -77,21 +77,21 @@ static json_t *stats_json(const prep_stats *s, const wf_prep_config *c) {
         json_object_set_new(j, "bytes_out", u64(s->bytes_out[st]));
         json_t *dropped = json_object();
         for (int r = 0; r < R_COUNT; r++) {
-            if (prep_reason_stage(r) != st) continue;
+            if (wf__prep_reason_stage(r) != st) continue;
             json_t *d = json_object();
             json_object_set_new(d, "docs", u64(s->drop_docs[r]));
             json_object_set_new(d, "bytes", u64(s->drop_bytes[r]));
-            json_object_set_new(dropped, prep_reason_name(r), d);
+            json_object_set_new(dropped, wf__prep_reason_name(r), d);
         }
         json_object_set_new(j, "dropped", dropped);
         json_t *counters = json_object();
         for (int e = 0; e < E_COUNT; e++)
-            if (prep_extra_stage(e) == st) json_object_set_new(counters, prep_extra_name(e), u64(s->extra[e]));
+            if (wf__prep_extra_stage(e) == st) json_object_set_new(counters, wf__prep_extra_name(e), u64(s->extra[e]));
         json_object_set_new(j, "counters", counters);
         json_object_set_new(j, "seconds", json_real(s->seconds[st]));
         json_object_set_new(j, "mb_per_s",
                             json_real(s->seconds[st] > 0 ? s->bytes_in[st] / 1e6 / s->seconds[st] : 0.0));
-        json_object_set_new(stages, prep_stage_name(st), j);
+        json_object_set_new(stages, wf__prep_stage_name(st), j);
     }
     json_object_set_new(root, "stages", stages);
     json_t *langs = json_object();
@@ -113,7 +113,7 @@ static uint64_t get_u64(json_t *o, const char *key) {
 static void stats_from_json(json_t *root, prep_stats *s) {
     json_t *stages = json_object_get(root, "stages");
     for (int st = 0; st < ST_COUNT; st++) {
-        json_t *j = json_object_get(stages, prep_stage_name(st));
+        json_t *j = json_object_get(stages, wf__prep_stage_name(st));
         if (!json_is_object(j)) continue;
         s->docs_in[st] = get_u64(j, "docs_in");
         s->docs_out[st] = get_u64(j, "docs_out");
@@ -123,18 +123,18 @@ static void stats_from_json(json_t *root, prep_stats *s) {
         s->seconds[st] = json_is_number(sec) ? json_number_value(sec) : 0.0;
         json_t *dropped = json_object_get(j, "dropped"), *counters = json_object_get(j, "counters");
         for (int r = 0; r < R_COUNT; r++) {
-            if (prep_reason_stage(r) != st) continue;
-            json_t *d = json_object_get(dropped, prep_reason_name(r));
+            if (wf__prep_reason_stage(r) != st) continue;
+            json_t *d = json_object_get(dropped, wf__prep_reason_name(r));
             s->drop_docs[r] = get_u64(d, "docs");
             s->drop_bytes[r] = get_u64(d, "bytes");
         }
         for (int e = 0; e < E_COUNT; e++)
-            if (prep_extra_stage(e) == st) s->extra[e] = get_u64(counters, prep_extra_name(e));
+            if (wf__prep_extra_stage(e) == st) s->extra[e] = get_u64(counters, wf__prep_extra_name(e));
     }
     json_t *langs = json_object_get(root, "languages");
     const char *code;
     json_t *l;
-    json_object_foreach(langs, code, l) prep_stats_add_lang(s, code, get_u64(l, "docs"), get_u64(l, "bytes"));
+    json_object_foreach(langs, code, l) wf__prep_stats_add_lang(s, code, get_u64(l, "docs"), get_u64(l, "bytes"));
 }
 
 static wf_status write_json(const char *path, json_t *root) {
@@ -147,7 +147,7 @@ static wf_status write_json(const char *path, json_t *root) {
     return s;
 }
 
-wf_status prep_state_write(const char *dir, const prep_progress_state *ps, const prep_output *o,
+wf_status wf__prep_state_write(const char *dir, const prep_progress_state *ps, const prep_output *o,
                            const prep_stats *st) {
     char path[4200];
     snprintf(path, sizeof path, "%s/_prep", dir);
@@ -190,7 +190,7 @@ wf_status prep_state_write(const char *dir, const prep_progress_state *ps, const
     return s;
 }
 
-wf_status prep_state_read(const char *dir, prep_progress_state *ps, prep_output *o, prep_stats *st) {
+wf_status wf__prep_state_read(const char *dir, prep_progress_state *ps, prep_output *o, prep_stats *st) {
     char path[4200];
     snprintf(path, sizeof path, "%s/_prep/state.json", dir);
     if (!wf_path_exists(path)) return WF_ERR_NOTFOUND;
@@ -222,7 +222,7 @@ wf_status prep_state_read(const char *dir, prep_progress_state *ps, prep_output 
             goto done;
         }
         prev = v;
-        if ((s = u64vec_push(&ps->checkpoints, v)) != WF_OK) goto done;
+        if ((s = wf__prep_u64vec_push(&ps->checkpoints, v)) != WF_OK) goto done;
     }
     if (prev != ps->inputs_done) {
         s = wf_error(WF_ERR_FORMAT, "%s: the last checkpoint is not inputs_done; rerun with --force", path);
@@ -266,7 +266,7 @@ static void fmt_bytes(uint64_t b, char *out, size_t cap) {
     else snprintf(out, cap, "%llu B", (unsigned long long)b);
 }
 
-wf_status prep_stats_write(const char *dir, const wf_prep_config *c, const prep_progress_state *ps,
+wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const prep_progress_state *ps,
                            const prep_stats *st) {
     char path[4200];
     /* JSON */
@@ -323,19 +323,19 @@ wf_status prep_stats_write(const char *dir, const wf_prep_config *c, const prep_
     fprintf(f, "%-11s %10s %10s %11s %11s %9s\n", "stage", "docs in", "docs out", "MB in", "MB out", "MB/s");
     for (int stg = 0; stg < ST_COUNT; stg++) {
         int on = stage_enabled(c, stg);
-        fprintf(f, "%-11s %10llu %10llu %11.2f %11.2f ", prep_stage_name(stg),
+        fprintf(f, "%-11s %10llu %10llu %11.2f %11.2f ", wf__prep_stage_name(stg),
                 (unsigned long long)st->docs_in[stg], (unsigned long long)st->docs_out[stg],
                 st->bytes_in[stg] / 1e6, st->bytes_out[stg] / 1e6);
         if (!on) fprintf(f, "%9s\n", "off");
         else if (st->seconds[stg] > 0) fprintf(f, "%9.1f\n", st->bytes_in[stg] / 1e6 / st->seconds[stg]);
         else fprintf(f, "%9s\n", "-");
         for (int r = 0; r < R_COUNT; r++)
-            if (prep_reason_stage(r) == stg && st->drop_docs[r])
-                fprintf(f, "  dropped %-26s %10llu docs %11.2f MB\n", prep_reason_name(r),
+            if (wf__prep_reason_stage(r) == stg && st->drop_docs[r])
+                fprintf(f, "  dropped %-26s %10llu docs %11.2f MB\n", wf__prep_reason_name(r),
                         (unsigned long long)st->drop_docs[r], st->drop_bytes[r] / 1e6);
         for (int e = 0; e < E_COUNT; e++)
-            if (prep_extra_stage(e) == stg && st->extra[e])
-                fprintf(f, "  %-34s %10llu\n", prep_extra_name(e), (unsigned long long)st->extra[e]);
+            if (wf__prep_extra_stage(e) == stg && st->extra[e])
+                fprintf(f, "  %-34s %10llu\n", wf__prep_extra_name(e), (unsigned long long)st->extra[e]);
     }
     if (st->n_langs) {
         fprintf(f, "\nlanguages written:\n");

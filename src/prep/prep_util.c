@@ -10,7 +10,7 @@
 
 #define U64SET_MIN_CAP ((size_t)1 << 12)
 
-wf_status u64set_init(u64set *s, size_t max_bytes) {
+wf_status wf__prep_u64set_init(u64set *s, size_t max_bytes) {
     memset(s, 0, sizeof *s);
     size_t max_cap = U64SET_MIN_CAP;
     while (max_cap * 2 * sizeof(uint64_t) <= max_bytes) max_cap *= 2;
@@ -21,7 +21,7 @@ wf_status u64set_init(u64set *s, size_t max_bytes) {
     return WF_OK;
 }
 
-void u64set_free(u64set *s) {
+void wf__prep_u64set_free(u64set *s) {
     free(s->slots);
     memset(s, 0, sizeof *s);
 }
@@ -35,7 +35,7 @@ static size_t slot_of(uint64_t h, size_t mask) {
     return (size_t)h & mask;
 }
 
-int u64set_contains(const u64set *s, uint64_t h) {
+int wf__prep_u64set_contains(const u64set *s, uint64_t h) {
     if (h == 0) h = 1;
     size_t mask = s->cap - 1;
     for (size_t i = slot_of(h, mask);; i = (i + 1) & mask) {
@@ -62,7 +62,7 @@ static int grow(u64set *s) {
     return 0;
 }
 
-int u64set_insert(u64set *s, uint64_t h) {
+int wf__prep_u64set_insert(u64set *s, uint64_t h) {
     if (h == 0) h = 1;
     /* Grow at half full while allowed; at the cap, fill up to 90%. A failed
      * allocation also counts as full: dedup degrades, nothing breaks. */

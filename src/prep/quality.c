@@ -367,7 +367,7 @@ static int gopher(const wf_prep_config *c, const char *t, size_t n, spans *words
     return R_NONE;
 }
 
-int prep_quality(const wf_prep_config *c, wf_buf *text, uint64_t *lines_removed) {
+int wf__prep_quality(const wf_prep_config *c, wf_buf *text, uint64_t *lines_removed) {
     *lines_removed = 0;
     if (c->c4_lorem_ipsum && find_ci(text->data, text->len, "lorem ipsum")) return R_Q_LOREM;
     if (c->c4_curly_bracket && memchr(text->data, '{', text->len)) return R_Q_CURLY;

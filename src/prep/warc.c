@@ -240,7 +240,7 @@ static int name_is_jsonl(const char *p) {
     return 0;
 }
 
-wf_status prep_reader_open(prep_reader **out, const char *path, const wf_prep_config *c) {
+wf_status wf__prep_reader_open(prep_reader **out, const char *path, const wf_prep_config *c) {
     *out = NULL;
     int kind = magic_kind(path);
     if (kind < 0)
@@ -255,7 +255,7 @@ wf_status prep_reader_open(prep_reader **out, const char *path, const wf_prep_co
     r->text_mode = strcmp(c->text_mode, "line") == 0 ? 2 : strcmp(c->text_mode, "paragraph") == 0 ? 1 : 0;
     r->unwrap = c->unwrap;
     if (!r->path || !r->field) {
-        prep_reader_close(r);
+        wf__prep_reader_close(r);
         return wf_error(WF_ERR_NOMEM, "out of memory");
     }
     wf_status s = WF_OK;
@@ -273,14 +273,14 @@ wf_status prep_reader_open(prep_reader **out, const char *path, const wf_prep_co
         }
     }
     if (s != WF_OK) {
-        prep_reader_close(r);
+        wf__prep_reader_close(r);
         return s;
     }
     /* Format: WARC by its first bytes, JSONL by name, else text. */
     size_t avail;
     s = fill(r, 8, &avail);
     if (s != WF_OK) {
-        prep_reader_close(r);
+        wf__prep_reader_close(r);
         return s;
     }
     if (avail >= 5 && memcmp(r->buf + r->pos, "WARC/", 5) == 0) r->fmt = FMT_WARC;
@@ -290,7 +290,7 @@ wf_status prep_reader_open(prep_reader **out, const char *path, const wf_prep_co
     return WF_OK;
 }
 
-void prep_reader_close(prep_reader *r) {
+void wf__prep_reader_close(prep_reader *r) {
     if (!r) return;
     if (r->fp) fclose(r->fp);
     if (r->gz) gzclose(r->gz);
@@ -305,15 +305,15 @@ void prep_reader_close(prep_reader *r) {
     free(r);
 }
 
-uint64_t prep_reader_consumed(const prep_reader *r) {
+uint64_t wf__prep_reader_consumed(const prep_reader *r) {
     if (r->kind == SRC_GZ) {
         long off = (long)gzoffset(r->gz);
         return off > 0 ? (uint64_t)off : 0;
     }
     return r->consumed;
 }
-uint64_t prep_reader_skipped(const prep_reader *r) { return r->skipped; }
-int prep_reader_damaged(const prep_reader *r) { return r->damaged; }
+uint64_t wf__prep_reader_skipped(const prep_reader *r) { return r->skipped; }
+int wf__prep_reader_damaged(const prep_reader *r) { return r->damaged; }
 
 /* ---- WARC ---- */
 
@@ -567,7 +567,7 @@ static wf_status text_next(prep_reader *r, prep_record *rec, int *eof) {
     return WF_OK;
 }
 
-wf_status prep_reader_next(prep_reader *r, prep_record *rec, int *eof) {
+wf_status wf__prep_reader_next(prep_reader *r, prep_record *rec, int *eof) {
     *eof = 0;
     memset(rec, 0, sizeof *rec);
     rec->drop = R_NONE;

@@ -72,7 +72,7 @@ WF_TEST(rows_split_near_equally_and_cover) {
     int64_t b, e, prev = 0;
     int64_t sizes[4];
     for (int r = 0; r < 4; r++) {
-        wf_ckpt_rows_of(10, r, 4, &b, &e);
+        wf__ckpt_rows_of(10, r, 4, &b, &e);
         WF_CHECK_EQ(b, prev);
         sizes[r] = e - b;
         prev = e;
@@ -80,7 +80,7 @@ WF_TEST(rows_split_near_equally_and_cover) {
     WF_CHECK_EQ(prev, 10);
     WF_CHECK_EQ(sizes[0] + sizes[1] + sizes[2] + sizes[3], 10);
     for (int r = 0; r < 4; r++) WF_CHECK_TRUE(sizes[r] == 2 || sizes[r] == 3);
-    wf_ckpt_rows_of(3, 0, 4, &b, &e); /* fewer rows than ranks: some get none */
+    wf__ckpt_rows_of(3, 0, 4, &b, &e); /* fewer rows than ranks: some get none */
     WF_CHECK_EQ(e - b, 0);
 }
 
@@ -88,7 +88,7 @@ WF_TEST(plan_places_pieces_aligned_and_disjoint) {
     state3 s;
     state_init(&s, 1);
     wf_ckpt_plan p;
-    WF_CHECK_OK(wf_ckpt_plan_make(&p, s.t, 3, 4));
+    WF_CHECK_OK(wf__ckpt_plan_make(&p, s.t, 3, 4));
     /* w.c has 3 rows: one of the 4 ranks has no piece of it */
     WF_CHECK_EQ(p.n_pieces, 4 + 4 + 3);
     for (int r = 0; r < 4; r++) {
@@ -101,9 +101,9 @@ WF_TEST(plan_places_pieces_aligned_and_disjoint) {
         }
         WF_CHECK_TRUE(p.rank_bytes[r] >= end);
     }
-    wf_ckpt_plan_free(&p);
+    wf__ckpt_plan_free(&p);
     wf_ckpt_tensor dup[2] = {s.t[0], s.t[0]};
-    WF_CHECK_ERR(wf_ckpt_plan_make(&p, dup, 2, 1), WF_ERR_INVALID, "appears twice");
+    WF_CHECK_ERR(wf__ckpt_plan_make(&p, dup, 2, 1), WF_ERR_INVALID, "appears twice");
 }
 
 static void save_and_check(int async) {
@@ -253,8 +253,8 @@ WF_TEST(async_failure_is_reported_with_its_message) {
 /* Writes `s` as world_size simulated ranks, each writing its own file. */
 static void write_multi_rank(const state3 *s, int world, const char *dir) {
     wf_ckpt_plan p;
-    WF_CHECK_OK(wf_ckpt_plan_make(&p, s->t, 3, world));
-    char *tmp = wf_ckpt_tmp_path(dir);
+    WF_CHECK_OK(wf__ckpt_plan_make(&p, s->t, 3, world));
+    char *tmp = wf__ckpt_tmp_path(dir);
     WF_CHECK_OK(wf_mkdirs(tmp));
     uint64_t *sums = calloc(p.n_pieces, sizeof *sums);
     for (int r = 0; r < world; r++) {
@@ -262,18 +262,18 @@ static void write_multi_rank(const state3 *s, int world, const char *dir) {
         unsigned char *image = NULL;
         if (r % 2) {
             image = calloc(1, p.rank_bytes[r]);
-            wf_ckpt_stage(&p, r, 9, image);
+            wf__ckpt_stage(&p, r, 9, image);
         }
-        WF_CHECK_OK(wf_ckpt_write_data(&p, r, tmp, 9, image, sums));
+        WF_CHECK_OK(wf__ckpt_write_data(&p, r, tmp, 9, image, sums));
         free(image);
     }
     wf_ckpt_meta *m = meta_with(9);
-    WF_CHECK_OK(wf_ckpt_write_manifest(&p, tmp, 9, wf_ckpt_meta_json(m), sums));
+    WF_CHECK_OK(wf__ckpt_write_manifest(&p, tmp, 9, wf__ckpt_meta_json(m), sums));
     wf_ckpt_meta_destroy(m);
-    WF_CHECK_OK(wf_ckpt_commit(tmp, dir));
+    WF_CHECK_OK(wf__ckpt_commit(tmp, dir));
     free(sums);
     free(tmp);
-    wf_ckpt_plan_free(&p);
+    wf__ckpt_plan_free(&p);
 }
 
 WF_TEST(written_by_4_ranks_read_by_2_and_1) {
@@ -287,7 +287,7 @@ WF_TEST(written_by_4_ranks_read_by_2_and_1) {
     WF_CHECK_EQ(wf_ckpt_world_size(c), 4);
     for (int r = 0; r < 4; r++) {
         char f[8192], name[64];
-        wf_ckpt_data_name(name, sizeof name, r, 4);
+        wf__ckpt_data_name(name, sizeof name, r, 4);
         snprintf(f, sizeof f, "%s/%s", dir, name);
         WF_CHECK_TRUE(wf_path_exists(f));
     }
@@ -298,7 +298,7 @@ WF_TEST(written_by_4_ranks_read_by_2_and_1) {
                 const wf_ckpt_tensor *t = &s.t[ti];
                 int64_t b, e, row = 1;
                 for (int d = 1; d < t->ndim; d++) row *= t->shape[d];
-                wf_ckpt_rows_of(t->shape[0], r, w, &b, &e);
+                wf__ckpt_rows_of(t->shape[0], r, w, &b, &e);
                 float out[64];
                 memset(out, 0xff, sizeof out);
                 WF_CHECK_OK(wf_ckpt_read_rows(c, t->name, b, e, out));
@@ -335,7 +335,7 @@ WF_TEST(pieces_that_are_column_blocks_read_back) {
             for (int j = 0; j < 2; j++) blk[i * 2 + j] = full[i * 4 + r * 2 + j];
         memcpy(buf + 64, blk, sizeof blk);
         char name[64], path[8192], hex[17];
-        wf_ckpt_data_name(name, sizeof name, r, 2);
+        wf__ckpt_data_name(name, sizeof name, r, 2);
         snprintf(path, sizeof path, "%s/%s", dir, name);
         wf_test_write_file(path, buf, sizeof buf);
         json_array_append_new(files, json_pack("{s:s,s:i,s:i}", "name", name, "rank", r, "bytes", (int)sizeof buf));
@@ -390,7 +390,7 @@ WF_TEST(corruption_and_truncation_name_file_and_tensor) {
     wf_ckpt_step_dir(dir, sizeof dir, root, 3);
     snprintf(data, sizeof data, "%s/data-00000-of-00001.bin", dir);
     wf_ckpt_plan p;
-    WF_CHECK_OK(wf_ckpt_plan_make(&p, s.t, 3, 1));
+    WF_CHECK_OK(wf__ckpt_plan_make(&p, s.t, 3, 1));
     flip_byte(data, (long)p.pieces[1].offset + 5);
     wf_ckpt *c;
     WF_CHECK_OK(wf_ckpt_open(&c, dir));
@@ -406,7 +406,7 @@ WF_TEST(corruption_and_truncation_name_file_and_tensor) {
     WF_CHECK_TRUE(truncate(data, (off_t)p.pieces[2].offset + 8) == 0);
     WF_CHECK_ERR(wf_ckpt_open(&c, dir), WF_ERR_FORMAT, "truncated");
     WF_CHECK_ERR(wf_ckpt_open(&c, dir), WF_ERR_FORMAT, "tensor w.c");
-    wf_ckpt_plan_free(&p);
+    wf__ckpt_plan_free(&p);
 
     /* the newest valid one is step 1 */
     WF_CHECK_OK(wf_ckpt_open_latest(root, &c));
@@ -580,17 +580,17 @@ WF_TEST(model_config_round_trips) {
     state3 s;
     state_init(&s, 1);
     wf_ckpt_plan p;
-    WF_CHECK_OK(wf_ckpt_plan_make(&p, s.t, 3, 1));
+    WF_CHECK_OK(wf__ckpt_plan_make(&p, s.t, 3, 1));
     char dir[4096];
     path_in(dir, sizeof dir, "step-0000001");
-    char *tmp = wf_ckpt_tmp_path(dir);
+    char *tmp = wf__ckpt_tmp_path(dir);
     WF_CHECK_OK(wf_mkdirs(tmp));
     uint64_t sums[8];
-    WF_CHECK_OK(wf_ckpt_write_data(&p, 0, tmp, 1, NULL, sums));
-    WF_CHECK_OK(wf_ckpt_write_manifest(&p, tmp, 1, wf_ckpt_meta_json(m), sums));
-    WF_CHECK_OK(wf_ckpt_commit(tmp, dir));
+    WF_CHECK_OK(wf__ckpt_write_data(&p, 0, tmp, 1, NULL, sums));
+    WF_CHECK_OK(wf__ckpt_write_manifest(&p, tmp, 1, wf__ckpt_meta_json(m), sums));
+    WF_CHECK_OK(wf__ckpt_commit(tmp, dir));
     free(tmp);
-    wf_ckpt_plan_free(&p);
+    wf__ckpt_plan_free(&p);
     wf_ckpt_meta_destroy(m);
     wf_ckpt *c;
     WF_CHECK_OK(wf_ckpt_open(&c, dir));

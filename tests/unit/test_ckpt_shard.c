@@ -28,8 +28,8 @@ WF_TEST(element_ranges_become_contiguous_boxes) {
         for (int64_t b = 0; b < n; b++) {
             for (int64_t e = b + 1; e <= n; e++) {
                 int64_t off[2 * WF_CKPT_MAX_DIMS][WF_CKPT_MAX_DIMS], size[2 * WF_CKPT_MAX_DIMS][WF_CKPT_MAX_DIMS];
-                int k = wf_ckpt_range_boxes(shape, nd, b, e, off, size);
-                WF_CHECK_EQ(k, wf_ckpt_range_boxes(shape, nd, b, e, NULL, NULL));
+                int k = wf__ckpt_range_boxes(shape, nd, b, e, off, size);
+                WF_CHECK_EQ(k, wf__ckpt_range_boxes(shape, nd, b, e, NULL, NULL));
                 WF_CHECK_TRUE(k >= 1 && k <= 2 * nd - 1);
                 /* In order, each contiguous (size 1 before its first dim
                  * above 1, whole after it), together exactly [b, e). */
@@ -51,7 +51,7 @@ WF_TEST(element_ranges_become_contiguous_boxes) {
             }
         }
     }
-    WF_CHECK_EQ(wf_ckpt_range_boxes(shapes[1], 2, 4, 4, NULL, NULL), 0);
+    WF_CHECK_EQ(wf__ckpt_range_boxes(shapes[1], 2, 4, 4, NULL, NULL), 0);
 }
 
 /* The state of a tiny "model": parameters a (10, 5), b (7), c (3, 2, 4)
@@ -107,7 +107,7 @@ static void write_ranks(int W, int64_t S, const char *dir) {
     wf_ckpt_plan *plans = calloc((size_t)W, sizeof *plans);
     for (int r = 0; r < W; r++) {
         rank_init(&st[r], r, S);
-        WF_CHECK_OK(wf_ckpt_plan_make(&plans[r], st[r].t, 6, W));
+        WF_CHECK_OK(wf__ckpt_plan_make(&plans[r], st[r].t, 6, W));
     }
     /* Every rank plans the same layout (rank 0 writes the manifest). */
     for (int r = 1; r < W; r++) {
@@ -117,24 +117,24 @@ static void write_ranks(int W, int64_t S, const char *dir) {
             WF_CHECK_EQ(plans[r].pieces[k].elem_begin, plans[0].pieces[k].elem_begin);
         }
     }
-    char *tmp = wf_ckpt_tmp_path(dir);
+    char *tmp = wf__ckpt_tmp_path(dir);
     WF_CHECK_OK(wf_mkdirs(tmp));
     uint64_t *sums = calloc(plans[0].n_pieces + 1, sizeof *sums);
     for (int r = 0; r < W; r++) {
         unsigned char *image = NULL;
         if (r % 2) {
             image = calloc(1, plans[r].rank_bytes[r]);
-            wf_ckpt_stage(&plans[r], r, 4, image);
+            wf__ckpt_stage(&plans[r], r, 4, image);
         }
-        WF_CHECK_OK(wf_ckpt_write_data(&plans[r], r, tmp, 4, image, sums));
+        WF_CHECK_OK(wf__ckpt_write_data(&plans[r], r, tmp, 4, image, sums));
         free(image);
     }
-    WF_CHECK_OK(wf_ckpt_write_manifest(&plans[0], tmp, 4, NULL, sums));
-    WF_CHECK_OK(wf_ckpt_commit(tmp, dir));
+    WF_CHECK_OK(wf__ckpt_write_manifest(&plans[0], tmp, 4, NULL, sums));
+    WF_CHECK_OK(wf__ckpt_commit(tmp, dir));
     free(sums);
     free(tmp);
     for (int r = 0; r < W; r++) {
-        wf_ckpt_plan_free(&plans[r]);
+        wf__ckpt_plan_free(&plans[r]);
         free(st[r].shard);
     }
     free(plans);
@@ -264,7 +264,7 @@ WF_TEST(sharded_pieces_corrupt_missing_or_overlapping_are_errors) {
     rank_state s;
     rank_init(&s, 0, 28);
     wf_ckpt_plan p;
-    WF_CHECK_OK(wf_ckpt_plan_make(&p, s.t, 6, 3));
+    WF_CHECK_OK(wf__ckpt_plan_make(&p, s.t, 6, 3));
     const wf_ckpt_piece *partial = NULL;
     for (size_t k = 0; k < p.n_pieces; k++)
         if (p.pieces[k].rank == 0 && strcmp(p.tensors[p.pieces[k].tensor].name, "m.a") == 0 && p.pieces[k].size[0] == 1)
@@ -285,7 +285,7 @@ WF_TEST(sharded_pieces_corrupt_missing_or_overlapping_are_errors) {
     WF_CHECK_ERR(wf_ckpt_read_range(c, "m.a", 20, 27, out), WF_ERR_CHECKSUM, "tensor m.a (rows 5..6");
     WF_CHECK_ERR(wf_ckpt_verify(c, NULL, NULL), WF_ERR_CHECKSUM, "data-00000-of-00003.bin");
     wf_ckpt_close(c);
-    wf_ckpt_plan_free(&p);
+    wf__ckpt_plan_free(&p);
     free(s.shard);
 
     /* The manifest edited: a piece of m.a dropped, then one made to overlap. */
@@ -317,11 +317,11 @@ WF_TEST(sharded_plans_check_that_the_ranks_cover_the_tensor) {
     rank_init(&s, 0, 20);
     wf_ckpt_plan p;
     /* 3 ranks of 20 floats hold 60 of the buffer's 81 */
-    WF_CHECK_ERR(wf_ckpt_plan_make(&p, s.t, 6, 3), WF_ERR_INVALID, "m.c: sharded as elements [57, +24)");
-    WF_CHECK_OK(wf_ckpt_plan_make(&p, s.t, 6, 5));
+    WF_CHECK_ERR(wf__ckpt_plan_make(&p, s.t, 6, 3), WF_ERR_INVALID, "m.c: sharded as elements [57, +24)");
+    WF_CHECK_OK(wf__ckpt_plan_make(&p, s.t, 6, 5));
     /* rank 4 of 5 holds [80, 81): the last float of m.c, one piece */
     size_t mine = p.rank_first[5] - p.rank_first[4];
     WF_CHECK_EQ(mine, 3 + 1); /* a row range of each parameter, and m.c's last float */
-    wf_ckpt_plan_free(&p);
+    wf__ckpt_plan_free(&p);
     free(s.shard);
 }

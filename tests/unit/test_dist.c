@@ -410,62 +410,62 @@ static wf_watchdog *make_watchdog(fire_box *box, double first, double later, int
     o.on_timeout = on_fire;
     o.on_timeout_ctx = box;
     wf_watchdog *w = NULL;
-    WF_CHECK_OK(wf_watchdog_create(&w, &o, 1, 4));
+    WF_CHECK_OK(wf__dist_watchdog_create(&w, &o, 1, 4));
     return w;
 }
 
 WF_TEST(watchdog_fires_on_a_blocked_collective) {
     fire_box box;
     wf_watchdog *w = make_watchdog(&box, 0.05, 0.05, 0);
-    wf_watchdog_set_step(w, 7);
-    uint64_t a = wf_watchdog_begin(w, "all_reduce", "loss", 4, 1);
-    wf_watchdog_end(w, a, 1);
-    wf_watchdog_begin(w, "all_reduce", "grad bucket 2/5", 3 << 20, 1);
+    wf__dist_watchdog_set_step(w, 7);
+    uint64_t a = wf__dist_watchdog_begin(w, "all_reduce", "loss", 4, 1);
+    wf__dist_watchdog_end(w, a, 1);
+    wf__dist_watchdog_begin(w, "all_reduce", "grad bucket 2/5", 3 << 20, 1);
     WF_CHECK_EQ(wait_fired(&box, 30), 1);
     WF_CHECK_TRUE(strstr(box.report, "rank 1 of 4") != NULL);
     WF_CHECK_TRUE(strstr(box.report, "collective #2 all_reduce \"grad bucket 2/5\" (3.0 MiB) at step 7") != NULL);
     WF_CHECK_TRUE(strstr(box.report, "timeout_s") != NULL);
     WF_CHECK_TRUE(strstr(box.report, "#1 step 7 all_reduce \"loss\" 4 B") != NULL);
     WF_CHECK_TRUE(strstr(box.report, "WAITING for") != NULL);
-    wf_watchdog_destroy(w);
+    wf__dist_watchdog_destroy(w);
 }
 
 WF_TEST(watchdog_ignores_collectives_not_waited_on) {
     fire_box box;
     wf_watchdog *w = make_watchdog(&box, 0.05, 0.05, 0);
     /* Issued but not waited on: the rank is computing, not stuck. */
-    uint64_t s = wf_watchdog_begin(w, "iall_reduce", "grad bucket 0/1", 1024, 0);
+    uint64_t s = wf__dist_watchdog_begin(w, "iall_reduce", "grad bucket 0/1", 1024, 0);
     usleep(300 * 1000);
     WF_CHECK_EQ(fired_now(&box), 0);
-    wf_watchdog_block(w, s);
+    wf__dist_watchdog_block(w, s);
     WF_CHECK_EQ(wait_fired(&box, 30), 1);
     WF_CHECK_TRUE(strstr(box.report, "iall_reduce \"grad bucket 0/1\"") != NULL);
-    wf_watchdog_destroy(w);
+    wf__dist_watchdog_destroy(w);
 }
 
 WF_TEST(watchdog_gives_the_first_steps_longer) {
     fire_box box;
     /* Steps 0 and 1: 60 s; later: 0.05 s. */
     wf_watchdog *w = make_watchdog(&box, 60, 0.05, 2);
-    wf_watchdog_set_step(w, 1);
-    uint64_t s = wf_watchdog_begin(w, "barrier", "init", 0, 1);
+    wf__dist_watchdog_set_step(w, 1);
+    uint64_t s = wf__dist_watchdog_begin(w, "barrier", "init", 0, 1);
     usleep(300 * 1000);
     WF_CHECK_EQ(fired_now(&box), 0);
-    wf_watchdog_end(w, s, 1);
-    wf_watchdog_set_step(w, 2);
-    wf_watchdog_begin(w, "barrier", "later", 0, 1);
+    wf__dist_watchdog_end(w, s, 1);
+    wf__dist_watchdog_set_step(w, 2);
+    wf__dist_watchdog_begin(w, "barrier", "later", 0, 1);
     WF_CHECK_EQ(wait_fired(&box, 30), 1);
     WF_CHECK_TRUE(strstr(box.report, "at step 2") != NULL);
     WF_CHECK_TRUE(strstr(box.report, "0.05 s timeout for steps after the first ones") != NULL);
-    wf_watchdog_destroy(w);
+    wf__dist_watchdog_destroy(w);
 }
 
 WF_TEST(watchdog_disabled_starts_no_thread) {
     fire_box box;
     wf_watchdog *w = make_watchdog(&box, 0, 0, 2);
-    wf_watchdog_begin(w, "barrier", "forever", 0, 1);
+    wf__dist_watchdog_begin(w, "barrier", "forever", 0, 1);
     usleep(100 * 1000);
     WF_CHECK_EQ(fired_now(&box), 0);
-    WF_CHECK_EQ(wf_watchdog_completed(w), 0);
-    wf_watchdog_destroy(w);
+    WF_CHECK_EQ(wf__dist_watchdog_completed(w), 0);
+    wf__dist_watchdog_destroy(w);
 }

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data/loader_internal.h"
+#include "data/loader_impl.h"
 #include "harness.h"
 #include "weft/loader.h"
 #include "weft/rng.h"
@@ -554,7 +554,7 @@ WF_TEST(loader_read_error_reaches_the_caller) {
         wf_loader_opts o = base_opts(&f, T, gb);
         o.prefetch = prefetch;
         wf_loader *l = open_loader(&o);
-        wf_loader_inject_error_(l, (wf_loader_state){0, 5 * (uint64_t)gb});
+        wf__loader_inject_error(l, (wf_loader_state){0, 5 * (uint64_t)gb});
         expect_batches(l, &r, f.train, T, 0, 5, 0, 1, "before the error");
         const wf_batch *b = (const wf_batch *)&r;
         /* Reported, with the thread's message, and again until the cursor moves. */

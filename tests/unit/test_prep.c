@@ -48,23 +48,23 @@ static const char *HTML_PAGE =
 static void read_all(const char *path, const wf_prep_config *c, char *out, size_t cap, uint64_t *skipped,
                      int *damaged) {
     prep_reader *r;
-    WF_CHECK_OK(prep_reader_open(&r, path, c));
+    WF_CHECK_OK(wf__prep_reader_open(&r, path, c));
     size_t at = 0;
     out[0] = '\0';
     for (;;) {
         prep_record rec;
         int eof;
-        WF_CHECK_OK(prep_reader_next(r, &rec, &eof));
+        WF_CHECK_OK(wf__prep_reader_next(r, &rec, &eof));
         if (eof) break;
         int n = snprintf(out + at, cap - at, "%llu:%d:%s:%.*s|", (unsigned long long)rec.index, rec.kind,
-                         rec.drop == R_NONE ? "ok" : prep_reason_name(rec.drop),
+                         rec.drop == R_NONE ? "ok" : wf__prep_reason_name(rec.drop),
                          rec.data ? (int)(rec.len < 20 ? rec.len : 20) : 0, rec.data ? rec.data : "");
         at += (size_t)n;
         WF_CHECK_TRUE(at < cap);
     }
-    if (skipped) *skipped = prep_reader_skipped(r);
-    if (damaged) *damaged = prep_reader_damaged(r);
-    prep_reader_close(r);
+    if (skipped) *skipped = wf__prep_reader_skipped(r);
+    if (damaged) *damaged = wf__prep_reader_damaged(r);
+    wf__prep_reader_close(r);
 }
 
 WF_TEST(warc_reader_records) {
@@ -138,16 +138,16 @@ WF_TEST(warc_reader_truncated_gzip_and_too_large) {
     free(data);
     wf_prep_config c = defaults();
     prep_reader *r;
-    WF_CHECK_OK(prep_reader_open(&r, gz, &c));
+    WF_CHECK_OK(wf__prep_reader_open(&r, gz, &c));
     int n = 0, eof = 0;
     while (!eof) {
         prep_record rec;
-        WF_CHECK_OK(prep_reader_next(r, &rec, &eof));
+        WF_CHECK_OK(wf__prep_reader_next(r, &rec, &eof));
         if (!eof) n++;
     }
     WF_CHECK_TRUE(n > 0 && n < 200);
-    WF_CHECK_EQ(prep_reader_damaged(r), 1);
-    prep_reader_close(r);
+    WF_CHECK_EQ(wf__prep_reader_damaged(r), 1);
+    wf__prep_reader_close(r);
 
     /* A record over input.max_doc_mb is dropped without being held. */
     c.max_doc_mb = 1;
@@ -229,11 +229,11 @@ WF_TEST(readers_survive_damaged_warcs) {
             wf_test_write_file(p, m.data, m.len);
         }
         prep_reader *r;
-        WF_CHECK_OK(prep_reader_open(&r, p, &c));
+        WF_CHECK_OK(wf__prep_reader_open(&r, p, &c));
         int n = 0, eof = 0;
         while (!eof) {
             prep_record rec;
-            WF_CHECK_OK(prep_reader_next(r, &rec, &eof));
+            WF_CHECK_OK(wf__prep_reader_next(r, &rec, &eof));
             WF_CHECK_TRUE(++n < 1000);
             if (eof || rec.drop != R_NONE || !rec.data) continue;
             const char *t = rec.data;
@@ -241,11 +241,11 @@ WF_TEST(readers_survive_damaged_warcs) {
             int html = rec.kind == REC_HTML;
             char cs[32] = "";
             if (rec.kind == REC_HTTP) {
-                if (prep_http_parse(rec.data, rec.len, 1 << 20, &body, &html, cs) != R_NONE) continue;
+                if (wf__prep_http_parse(rec.data, rec.len, 1 << 20, &body, &html, cs) != R_NONE) continue;
                 t = body.data ? body.data : "";
                 tl = body.len;
             }
-            if (prep_to_utf8(t, tl, cs, &norm)) t = norm.data, tl = norm.len;
+            if (wf__prep_to_utf8(t, tl, cs, &norm)) t = norm.data, tl = norm.len;
             if (html) {
                 WF_CHECK_OK(wf_html_to_text(t, tl, &text));
                 t = text.data ? text.data : "";
@@ -256,11 +256,11 @@ WF_TEST(readers_survive_damaged_warcs) {
             if (wf_text_normalize(t, tl, &no, &out, &rep) == WF_NORM_OK) {
                 WF_CHECK_TRUE(wf_utf8_valid(out.data, out.len));
                 uint64_t lr;
-                prep_quality(&c, &out, &lr);
+                wf__prep_quality(&c, &out, &lr);
             }
             wf_buf_free(&out);
         }
-        prep_reader_close(r);
+        wf__prep_reader_close(r);
     }
 #undef RND
     wf_buf_free(&m);
@@ -306,18 +306,18 @@ WF_TEST(http_bodies) {
     wf_buf body = {0};
     int html;
     char cs[32];
-    WF_CHECK_EQ(prep_http_parse(HTML_PAGE, strlen(HTML_PAGE), 1 << 20, &body, &html, cs), R_NONE);
+    WF_CHECK_EQ(wf__prep_http_parse(HTML_PAGE, strlen(HTML_PAGE), 1 << 20, &body, &html, cs), R_NONE);
     WF_CHECK_EQ(html, 1);
     WF_CHECK_STREQ(cs, "utf-8");
     WF_CHECK_TRUE(strncmp(body.data, "<html>", 6) == 0);
     const char *r404 = "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\n\r\nnope";
-    WF_CHECK_EQ(prep_http_parse(r404, strlen(r404), 1 << 20, &body, &html, cs), R_HTTP_STATUS);
+    WF_CHECK_EQ(wf__prep_http_parse(r404, strlen(r404), 1 << 20, &body, &html, cs), R_HTTP_STATUS);
     const char *png = "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\n\r\n\x89PNG";
-    WF_CHECK_EQ(prep_http_parse(png, strlen(png), 1 << 20, &body, &html, cs), R_CONTENT_TYPE);
-    WF_CHECK_EQ(prep_http_parse("garbage", 7, 1 << 20, &body, &html, cs), R_BAD_HTTP);
+    WF_CHECK_EQ(wf__prep_http_parse(png, strlen(png), 1 << 20, &body, &html, cs), R_CONTENT_TYPE);
+    WF_CHECK_EQ(wf__prep_http_parse("garbage", 7, 1 << 20, &body, &html, cs), R_BAD_HTTP);
     const char *chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n"
                           "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
-    WF_CHECK_EQ(prep_http_parse(chunked, strlen(chunked), 1 << 20, &body, &html, cs), R_NONE);
+    WF_CHECK_EQ(wf__prep_http_parse(chunked, strlen(chunked), 1 << 20, &body, &html, cs), R_NONE);
     WF_CHECK_EQ(html, 0);
     WF_CHECK_TRUE(body.len == 11 && memcmp(body.data, "hello world", 11) == 0);
     /* gzip content coding */
@@ -337,10 +337,10 @@ WF_TEST(http_bodies) {
     const char *hdr = "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Type: text/html\r\n\r\n";
     WF_CHECK_OK(wf_buf_append(&resp, hdr, strlen(hdr)));
     WF_CHECK_OK(wf_buf_append(&resp, z, zn));
-    WF_CHECK_EQ(prep_http_parse(resp.data, resp.len, 1 << 20, &body, &html, cs), R_NONE);
+    WF_CHECK_EQ(wf__prep_http_parse(resp.data, resp.len, 1 << 20, &body, &html, cs), R_NONE);
     WF_CHECK_TRUE(body.len == strlen(plain) && memcmp(body.data, plain, body.len) == 0);
     /* and a body past the cap is refused */
-    WF_CHECK_EQ(prep_http_parse(chunked, strlen(chunked), 4, &body, &html, cs), R_BAD_HTTP);
+    WF_CHECK_EQ(wf__prep_http_parse(chunked, strlen(chunked), 4, &body, &html, cs), R_BAD_HTTP);
     wf_buf_free(&resp);
     wf_buf_free(&body);
 }
@@ -348,17 +348,17 @@ WF_TEST(http_bodies) {
 WF_TEST(charsets) {
     char cs[32];
     const char *page = "<html><head><meta charset=\"ISO-8859-1\"><title>x</title>";
-    prep_html_sniff_charset(page, strlen(page), cs);
+    wf__prep_html_sniff_charset(page, strlen(page), cs);
     WF_CHECK_STREQ(cs, "iso-8859-1");
     const char *page2 = "<meta http-equiv=\"Content-Type\" content=\"text/html; charset=windows-1251\">";
-    prep_html_sniff_charset(page2, strlen(page2), cs);
+    wf__prep_html_sniff_charset(page2, strlen(page2), cs);
     WF_CHECK_STREQ(cs, "windows-1251");
     wf_buf out = {0};
     /* latin-1 "café" and windows-1252's euro sign */
-    WF_CHECK_EQ(prep_to_utf8("caf\xe9 \x80", 6, "iso-8859-1", &out), 1);
+    WF_CHECK_EQ(wf__prep_to_utf8("caf\xe9 \x80", 6, "iso-8859-1", &out), 1);
     WF_CHECK_STREQ(out.data, "caf\xc3\xa9 \xe2\x82\xac");
-    WF_CHECK_EQ(prep_to_utf8("abc", 3, "utf-8", &out), 0);
-    WF_CHECK_EQ(prep_to_utf8("abc", 3, "no-such-charset", &out), 0);
+    WF_CHECK_EQ(wf__prep_to_utf8("abc", 3, "utf-8", &out), 0);
+    WF_CHECK_EQ(wf__prep_to_utf8("abc", 3, "no-such-charset", &out), 0);
     wf_buf_free(&out);
 }
 
@@ -490,20 +490,20 @@ WF_TEST(dedup_normalization) {
 
 WF_TEST(hash_set) {
     u64set s;
-    WF_CHECK_OK(u64set_init(&s, 1 << 20));
-    for (uint64_t i = 0; i < 50000; i++) WF_CHECK_EQ(u64set_insert(&s, i * 7919), 1);
-    for (uint64_t i = 0; i < 50000; i++) WF_CHECK_EQ(u64set_insert(&s, i * 7919), 0);
-    WF_CHECK_TRUE(u64set_contains(&s, 0) && u64set_contains(&s, 7919 * 49999ull));
-    WF_CHECK_TRUE(!u64set_contains(&s, 3));
-    u64set_free(&s);
+    WF_CHECK_OK(wf__prep_u64set_init(&s, 1 << 20));
+    for (uint64_t i = 0; i < 50000; i++) WF_CHECK_EQ(wf__prep_u64set_insert(&s, i * 7919), 1);
+    for (uint64_t i = 0; i < 50000; i++) WF_CHECK_EQ(wf__prep_u64set_insert(&s, i * 7919), 0);
+    WF_CHECK_TRUE(wf__prep_u64set_contains(&s, 0) && wf__prep_u64set_contains(&s, 7919 * 49999ull));
+    WF_CHECK_TRUE(!wf__prep_u64set_contains(&s, 3));
+    wf__prep_u64set_free(&s);
     /* At the memory cap the table refuses new keys but still knows old ones. */
-    WF_CHECK_OK(u64set_init(&s, 64 * 1024)); /* 8192 slots */
+    WF_CHECK_OK(wf__prep_u64set_init(&s, 64 * 1024)); /* 8192 slots */
     int refused = 0;
-    for (uint64_t i = 1; i <= 10000; i++) refused += u64set_insert(&s, i) < 0;
+    for (uint64_t i = 1; i <= 10000; i++) refused += wf__prep_u64set_insert(&s, i) < 0;
     WF_CHECK_TRUE(refused > 0 && s.cap * 8 <= 64 * 1024);
-    WF_CHECK_EQ(u64set_insert(&s, 1), 0);
-    WF_CHECK_EQ(u64set_insert(&s, 9999999), -1);
-    u64set_free(&s);
+    WF_CHECK_EQ(wf__prep_u64set_insert(&s, 1), 0);
+    WF_CHECK_EQ(wf__prep_u64set_insert(&s, 9999999), -1);
+    wf__prep_u64set_free(&s);
 }
 
 /* ---- MinHash ---- */
@@ -578,8 +578,8 @@ WF_TEST(minhash_estimates_jaccard) {
     wf_minhash_signature(base, strlen(base), 5, H, 1, s1);
     memcpy(s2, s1, sizeof s1);
     s2[17] ^= 1;
-    prep_minhash_bands(s1, 32, 8, k1);
-    prep_minhash_bands(s2, 32, 8, k2);
+    wf__prep_minhash_bands(s1, 32, 8, k1);
+    wf__prep_minhash_bands(s2, 32, 8, k2);
     int diff = 0;
     for (int b = 0; b < 32; b++) diff += k1[b] != k2[b];
     WF_CHECK_EQ(diff, 1);
@@ -668,7 +668,7 @@ static int check(const wf_prep_config *c, const char *text, uint64_t *removed) {
     wf_buf b = {0};
     wf_buf_append(&b, text, strlen(text));
     uint64_t rm = 0;
-    int r = prep_quality(c, &b, &rm);
+    int r = wf__prep_quality(c, &b, &rm);
     if (removed) *removed = rm;
     wf_buf_free(&b);
     return r;

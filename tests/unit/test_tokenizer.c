@@ -56,7 +56,7 @@ static char *make_json(const char *extra_vocab, const char *merges, const char *
     for (int b = 0; b < 256; b++) {
         char s[4];
         uint8_t byte = (uint8_t)b;
-        wf_bpe_bytes_to_str(&byte, 1, s);
+        wf__bpe_bytes_to_str(&byte, 1, s);
         const char *esc = strcmp(s, "\"") == 0 ? "\\\"" : strcmp(s, "\\") == 0 ? "\\\\" : s;
         v += (size_t)snprintf(vocab + v, cap - v, "%s\"%s\": %d", b ? ", " : "", esc, b);
     }
@@ -169,28 +169,28 @@ static wf_tokenizer *train_small(const char *pattern) {
 
 WF_TEST(byte_alphabet_is_gpt2s) {
     /* Printable bytes map to themselves, the rest to U+0100.. in order. */
-    WF_CHECK_EQ(wf_bpe_byte_cp('A'), 'A');
-    WF_CHECK_EQ(wf_bpe_byte_cp('!'), '!');
-    WF_CHECK_EQ(wf_bpe_byte_cp(0xA1), 0xA1);
-    WF_CHECK_EQ(wf_bpe_byte_cp(0x00), 0x100);
-    WF_CHECK_EQ(wf_bpe_byte_cp(' '), 0x120);  /* "Ġ" */
-    WF_CHECK_EQ(wf_bpe_byte_cp('\n'), 0x10A); /* "Ċ" */
-    WF_CHECK_EQ(wf_bpe_byte_cp(0x7F), 0x121);
-    WF_CHECK_EQ(wf_bpe_byte_cp(0xAD), 0x143);
+    WF_CHECK_EQ(wf__bpe_byte_cp('A'), 'A');
+    WF_CHECK_EQ(wf__bpe_byte_cp('!'), '!');
+    WF_CHECK_EQ(wf__bpe_byte_cp(0xA1), 0xA1);
+    WF_CHECK_EQ(wf__bpe_byte_cp(0x00), 0x100);
+    WF_CHECK_EQ(wf__bpe_byte_cp(' '), 0x120);  /* "Ġ" */
+    WF_CHECK_EQ(wf__bpe_byte_cp('\n'), 0x10A); /* "Ċ" */
+    WF_CHECK_EQ(wf__bpe_byte_cp(0x7F), 0x121);
+    WF_CHECK_EQ(wf__bpe_byte_cp(0xAD), 0x143);
     int seen[324] = {0};
     for (int b = 0; b < 256; b++) {
-        uint32_t cp = wf_bpe_byte_cp((uint8_t)b);
+        uint32_t cp = wf__bpe_byte_cp((uint8_t)b);
         WF_CHECK_TRUE(cp < 324);
         WF_CHECK_EQ(seen[cp]++, 0);
-        WF_CHECK_EQ(wf_bpe_cp_byte(cp), b);
+        WF_CHECK_EQ(wf__bpe_cp_byte(cp), b);
     }
     uint8_t all[256], back[256];
     char str[513];
     for (int b = 0; b < 256; b++) all[b] = (uint8_t)b;
-    size_t sl = wf_bpe_bytes_to_str(all, 256, str);
-    WF_CHECK_EQ(wf_bpe_str_to_bytes(str, sl, back), 256);
+    size_t sl = wf__bpe_bytes_to_str(all, 256, str);
+    WF_CHECK_EQ(wf__bpe_str_to_bytes(str, sl, back), 256);
     WF_CHECK_TRUE(memcmp(all, back, 256) == 0);
-    WF_CHECK_EQ(wf_bpe_str_to_bytes("\xE2\x82\xAC", 3, back), -1); /* "€" is not in it */
+    WF_CHECK_EQ(wf__bpe_str_to_bytes("\xE2\x82\xAC", 3, back), -1); /* "€" is not in it */
 }
 
 /* -------------------------------------------------------- pre-tokenizer */
@@ -199,13 +199,13 @@ static void check_pieces(const char *pattern, const char *text, size_t n, const 
                          size_t n_want) {
     wf_regex re;
     wf_regex_state st;
-    WF_CHECK_OK(wf_regex_compile(&re, pattern, 0, "test"));
-    WF_CHECK_OK(wf_regex_state_init(&st, &re));
+    WF_CHECK_OK(wf__pretok_regex_compile(&re, pattern, 0, "test"));
+    WF_CHECK_OK(wf__pretok_regex_state_init(&st, &re));
     wf_split_iter it;
-    wf_split_begin(&it, &re, text, n);
+    wf__pretok_split_begin(&it, &re, text, n);
     size_t off, len, k = 0, covered = 0;
     int r;
-    while ((r = wf_split_next(&re, &st, &it, &off, &len)) > 0) {
+    while ((r = wf__pretok_split_next(&re, &st, &it, &off, &len)) > 0) {
         WF_CHECK_EQ(off, covered);
         covered += len;
         if (k < n_want && (strlen(want[k]) != len || memcmp(want[k], text + off, len) != 0))
@@ -216,22 +216,22 @@ static void check_pieces(const char *pattern, const char *text, size_t n, const 
     WF_CHECK_EQ(r, 0);
     WF_CHECK_EQ(k, n_want);
     WF_CHECK_EQ(covered, n);
-    wf_regex_state_free(&st);
-    wf_regex_free(&re);
+    wf__pretok_regex_state_free(&st);
+    wf__pretok_regex_free(&re);
 }
 
 WF_TEST(pretok_llama3_pieces) {
     const char *text = "Hello, world! It's 1234567 ok\n\n  x  ";
     const char *want[] = {"Hello", ",", " world", "!", " It", "'s", " ", "123", "456", "7",
                           " ok", "\n\n", " ", " x", "  "};
-    check_pieces(WF_PRETOK_LLAMA3, text, strlen(text), want, sizeof want / sizeof *want);
+    check_pieces(wf__pretok_llama3, text, strlen(text), want, sizeof want / sizeof *want);
 }
 
 WF_TEST(pretok_gpt2_pieces) {
     const char *text = "Hello, world! It's 1234567 ok\n\n  x  ";
     const char *want[] = {"Hello", ",", " world", "!", " It", "'s", " 1234567", " ok", "\n\n ",
                           " x", "  "};
-    check_pieces(WF_PRETOK_GPT2, text, strlen(text), want, sizeof want / sizeof *want);
+    check_pieces(wf__pretok_gpt2, text, strlen(text), want, sizeof want / sizeof *want);
 }
 
 WF_TEST(pretok_invalid_utf8_bytes_are_pieces) {
@@ -239,7 +239,7 @@ WF_TEST(pretok_invalid_utf8_bytes_are_pieces) {
      * pieces of their own, and every byte is covered. */
     const char text[] = "ab\xff\x80" "cd \xe2\x82";
     const char *want[] = {"ab", "\xff\x80", "cd", " ", "\xe2\x82"};
-    check_pieces(WF_PRETOK_LLAMA3, text, sizeof text - 1, want, sizeof want / sizeof *want);
+    check_pieces(wf__pretok_llama3, text, sizeof text - 1, want, sizeof want / sizeof *want);
 }
 
 WF_TEST(pretok_classes_are_oniguruma_s) {
@@ -248,18 +248,18 @@ WF_TEST(pretok_classes_are_oniguruma_s) {
      * (PCRE2's own \s would make "\u180e" and "!" two pieces). */
     const char *text = "a\xe1\xa0\x8e!";
     const char *want[] = {"a", "\xe1\xa0\x8e!"};
-    check_pieces(WF_PRETOK_LLAMA3, text, strlen(text), want, 2);
+    check_pieces(wf__pretok_llama3, text, strlen(text), want, 2);
     /* U+3000 (ideographic space) is whitespace in both. */
     const char *text2 = "a\xe3\x80\x80\xe3\x80\x80" "b";
     const char *want2[] = {"a", "\xe3\x80\x80", "\xe3\x80\x80\x62"}; /* \x62: "b" */
-    check_pieces(WF_PRETOK_LLAMA3, text2, strlen(text2), want2, 3);
+    check_pieces(wf__pretok_llama3, text2, strlen(text2), want2, 3);
     /* U+1E5D0 is a letter and U+1E5F1 a digit since Unicode 16 (Ol Onal),
      * which Oniguruma knows and PCRE2 10.42's tables do not: "a" + letter
      * is one piece, four digits are pieces of 3 and 1. */
     const char *text3 = "a\xf0\x9e\x97\x90 \xf0\x9e\x97\xb1\xf0\x9e\x97\xb1\xf0\x9e\x97\xb1\xf0\x9e\x97\xb1";
     const char *want3[] = {"a\xf0\x9e\x97\x90", " ", "\xf0\x9e\x97\xb1\xf0\x9e\x97\xb1\xf0\x9e\x97\xb1",
                            "\xf0\x9e\x97\xb1"};
-    check_pieces(WF_PRETOK_LLAMA3, text3, strlen(text3), want3, 4);
+    check_pieces(wf__pretok_llama3, text3, strlen(text3), want3, 4);
 }
 
 static size_t utf8_put(char *o, uint32_t cp) {
@@ -288,12 +288,12 @@ WF_TEST(pretok_fast_variant_agrees_without_new_code_points) {
      * from many scripts, split with each variant forced. */
     wf_regex re;
     wf_regex_state st;
-    WF_CHECK_OK(wf_regex_compile(&re, WF_PRETOK_LLAMA3, 0, "test"));
-    WF_CHECK_OK(wf_regex_state_init(&st, &re));
+    WF_CHECK_OK(wf__pretok_regex_compile(&re, wf__pretok_llama3, 0, "test"));
+    WF_CHECK_OK(wf__pretok_regex_state_init(&st, &re));
     if (!re.fast) {
         /* PCRE2 already has Unicode 16 tables: one variant only. */
-        wf_regex_state_free(&st);
-        wf_regex_free(&re);
+        wf__pretok_regex_state_free(&st);
+        wf__pretok_regex_free(&re);
         return;
     }
     static const uint32_t pool[][2] = {{0x20, 0x7E}, {0x09, 0x0D}, {0xA0, 0x24F}, {0x370, 0x52F},
@@ -309,15 +309,15 @@ WF_TEST(pretok_fast_variant_agrees_without_new_code_points) {
             n += utf8_put(text + n, pr[0] + (uint32_t)wf_rng_below(&r, pr[1] - pr[0] + 1));
         }
         wf_split_iter a, b;
-        wf_split_begin(&a, &re, text, n);
+        wf__pretok_split_begin(&a, &re, text, n);
         WF_CHECK_TRUE(a.code == re.fast); /* nothing new in this text */
-        wf_split_begin(&b, &re, text, n);
+        wf__pretok_split_begin(&b, &re, text, n);
         b.code = re.code;
         b.jit = re.jit;
         size_t ao, al, bo, bl;
         for (;;) {
-            int ra = wf_split_next(&re, &st, &a, &ao, &al);
-            int rb = wf_split_next(&re, &st, &b, &bo, &bl);
+            int ra = wf__pretok_split_next(&re, &st, &a, &ao, &al);
+            int rb = wf__pretok_split_next(&re, &st, &b, &bo, &bl);
             WF_CHECK_EQ(ra, rb);
             if (ra <= 0) break;
             WF_CHECK_EQ(ao, bo);
@@ -326,10 +326,10 @@ WF_TEST(pretok_fast_variant_agrees_without_new_code_points) {
     }
     /* With a Unicode 16 letter in it, the exact variant is picked. */
     wf_split_iter c;
-    wf_split_begin(&c, &re, "ab\xf0\x9e\x97\x90", 6);
+    wf__pretok_split_begin(&c, &re, "ab\xf0\x9e\x97\x90", 6);
     WF_CHECK_TRUE(c.code == re.code);
-    wf_regex_state_free(&st);
-    wf_regex_free(&re);
+    wf__pretok_regex_state_free(&st);
+    wf__pretok_regex_free(&re);
 }
 
 WF_TEST(pretok_long_runs) {
@@ -342,18 +342,18 @@ WF_TEST(pretok_long_runs) {
     text[2 * n] = '\0';
     wf_regex re;
     wf_regex_state st;
-    WF_CHECK_OK(wf_regex_compile(&re, WF_PRETOK_LLAMA3, 0, "test"));
-    WF_CHECK_OK(wf_regex_state_init(&st, &re));
+    WF_CHECK_OK(wf__pretok_regex_compile(&re, wf__pretok_llama3, 0, "test"));
+    WF_CHECK_OK(wf__pretok_regex_state_init(&st, &re));
     wf_split_iter it;
-    wf_split_begin(&it, &re, text, 2 * n);
+    wf__pretok_split_begin(&it, &re, text, 2 * n);
     size_t off, len;
-    WF_CHECK_EQ(wf_split_next(&re, &st, &it, &off, &len), 1);
+    WF_CHECK_EQ(wf__pretok_split_next(&re, &st, &it, &off, &len), 1);
     WF_CHECK_EQ(len, n - 1); /* the last space goes with the letters */
-    WF_CHECK_EQ(wf_split_next(&re, &st, &it, &off, &len), 1);
+    WF_CHECK_EQ(wf__pretok_split_next(&re, &st, &it, &off, &len), 1);
     WF_CHECK_EQ(len, n + 1);
-    WF_CHECK_EQ(wf_split_next(&re, &st, &it, &off, &len), 0);
-    wf_regex_state_free(&st);
-    wf_regex_free(&re);
+    WF_CHECK_EQ(wf__pretok_split_next(&re, &st, &it, &off, &len), 0);
+    wf__pretok_regex_state_free(&st);
+    wf__pretok_regex_free(&re);
     free(text);
 }
 
@@ -488,7 +488,7 @@ WF_TEST(missing_byte_tokens_are_dropped) {
         if (b == 'z') continue;
         char s[4];
         uint8_t byte = (uint8_t)b;
-        wf_bpe_bytes_to_str(&byte, 1, s);
+        wf__bpe_bytes_to_str(&byte, 1, s);
         const char *esc = strcmp(s, "\"") == 0 ? "\\\"" : strcmp(s, "\\") == 0 ? "\\\\" : s;
         snprintf(vocab + strlen(vocab), sizeof vocab - strlen(vocab), "%s\"%s\": %d",
                  *vocab ? ", " : "", esc, b);

@@ -9,6 +9,6 @@
 /* Makes the reading of the batch whose cursor is `at` fail with WF_ERR_IO
  * (as a failed dataset read would), on whichever thread reads it. Call it
  * right after create, before the first wf_loader_next. */
-void wf_loader_inject_error_(wf_loader *l, wf_loader_state at);
+void wf__loader_inject_error(wf_loader *l, wf_loader_state at);
 
 #endif

@@ -76,7 +76,7 @@ typedef struct {
     uint64_t n_tokens;
     uint64_t *doc_starts;
     size_t n_docs, cap_docs;
-    unsigned char *buf; /* conversion buffer for wf_shard_out_append */
+    unsigned char *buf; /* conversion buffer for wf__shard_out_append */
     size_t buf_cap;
 } wf_shard_out;
 
@@ -85,13 +85,13 @@ typedef struct {
     uint64_t n_tokens, n_docs, bytes, payload_hash, header_hash;
 } wf_shard_summary;
 
-wf_status wf_shard_out_begin(wf_shard_out *o, const char *path, int token_bytes, uint32_t vocab_size,
+wf_status wf__shard_out_begin(wf_shard_out *o, const char *path, int token_bytes, uint32_t vocab_size,
                              uint32_t split, uint32_t shard_index);
 /* Appends one whole document (n >= 1 ids, each in [0, vocab_size)). */
-wf_status wf_shard_out_append(wf_shard_out *o, const int32_t *ids, size_t n);
+wf_status wf__shard_out_append(wf_shard_out *o, const int32_t *ids, size_t n);
 /* Writes index and header and commits the file; *sum describes it. */
-wf_status wf_shard_out_end(wf_shard_out *o, wf_shard_summary *sum);
+wf_status wf__shard_out_end(wf_shard_out *o, wf_shard_summary *sum);
 /* Removes the temporary file; safe after end or on a zeroed writer. */
-void wf_shard_out_abort(wf_shard_out *o);
+void wf__shard_out_abort(wf_shard_out *o);
 
 #endif
