@@ -218,7 +218,8 @@ wf_status wf__train_write_final_model(trainer *t, int64_t steps) {
     snprintf(path, sizeof path, "%s/model.safetensors", t->tc->run_dir);
     char steps_s[32];
     snprintf(steps_s, sizeof steps_s, "%lld", (long long)steps);
-    wf_kv meta[2] = {{"weft.step", steps_s}, {"weft.tokenizer", t->tokenizer_path ? t->tokenizer_path : ""}};
+    wf_kv meta[2] = {{.key = "weft.step", .value = steps_s},
+                     {.key = "weft.tokenizer", .value = t->tokenizer_path ? t->tokenizer_path : ""}};
     WF_TRY(wf_safetensors_save(t->model, path, meta, t->tokenizer_path ? 2 : 1));
     WF_INFO("wrote %s", path);
     return WF_OK;

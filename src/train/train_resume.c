@@ -24,7 +24,8 @@ int64_t wf__train_data_position(const trainer *t, wf_loader_state s) {
 
 static wf_loader_state data_cursor(const trainer *t, int64_t pos) {
     uint64_t per_epoch = wf_loader_batches_per_epoch(t->train);
-    return (wf_loader_state){(uint64_t)pos / per_epoch, (uint64_t)pos % per_epoch * (uint64_t)t->B};
+    return (wf_loader_state){.epoch = (uint64_t)pos / per_epoch,
+                             .sample = (uint64_t)pos % per_epoch * (uint64_t)t->B};
 }
 
 /* Reads n finite doubles separated by spaces; 0 if the text is not that. */
@@ -116,7 +117,7 @@ static wf_status restore(trainer *t, wf_ckpt *c, int64_t *start) {
     WF_TRY(wf_ckpt_get_u64(c, "loader.sample", &sample));
     WF_TRY(wf_ckpt_load_rank(c, t->state, t->n_state, t->rank));
     wf_adamw_set_steps(t->opt, opt_steps);
-    wf_status s = wf_loader_set_state(t->train, (wf_loader_state){epoch, sample});
+    wf_status s = wf_loader_set_state(t->train, (wf_loader_state){.epoch = epoch, .sample = sample});
     if (s != WF_OK) return wf_error_wrap(s, "%s: ", dir);
     /* What changes the data the resumed run reads: warn, it is allowed. */
     if (wf_ckpt_get_u64(c, "data.seq_len", &seq_len) == WF_OK && seq_len != (uint64_t)t->T)

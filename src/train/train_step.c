@@ -180,7 +180,7 @@ wf_status wf__train_evaluate(trainer *t, double *loss) {
     double sum = 0;
     int n = 0;
     uint64_t per_epoch = wf_loader_batches_per_epoch(t->val);
-    wf_status s = wf_loader_set_state(t->val, (wf_loader_state){0, 0});
+    wf_status s = wf_loader_set_state(t->val, (wf_loader_state){.epoch = 0, .sample = 0});
     for (int64_t i = 0; s == WF_OK && i < t->tc->eval_batches && (uint64_t)i < per_epoch; i++) {
         const wf_batch *b;
         s = wf_loader_next(t->val, &b);
