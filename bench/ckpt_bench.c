@@ -33,23 +33,37 @@
 #include "weft/optim.h"
 #include "weft/thread.h"
 
+/* The disk peer: `bytes` written and fsynced into a new file. A failure
+ * is said (what and why) and returns -1: the benchmark then stops, since
+ * a ratio against a peer that did not run would be nonsense. */
 static double disk_write(const char *dir, size_t bytes, const unsigned char *buf) {
     char path[8192];
     snprintf(path, sizeof path, "%s/disk-bench.bin", dir);
     double t0 = wf_time_now();
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return -1;
+    if (fd < 0) {
+        fprintf(stderr, "ckpt_bench: the disk peer failed: cannot create %s: %s\n", path, strerror(errno));
+        return -1;
+    }
     size_t chunk = (size_t)8 << 20;
     for (size_t off = 0; off < bytes;) {
         size_t n = bytes - off < chunk ? bytes - off : chunk;
         ssize_t w = write(fd, buf + off % ((size_t)64 << 20), n);
         if (w <= 0) {
+            fprintf(stderr, "ckpt_bench: the disk peer failed: writing %s: %s\n", path,
+                    w < 0 ? strerror(errno) : "no progress");
             close(fd);
+            unlink(path);
             return -1;
         }
         off += (size_t)w;
     }
-    fsync(fd);
+    if (fsync(fd) != 0) {
+        fprintf(stderr, "ckpt_bench: the disk peer failed: fsync of %s: %s\n", path, strerror(errno));
+        close(fd);
+        unlink(path);
+        return -1;
+    }
     close(fd);
     double dt = wf_time_now() - t0;
     unlink(path);
@@ -72,8 +86,13 @@ int main(int argc, char **argv) {
     }
     if (repeat < 1) repeat = 1;
     char dir[4096];
-    if (dir_arg) snprintf(dir, sizeof dir, "%s", dir_arg);
-    else {
+    if (dir_arg) {
+        snprintf(dir, sizeof dir, "%s", dir_arg);
+        if (!wf_path_is_dir(dir)) {
+            fprintf(stderr, "ckpt_bench: --dir %s is not an existing directory\n", dir);
+            return 1;
+        }
+    } else {
         const char *tmp = getenv("TMPDIR");
         snprintf(dir, sizeof dir, "%s/weft-ckpt-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
         if (!mkdtemp(dir)) {
@@ -123,7 +142,8 @@ int main(int argc, char **argv) {
            t_load = 1e30;
     for (int r = 0; r < repeat; r++) {
         double d = disk_write(dir, bytes, src);
-        if (d > 0) t_disk = min_d(t_disk, d);
+        if (d < 0) return 1;
+        t_disk = min_d(t_disk, d);
         double t0 = wf_time_now();
         for (int k = 0; k < 3; k++) memcpy(dst + (size_t)k * np * 4, bufs[k], np * sizeof(float));
         t_memcpy = min_d(t_memcpy, wf_time_now() - t0);

@@ -38,7 +38,13 @@ static void push(buflist *l, const char *s, size_t n) {
     l->bytes += n;
 }
 
+/* A stage that measured nothing (no repeat, or every one failed) is an
+ * error, never a figure. */
 static void report(const char *stage, size_t bytes, double best, size_t docs) {
+    if (!(best < 1e30)) {
+        fprintf(stderr, "prep_bench: %s: nothing was measured\n", stage);
+        exit(1);
+    }
     printf("%-22s %8.2f MB %8zu docs %9.4f s %9.1f MB/s\n", stage, bytes / 1e6, docs, best, bytes / 1e6 / best);
 }
 
@@ -102,7 +108,11 @@ int main(int argc, char **argv) {
     double best = 1e30;
     for (int k = 0; k < repeat; k++) {
         double t0 = wf_time_now();
-        for (size_t i = 0; i < html.n; i++) wf_html_to_text(html.v[i].data, html.v[i].len, &out);
+        for (size_t i = 0; i < html.n; i++)
+            if (wf_html_to_text(html.v[i].data, html.v[i].len, &out) != WF_OK) {
+                fprintf(stderr, "prep_bench: extract: %s\n", wf_error_msg());
+                return 1;
+            }
         double dt = wf_time_now() - t0;
         if (dt < best) best = dt;
     }
@@ -141,7 +151,10 @@ int main(int argc, char **argv) {
             while (a < n) {
                 const char *nl = memchr(t + a, '\n', n - a);
                 size_t e = nl ? (size_t)(nl - t) : n;
-                wf_dedup_normalize(t + a, e - a, &out);
+                if (wf_dedup_normalize(t + a, e - a, &out) != WF_OK) {
+                    fprintf(stderr, "prep_bench: dedup: %s\n", wf_error_msg());
+                    return 1;
+                }
                 sink += wf_hash64(out.data, out.len);
                 a = e + 1;
             }

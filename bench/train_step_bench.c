@@ -167,6 +167,10 @@ static int serve(wf_model *m, wf_adamw *opt, const int32_t *tokens, const int32_
         if (strncmp(line, "quit", 4) == 0) break;
         if (strncmp(line, "peak", 4) == 0) {
             double peak = sgemm_peak(shapes, n_shapes);
+            if (!(peak > 0)) {
+                fprintf(stderr, "train_step_bench: the sgemm peak failed (out of memory for its matrices)\n");
+                return 1;
+            }
             printf("{\"peak\": %.2f, \"shapes\": [", peak);
             for (int i = 0; i < n_shapes; i++)
                 printf("%s{\"name\": \"%s\", \"mnk\": [%d, %d, %d], \"t\": \"%c%c\", "
@@ -286,6 +290,11 @@ int main(int argc, char **argv) {
     char advice[256];
     if (wf_kern_blas_check(advice, sizeof advice)) printf("  warning: %s\n", advice);
     double peak = sgemm_peak(shapes, n_shapes);
+    if (!(peak > 0)) {
+        /* The peer of MFU: without it every ratio would be nonsense. */
+        fprintf(stderr, "train_step_bench: the sgemm peak failed (out of memory for its matrices)\n");
+        return 1;
+    }
     for (int i = 0; i < n_shapes; i++)
         printf("  sgemm %-8s %5d x %5d x %5d %c%c: %7.1f GFLOP/s\n", shapes[i].name, shapes[i].M,
                shapes[i].N, shapes[i].K, shapes[i].ta ? 'T' : 'N', shapes[i].tb ? 'T' : 'N',
