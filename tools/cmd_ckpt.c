@@ -35,6 +35,7 @@ static const wf_cmd_spec verify_spec = {
     sizeof verify_opt_table / sizeof *verify_opt_table,
     1,
     1,
+    0,
 };
 
 static const wf_opt inspect_opt_table[] = {
@@ -53,6 +54,7 @@ static const wf_cmd_spec inspect_spec = {
     sizeof inspect_opt_table / sizeof *inspect_opt_table,
     1,
     1,
+    0,
 };
 
 static void print_problem(void *ctx, const char *problem) {

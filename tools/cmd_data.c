@@ -37,6 +37,7 @@ static const wf_cmd_spec inspect_spec = {
     sizeof inspect_opt_table / sizeof *inspect_opt_table,
     1,
     1,
+    0,
 };
 
 static wf_status verify_split(const char *dir, const wf_split_info *sp) {
@@ -143,6 +144,7 @@ static const wf_cmd_spec dump_spec = {
     sizeof dump_opt_table / sizeof *dump_opt_table,
     1,
     1,
+    0,
 };
 
 static wf_status run_dump(const dump_opts *o, const char *dir) {

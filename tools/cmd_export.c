@@ -38,6 +38,7 @@ static const wf_cmd_spec export_spec = {
     sizeof export_opt_table / sizeof *export_opt_table,
     0,
     0,
+    0,
 };
 
 static wf_status run_export(const export_opts *o) {

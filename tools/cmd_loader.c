@@ -47,6 +47,7 @@ static const wf_cmd_spec batch_spec = {
     sizeof batch_opt_table / sizeof *batch_opt_table,
     1,
     1,
+    0,
 };
 
 static wf_status show_batch(const batch_opts *o, const char *dir) {

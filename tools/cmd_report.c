@@ -37,6 +37,7 @@ static const wf_cmd_spec report_spec = {
     sizeof report_opt_table / sizeof *report_opt_table,
     1,
     1,
+    0,
 };
 
 int wf_cmd_report(int argc, char **argv) {

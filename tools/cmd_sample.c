@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "weft/ckpt.h"
 #include "weft/generate.h"
 #include "weft/kernels.h"
 #include "weft/safetensors.h"
@@ -26,7 +27,7 @@ typedef struct {
 
 static const wf_opt sample_opt_table[] = {
     {"model", NULL, WF_OPT_STR, offsetof(sample_opts, model), NULL, WF_NO_RANGE,
-     "model.safetensors written by `weft train`, or its run directory (required)"},
+     "model.safetensors written by `weft train`, its run directory, or a Hugging Face Llama directory (required)"},
     {"tokenizer", NULL, WF_OPT_STR, offsetof(sample_opts, tokenizer), NULL, WF_NO_RANGE,
      "tokenizer.json (default: the one the model records)"},
     {"prompt", NULL, WF_OPT_STR, offsetof(sample_opts, prompt), "", WF_NO_RANGE,
@@ -52,10 +53,12 @@ static const wf_opt sample_opt_table[] = {
 static const wf_cmd_spec sample_spec = {
     "sample",
     "weft sample --model RUN_DIR [--prompt TEXT] [options]",
-    "Generates text from a model trained by `weft train`, continuing --prompt, and prints it as it "
-    "is sampled. Greedy with --temperature 0; otherwise temperature, then top-k, then top-p.",
+    "Generates text from a model trained by `weft train` (its run directory or model.safetensors) or a "
+    "Hugging Face Llama directory (config.json, model.safetensors, tokenizer.json), continuing --prompt, and "
+    "prints it as it is sampled. Greedy with --temperature 0; otherwise temperature, then top-k, then top-p.",
     sample_opt_table,
     sizeof sample_opt_table / sizeof *sample_opt_table,
+    0,
     0,
     0,
 };
@@ -79,23 +82,49 @@ static int emit_token(void *user, int32_t token) {
 }
 
 static wf_status run_sample(const sample_opts *o) {
-    char path[4096];
-    if (!o->model) return wf_error(WF_ERR_CONFIG, "--model is required (a run directory or its model.safetensors)");
-    if (wf_path_is_dir(o->model)) snprintf(path, sizeof path, "%s/model.safetensors", o->model);
-    else snprintf(path, sizeof path, "%s", o->model);
+    char path[4096], dir[4096] = "", tok_default[4200] = "", source[4200];
+    if (!o->model)
+        return wf_error(WF_ERR_CONFIG,
+                        "--model is required (a run directory, its model.safetensors, or a Hugging Face Llama "
+                        "directory)");
+    if (wf_path_is_dir(o->model)) {
+        snprintf(dir, sizeof dir, "%s", o->model);
+        snprintf(path, sizeof path, "%s/model.safetensors", o->model);
+        snprintf(tok_default, sizeof tok_default, "%s/tokenizer.json", o->model);
+    } else {
+        snprintf(path, sizeof path, "%s", o->model);
+    }
     wf_sampler_config sc = {o->temperature, (int)o->top_k, o->top_p};
     WF_TRY(wf_sampler_config_validate(&sc));
     if (o->threads) wf_kern_set_threads((int)o->threads);
     else wf_kern_set_threads(wf_default_threads());
 
+    /* A model weft wrote records its config; a Hugging Face directory has
+     * its config.json (and usually tokenizer.json) beside the weights. */
     wf_model_config mc;
-    WF_TRY(wf_safetensors_read_config(path, &mc));
-    char *tok_path = NULL;
-    if (o->tokenizer) tok_path = strdup(o->tokenizer);
-    else if (wf_safetensors_read_meta(path, "weft.tokenizer", &tok_path) != WF_OK || !tok_path[0])
-        return free(tok_path), wf_error(WF_ERR_CONFIG, "%s records no tokenizer: give --tokenizer", path);
+    int hf = 0;
+    wf_status s = wf_safetensors_read_config(path, &mc);
+    if (s != WF_OK && dir[0]) {
+        WF_TRY(wf_hf_read_config(dir, &mc, source, sizeof source));
+        hf = 1;
+        WF_INFO("model: a Hugging Face Llama directory (architecture from %s)", source);
+    } else {
+        WF_TRY(s);
+    }
+    /* The tokenizer: --tokenizer, else the one the weft model records, else
+     * the directory's tokenizer.json. */
+    char *tok_path = o->tokenizer ? strdup(o->tokenizer) : NULL;
+    if (!tok_path && !hf && wf_safetensors_read_meta(path, "weft.tokenizer", &tok_path) == WF_OK && !tok_path[0]) {
+        free(tok_path);
+        tok_path = NULL;
+    }
+    wf_error_clear();
+    if (!tok_path && tok_default[0] && wf_path_exists(tok_default)) tok_path = strdup(tok_default);
+    if (!tok_path)
+        return wf_error(WF_ERR_CONFIG, "%s records no tokenizer and %s has no tokenizer.json: give --tokenizer", path,
+                        dir[0] ? dir : "its directory");
     wf_tokenizer *tok = NULL;
-    wf_status s = wf_tokenizer_load(&tok, tok_path);
+    s = wf_tokenizer_load(&tok, tok_path);
     free(tok_path);
     WF_TRY(s);
     if (wf_tokenizer_vocab_size(tok) > (size_t)mc.vocab_size) {
@@ -110,7 +139,7 @@ static wf_status run_sample(const sample_opts *o) {
     wf_ids prompt = {0};
     s = wf_arena_create(&arena, 0);
     if (s == WF_OK) s = wf_model_create(&m, &mc, arena);
-    if (s == WF_OK) s = wf_safetensors_load(m, path);
+    if (s == WF_OK) s = hf ? wf_hf_import(m, dir) : wf_safetensors_load(m, path);
     if (s == WF_OK) {
         /* Training data has the end-of-text token before every document
          * (after the previous one), so that is how a new text starts. */

@@ -62,6 +62,7 @@ static const wf_cmd_spec train_spec = {
     sizeof train_opt_table / sizeof *train_opt_table,
     1,
     -1,
+    0,
 };
 
 int wf_cmd_tokenizer_train(int argc, char **argv) {
@@ -136,6 +137,7 @@ static const wf_cmd_spec encode_spec = {
     sizeof encode_opt_table / sizeof *encode_opt_table,
     0,
     1,
+    0,
 };
 
 static void print_ids(FILE *out, const int32_t *ids, size_t n) {
@@ -257,6 +259,7 @@ static const wf_cmd_spec decode_spec = {
     sizeof decode_opt_table / sizeof *decode_opt_table,
     0,
     1,
+    0,
 };
 
 int wf_cmd_tokenizer_decode(int argc, char **argv) {
@@ -345,6 +348,7 @@ static const wf_cmd_spec info_spec = {
     "Prints a tokenizer's vocabulary size, merges, special tokens and pre-tokenizer.",
     info_opt_table,
     sizeof info_opt_table / sizeof *info_opt_table,
+    0,
     0,
     0,
 };

@@ -39,6 +39,7 @@ static const wf_cmd_spec request_spec = {
     sizeof request_opt_table / sizeof *request_opt_table,
     1,
     1,
+    0,
 };
 
 int wf_cmd_trace_request(int argc, char **argv) {
@@ -116,6 +117,7 @@ static const wf_cmd_spec analyze_spec = {
     sizeof analyze_opt_table / sizeof *analyze_opt_table,
     1,
     1,
+    0,
 };
 
 int wf_cmd_trace_analyze(int argc, char **argv) {

@@ -309,6 +309,19 @@ wf_status wf_ckpt_open_path(wf_ckpt **out, const char *path);
  * out_dir/tokenizer.json. */
 wf_status wf_hf_export(const wf_model *m, const char *out_dir, int bf16, const char *tokenizer);
 
+/* The architecture of a Hugging Face Llama model: `path` is its directory
+ * (config.json: hidden_size, num_hidden_layers, num_attention_heads,
+ * num_key_value_heads, intermediate_size, vocab_size,
+ * max_position_embeddings, rms_norm_eps, rope_theta, tie_word_embeddings,
+ * initializer_range, with LlamaConfig's defaults for absent ones), or a
+ * model.safetensors that weft wrote (its recorded config; also a directory
+ * without config.json). What weft cannot represent is WF_ERR_UNSUPPORTED
+ * naming the key: rope_scaling, sliding_window / use_sliding_window,
+ * attention_bias, mlp_bias, another hidden_act or model_type, a head_dim
+ * that does not split hidden_size. `source` (may be NULL) gets the file the
+ * architecture came from. */
+wf_status wf_hf_read_config(const char *path, wf_model_config *out, char *source, size_t source_size);
+
 /* Initialises the parameters of `m` from a Hugging Face Llama model:
  * `path` is a .safetensors file or a directory with model.safetensors and,
  * if present, config.json, whose sizes must match the model's config.

@@ -58,6 +58,12 @@ typedef struct {
     size_t n_opts;
     int min_positional;          /* required positional arguments */
     int max_positional;          /* -1: unlimited */
+    /* Where wf_opts_parse records which keys the user gave: the offset in
+     * the destination struct of an unsigned char[n_opts] (index = the
+     * option's index in `opts`) set to 1 for each key a config file or the
+     * command line assigned, 0 for a key left at its default; 0 (the
+     * default when the member is left out): not recorded. */
+    size_t given_offset;
 } wf_cmd_spec;
 
 #define WF_NO_RANGE 1.0, 0.0
@@ -69,6 +75,11 @@ typedef struct {
  * WF_OK without parsing further when -h/--help is present. */
 wf_status wf_opts_parse(const wf_cmd_spec *spec, void *dst, int argc, char **argv,
                         wf_strs *positional, int *help);
+
+/* Whether the user gave `key` (a config file or the command line), for a
+ * spec that records it (given_offset); 0 for a key left at its default, an
+ * unknown key, or a spec that does not record. */
+int wf_opts_given(const wf_cmd_spec *spec, const void *dst, const char *key);
 
 /* Frees the strings wf_opts_parse stored in `dst`. */
 void wf_opts_free(const wf_cmd_spec *spec, void *dst);

@@ -210,6 +210,7 @@ typedef struct {
     int64_t n_params;         /* -1: unknown */
     const char *source_dir;   /* git checkout to describe; NULL: where weft was built */
     const wf_run_dist *dist;  /* or NULL: "dist" is null */
+    const char *model_source; /* where the model's architecture came from, or NULL */
 } wf_run_record;
 
 /* Writes DIR/run.json (atomically): weft's version, the time, the command

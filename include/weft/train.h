@@ -201,6 +201,10 @@
 #define WF_TRAIN_CTYPE_WF_OPT_FLOAT double
 #define WF_TRAIN_CTYPE_WF_OPT_BOOL int
 
+#define WF_TRAIN_COUNT_(field, type, key, flag, def, range, help) +1
+enum { WF_TRAIN_N_KEYS = 0 WF_TRAIN_KEYS(WF_TRAIN_COUNT_) };
+#undef WF_TRAIN_COUNT_
+
 typedef struct {
 #define WF_TRAIN_FIELD_(field, type, key, flag, def, range, help) WF_TRAIN_CTYPE_##type field;
     WF_TRAIN_KEYS(WF_TRAIN_FIELD_)
@@ -209,6 +213,11 @@ typedef struct {
      * by the caller; argc 0 records none). Borrowed, not freed. */
     int argc;
     char **argv;
+    /* Which keys the user gave (a config file or the command line), in
+     * WF_TRAIN_KEYS order; set by wf_opts_parse, read with wf_opts_given
+     * (wf_train_spec(), tc, "model.dim"). A size given for a model whose
+     * architecture comes from ckpt.init_from is a check, not a choice. */
+    unsigned char given[WF_TRAIN_N_KEYS];
 } wf_train_config;
 
 /* The exit status of `weft train` when it stopped early on SIGTERM,
@@ -237,10 +246,17 @@ typedef struct {
 /* The option table of `weft train` (also usable by tests and benchmarks). */
 const wf_cmd_spec *wf_train_spec(void);
 
-/* Resolves the model config: the preset, then every non-zero size of `tc`,
- * then the vocabulary (tc->vocab_size, else `data_vocab`). Validates it and
- * the sequence length against it. */
-wf_status wf_train_model_config(const wf_train_config *tc, uint32_t data_vocab, wf_model_config *out);
+/* Resolves the model config. With ckpt.init_from, the architecture is the
+ * model's own (its config.json, or the config a weft model file records:
+ * wf_hf_read_config), and every size the user gave (a config file or the
+ * command line, non-zero) or model.tied given explicitly must agree with it
+ * (WF_ERR_CONFIG naming both values). Otherwise: the preset, then every
+ * non-zero size of `tc`, then the vocabulary (tc->vocab_size, else
+ * `data_vocab`). Validates it and the sequence length against it.
+ * `source` (may be NULL) gets where the architecture came from, for the
+ * log and run.json. */
+wf_status wf_train_model_config(const wf_train_config *tc, uint32_t data_vocab, wf_model_config *out, char *source,
+                                size_t source_size);
 
 /* The communicator of a training job (dist.h), with the watchdog's
  * settings from tc's [dist] keys and its reports going to tc->run_dir

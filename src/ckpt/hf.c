@@ -112,6 +112,122 @@ static wf_status check_real(const char *path, const json_t *cfg, const char *fie
     return WF_OK;
 }
 
+/* An integer field of config.json: *out, or `dflt` when absent (dflt < 0:
+ * required). */
+static wf_status cfg_int(const char *path, const json_t *cfg, const char *field, int dflt, int *out) {
+    const json_t *v = json_object_get(cfg, field);
+    if (!v || json_is_null(v)) {
+        if (dflt < 0) return wf_error(WF_ERR_FORMAT, "%s: %s is missing (weft needs it for the architecture)", path, field);
+        *out = dflt;
+        return WF_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT_MAX)
+        return wf_error(WF_ERR_FORMAT, "%s: %s is not a positive integer", path, field);
+    *out = (int)json_integer_value(v);
+    return WF_OK;
+}
+
+static wf_status cfg_real(const char *path, const json_t *cfg, const char *field, double dflt, double *out) {
+    const json_t *v = json_object_get(cfg, field);
+    if (!v || json_is_null(v)) {
+        *out = dflt;
+        return WF_OK;
+    }
+    if (!json_is_number(v) || !(json_number_value(v) > 0))
+        return wf_error(WF_ERR_FORMAT, "%s: %s is not a positive number", path, field);
+    *out = json_number_value(v);
+    return WF_OK;
+}
+
+/* What of a config.json weft cannot represent, naming the key. */
+static wf_status cfg_supported(const char *path, const json_t *cfg) {
+    const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+    if (mt && strcmp(mt, "llama") != 0)
+        return wf_error(WF_ERR_UNSUPPORTED, "%s: model_type \"%s\": weft imports Llama models only", path, mt);
+    const char *act = json_string_value(json_object_get(cfg, "hidden_act"));
+    if (act && strcmp(act, "silu") != 0)
+        return wf_error(WF_ERR_UNSUPPORTED, "%s: hidden_act \"%s\": weft's Llama uses silu", path, act);
+    static const char *const bias[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++)
+        if (json_is_true(json_object_get(cfg, bias[i])))
+            return wf_error(WF_ERR_UNSUPPORTED, "%s: %s = true: weft's Llama has no biases", path, bias[i]);
+    static const char *const unset[] = {"rope_scaling", "sliding_window"};
+    static const char *const why[] = {"weft implements plain RoPE only", "weft's attention is full causal attention"};
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = json_object_get(cfg, unset[i]);
+        if (v && !json_is_null(v))
+            return wf_error(WF_ERR_UNSUPPORTED, "%s: %s is set: %s", path, unset[i], why[i]);
+    }
+    if (json_is_true(json_object_get(cfg, "use_sliding_window")))
+        return wf_error(WF_ERR_UNSUPPORTED, "%s: use_sliding_window = true: weft's attention is full causal attention",
+                        path);
+    return WF_OK;
+}
+
+static wf_status config_from_hf_json(const char *path, wf_model_config *out) {
+    char *text;
+    size_t len;
+    WF_TRY(wf_file_read(path, &text, &len));
+    json_error_t jerr;
+    json_t *cfg = json_loads(text, 0, &jerr);
+    free(text);
+    if (!json_is_object(cfg)) {
+        json_decref(cfg);
+        return wf_error(WF_ERR_FORMAT, "%s: line %d: not a JSON object: %s", path, jerr.line, jerr.text);
+    }
+    wf_model_config c;
+    wf_status s = wf_model_config_preset(&c, "tiny"); /* for the fields config.json does not have */
+    if (s == WF_OK) s = cfg_supported(path, cfg);
+    if (s == WF_OK) s = cfg_int(path, cfg, "hidden_size", -1, &c.dim);
+    if (s == WF_OK) s = cfg_int(path, cfg, "num_hidden_layers", -1, &c.n_layers);
+    if (s == WF_OK) s = cfg_int(path, cfg, "num_attention_heads", -1, &c.n_heads);
+    if (s == WF_OK) s = cfg_int(path, cfg, "num_key_value_heads", c.n_heads, &c.n_kv_heads);
+    if (s == WF_OK) s = cfg_int(path, cfg, "intermediate_size", -1, &c.ffn_hidden_dim);
+    if (s == WF_OK) s = cfg_int(path, cfg, "vocab_size", -1, &c.vocab_size);
+    if (s == WF_OK) s = cfg_int(path, cfg, "max_position_embeddings", 2048, &c.max_seq_len);
+    if (s == WF_OK) s = cfg_real(path, cfg, "rms_norm_eps", 1e-6, &c.norm_eps);
+    if (s == WF_OK) s = cfg_real(path, cfg, "rope_theta", 10000.0, &c.rope_theta);
+    if (s == WF_OK) s = cfg_real(path, cfg, "initializer_range", 0.02, &c.init_std);
+    if (s == WF_OK) c.tied_embeddings = json_is_true(json_object_get(cfg, "tie_word_embeddings")); /* default: untied */
+    const json_t *hd = json_object_get(cfg, "head_dim");
+    if (s == WF_OK && hd && !json_is_null(hd) &&
+        (!json_is_integer(hd) || json_integer_value(hd) * c.n_heads != c.dim))
+        s = wf_error(WF_ERR_UNSUPPORTED,
+                     "%s: head_dim = %s but hidden_size / num_attention_heads = %d: weft's heads split the width "
+                     "exactly",
+                     path, json_is_integer(hd) ? "another value" : "not an integer", c.dim / (c.n_heads ? c.n_heads : 1));
+    json_decref(cfg);
+    if (s == WF_OK && wf_model_config_validate(&c) != WF_OK) s = wf_error_wrap(WF_ERR_CONFIG, "%s: ", path);
+    if (s != WF_OK) return s;
+    *out = c;
+    return WF_OK;
+}
+
+wf_status wf_hf_read_config(const char *path, wf_model_config *out, char *source, size_t source_size) {
+    char cfg[PATH_MAX], file[PATH_MAX];
+    if (wf_path_is_dir(path)) {
+        snprintf(cfg, sizeof cfg, "%s/config.json", path);
+        if (wf_path_exists(cfg)) {
+            if (source) snprintf(source, source_size, "%s", cfg);
+            return config_from_hf_json(cfg, out);
+        }
+        snprintf(file, sizeof file, "%s/model.safetensors", path);
+    } else if (wf_path_exists(path)) {
+        snprintf(file, sizeof file, "%s", path);
+    } else {
+        return wf_error(WF_ERR_NOTFOUND, "%s: no such file or directory", path);
+    }
+    /* A weft file records its config in its metadata. */
+    wf_status s = wf_safetensors_read_config(file, out);
+    if (s != WF_OK)
+        return wf_error(s == WF_ERR_NOTFOUND ? WF_ERR_NOTFOUND : WF_ERR_CONFIG,
+                        "%s: no config.json beside it and no weft model config in it: the architecture is unknown "
+                        "(%s)",
+                        path, wf_error_msg());
+    if (source) snprintf(source, source_size, "%s (weft.model_config)", file);
+    return WF_OK;
+}
+
 /* Checks a Hugging Face config.json against the model's config. */
 static wf_status check_hf_config(const char *path, const wf_model_config *c) {
     char *text;

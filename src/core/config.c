@@ -674,6 +674,18 @@ static wf_status unknown_key(const wf_cmd_spec *spec, const char *where, const c
     return wf_error(WF_ERR_CONFIG, "%s: unknown key '%s'; see 'weft %s --help'", where, key, spec->name);
 }
 
+/* Records that the user gave option `o` (see wf_cmd_spec.given_offset). */
+static void mark_given(const wf_cmd_spec *spec, void *dst, const wf_opt *o) {
+    if (spec->given_offset) ((unsigned char *)dst + spec->given_offset)[o - spec->opts] = 1;
+}
+
+int wf_opts_given(const wf_cmd_spec *spec, const void *dst, const char *key) {
+    if (!spec->given_offset) return 0;
+    for (size_t i = 0; i < spec->n_opts; i++)
+        if (strcmp(spec->opts[i].key, key) == 0) return ((const unsigned char *)dst + spec->given_offset)[i];
+    return 0;
+}
+
 static wf_status load_config_file(const wf_cmd_spec *spec, void *dst, const char *path) {
     char *text = NULL;
     size_t len = 0;
@@ -693,6 +705,7 @@ static wf_status load_config_file(const wf_cmd_spec *spec, void *dst, const char
         const wf_opt *o = opt_find_key(spec, es.e[i].key, strlen(es.e[i].key));
         if (!o) st = unknown_key(spec, where, es.e[i].key);
         else st = opt_assign(o, dst, &es.e[i].val, where);
+        if (st == WF_OK) mark_given(spec, dst, o);
     }
     entries_free(&es);
     return st;
@@ -758,6 +771,7 @@ wf_status wf_opts_parse(const wf_cmd_spec *spec, void *dst, int argc, char **arg
             const wf_opt *neg = opt_find_flag(spec, name + 3, nlen - 3);
             if (neg && neg->type == WF_OPT_BOOL) {
                 *(int *)opt_field(neg, dst) = 0;
+                mark_given(spec, dst, neg);
                 continue;
             }
         }
@@ -780,6 +794,7 @@ wf_status wf_opts_parse(const wf_cmd_spec *spec, void *dst, int argc, char **arg
                 return wf_error(WF_ERR_CONFIG, "%s: option needs a value (%s)", where, opt_type_name(o->type));
             WF_TRY(opt_assign_text(o, dst, argv[++i], where));
         }
+        mark_given(spec, dst, o);
     }
     int np = (int)positional->n;
     if (np < spec->min_positional)

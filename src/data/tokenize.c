@@ -65,6 +65,7 @@ static const wf_cmd_spec tokenize_spec = {
     sizeof tokenize_opt_table / sizeof *tokenize_opt_table,
     1,
     -1,
+    0,
 };
 
 /* Batches are cut at whichever limit comes first. */

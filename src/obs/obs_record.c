@@ -267,7 +267,7 @@ wf_status wf_run_record_write(const char *dir, const wf_run_record *r) {
     json_t *root = json_object();
     if (!root) return wf_error(WF_ERR_NOMEM, "out of memory");
     json_object_set_new(root, "format", json_string("weft-run"));
-    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "version", json_integer(2));
     json_object_set_new(root, "weft_version", json_string(WF_VERSION));
     double now = wf__obs_unix_now();
     time_t secs = (time_t)now;
@@ -283,6 +283,7 @@ wf_status wf_run_record_write(const char *dir, const wf_run_record *r) {
     json_object_set_new(root, "cwd", getcwd(cwd, sizeof cwd) ? json_string(cwd) : json_null());
     json_object_set_new(root, "pid", json_integer(getpid()));
     json_object_set_new(root, "config_toml", str_or_null(r->config_toml));
+    json_object_set_new(root, "model_source", str_or_null(r->model_source && *r->model_source ? r->model_source : NULL));
 
     json_t *mfu = json_object();
     json_object_set_new(mfu, "formula", json_string("6*N_mm + 6*L*T*C FLOPs per token (docs/train.md, FLOPs per token)"));

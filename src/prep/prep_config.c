@@ -165,6 +165,7 @@ static const wf_cmd_spec prep_spec = {
     sizeof prep_opts / sizeof *prep_opts,
     1,
     -1,
+    0,
 };
 
 const wf_cmd_spec *wf_prep_spec(void) { return &prep_spec; }

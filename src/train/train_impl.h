@@ -44,6 +44,7 @@ typedef struct {
     float *gshard;             /* zero1: (zplan.counts[rank]) this rank's shard of the mean gradient */
     wf_status hook_status;     /* the first error of the gradient hook this step */
     char *tokenizer_path;
+    char model_source[4200];   /* where the architecture came from (run.json's model_source) */
     wf_arena *arena;
     wf_model *model;
     wf_adamw *opt;

@@ -58,6 +58,7 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
                          .peak = t->peak.tflops > 0 ? &t->peak : NULL,
                          .flops_per_token = t->flops_per_token,
                          .n_params = (int64_t)np,
+                         .model_source = t->model_source,
                          .dist = &dist};
     if (t->rank == 0) WF_TRY(wf_run_record_write(tc->run_dir, &rec));
 

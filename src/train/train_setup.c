@@ -138,7 +138,10 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
                                     .max_rss_bytes = (int64_t)(tc->memory_max_rss_gib * 1073741824.0)};
     wf_dataset_info info;
     WF_TRY(wf_dataset_info_load(&info, tc->data_dir));
-    wf_status s = wf_train_model_config(tc, info.vocab_size, &t->mc);
+    wf_status s = wf_train_model_config(tc, info.vocab_size, &t->mc, t->model_source, sizeof t->model_source);
+    if (s == WF_OK && tc->ckpt_init_from && *tc->ckpt_init_from)
+        WF_INFO("model: the architecture of %s (ckpt.init_from); [model] sizes given here are checked against it",
+                t->model_source);
     if (s == WF_OK) s = resolve_tokenizer(t, &info);
     uint64_t val_tokens = 0;
     for (size_t i = 0; i < info.n_splits; i++)

@@ -34,7 +34,7 @@ static const wf_opt cfg_opts[] = {
     {"top", NULL, WF_OPT_INT, offsetof(cfg, top), "7", WF_NO_RANGE, "a top-level key"},
 };
 static const wf_cmd_spec cfg_spec = {"test", "weft test [options] [ARG...]", "a test command", cfg_opts,
-                                     sizeof cfg_opts / sizeof *cfg_opts, 0, -1};
+                                     sizeof cfg_opts / sizeof *cfg_opts, 0, -1, 0};
 
 static wf_status parse_args(cfg *c, int argc, const char **argv, wf_strs *pos) {
     int help = 0;

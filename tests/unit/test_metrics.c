@@ -567,7 +567,7 @@ WF_TEST(run_record_contents) {
     wf_peak pk;
     wf_peak_options po = {2.0, NULL, 0, 0, 0};
     WF_CHECK_OK(wf_peak_get(&pk, &po));
-    wf_run_record rec = {"[train]\nsteps = 3\n", 4, argv, &pk, 835584.0, 131392, NULL, NULL};
+    wf_run_record rec = {"[train]\nsteps = 3\n", 4, argv, &pk, 835584.0, 131392, NULL, NULL, NULL};
     WF_CHECK_OK(wf_run_record_write(dir, &rec));
     json_error_t err;
     json_t *r = json_load_file(path_in_tmp("run.json"), 0, &err);
@@ -619,7 +619,7 @@ WF_TEST(run_record_dirty_checkout) {
              "git -c user.name=t -c user.email=t@t commit -q -m init && echo two >> a.txt",
              repo, repo);
     WF_CHECK_EQ(system(cmd), 0);
-    wf_run_record rec = {NULL, 0, NULL, NULL, 0, -1, repo, NULL};
+    wf_run_record rec = {NULL, 0, NULL, NULL, 0, -1, repo, NULL, NULL};
     WF_CHECK_OK(wf_run_record_write(wf_test_tmpdir(), &rec));
     json_error_t err;
     json_t *r = json_load_file(path_in_tmp("run.json"), 0, &err);
