@@ -81,6 +81,10 @@ wf_status wf_opts_parse(const wf_cmd_spec *spec, void *dst, int argc, char **arg
  * unknown key, or a spec that does not record. */
 int wf_opts_given(const wf_cmd_spec *spec, const void *dst, const char *key);
 
+/* Fills `dst` with every default of `spec` (no file, no command line, no
+ * positional arguments needed); free with wf_opts_free. */
+wf_status wf_opts_defaults(const wf_cmd_spec *spec, void *dst);
+
 /* Frees the strings wf_opts_parse stored in `dst`. */
 void wf_opts_free(const wf_cmd_spec *spec, void *dst);
 /* Frees the array (not the strings, which belong to argv). */

@@ -164,7 +164,8 @@ static wf_status cfg_supported(const char *path, const json_t *cfg) {
     return WF_OK;
 }
 
-static wf_status config_from_hf_json(const char *path, wf_model_config *out) {
+/* config.json as a JSON object (the caller json_decref's it). */
+static wf_status load_json_object(const char *path, json_t **out) {
     char *text;
     size_t len;
     WF_TRY(wf_file_read(path, &text, &len));
@@ -175,6 +176,13 @@ static wf_status config_from_hf_json(const char *path, wf_model_config *out) {
         json_decref(cfg);
         return wf_error(WF_ERR_FORMAT, "%s: line %d: not a JSON object: %s", path, jerr.line, jerr.text);
     }
+    *out = cfg;
+    return WF_OK;
+}
+
+static wf_status config_from_hf_json(const char *path, wf_model_config *out) {
+    json_t *cfg;
+    WF_TRY(load_json_object(path, &cfg));
     wf_model_config c;
     wf_status s = wf_model_config_preset(&c, "tiny"); /* for the fields config.json does not have */
     if (s == WF_OK) s = cfg_supported(path, cfg);
@@ -230,29 +238,9 @@ wf_status wf_hf_read_config(const char *path, wf_model_config *out, char *source
 
 /* Checks a Hugging Face config.json against the model's config. */
 static wf_status check_hf_config(const char *path, const wf_model_config *c) {
-    char *text;
-    size_t len;
-    WF_TRY(wf_file_read(path, &text, &len));
-    json_error_t jerr;
-    json_t *cfg = json_loads(text, 0, &jerr);
-    free(text);
-    if (!json_is_object(cfg)) {
-        json_decref(cfg);
-        return wf_error(WF_ERR_FORMAT, "%s: line %d: not a JSON object: %s", path, jerr.line, jerr.text);
-    }
-    wf_status s = WF_OK;
-    const char *mt = json_string_value(json_object_get(cfg, "model_type"));
-    if (mt && strcmp(mt, "llama") != 0)
-        s = wf_error(WF_ERR_UNSUPPORTED, "%s: model_type \"%s\": weft imports Llama models only", path, mt);
-    const char *act = json_string_value(json_object_get(cfg, "hidden_act"));
-    if (s == WF_OK && act && strcmp(act, "silu") != 0)
-        s = wf_error(WF_ERR_UNSUPPORTED, "%s: hidden_act \"%s\": weft's Llama uses silu", path, act);
-    if (s == WF_OK && (json_is_true(json_object_get(cfg, "attention_bias")) ||
-                       json_is_true(json_object_get(cfg, "mlp_bias"))))
-        s = wf_error(WF_ERR_UNSUPPORTED, "%s: attention_bias/mlp_bias: weft's Llama has no biases", path);
-    const json_t *rs = json_object_get(cfg, "rope_scaling");
-    if (s == WF_OK && rs && !json_is_null(rs))
-        s = wf_error(WF_ERR_UNSUPPORTED, "%s: rope_scaling is set: weft implements plain RoPE only", path);
+    json_t *cfg;
+    WF_TRY(load_json_object(path, &cfg));
+    wf_status s = cfg_supported(path, cfg);
     if (s == WF_OK) s = check_int(path, cfg, "hidden_size", c->dim, "model.dim", -1);
     if (s == WF_OK) s = check_int(path, cfg, "num_hidden_layers", c->n_layers, "model.n_layers", -1);
     if (s == WF_OK) s = check_int(path, cfg, "num_attention_heads", c->n_heads, "model.n_heads", -1);

@@ -806,6 +806,16 @@ wf_status wf_opts_parse(const wf_cmd_spec *spec, void *dst, int argc, char **arg
     return WF_OK;
 }
 
+wf_status wf_opts_defaults(const wf_cmd_spec *spec, void *dst) {
+    wf_cmd_spec defaults_only = *spec;
+    defaults_only.min_positional = 0;
+    wf_strs pos = {0};
+    int help = 0;
+    wf_status s = wf_opts_parse(&defaults_only, dst, 0, NULL, &pos, &help);
+    wf_opts_free_positional(&pos);
+    return s;
+}
+
 void wf_opts_free(const wf_cmd_spec *spec, void *dst) {
     for (size_t i = 0; i < spec->n_opts; i++) {
         const wf_opt *o = &spec->opts[i];

@@ -292,13 +292,7 @@ const wf_cmd_spec *wf_tokenize_spec(void) { return &tokenize_spec; }
 
 wf_status wf_tokenize_config_default(wf_tokenize_config *c) {
     memset(c, 0, sizeof *c);
-    wf_cmd_spec spec = tokenize_spec;
-    spec.min_positional = 0; /* defaults only: no inputs */
-    wf_strs pos = {0};
-    int help = 0;
-    wf_status s = wf_opts_parse(&spec, c, 0, NULL, &pos, &help);
-    wf_opts_free_positional(&pos);
-    return s;
+    return wf_opts_defaults(&tokenize_spec, c);
 }
 
 void wf_tokenize_config_free(wf_tokenize_config *c) { wf_opts_free(&tokenize_spec, c); }

@@ -172,13 +172,7 @@ const wf_cmd_spec *wf_prep_spec(void) { return &prep_spec; }
 
 wf_status wf_prep_config_default(wf_prep_config *c) {
     memset(c, 0, sizeof *c);
-    wf_cmd_spec spec = prep_spec;
-    spec.min_positional = 0; /* defaults only: no inputs */
-    wf_strs pos = {0};
-    int help = 0;
-    wf_status s = wf_opts_parse(&spec, c, 0, NULL, &pos, &help);
-    wf_opts_free_positional(&pos);
-    return s;
+    return wf_opts_defaults(&prep_spec, c);
 }
 
 void wf_prep_config_free(wf_prep_config *c) { wf_opts_free(&prep_spec, c); }
