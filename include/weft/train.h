@@ -115,6 +115,9 @@
       "print a step line every N steps") \
     X(threads, WF_OPT_INT, "train.threads", "threads", "0", (0, 4096), \
       "compute threads for OpenMP and OpenBLAS together (0: WEFT_THREADS or every CPU)") \
+    X(lock_stale_s, WF_OPT_FLOAT, "train.lock_stale_s", NULL, "600", (1, 1e9), \
+      "the run directory's lock (one job per run) left by a job on another host whose heartbeat is older than " \
+      "this many seconds is taken over (on this host a dead pid is enough)") \
     /* [ckpt] */ \
     X(ckpt_every, WF_OPT_INT, "ckpt.every", NULL, "100", (0, 1e12), \
       "save a checkpoint every N steps into RUN_DIR/checkpoints/step-NNNNNNN (0: only at the end, on " "signals and on a SAVE or STOP file)") \

@@ -21,6 +21,7 @@
 
 #include "weft/arena.h"
 #include "weft/ckpt.h"
+#include "weft/dirlock.h"
 #include "weft/dist.h"
 #include "weft/loader.h"
 #include "weft/metrics.h"
@@ -43,6 +44,7 @@ typedef struct {
     wf_zero1_plan zplan;       /* zero1: the shards of the parameter buffer */
     float *gshard;             /* zero1: (zplan.counts[rank]) this rank's shard of the mean gradient */
     wf_status hook_status;     /* the first error of the gradient hook this step */
+    wf_dirlock *lock;          /* rank 0: RUN_DIR/.weft.lock for the job's life */
     char *tokenizer_path;
     char model_source[4200];   /* where the architecture came from (run.json's model_source) */
     wf_arena *arena;

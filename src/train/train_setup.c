@@ -30,6 +30,7 @@ void wf__train_free(trainer *t) {
     wf_model_destroy(t->model);
     wf_arena_destroy(t->arena);
     free(t->tokenizer_path);
+    wf_dirlock_release(t->lock); /* last: the job's files are closed by now */
 }
 
 void wf__train_split_batch(const wf_batch *b, int32_t *inputs, int32_t *targets) {

@@ -192,7 +192,15 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_comm *comm, wf_train_re
     t.rank = wf_comm_rank(comm);
     t.world = wf_comm_size(comm);
     int setup_failed = 0;
-    wf_status s = wf__train_setup(&t, tc);
+    wf_status s = WF_OK;
+    if (t.rank == 0 && tc->run_dir) {
+        /* One job per run directory (a requeued job whose predecessor is
+         * still alive must not write beside it): rank 0 holds the lock. */
+        wf_dirlock_opts lo = {.command = "weft train", .what = "run directory", .stale_seconds = tc->lock_stale_s};
+        s = wf_mkdirs(tc->run_dir);
+        if (s == WF_OK) s = wf_dirlock_acquire(&t.lock, tc->run_dir, &lo);
+    }
+    if (s == WF_OK) s = wf__train_setup(&t, tc);
     if (s == WF_OK && t.rank == 0) s = wf__train_write_run_config(tc);
     if (s == WF_OK) s = wf__train_setup_checkpoints(&t);
     s = wf__train_agree_setup(&t, s, &setup_failed);

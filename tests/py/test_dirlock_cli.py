@@ -123,3 +123,54 @@ def test_a_real_second_job_is_refused_while_the_first_runs(tok, tmp_path):
         first.wait(timeout=120)
     assert first.returncode == 0, first.stderr
     assert (out / "dataset.json").exists()
+
+
+@pytest.fixture(scope="module")
+def dataset(tok, tmp_path_factory):
+    path, text = tok
+    d = tmp_path_factory.mktemp("ds") / "data"
+    run_weft_cmd(["tokenize", "--tokenizer", path, "--output", d, "--text-mode", "line", "--val-fraction", 0.1, text])
+    return d
+
+
+def train_cmd(dataset, run, steps=2, *extra):
+    return ["train", "--data", dataset, "--run-dir", run, "--preset", "tiny", "--steps", steps, "--batch-size", 2,
+            "--seq-len", 16, "--train.eval_every=0", "--threads", 1, "--metrics.peak_tflops", 1, *extra]
+
+
+def test_train_refuses_a_run_directory_in_use(run_weft, dataset, tmp_path):
+    run = tmp_path / "run"
+    write_lock(run, socket.gethostname(), os.getpid())
+    p = run_weft(train_cmd(dataset, run), check=False)
+    assert p.returncode != 0
+    assert f"run directory is in use by another job (host {socket.gethostname()}, pid {os.getpid()}" in p.stderr
+    assert not (run / "metrics.jsonl").exists() and not (run / "checkpoints").exists()
+    # a dead job's lock is taken over, and released at the end
+    write_lock(run, socket.gethostname(), dead_pid())
+    p = run_weft(train_cmd(dataset, run), check=False)
+    assert p.returncode == 0, p.stderr
+    assert "took over the lock of a job that is gone" in p.stderr
+    assert not (run / ".weft.lock").exists()
+
+
+def test_a_second_train_on_the_same_run_is_refused(dataset, tmp_path):
+    """Two real jobs on one run directory (a requeued job whose predecessor
+    has not died yet): the second fails at start naming the first, and the
+    first finishes undisturbed."""
+    run = tmp_path / "run"
+    exe = str(BUILD / "weft")
+    first = subprocess.Popen([exe] + [str(a) for a in train_cmd(dataset, run, 200)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not (run / ".weft.lock").exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        assert (run / ".weft.lock").exists(), "the first job never took the lock"
+        second = subprocess.run([exe] + [str(a) for a in train_cmd(dataset, run, 200)], capture_output=True,
+                                text=True, timeout=120)
+        assert second.returncode != 0
+        assert f"pid {first.pid}, started" in second.stderr and "weft train" in second.stderr
+    finally:
+        first.wait(timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert (run / "model.safetensors").exists()
