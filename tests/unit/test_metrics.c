@@ -573,7 +573,8 @@ WF_TEST(run_record_contents) {
     json_t *r = json_load_file(path_in_tmp("run.json"), 0, &err);
     WF_CHECK_TRUE(r != NULL);
     WF_CHECK_STREQ(json_string_value(json_object_get(r, "format")), "weft-run");
-    WF_CHECK_EQ(json_integer_value(json_object_get(r, "version")), 1);
+    WF_CHECK_EQ(json_integer_value(json_object_get(r, "version")), 2);
+    WF_CHECK_TRUE(json_is_null(json_object_get(r, "model_source"))); /* none given */
     WF_CHECK_STREQ(json_string_value(json_object_get(r, "config_toml")), "[train]\nsteps = 3\n");
     WF_CHECK_STREQ(json_string_value(json_array_get(json_object_get(r, "command"), 2)), "--config");
     json_t *env = json_object_get(r, "env");
