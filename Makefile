@@ -63,12 +63,15 @@ TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 TTOOL_SRC := $(sort $(wildcard tests/tools/*.c))
+FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 TTOOL_BIN := $(TTOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
+# Fuzz targets (tests/fuzz/fuzz_NAME.c -> $(BUILD)/fuzz/NAME, docs/fuzzing.md).
+FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/fuzz/%)
 # Code the tests/tools programs share (tests/tools/lib/), linked into each.
 TTOOL_LIB := $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tests/tools/lib/*.c)))
 HARNESS   := $(BUILD)/obj/tests/unit/harness.o
@@ -82,10 +85,10 @@ RECORD_DEFS := -DWF_BUILD_CC='"$(CC)"' -DWF_SOURCE_DIR='"$(CURDIR)"' \
     -DWF_BUILD_CFLAGS='"$(subst ',,$(subst ",,$(CPPFLAGS) $(CFLAGS)))"'
 $(BUILD)/obj/src/obs/obs_record.o: CPPFLAGS += $(RECORD_DEFS)
 
-.PHONY: all lib tests bench mpi-backends clean
+.PHONY: all lib tests bench mpi-backends fuzz fuzz-targets clean
 all: $(BUILD)/weft tests bench mpi-backends
 lib: $(BUILD)/libweft.a
-tests: $(TEST_BIN) $(TTOOL_BIN)
+tests: $(TEST_BIN) $(TTOOL_BIN) $(FUZZ_BIN)
 bench: $(BENCH_BIN)
 
 $(BUILD)/libweft.a: $(LIB_OBJ)
@@ -108,6 +111,28 @@ $(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(TTOOL_LIB) $(BUILD)/libwe
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDLIBS)
+
+# Fuzz targets. `make fuzz` builds them with libFuzzer into build-fuzz/fuzz/
+# (clang, -fsanitize=fuzzer,address,undefined; the library with
+# fuzzer-no-link for coverage). Every other build links the same targets
+# with tests/fuzz/driver.c, a main() that replays files through them, so
+# the regression inputs and seed corpus run in the gcc and sanitizer
+# builds too (tests/py/test_fuzz_regressions.py).
+FUZZ_CC ?= clang
+fuzz:
+	$(Q)$(MAKE) --no-print-directory fuzz-targets CC=$(FUZZ_CC) BUILD=build-fuzz \
+	    SANITIZE=fuzzer-no-link,address,undefined OPT="-O1 -g"
+fuzz-targets: $(FUZZ_BIN)
+ifneq ($(findstring fuzzer,$(SANITIZE)),)
+FUZZ_MAIN := -fsanitize=fuzzer
+FUZZ_DEP  :=
+else
+FUZZ_MAIN := $(BUILD)/obj/tests/fuzz/driver.o
+FUZZ_DEP  := $(FUZZ_MAIN)
+endif
+$(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_DEP) $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(FUZZ_MAIN) $(BUILD)/libweft.a $(LDLIBS)
 
 # MPI backends of src/dist (docs/distributed.md): one shared object per MPI
 # implementation, opened by weft with dlopen under a launcher, so that weft

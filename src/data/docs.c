@@ -364,7 +364,12 @@ wf_status wf_docs_next(wf_docs *d, const char **text, size_t *len) {
             if (is_blank(line, n)) continue;
             if (d->fmt == FMT_JSONL) {
                 WF_TRY(jsonl_doc(d, line, n, text, len));
-                if (*len == 0) continue;
+                /* An empty document is skipped; *text goes back to NULL so
+                 * that an input ending with one still ends with NULL. */
+                if (*len == 0) {
+                    *text = NULL;
+                    continue;
+                }
             } else {
                 *text = line;
                 *len = n;

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Writes the seed corpora of the fuzz targets, tests/fuzz/corpus/<target>/,
+# from files weft writes and reads: the format fixtures
+# (tests/fixtures/formats/v1), the repository's configs, a tokenizer and
+# dataset made by weft's commands, trace files written by the real tracer,
+# WARC/WET files in the layout crawls ship, and the files each target's own
+# setup writes with weft's writers (WEFT_FUZZ_SEED_OUT). Run once after
+# `make` and commit the output (kept small: under about 2 MB in all).
+#   tests/fuzz/make_seeds.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=build
+W=$B/weft
+for need in "$W" "$B/fuzz/ckpt_manifest" "$B/tests/tools/trace_gen"; do
+  [ -x "$need" ] || { echo "build weft first (make): $need is missing" >&2; exit 1; }
+done
+C=tests/fuzz/corpus
+FX=tests/fixtures/formats/v1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+rm -rf "$C"
+for t in config tokenizer_json shard dataset_json ckpt_manifest ckpt_roundtrip safetensors hf_config warc html \
+         docs_jsonl trace_json; do mkdir -p "$C/$t"; done
+PY=python3
+
+# ---- config: the repository's configs, the effective config a run records,
+# and overrides after a NUL (tests/fuzz/fuzz_config.c).
+for f in configs/*.toml; do cp "$f" "$C/config/$(basename "$f")"; done
+TEXT=$(ls -S data/corpus/austen/*.txt | head -1)
+head -c 20000 "$TEXT" > "$TMP/text.txt"
+head -c 12000 "$TEXT" > "$TMP/small.txt"
+$W tokenizer train --vocab-size 280 --output "$TMP/tok.json" --specials '<|begin_of_text|>,<|end_of_text|>,<|pad|>,<|x|>' \
+  "$TMP/text.txt" >/dev/null
+$W tokenize --tokenizer "$TMP/tok.json" --output "$TMP/ds" --text-mode paragraph --shard-tokens 1500 \
+  --val-fraction 0.2 --seed 3 "$TMP/small.txt" >/dev/null
+$W train --model.preset tiny --model.dim 16 --model.n_layers 1 --model.n_heads 2 --model.n_kv_heads 1 \
+  --model.max_seq_len 16 --model.vocab_size 280 --data.dir "$TMP/ds" --data.tokenizer "$TMP/tok.json" \
+  --data.seq_len 8 --data.batch_size 2 --steps 2 --ckpt.every 2 --ckpt.async false --train.eval_every 0 \
+  --metrics.tensorboard false --metrics.peak_tflops 1 --threads 1 --run-dir "$TMP/run" >/dev/null 2>&1
+cp "$TMP/run/config.toml" "$C/config/run-config.toml" 2>/dev/null || true
+printf '[train]\nsteps = 3\n\0--lr=0.5\0--model.dim\00064\0--no-ckpt.async\0' > "$C/config/overrides"
+printf 'a.b.c = [1, 2.5e3, "x", '\''y'\'', [true]]\n"q k" = """multi\nline"""\n\0--threads=2\0' > "$C/config/syntax"
+printf '[prep]\n\0--output\0out\0in.warc.gz\0' > "$C/config/prep-positional"
+
+# ---- tokenizer.json: the format fixture and one with special tokens.
+cp "$FX/tokenizer.json" "$C/tokenizer_json/fixture-v1.json"
+cp "$TMP/tok.json" "$C/tokenizer_json/trained.json"
+
+# ---- token shards and dataset.json.
+cp "$FX/dataset/val-00001.wfs" "$C/shard/fixture-val-00001.wfs"
+for f in train-00000 val-00000; do cp "$TMP/ds/$f.wfs" "$C/shard/$f.wfs"; done
+cp "$FX/dataset/dataset.json" "$C/dataset_json/fixture-v1.json"
+cp "$TMP/ds/dataset.json" "$C/dataset_json/tokenized.json"
+WEFT_FUZZ_SEED_OUT="$C/dataset_json/own.json" $B/fuzz/dataset_json "$C/dataset_json/tokenized.json" 2>/dev/null
+
+# ---- checkpoints: the target's own (matching its data file) and real ones.
+WEFT_FUZZ_SEED_OUT="$C/ckpt_manifest/own.json" $B/fuzz/ckpt_manifest "$C/dataset_json/tokenized.json" 2>/dev/null
+cp "$FX/checkpoint/manifest.json" "$C/ckpt_manifest/fixture-v1.json"
+cp "$TMP"/run/checkpoints/step-*/manifest.json "$C/ckpt_manifest/train-run.json"
+head -c 600 /dev/urandom > "$C/ckpt_roundtrip/random-600"
+printf '\003\004name\002\002\003\003\004key1\001' > "$C/ckpt_roundtrip/small"
+
+# ---- safetensors and HF config.json.
+cp "$TMP/run/model.safetensors" "$C/safetensors/train-run.safetensors"
+$W export --checkpoint "$TMP/run" --output "$TMP/hf" >/dev/null
+cp "$TMP/hf/config.json" "$C/hf_config/exported-run.json"
+WEFT_FUZZ_SEED_OUT="$C/hf_config/own.json" $B/fuzz/hf_config "$C/hf_config/exported-run.json" 2>/dev/null
+
+# ---- WARC/WET (one gzip member per record, plain, zstd), HTML, JSONL.
+$PY - "$C" <<'PYEOF'
+import gzip, json, sys
+c = sys.argv[1]
+html = [b"<html><head><title>Pride</title><style>p{}</style></head><body><h1>It is a truth</h1>"
+        b"<p>universally <b>acknowledged</b>, that a single man&nbsp;in possession &amp; of a good fortune"
+        b"</p><script>var x=1;</script><ul><li>one</li><li>two</li></ul><pre>  kept\n as is</pre></body></html>",
+        b"<!DOCTYPE html><html><body><table><tr><td>caf\xc3\xa9</td><td>&#x263A; &eacute;</td></tr></table>"
+        b"<div>line<br>break</div><p>unclosed <i>italic</body>",
+        b"<html><head><meta charset=\"iso-8859-1\"></head><body><p>na\xefve</p></body></html>"]
+for i, h in enumerate(html):
+    open(f"{c}/html/page{i}.html", "wb").write(h)
+def rec(kind, uri, block, extra=b""):
+    return (b"WARC/1.0\r\nWARC-Type: %s\r\nWARC-Target-URI: %s\r\n%sContent-Length: %d\r\n\r\n"
+            % (kind, uri, extra, len(block))) + block + b"\r\n\r\n"
+info = rec(b"warcinfo", b"", b"software: weft seeds\r\n")
+resp = [rec(b"response", b"http://127.0.0.1/p%d" % i,
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n\r\n" + h,
+            b"Content-Type: application/http; msgtype=response\r\n")
+        for i, h in enumerate(html)]
+req = rec(b"request", b"http://127.0.0.1/p0", b"GET /p0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+wet = [rec(b"conversion", b"http://127.0.0.1/p%d" % i, t, b"Content-Type: text/plain\r\n")
+       for i, t in enumerate([b"It is a truth universally acknowledged.", "caf\u00e9 \u263a".encode()])]
+open(f"{c}/warc/crawl.warc", "wb").write(info + req + b"".join(resp))
+open(f"{c}/warc/crawl.warc.gz", "wb").write(b"".join(gzip.compress(r) for r in [info, req] + resp))
+open(f"{c}/warc/crawl.warc.wet.gz", "wb").write(b"".join(gzip.compress(r) for r in [info] + wet))
+open(f"{c}/warc/one-member.warc.gz", "wb").write(gzip.compress(info + b"".join(wet)))
+docs = [{"text": "It is a truth universally acknowledged.", "id": 1},
+        {"text": "caf\u00e9 \u263a \"quoted\"\nnewline", "url": "http://x"}, {"text": ""}]
+open(f"{c}/docs_jsonl/docs.jsonl", "w").write("\n".join(json.dumps(d) for d in docs) + "\n\n")
+open(f"{c}/docs_jsonl/ascii.jsonl", "w").write("\n".join(json.dumps(d, ensure_ascii=False) for d in docs) + "\n")
+PYEOF
+if command -v zstd >/dev/null; then zstd -q -c "$C/warc/crawl.warc" > "$C/warc/crawl.warc.zst"; fi
+
+# ---- trace JSON: the real tracer's output (tests/tools/trace_gen).
+$B/tests/tools/trace_gen "$TMP/tr" 0 1 hta >/dev/null
+i=0
+for f in $(find "$TMP/tr" -name '*.json' | sort); do
+  cp "$f" "$C/trace_json/hta-$i.json"; i=$((i + 1))
+done
+
+du -sh "$C"
