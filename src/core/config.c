@@ -54,7 +54,12 @@ typedef struct {
     size_t pos;
     int line;
     const char *where; /* file name for messages */
+    int depth;         /* arrays open around the current value */
 } tparser;
+
+/* Nested arrays deeper than this are refused: the parser recurses once a
+ * level, and a hostile file must not exhaust the stack. */
+#define TP_MAX_DEPTH 64
 
 typedef struct {
     char *key;
@@ -266,6 +271,7 @@ static wf_status tp_key(tparser *p, char **out) {
 static wf_status tp_value(tparser *p, tvalue *v);
 
 static wf_status tp_array(tparser *p, tvalue *v) {
+    if (p->depth >= TP_MAX_DEPTH) return tp_err(p, "arrays nested more than 64 deep");
     p->pos++; /* '[' */
     v->kind = TV_ARRAY;
     size_t cap = 0;
@@ -277,7 +283,13 @@ static wf_status tp_array(tparser *p, tvalue *v) {
         }
         WF_TRY(WF_GROW(v->items, cap, v->n + 1, 4));
         memset(&v->items[v->n], 0, sizeof *v->items);
-        WF_TRY(tp_value(p, &v->items[v->n]));
+        p->depth++;
+        wf_status s = tp_value(p, &v->items[v->n]);
+        p->depth--;
+        if (s != WF_OK) {
+            tv_free(&v->items[v->n]); /* not counted in v->n yet: free what it holds */
+            return s;
+        }
         v->n++;
         tp_skip_ws_nl(p);
         if (tp_peek(p) == ',') {
@@ -389,7 +401,7 @@ static void entries_free(tentries *es) {
 }
 
 static wf_status toml_parse(const char *src, const char *where, tentries *out) {
-    tparser p = {src, 0, 1, where};
+    tparser p = {src, 0, 1, where, 0};
     char *table = NULL;
     wf_status st = WF_OK;
     memset(out, 0, sizeof *out);
@@ -578,7 +590,7 @@ static wf_status opt_assign_text(const wf_opt *o, void *dst, const char *text, c
     wf_status st = WF_ERR_CONFIG;
     int parsed_whole = 0;
     if (o->type != WF_OPT_STR && o->type != WF_OPT_STRS) {
-        tparser p = {text, 0, 1, where};
+        tparser p = {text, 0, 1, where, 0};
         st = tp_value(&p, &v);
         tp_skip_ws(&p);
         parsed_whole = st == WF_OK && tp_peek(&p) == '\0';
@@ -594,7 +606,7 @@ static wf_status opt_assign_text(const wf_opt *o, void *dst, const char *text, c
         if (!v.s) return wf_error(WF_ERR_NOMEM, "out of memory");
     } else {
         if (text[0] == '[') {
-            tparser p = {text, 0, 1, where};
+            tparser p = {text, 0, 1, where, 0};
             st = tp_value(&p, &v);
             if (st != WF_OK) {
                 tv_free(&v);
