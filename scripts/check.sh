@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: the setup script, the build with
 # gcc and with clang (warnings are errors), the AddressSanitizer +
-# UndefinedBehaviorSanitizer and ThreadSanitizer builds, then pytest, which
-# runs every C unit test in each of those builds and the Python end-to-end and
-# interoperability tests. Ends with pytest's summary line; exits non-zero on
-# any failure.
+# UndefinedBehaviorSanitizer and ThreadSanitizer builds, the libFuzzer build
+# with each fuzz target run for a short fixed time (FUZZ_SECONDS, default 15
+# s each; docs/fuzzing.md), then pytest, which runs every C unit test in each
+# of those builds, the fuzz targets over their seeds and regression inputs,
+# and the Python end-to-end and interoperability tests. Ends with pytest's
+# summary line; exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +27,14 @@ build gcc
 build clang CC=clang BUILD=build-clang
 build asan+ubsan SANITIZE=address,undefined
 build tsan SANITIZE=thread
+build fuzz fuzz
+
+# Before pytest, so that pytest's summary line stays the last line.
+echo "[check] fuzz: each target ${FUZZ_SECONDS:-15} s"
+if ! scripts/fuzz.sh --check "${FUZZ_SECONDS:-15}"; then
+  echo "[check] fuzz: a target failed (reproducers above)"
+  exit 1
+fi
 
 export WEFT_SAN_BUILDS="build-clang build-address-undefined build-thread"
 echo "[check] tests"
