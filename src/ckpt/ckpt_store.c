@@ -173,6 +173,16 @@ static wf_status check_tiling(const wf_ckpt_plan *p) {
     return s;
 }
 
+/* Names, keys and strings go into the manifest as JSON strings, which must
+ * be UTF-8 (jansson refuses anything else, and a silently dropped name made a
+ * checkpoint that could not be read: found by the ckpt_roundtrip fuzz
+ * target). */
+static int utf8_ok(const char *s) {
+    json_t *j = json_string(s);
+    json_decref(j);
+    return j != NULL;
+}
+
 wf_status wf__ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n, int world_size) {
     memset(p, 0, sizeof *p);
     if (world_size < 1 || world_size > 100000)
@@ -181,6 +191,8 @@ wf_status wf__ckpt_plan_make(wf_ckpt_plan *p, const wf_ckpt_tensor *t, size_t n,
     for (size_t i = 0; i < n; i++) {
         if (!t[i].name || !*t[i].name || strlen(t[i].name) > 256)
             return wf_error(WF_ERR_INVALID, "checkpoint: tensor %zu has an empty or too long name", i);
+        if (!utf8_ok(t[i].name))
+            return wf_error(WF_ERR_INVALID, "checkpoint: the name of tensor %zu is not valid UTF-8", i);
         if (t[i].ndim < 1 || t[i].ndim > WF_CKPT_MAX_DIMS)
             return wf_error(WF_ERR_INVALID, "checkpoint: tensor %s has %d dimensions (1..%d supported)", t[i].name,
                             t[i].ndim, WF_CKPT_MAX_DIMS);
@@ -600,6 +612,10 @@ const json_t *wf__ckpt_meta_json(const wf_ckpt_meta *m) { return m ? m->state : 
 /* Stores v (stolen) at "section.name" or "name". */
 static wf_status meta_put(wf_ckpt_meta *m, const char *key, json_t *v) {
     if (!v) return wf_error(WF_ERR_NOMEM, "out of memory");
+    if (!utf8_ok(key)) {
+        json_decref(v);
+        return wf_error(WF_ERR_INVALID, "checkpoint state key '%s' is not valid UTF-8", key);
+    }
     const char *dot = strchr(key, '.');
     if (!*key || dot == key || (dot && !dot[1])) {
         json_decref(v);
@@ -635,6 +651,7 @@ wf_status wf_ckpt_meta_set_f64(wf_ckpt_meta *m, const char *key, double v) {
 }
 
 wf_status wf_ckpt_meta_set_str(wf_ckpt_meta *m, const char *key, const char *v) {
+    if (v && !utf8_ok(v)) return wf_error(WF_ERR_INVALID, "checkpoint state %s: the value is not valid UTF-8", key);
     return meta_put(m, key, json_string(v ? v : ""));
 }
 
