@@ -2,7 +2,9 @@
  * --init-from DIR` checks it against the run's model before loading
  * DIR/model.safetensors. Once per process a small model is exported with
  * weft's own exporter (config.json and model.safetensors); each input
- * replaces config.json and the import runs. With WEFT_FUZZ_SEED_OUT=FILE
+ * replaces config.json, the architecture is read from it
+ * (wf_hf_read_config, as --init-from and `weft sample` do) and the import
+ * runs. With WEFT_FUZZ_SEED_OUT=FILE
  * the exported config.json is also copied to FILE (the seed). */
 #include "fuzz.h"
 #include "weft/arena.h"
@@ -43,6 +45,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[4300];
     snprintf(path, sizeof path, "%s/config.json", dir_);
     fz_write(path, data, size);
+    wf_model_config cfg;
+    char source[4400];
+    if (wf_hf_read_config(dir_, &cfg, source, sizeof source) == WF_OK)
+        FZ_CHECK(wf_model_config_validate(&cfg) == WF_OK, "config.json read as an invalid config: %s", wf_error_msg());
+    wf_error_clear();
     (void)wf_hf_import(model_, dir_);
     wf_error_clear();
     return 0;

@@ -17,17 +17,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[4200];
     fz_write(fz_path(path, sizeof path, "crawl.warc"), data, size);
     prep_reader *r = NULL;
-    if (prep_reader_open(&r, path, &c) == WF_OK) {
+    if (wf__prep_reader_open(&r, path, &c) == WF_OK) {
         prep_record rec;
         int eof = 0;
         for (int i = 0; i < 100000; i++) {
-            if (prep_reader_next(r, &rec, &eof) != WF_OK || eof) break;
+            if (wf__prep_reader_next(r, &rec, &eof) != WF_OK || eof) break;
             FZ_CHECK(rec.len == 0 || rec.data != NULL, "a record of %zu bytes without data", rec.len);
         }
-        (void)prep_reader_consumed(r);
-        (void)prep_reader_damaged(r);
+        (void)wf__prep_reader_consumed(r);
+        (void)wf__prep_reader_damaged(r);
     }
-    prep_reader_close(r);
+    wf__prep_reader_close(r);
     wf_error_clear();
     return 0;
 }
