@@ -248,6 +248,17 @@ wf_status wf_ckpt_read_rows(wf_ckpt *c, const char *name, int64_t row_begin, int
  * and errors as wf_ckpt_read_rows. */
 wf_status wf_ckpt_read_range(wf_ckpt *c, const char *name, int64_t begin, int64_t end, float *dst);
 
+/* Tensor `name` in place, without a copy: when one piece holds the whole
+ * tensor (every tensor of a checkpoint that one rank wrote), *data points
+ * at its prod(shape) floats, row-major, inside the read-only mapping of the
+ * data file, valid while `c` is open. The piece's checksum is checked
+ * first (once, as wf_ckpt_read_rows does). When the tensor is cut into
+ * several pieces (written by several ranks), or its piece cannot be used in
+ * place (not 4-byte aligned, or a big-endian host), *data is NULL and WF_OK
+ * is returned: read it with wf_ckpt_read_range instead. WF_ERR_NOTFOUND for
+ * an unknown name; checksum errors as wf_ckpt_read_rows. */
+wf_status wf_ckpt_view(wf_ckpt *c, const char *name, const float **data);
+
 /* Loads every tensor of `tensors` as the process of rank `rank` holds
  * them (replicated: whole; sharded: the rank's range, wf_ckpt_tensor_range)
  * from the checkpoint, whatever number of ranks and layout wrote it. The

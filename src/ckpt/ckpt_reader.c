@@ -1,7 +1,8 @@
 /* Reading checkpoints: the manifest parsed and validated against the
  * format (docs/formats/checkpoint.md) before any data is trusted, data
  * files mapped read-only, pieces checked against their XXH3 checksums the
- * first time they are read, row ranges and flat element ranges assembled
+ * first time they are read, tensors held by one piece viewed in place,
+ * row ranges and flat element ranges assembled
  * from whichever pieces hold them (so a checkpoint written by W ranks, with
  * replicated or sharded tensors, loads on any number of ranks),
  * and the search for the newest checkpoint that verifies. */
@@ -485,6 +486,23 @@ wf_status wf_ckpt_read_range(wf_ckpt *c, const char *name, int64_t begin, int64_
                         "%s: tensor %s: elements [%" PRId64 ", %" PRId64 ") outside its %" PRId64 " elements",
                         c->mpath, name, begin, end, numel);
     return read_range(c, t, begin, end, dst);
+}
+
+wf_status wf_ckpt_view(wf_ckpt *c, const char *name, const float **data) {
+    *data = NULL;
+    long ti = wf_ckpt_find(c, name);
+    if (ti < 0) return wf_error(WF_ERR_NOTFOUND, "%s: no tensor %s", c->mpath, name);
+    const rtensor *t = &c->tensors[ti];
+    /* The pieces tile the tensor (checked at open), so a single piece is
+     * the whole tensor, stored row-major as the tensor is. */
+    if (t->n != 1) return WF_OK;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    rpiece *p = &c->pieces[t->first];
+    if (p->offset % sizeof(float) != 0) return WF_OK;
+    WF_TRY(check_piece(c, p));
+    *data = (const float *)(const void *)(c->files[p->file].map.data + p->offset);
+#endif
+    return WF_OK;
 }
 
 static void fmt_shape(char *buf, size_t n, const int64_t *shape, int ndim) {

@@ -461,6 +461,69 @@ static void manifest_edit_fails(const char *field, json_t *value, const char *ne
     manifest_edit2_fails(field, value, NULL, NULL, needle);
 }
 
+/* wf_ckpt_view: a tensor in one piece is seen in place (a pointer into the
+ * data file's mapping, its checksum checked first); a tensor cut into
+ * pieces by several ranks is not (NULL, WF_OK), and reading it still works. */
+WF_TEST(view_is_in_place_for_one_piece_only) {
+    state3 s;
+    state_init(&s, 6);
+    char root[4096], dir[4096], data[8192];
+    path_in(root, sizeof root, "ckpts");
+    WF_CHECK_OK(wf_mkdirs(root));
+    wf_ckpt_writer *w;
+    wf_ckpt_writer_opts o = {0, 1, 0, 0, 0};
+    WF_CHECK_OK(wf_ckpt_writer_create(&w, s.t, 3, &o));
+    wf_ckpt_step_dir(dir, sizeof dir, root, 1);
+    WF_CHECK_OK(wf_ckpt_save(w, dir, 1, NULL, NULL));
+    wf_ckpt_writer_destroy(w);
+    snprintf(data, sizeof data, "%s/data-00000-of-00001.bin", dir);
+    wf_mmap file;
+    WF_CHECK_OK(wf_mmap_open(&file, data));
+
+    wf_ckpt_plan p;
+    WF_CHECK_OK(wf__ckpt_plan_make(&p, s.t, 3, 1));
+    wf_ckpt *c;
+    WF_CHECK_OK(wf_ckpt_open(&c, dir));
+    const float *v = NULL, *again = NULL;
+    for (int ti = 0; ti < 3; ti++) {
+        const wf_ckpt_tensor *t = &s.t[ti];
+        int64_t n = 1;
+        for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+        WF_CHECK_OK(wf_ckpt_view(c, t->name, &v));
+        WF_CHECK_TRUE(v != NULL);
+        check_equal(v, t->data, (size_t)n);
+        /* the file's own bytes at the piece's offset, and the same memory
+         * every time (not a copy) */
+        WF_CHECK_TRUE(memcmp(v, file.data + p.pieces[ti].offset, (size_t)n * 4) == 0);
+        WF_CHECK_OK(wf_ckpt_view(c, t->name, &again));
+        WF_CHECK_TRUE(again == v);
+    }
+    WF_CHECK_ERR(wf_ckpt_view(c, "nope", &v), WF_ERR_NOTFOUND, "no tensor nope");
+    WF_CHECK_TRUE(v == NULL);
+    wf_ckpt_close(c);
+
+    /* a flipped bit in w.b: its view is refused, naming the file and tensor */
+    flip_byte(data, (long)p.pieces[1].offset + 5);
+    wf__ckpt_plan_free(&p);
+    WF_CHECK_OK(wf_ckpt_open(&c, dir));
+    WF_CHECK_OK(wf_ckpt_view(c, "w.a", &v));
+    WF_CHECK_ERR(wf_ckpt_view(c, "w.b", &v), WF_ERR_CHECKSUM, "data-00000-of-00001.bin: tensor w.b");
+    WF_CHECK_TRUE(v == NULL);
+    wf_ckpt_close(c);
+    wf_mmap_close(&file);
+
+    /* written by 4 ranks: every tensor is in several pieces */
+    path_in(dir, sizeof dir, "step-0000009");
+    write_multi_rank(&s, 4, dir);
+    WF_CHECK_OK(wf_ckpt_open(&c, dir));
+    for (int ti = 0; ti < 3; ti++) {
+        v = (const float *)1;
+        WF_CHECK_OK(wf_ckpt_view(c, s.t[ti].name, &v));
+        WF_CHECK_TRUE(v == NULL);
+    }
+    wf_ckpt_close(c);
+}
+
 WF_TEST(manifest_inconsistencies_are_rejected) {
     manifest_edit2_fails("sizes", json_pack("[i,i]", 9, 5), "length", json_integer(180), "cover 45 of 50");
     manifest_edit_fails("sizes", json_pack("[i,i]", 9, 5), "do not hold");
