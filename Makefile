@@ -85,7 +85,7 @@ RECORD_DEFS := -DWF_BUILD_CC='"$(CC)"' -DWF_SOURCE_DIR='"$(CURDIR)"' \
     -DWF_BUILD_CFLAGS='"$(subst ',,$(subst ",,$(CPPFLAGS) $(CFLAGS)))"'
 $(BUILD)/obj/src/obs/obs_record.o: CPPFLAGS += $(RECORD_DEFS)
 
-.PHONY: all lib tests bench mpi-backends fuzz fuzz-targets clean
+.PHONY: all lib tests bench mpi-backends fuzz fuzz-targets pic pic-link-flags clean
 all: $(BUILD)/weft tests bench mpi-backends
 lib: $(BUILD)/libweft.a
 tests: $(TEST_BIN) $(TTOOL_BIN) $(FUZZ_BIN)
@@ -111,6 +111,15 @@ $(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(TTOOL_LIB) $(BUILD)/libwe
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDLIBS)
+
+# The library compiled as position-independent code, for linking into a
+# shared object: the Python package's extension (python/, docs/python.md)
+# links build-pic/libweft.a, and `make -s pic-link-flags` prints the
+# libraries (and OpenMP flag) such a link needs.
+pic:
+	$(Q)$(MAKE) --no-print-directory lib BUILD=build-pic EXTRA_CFLAGS="$(EXTRA_CFLAGS) -fPIC"
+pic-link-flags:
+	@echo $(filter -fopenmp%,$(CFLAGS)) $(LDLIBS)
 
 # Fuzz targets. `make fuzz` builds them with libFuzzer into build-fuzz/fuzz/
 # (clang, -fsanitize=fuzzer,address,undefined; the library with
