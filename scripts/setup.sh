@@ -15,6 +15,7 @@ APT_PACKAGES=(
   libpcre2-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev
   zstd  # the zstd command: tests/py/test_prep_cli.py reads shards with `zstd -dcq`
   python3 python3-venv python3-pip python3-numpy python3-torch
+  python3-dev python3-setuptools  # Python.h and the build backend of the weft package (python/)
   libopenblas-openmp-dev
   libgumbo-dev libutf8proc-dev libcld2-dev wget r-doc-html
   r-base-core r-cran-janeaustenr
@@ -68,6 +69,20 @@ if [ ! -f "$HF_STAMP" ] || ! cmp -s "$HF_REQ" "$HF_STAMP"; then
   rm -rf .venv/hf
   .venv/bin/pip install -q --disable-pip-version-check --no-deps --target .venv/hf -r "$HF_REQ"
   cp "$HF_REQ" "$HF_STAMP"
+fi
+
+# The weft Python package (python/, docs/python.md) in .venv, for its tests
+# and benchmarks. `pip install ./python` compiles the library as
+# position-independent code (`make pic`, into build-pic/) and links it into
+# the extension; offline (--no-index, --no-build-isolation: Debian's
+# setuptools builds it, NumPy is already here). It is rebuilt whenever the
+# library's or the package's sources differ from those it was built from
+# (python/weft_build.py --hash; the installed package records its hash).
+PY_HASH=$(.venv/bin/python python/weft_build.py --hash)
+PY_HAVE=$(cd / && "$ROOT/.venv/bin/python" -c "import weft._build as b; print(b.SOURCE_HASH)" 2>/dev/null || true)
+if [ "$PY_HASH" != "$PY_HAVE" ]; then
+  say "building the weft Python package (python/) into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps --no-index ./python
 fi
 
 # The default corpus: Jane Austen's six novels (public domain; packaged in

@@ -4,6 +4,7 @@ The C code is built before pytest starts (scripts/check.sh, or `make`).
 WEFT_BUILD names the main build folder (default: build); WEFT_SAN_BUILDS a
 space-separated list of sanitizer build folders whose unit tests also run.
 """
+import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -68,3 +69,30 @@ def corpus_dir():
     if not d.is_dir() or not any(d.iterdir()):
         pytest.fail(f"{d} is missing: run scripts/setup.sh")
     return d
+
+
+def _weft_build():
+    """python/weft_build.py, loaded by path (putting python/ on sys.path
+    would make `import weft` find the sources instead of the package)."""
+    spec = importlib.util.spec_from_file_location("weft_build", ROOT / "python" / "weft_build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def weft():
+    """The weft Python package (python/) as scripts/setup.sh installs it in
+    .venv, checked to be built from this checkout's current sources (the
+    library's and the package's), so that no test runs a stale extension."""
+    try:
+        import weft as pkg
+        import weft._build as built
+    except ImportError as e:
+        pytest.fail(f"the weft Python package is not installed ({e}): run scripts/setup.sh")
+    want = _weft_build().source_hash(ROOT)
+    if built.SOURCE_HASH != want:
+        pytest.fail(f"the weft Python package ({pkg.__file__}) was built from other sources (hash "
+                    f"{built.SOURCE_HASH}, built from {built.SOURCE_DIR}; this checkout's is {want}): "
+                    "run scripts/setup.sh")
+    return pkg
