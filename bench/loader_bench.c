@@ -10,16 +10,20 @@
  * that did nothing but copy could reach. It also says what share of the
  * loader a training run at a given speed would use.
  *
- *   loader_bench [--tokens N] [--seconds S] [--dir DATASET_DIR]
+ *   loader_bench [--tokens N] [--seconds S] [--dir DATASET_DIR | --write DATASET_DIR]
  *
- * --dir reads an existing dataset instead of writing one. Not a test: it
- * prints numbers and asserts nothing.
+ * --dir reads an existing dataset instead of writing one; --write writes
+ * it into DATASET_DIR (a new directory) and keeps it there, so that other
+ * programs can read the same tokens (bench/python_bench.py). Not a test:
+ * it prints numbers and asserts nothing.
  */
+#include <errno.h>
 #include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "weft/loader.h"
 #include "weft/rng.h"
@@ -141,7 +145,7 @@ static double run_memcpy(const int32_t *src, size_t src_n, int B, int T, double 
 int main(int argc, char **argv) {
     uint64_t n_tokens = 50000000;
     double seconds = 2.0;
-    const char *dir = NULL;
+    const char *dir = NULL, *keep = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
             n_tokens = strtoull(argv[++i], NULL, 10);
@@ -149,15 +153,35 @@ int main(int argc, char **argv) {
             seconds = atof(argv[++i]);
         } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
             dir = argv[++i];
+        } else if (!strcmp(argv[i], "--write") && i + 1 < argc) {
+            keep = argv[++i];
         } else {
-            fprintf(stderr, "usage: loader_bench [--tokens N] [--seconds S] [--dir DATASET_DIR]\n");
+            fprintf(stderr, "usage: loader_bench [--tokens N] [--seconds S] [--dir DATASET_DIR | --write "
+                            "DATASET_DIR]\n");
             return 2;
         }
+    }
+    if (dir && keep) {
+        fprintf(stderr, "loader_bench: --dir reads a dataset, --write writes one: give one of them\n");
+        return 2;
     }
     if (n_tokens < 100000) n_tokens = 100000;
 
     char tmp[512] = {0};
-    if (!dir) {
+    if (keep) {
+        if (mkdir(keep, 0777) != 0) {
+            fprintf(stderr, "loader_bench: --write %s: %s (give a new directory)\n", keep, strerror(errno));
+            return 1;
+        }
+        dir = keep;
+        double t0 = wf_time_now();
+        if (write_dataset(dir, n_tokens) != 0) {
+            fprintf(stderr, "loader_bench: writing the dataset into %s: %s\n", dir, wf_error_msg());
+            return 1;
+        }
+        printf("dataset: %llu random uint16 tokens written to %s in %.1f s (kept)\n",
+               (unsigned long long)n_tokens, dir, wf_time_now() - t0);
+    } else if (!dir) {
         const char *base = getenv("TMPDIR");
         snprintf(tmp, sizeof tmp, "%s/weft-loader-bench-XXXXXX", base ? base : "/tmp");
         if (!mkdtemp(tmp)) {

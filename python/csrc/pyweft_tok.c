@@ -4,9 +4,10 @@
  * every call releases the GIL while it encodes or decodes. encode_batch
  * encodes a list of texts on several threads (wf_parallel_run): the texts'
  * UTF-8 bytes are taken while the GIL is held (a tuple keeps the strings
- * alive), the threads take texts from a shared counter in chunks, each
- * text's ids go to its own slot, and the Python lists are built after the
- * threads are done, so the result does not depend on the thread count. */
+ * alive), the threads take texts from a shared counter in chunks and
+ * append their ids to a buffer of their own, noting where each text's ids
+ * are, and the Python lists are built after the threads are done, so the
+ * result does not depend on the thread count. */
 #include "pyweft.h"
 
 #include <stdatomic.h>
@@ -19,9 +20,13 @@
 typedef struct {
     PyObject_HEAD
     wf_tokenizer *t;
+    PyObject **ints; /* (vocab_size) the Python int of every id, made at the first encode */
+    size_t n_ints;
 } pw_tok;
 
 static void tok_dealloc(pw_tok *p) {
+    for (size_t i = 0; p->ints && i < p->n_ints; i++) Py_XDECREF(p->ints[i]);
+    PyMem_Free(p->ints);
     wf_tokenizer_destroy(p->t);
     Py_TYPE(p)->tp_free((PyObject *)p);
 }
@@ -70,11 +75,37 @@ static int text_bytes(PyObject *o, const char **p, Py_ssize_t *n) {
     return -1;
 }
 
-static PyObject *ids_list(const wf_ids *v) {
-    PyObject *l = PyList_New((Py_ssize_t)v->n);
+/* The Python ints of the vocabulary's ids, shared by every list of ids
+ * this tokenizer returns: a list is then filled by reference counting
+ * alone, where making a new int for each id took most of the time of
+ * encode_batch beyond the encoding itself. */
+static int make_ints(pw_tok *p) {
+    if (p->ints) return 0;
+    size_t n = wf_tokenizer_vocab_size(p->t);
+    PyObject **ints = PyMem_Calloc(n ? n : 1, sizeof *ints);
+    if (!ints) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ints[i] = PyLong_FromSize_t(i);
+        if (!ints[i]) {
+            for (size_t k = 0; k < i; k++) Py_DECREF(ints[k]);
+            PyMem_Free(ints);
+            return -1;
+        }
+    }
+    p->ints = ints;
+    p->n_ints = n;
+    return 0;
+}
+
+static PyObject *ids_list(pw_tok *p, const int32_t *ids, size_t n) {
+    PyObject *l = PyList_New((Py_ssize_t)n);
     if (!l) return NULL;
-    for (size_t i = 0; i < v->n; i++) {
-        PyObject *x = PyLong_FromLong(v->ids[i]);
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i]; /* below the vocabulary size: the encoder makes no other */
+        PyObject *x = (size_t)id < p->n_ints ? Py_NewRef(p->ints[id]) : PyLong_FromLong(id);
         if (!x) {
             Py_DECREF(l);
             return NULL;
@@ -92,13 +123,13 @@ static PyObject *tok_encode(pw_tok *p, PyObject *args, PyObject *kw) {
         return NULL;
     const char *bytes;
     Py_ssize_t n;
-    if (text_bytes(text, &bytes, &n) < 0) return NULL;
+    if (make_ints(p) < 0 || text_bytes(text, &bytes, &n) < 0) return NULL;
     wf_ids ids = {0};
     wf_status s;
     Py_BEGIN_ALLOW_THREADS
     s = wf_tokenizer_encode(p->t, bytes, (size_t)n, special, &ids);
     Py_END_ALLOW_THREADS
-    PyObject *r = s == WF_OK ? ids_list(&ids) : pw_raise(s);
+    PyObject *r = s == WF_OK ? ids_list(p, ids.ids, ids.n) : pw_raise(s);
     wf_ids_free(&ids);
     return r;
 }
@@ -107,25 +138,35 @@ static PyObject *tok_encode(pw_tok *p, PyObject *args, PyObject *kw) {
 
 #define BATCH_CHUNK 16 /* texts a thread takes at a time */
 
+/* Each thread appends the ids of the texts it takes to its own buffer and
+ * notes where each text's ids are: no allocation per text. */
 typedef struct {
     const wf_tokenizer *t;
     const char **text;
     size_t *len;
-    wf_ids *out;
     size_t n;
     int special;
     atomic_size_t next;
+    wf_ids *buf;    /* (threads) */
+    int *where;     /* (n) the thread that encoded text i ... */
+    size_t *first;  /* (n) ... and where its ids start in that thread's buffer */
+    size_t *count;  /* (n) how many */
 } batch_job;
 
 static wf_status batch_worker(void *ctx, int tid, int n_threads) {
-    (void)tid;
     (void)n_threads;
     batch_job *j = ctx;
+    wf_ids *out = &j->buf[tid];
     for (;;) {
         size_t first = atomic_fetch_add_explicit(&j->next, BATCH_CHUNK, memory_order_relaxed);
         if (first >= j->n) return WF_OK;
         size_t last = first + BATCH_CHUNK < j->n ? first + BATCH_CHUNK : j->n;
-        for (size_t i = first; i < last; i++) WF_TRY(wf_tokenizer_encode(j->t, j->text[i], j->len[i], j->special, &j->out[i]));
+        for (size_t i = first; i < last; i++) {
+            j->where[i] = tid;
+            j->first[i] = out->n;
+            WF_TRY(wf_tokenizer_encode(j->t, j->text[i], j->len[i], j->special, out));
+            j->count[i] = out->n - j->first[i];
+        }
     }
 }
 
@@ -136,18 +177,24 @@ static PyObject *tok_encode_batch(pw_tok *p, PyObject *args, PyObject *kw) {
     if (tok_check(p) < 0 ||
         !PyArg_ParseTupleAndKeywords(args, kw, "O|pi:encode_batch", names, &texts, &special, &threads))
         return NULL;
-    if (threads < 0) return PyErr_Format(PyExc_ValueError, "num_threads is %d; use 0 (the default count) or more", threads);
+    if (threads < 0)
+        return PyErr_Format(PyExc_ValueError, "num_threads is %d; use 0 (the default count) or more", threads);
+    if (make_ints(p) < 0) return NULL;
     /* A tuple: holds the texts even if the caller's list changes meanwhile. */
     PyObject *tup = PySequence_Tuple(texts);
     if (!tup) return NULL;
     size_t n = (size_t)PyTuple_GET_SIZE(tup);
+    if (threads == 0) threads = wf_default_threads();
     batch_job j = {.t = p->t, .n = n, .special = special};
     atomic_init(&j.next, 0);
     j.text = calloc(n + 1, sizeof *j.text);
     j.len = calloc(n + 1, sizeof *j.len);
-    j.out = calloc(n + 1, sizeof *j.out);
+    j.where = calloc(n + 1, sizeof *j.where);
+    j.first = calloc(n + 1, sizeof *j.first);
+    j.count = calloc(n + 1, sizeof *j.count);
+    j.buf = calloc((size_t)threads, sizeof *j.buf);
     PyObject *result = NULL;
-    if (!j.text || !j.len || !j.out) {
+    if (!j.text || !j.len || !j.where || !j.first || !j.count || !j.buf) {
         PyErr_NoMemory();
         goto done;
     }
@@ -163,29 +210,38 @@ static PyObject *tok_encode_batch(pw_tok *p, PyObject *args, PyObject *kw) {
         j.len[i] = (size_t)len;
         total += (size_t)len;
     }
-    if (threads == 0) threads = wf_default_threads();
     /* Threads cost tens of microseconds to start: small batches run on
      * the caller's thread alone. */
     size_t useful = total / 65536 + 1, by_texts = (n + BATCH_CHUNK - 1) / BATCH_CHUNK;
-    if ((size_t)threads > useful) threads = (int)useful;
-    if ((size_t)threads > by_texts) threads = by_texts ? (int)by_texts : 1;
+    int run_threads = threads;
+    if ((size_t)run_threads > useful) run_threads = (int)useful;
+    if ((size_t)run_threads > by_texts) run_threads = by_texts ? (int)by_texts : 1;
     wf_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = wf_parallel_run(threads, batch_worker, &j);
+    s = wf_parallel_run(run_threads, batch_worker, &j);
     Py_END_ALLOW_THREADS
     if (s != WF_OK) {
         pw_raise(s);
         goto done;
     }
+    /* Thousands of new lists would start the cyclic garbage collector
+     * again and again, each pass walking every list made so far (it
+     * doubled the time of a batch of short texts); lists of ints make no
+     * cycles, so it is paused while they are built. */
+    int gc_was_on = PyGC_Disable();
     result = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; result && i < n; i++) {
-        PyObject *l = ids_list(&j.out[i]);
+        PyObject *l = ids_list(p, j.buf[j.where[i]].ids + j.first[i], j.count[i]);
         if (!l) Py_CLEAR(result);
         else PyList_SET_ITEM(result, (Py_ssize_t)i, l);
     }
+    if (gc_was_on) PyGC_Enable();
 done:
-    for (size_t i = 0; j.out && i < n; i++) wf_ids_free(&j.out[i]);
-    free(j.out);
+    for (int t = 0; j.buf && t < threads; t++) wf_ids_free(&j.buf[t]);
+    free(j.buf);
+    free(j.count);
+    free(j.first);
+    free(j.where);
     free(j.len);
     free(j.text);
     Py_DECREF(tup);
