@@ -12,8 +12,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import weft_build  # noqa: E402
 
 ROOT = weft_build.root()
-SOURCES = ["csrc/pyweft_module.c", "csrc/pyweft_data.c", "csrc/pyweft_loader.c", "csrc/pyweft_tok.c",
-           "csrc/pyweft_ckpt.c"]
 
 
 class BuildExt(build_ext):
@@ -44,12 +42,10 @@ setup(
     version=weft_build.version(ROOT),
     ext_modules=[Extension(
         "weft._weft",
-        sources=SOURCES,
+        sources=weft_build.EXT_SOURCES,
         depends=["csrc/pyweft.h"],
         include_dirs=[str(ROOT / "include")],
-        extra_compile_args=["-std=c11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                            "-Wno-missing-field-initializers", "-Wshadow", "-Wstrict-prototypes",
-                            "-Wmissing-prototypes"],
+        extra_compile_args=weft_build.EXT_CFLAGS,
     )],
     cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
 )

@@ -18,6 +18,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+# The extension's sources and warning flags (the library's set, less
+# -Wwrite-strings: Python 3.11's keyword lists are `char *[]`).
+# tests/py/test_python_build.py compiles them with -Werror under gcc and clang.
+EXT_SOURCES = ["csrc/pyweft_module.c", "csrc/pyweft_data.c", "csrc/pyweft_loader.c", "csrc/pyweft_tok.c",
+               "csrc/pyweft_ckpt.c"]
+EXT_CFLAGS = ["-std=c11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter",
+              "-Wno-missing-field-initializers", "-Wshadow", "-Wvla", "-Wstrict-prototypes", "-Wmissing-prototypes",
+              "-Wpointer-arith", "-Wformat=2", "-Wundef", "-Wcast-align"]
+
 
 def root():
     """The weft checkout: WEFT_ROOT if set, else the folder above python/."""
