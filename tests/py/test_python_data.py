@@ -368,3 +368,31 @@ def test_bad_loader_options_raise_weft_errors(weft, dataset):
         next(ld)
     with pytest.raises(KeyError, match="no split 'test'"):
         weft.Dataset(dataset)["test"]
+
+
+def test_a_loader_used_from_two_threads_at_once_refuses(weft, dataset):
+    """A loader serves one thread (loader.h): a call while another thread's
+    call is in flight (with the GIL released) raises instead of racing."""
+    import threading
+    ld = weft.Loader(dataset, batch_size=16, seq_len=2000, prefetch=0)
+    done = threading.Event()
+    errors = []
+
+    def use():
+        for _ in range(500):
+            if done.is_set():
+                return
+            try:
+                next(ld)
+            except Exception as e:  # noqa: BLE001 (any other kind fails the test below)
+                errors.append(e)
+                done.set()
+
+    threads = [threading.Thread(target=use) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors, "two threads used one loader at once and nothing was said"
+    assert all(isinstance(e, RuntimeError) and "in use by another thread" in str(e) for e in errors), errors
+    ld.close()
