@@ -3,7 +3,8 @@
  * once per process a small checkpoint (three tensors, 1 to 3 dimensions,
  * and scalar state) is written with weft's writer; each input replaces its
  * manifest.json. A checkpoint that opens is used: described, verified, its
- * state read and every tensor read back as far as the manifest allows.
+ * state read and every tensor read back as far as the manifest allows
+ * (and seen in place, when one piece holds it, equal to what is read).
  * With WEFT_FUZZ_SEED_OUT=FILE the untouched manifest is also copied to
  * FILE (tests/fuzz/make_seeds.sh takes its seed from there). */
 #include "fuzz.h"
@@ -81,6 +82,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!buf) continue;
             (void)wf_ckpt_read_range(c, d.name, 0, numel, buf);
             (void)wf_ckpt_read_rows(c, d.name, 0, d.shape[0], buf);
+            /* A tensor seen in place holds what the reader assembles. */
+            const float *view = NULL;
+            if (wf_ckpt_view(c, d.name, &view) == WF_OK && view &&
+                wf_ckpt_read_range(c, d.name, 0, numel, buf) == WF_OK)
+                FZ_CHECK(memcmp(view, buf, (size_t)numel * sizeof *buf) == 0, "tensor %s: its view differs from "
+                         "what wf_ckpt_read_range reads", d.name);
             free(buf);
         }
     }
