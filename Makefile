@@ -169,10 +169,15 @@ $(BUILD)/libweft-mpi-mpich.so: src/dist/mpi/dist_mpi.c src/dist/dist_backend.h
 
 # Everything is rebuilt when the compiler or its flags change (make itself
 # only compares file times): the flags line is kept in $(BUILD)/.flags.
+# `make pic` and `make pic-link-flags` build nothing in $(BUILD) (pic runs
+# a make of build-pic/), so they leave its stamp alone: rewriting it with
+# their flags (no WERROR=1, say) would rebuild the main build next time.
 FLAGS_LINE  := $(strip $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $(LDLIBS))
 FLAGS_STAMP := $(BUILD)/.flags
+ifneq ($(filter-out pic pic-link-flags,$(or $(MAKECMDGOALS),all)),)
 ifneq ($(FLAGS_LINE),$(strip $(shell cat $(FLAGS_STAMP) 2>/dev/null)))
 $(shell mkdir -p $(BUILD) && printf '%s\n' '$(FLAGS_LINE)' > $(FLAGS_STAMP))
+endif
 endif
 
 $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP) Makefile
