@@ -51,7 +51,7 @@ class Tokenizer:
         result does not depend on the thread count."""
         n = 0 if num_threads is None else int(num_threads)
         if n < 0:
-            raise ValueError(f"num_threads is {n}; it must be >= 1 (or None for the default)")
+            raise ValueError(f"num_threads is {n}; it must be >= 1, or None (or 0) for the default")
         return self._c.encode_batch(texts, parse_special, n)
 
     def decode_bytes(self, ids):
