@@ -17,6 +17,10 @@
  * rank, read and stitched as rank 0's file) and plots with a line per rank.
  * Without a ranks/ folder the page is the same as for one process.
  *
+ * Evaluation: RUN_DIR/eval.jsonl of `weft eval --watch`, when present,
+ * adds each dataset's loss as dots on the loss plot and an "Evaluation"
+ * section (loss and bits per byte per dataset, and a table).
+ *
  * Drawing: long runs are reduced to at most two points per pixel column
  * (the lowest and the highest of the column, so spikes stay visible);
  * stacked areas use the column's mean. */
