@@ -1116,15 +1116,23 @@ static wf_status read_eval(eval_data *ev, const char *path) {
             json_decref(o);
             continue;
         }
+        /* weft writes names of these characters only; the page shows
+         * anything else as '_' (names go into SVG attributes) */
+        char safe[72];
+        snprintf(safe, sizeof safe, "%s", name);
+        for (char *c = safe; *c; c++)
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
+                  *c == '_' || *c == '-'))
+                *c = '_';
         eval_set *e = NULL;
         for (size_t i = 0; i < ev->n_sets && !e; i++)
-            if (strcmp(ev->set[i].name, name) == 0 && strcmp(ev->set[i].split, split) == 0) e = &ev->set[i];
+            if (strcmp(ev->set[i].name, safe) == 0 && strcmp(ev->set[i].split, split) == 0) e = &ev->set[i];
         if (!e && ev->n_sets < MAX_EVAL_SETS) {
             e = &ev->set[ev->n_sets++];
             memset(e, 0, sizeof *e);
-            snprintf(e->name, sizeof e->name, "%s", name);
+            snprintf(e->name, sizeof e->name, "%s", safe);
             snprintf(e->split, sizeof e->split, "%s", split);
-            snprintf(e->label, sizeof e->label, "eval %s", name);
+            snprintf(e->label, sizeof e->label, "eval %s", safe);
         }
         if (!e) ev->dropped++;
         else if (!eval_put(e, step, jnum(o, "loss"), jnum(o, "bpb")))

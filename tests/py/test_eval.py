@@ -144,24 +144,35 @@ def torch_loss(hf_dir, seqs):
 # ---------------------------------------------------------------- one checkpoint
 
 def test_one_checkpoint_matches_pytorch(env, tmp_path):
+    """Whole splits (a last batch of fewer than 4 in one), one of them with
+    a document boundary, so an end-of-text token among the targets."""
     ckpt = env / "run" / "checkpoints" / "step-0000008"
-    # 330 tokens: 10 sequences of 32, so the last batch of 4 has 2
     rows = eval_json("--checkpoint", ckpt, "--data", f"{env / 'data'},novel={env / 'emma'}:train",
-                     "--batch-size", B, "--tokens", 330)
-    assert [(r["dataset"], r["split"]) for r in rows] == [("data", "val"), ("novel", "train")]
+                     env / "emma", "--batch-size", B)
+    assert [(r["dataset"], r["split"]) for r in rows] == [("data", "val"), ("novel", "train"), ("emma", "val")]
     run_weft_cmd(["export", "--checkpoint", ckpt, "--output", tmp_path / "hf"])
     table = token_bytes_table(env / "tok.json")
-    for r, (dset, split) in zip(rows, [("data", "val"), ("emma", "train")]):
+    eos = json.loads((env / "tok.json").read_text())["added_tokens"][1]
+    assert eos["special"] and eos["content"] == "<|end_of_text|>"
+    n_eos = partial = 0
+    for r, (dset, split) in zip(rows, [("data", "val"), ("emma", "train"), ("emma", "val")]):
         stream = read_split(env / dset, split)
-        seqs = [stream[i * T:i * T + T + 1] for i in range(10)]
-        assert (r["step"], r["sequences"], r["seq_len"], r["tokens"]) == (8, 10, T, 10 * T)
-        want_bytes = int(sum(table[s[1:]].sum() for s in seqs))
+        n = (len(stream) - 1) // T
+        partial += n % B != 0
+        seqs = np.stack([stream[i * T:i * T + T + 1] for i in range(n)])
+        n_eos += int((seqs[:, 1:] == eos["id"]).sum())
+        assert (r["step"], r["sequences"], r["seq_len"], r["tokens"]) == (8, n, T, n * T)
+        want_bytes = int(table[seqs[:, 1:]].sum())
         assert r["bytes"] == want_bytes
-        want = torch_loss(tmp_path / "hf", np.stack(seqs))
+        want = torch_loss(tmp_path / "hf", seqs)
         assert r["loss"] == pytest.approx(want, rel=2e-6, abs=0), (dset, r["loss"], want)
-        assert r["bpb"] == pytest.approx(want * 10 * T / want_bytes / math.log(2), rel=2e-6)
+        assert r["bpb"] == pytest.approx(want * n * T / want_bytes / math.log(2), rel=2e-6)
         assert r["checkpoint"] == str(ckpt) and r["data_dir"] == str(env / dset)
-    assert rows[0]["loss"] != pytest.approx(rows[1]["loss"], rel=1e-3)
+    assert n_eos > 0  # special tokens count no bytes
+    assert partial > 0
+    # --tokens: the first whole sequences
+    (r,) = eval_json("--checkpoint", ckpt, "--data", env / "data", "--tokens", 330)
+    assert r["sequences"] == 10 and r["tokens"] == 320
 
 
 def test_trainers_validation_batches_give_its_val_loss(env):
