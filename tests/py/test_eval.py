@@ -352,6 +352,7 @@ def test_watch_resumes_after_a_kill(env, tmp_path):
     out, err = finish(start_watch(run, *data))
     assert "ended: final" in err
     assert "ends in a partial line" in err and "removed it" in err
+    assert f"{run / 'eval'}: took over the lock" in err  # the killed watcher's
     assert "evaluating " + str(run / "checkpoints" / "step-0000008") + " (step 8) on 1 dataset" in err
     assert "step-0000004 (step 4)" not in err  # held by eval.jsonl already
     lines = jsonl(run / "eval.jsonl")  # every line parses: the cut one is gone
