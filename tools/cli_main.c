@@ -36,6 +36,7 @@ static const tool_cmd commands[] = {
     {"data batch", wf_cmd_data_batch, "print a batch as the data loader serves it"},
     {"train", wf_cmd_train, "train a Llama-style model on a tokenized dataset"},
     {"sample", wf_cmd_sample, "generate text from a trained model"},
+    {"eval", wf_cmd_eval, "loss and bits per byte of checkpoints on datasets; --watch follows a training run"},
     {"trace request", wf_cmd_trace_request, "ask a running job to capture its next steps"},
     {"trace analyze", wf_cmd_trace_analyze, "analyse per-rank traces (breakdown, idle, top ops, overlap, stragglers)"},
     {"ckpt verify", wf_cmd_ckpt_verify, "check a checkpoint's manifest and every checksum"},

@@ -2,7 +2,8 @@
  * run (loss, validation loss, learning rate, gradient norm, tokens/s, MFU,
  * memory, step-time split, spikes), made from RUN_DIR/metrics.jsonl and
  * RUN_DIR/run.json, and per-rank tables and plots from
- * RUN_DIR/ranks/rank-NNNNN/metrics.jsonl when they exist. The drawing is
+ * RUN_DIR/ranks/rank-NNNNN/metrics.jsonl when they exist, and the
+ * evaluations of RUN_DIR/eval.jsonl (weft eval --watch). The drawing is
  * wf_report_write's (src/obs). */
 #include <stddef.h>
 #include <stdio.h>
@@ -32,7 +33,9 @@ static const wf_cmd_spec report_spec = {
     "checkpoint; plus the run's reproducibility record. Reads RUN_DIR/metrics.jsonl and RUN_DIR/run.json. "
     "When metrics.all_ranks made every rank write RUN_DIR/ranks/rank-NNNNN/metrics.jsonl, adds a Ranks section: "
     "each rank's median step, data, forward+backward and communication times, peak RSS and distance from the "
-    "fastest rank (the straggler flagged), and plots with a line per rank.",
+    "fastest rank (the straggler flagged), and plots with a line per rank. With RUN_DIR/eval.jsonl (weft eval "
+    "--watch), each dataset's evaluation loss on the loss plot and an Evaluation section (loss and bits per byte "
+    "per dataset).",
     report_opt_table,
     sizeof report_opt_table / sizeof *report_opt_table,
     1,

@@ -21,6 +21,7 @@ int wf_cmd_data_dump(int argc, char **argv);
 int wf_cmd_data_batch(int argc, char **argv); /* tools/cmd_loader.c */
 int wf_cmd_train(int argc, char **argv);      /* tools/cmd_train.c */
 int wf_cmd_sample(int argc, char **argv);     /* tools/cmd_sample.c */
+int wf_cmd_eval(int argc, char **argv);       /* tools/cmd_eval.c */
 int wf_cmd_prep(int argc, char **argv);       /* tools/cmd_prep.c */
 int wf_cmd_ckpt_verify(int argc, char **argv);  /* tools/cmd_ckpt.c */
 int wf_cmd_ckpt_inspect(int argc, char **argv);

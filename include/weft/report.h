@@ -14,7 +14,10 @@
  * the step-time split, spikes. Steps repeated after a rollback replace the
  * earlier ones; spikes are all kept. With DIR/ranks/rank-NNNNN/metrics.jsonl
  * (metrics.all_ranks) the page also has a Ranks section: per-rank medians,
- * peak RSS, the straggler, and plots with a line per rank. */
+ * peak RSS, the straggler, and plots with a line per rank. With
+ * DIR/eval.jsonl (`weft eval --watch`) each dataset's evaluation loss is
+ * drawn on the loss plot and an Evaluation section plots the loss and bits
+ * per byte per dataset. */
 wf_status wf_report_write(const char *dir, const char *out_path);
 
 #endif

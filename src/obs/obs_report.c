@@ -17,6 +17,10 @@
  * rank, read and stitched as rank 0's file) and plots with a line per rank.
  * Without a ranks/ folder the page is the same as for one process.
  *
+ * Evaluation: RUN_DIR/eval.jsonl of `weft eval --watch`, when present,
+ * adds each dataset's loss as dots on the loss plot and an "Evaluation"
+ * section (loss and bits per byte per dataset, and a table).
+ *
  * Drawing: long runs are reduced to at most two points per pixel column
  * (the lowest and the highest of the column, so spikes stay visible);
  * stacked areas use the column's mean. */
@@ -1022,7 +1026,209 @@ static wf_status ranks_section(wf_buf *b, const ranks_data *rd) {
     return s;
 }
 
-static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ranks_data *rd) {
+/* ------------------------------------------------------------ evaluation */
+
+/* RUN_DIR/eval.jsonl (docs/formats/eval-jsonl.md), written by `weft eval
+ * --watch`: one line per checkpoint and dataset. Stitched per dataset by
+ * step, a later line for the same step replacing the earlier one. */
+#define MAX_EVAL_SETS 16
+
+typedef struct {
+    char name[72];    /* the dataset's name in eval.jsonl */
+    char split[16];
+    char label[96];   /* "eval NAME", for the loss plot's legend */
+    double *step, *loss, *bpb; /* (n) ascending steps */
+    size_t n, cap;
+} eval_set;
+
+typedef struct {
+    eval_set set[MAX_EVAL_SETS];
+    size_t n_sets;
+    size_t lines, bad_lines, first_bad_line, dropped; /* dropped: lines of datasets past MAX_EVAL_SETS */
+    int present;
+} eval_data;
+
+static void eval_data_free(eval_data *ev) {
+    for (size_t i = 0; i < ev->n_sets; i++) {
+        free(ev->set[i].step);
+        free(ev->set[i].loss);
+        free(ev->set[i].bpb);
+    }
+}
+
+static int eval_put(eval_set *e, double step, double loss, double bpb) {
+    size_t i = e->n;
+    while (i && e->step[i - 1] > step) i--;
+    if (i && e->step[i - 1] == step) {
+        e->loss[i - 1] = loss;
+        e->bpb[i - 1] = bpb;
+        return 1;
+    }
+    if (e->n == e->cap) {
+        size_t nc = e->cap ? 2 * e->cap : 64;
+        double *a = realloc(e->step, nc * sizeof *a);
+        if (a) e->step = a;
+        double *l = a ? realloc(e->loss, nc * sizeof *l) : NULL;
+        if (l) e->loss = l;
+        double *c = l ? realloc(e->bpb, nc * sizeof *c) : NULL;
+        if (!c) return 0;
+        e->bpb = c;
+        e->cap = nc;
+    }
+    memmove(e->step + i + 1, e->step + i, (e->n - i) * sizeof *e->step);
+    memmove(e->loss + i + 1, e->loss + i, (e->n - i) * sizeof *e->loss);
+    memmove(e->bpb + i + 1, e->bpb + i, (e->n - i) * sizeof *e->bpb);
+    e->step[i] = step, e->loss[i] = loss, e->bpb[i] = bpb;
+    e->n++;
+    return 1;
+}
+
+static double jnum(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* Reads DIR/eval.jsonl when there is one; lines that do not parse are
+ * counted, never fatal. */
+static wf_status read_eval(eval_data *ev, const char *path) {
+    if (!wf_path_exists(path)) return WF_OK;
+    char *text;
+    size_t len;
+    WF_TRY(wf_file_read(path, &text, &len));
+    ev->present = 1;
+    size_t lineno = 0;
+    wf_status s = WF_OK;
+    for (char *p = text; p && *p && s == WF_OK;) {
+        char *nl = strchr(p, '\n');
+        if (nl) *nl = '\0';
+        lineno++;
+        char *line = p;
+        p = nl ? nl + 1 : NULL;
+        if (!*line) continue;
+        ev->lines++;
+        json_error_t err;
+        json_t *o = json_loads(line, 0, &err);
+        const char *name = json_string_value(json_object_get(o, "dataset"));
+        const char *split = json_string_value(json_object_get(o, "split"));
+        double step = jnum(o, "step");
+        if (!name || !split || !isfinite(step)) {
+            if (!ev->bad_lines++) ev->first_bad_line = lineno;
+            json_decref(o);
+            continue;
+        }
+        /* weft writes names of these characters only; the page shows
+         * anything else as '_' (names go into SVG attributes) */
+        char safe[72];
+        snprintf(safe, sizeof safe, "%s", name);
+        for (char *c = safe; *c; c++)
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
+                  *c == '_' || *c == '-'))
+                *c = '_';
+        eval_set *e = NULL;
+        for (size_t i = 0; i < ev->n_sets && !e; i++)
+            if (strcmp(ev->set[i].name, safe) == 0 && strcmp(ev->set[i].split, split) == 0) e = &ev->set[i];
+        if (!e && ev->n_sets < MAX_EVAL_SETS) {
+            e = &ev->set[ev->n_sets++];
+            memset(e, 0, sizeof *e);
+            snprintf(e->name, sizeof e->name, "%s", safe);
+            snprintf(e->split, sizeof e->split, "%s", split);
+            snprintf(e->label, sizeof e->label, "eval %s", safe);
+        }
+        if (!e) ev->dropped++;
+        else if (!eval_put(e, step, jnum(o, "loss"), jnum(o, "bpb")))
+            s = wf_error(WF_ERR_NOMEM, "%s: out of memory at line %zu", path, lineno);
+        json_decref(o);
+    }
+    free(text);
+    return s;
+}
+
+static const char *const eval_color[MAX_SERIES] = {"#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                                                   "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
+
+/* y[i] = the set's value at step x[i], NaN where it has none (x ascending). */
+static void eval_align(const eval_set *e, const double *vals, const double *x, size_t n, double *y) {
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        while (j < e->n && e->step[j] < x[i]) j++;
+        y[i] = j < e->n && e->step[j] == x[i] ? vals[j] : NAN;
+    }
+}
+
+/* The Evaluation section: loss and bits per byte per dataset against the
+ * checkpoint's step, and a table of each dataset's last and best. */
+static wf_status eval_section(wf_buf *b, const eval_data *ev) {
+    if (!ev->present) return WF_OK;
+    PUT(b, "<section id=\"eval\"><h2>Evaluation</h2>");
+    size_t cap = 0;
+    for (size_t k = 0; k < ev->n_sets; k++) cap += ev->set[k].n;
+    if (!cap) {
+        wf_buf_printf(b, "<p>eval.jsonl holds no results yet (%zu line%s).</p></section>\n", ev->lines,
+                      ev->lines == 1 ? "" : "s");
+        return WF_OK;
+    }
+    size_t ns = ev->n_sets < MAX_SERIES ? ev->n_sets : MAX_SERIES;
+    double *x = malloc(cap * sizeof *x);
+    double *y = malloc(2 * ns * cap * sizeof *y);
+    if (!x || !y) {
+        free(x), free(y);
+        return wf_error(WF_ERR_NOMEM, "out of memory drawing the report");
+    }
+    size_t nx = 0;
+    for (size_t k = 0; k < ev->n_sets; k++)
+        for (size_t i = 0; i < ev->set[k].n; i++) x[nx++] = ev->set[k].step[i];
+    qsort(x, nx, sizeof *x, cmp_double);
+    size_t u = 0;
+    for (size_t i = 0; i < nx; i++)
+        if (!u || x[i] != x[u - 1]) x[u++] = x[i];
+    nx = u;
+    plot pl = {"eval_loss", "Evaluation loss", "nats/token", x, nx, {{0}}, (int)ns, 0, 0, NULL, NULL, 0,
+               "One line per dataset; a point per evaluated checkpoint (weft eval --watch)."};
+    plot pb = {"eval_bpb", "Evaluation bits per byte", "bits/byte", x, nx, {{0}}, (int)ns, 0, 0, NULL, NULL, 0,
+               "Loss x tokens / (UTF-8 bytes of the tokens x ln 2): comparable across tokenizers."};
+    for (size_t k = 0; k < ns; k++) {
+        const eval_set *e = &ev->set[k];
+        double *yl = y + 2 * k * nx, *yb = yl + nx;
+        eval_align(e, e->loss, x, nx, yl);
+        eval_align(e, e->bpb, x, nx, yb);
+        pl.s[k] = (series){e->name, eval_color[k], yl, 1};
+        pb.s[k] = (series){e->name, eval_color[k], yb, 1};
+    }
+    PUT(b, "<div class=\"grid\">\n");
+    svg_plot(b, &pl);
+    svg_plot(b, &pb);
+    PUT(b, "</div>\n<table id=\"eval-table\"><tr><th>dataset</th><th>split</th><th>checkpoints</th>"
+           "<th>last step</th><th>loss</th><th>bits per byte</th><th>best bits per byte</th><th>at step</th></tr>");
+    for (size_t k = 0; k < ev->n_sets; k++) {
+        const eval_set *e = &ev->set[k];
+        if (!e->n) continue;
+        size_t best = 0;
+        for (size_t i = 1; i < e->n; i++)
+            if (isfinite(e->bpb[i]) && !(e->bpb[i] >= e->bpb[best])) best = i;
+        PUT(b, "<tr><td>");
+        html_esc(b, e->name);
+        PUT(b, "</td><td>");
+        html_esc(b, e->split);
+        wf_buf_printf(b, "</td><td class=\"num\">%zu</td><td class=\"num\">%.0f</td><td class=\"num\">%.4f</td>"
+                          "<td class=\"num\">%.4f</td><td class=\"num\">%.4f</td><td class=\"num\">%.0f</td></tr>",
+                      e->n, e->step[e->n - 1], e->loss[e->n - 1], e->bpb[e->n - 1], e->bpb[best], e->step[best]);
+    }
+    PUT(b, "</table>");
+    if (ev->n_sets > ns)
+        wf_buf_printf(b, "<p>The plots show the first %zu of %zu datasets.</p>", ns, ev->n_sets);
+    if (ev->bad_lines || ev->dropped)
+        wf_buf_printf(b, "<p class=\"warn\">%zu line%s of eval.jsonl could not be read (the first: line %zu) and %zu "
+                          "belong%s to datasets past the first %d; they are not shown.</p>",
+                      ev->bad_lines, ev->bad_lines == 1 ? "" : "s", ev->first_bad_line, ev->dropped,
+                      ev->dropped == 1 ? "s" : "", MAX_EVAL_SETS);
+    PUT(b, "</section>\n");
+    free(x);
+    free(y);
+    return WF_OK;
+}
+
+static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ranks_data *rd,
+                        const eval_data *ev) {
     PUT(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
            "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">");
     PUT(b, "<meta name=\"generator\" content=\"weft " WF_VERSION "\"><title>weft report: ");
@@ -1061,7 +1267,12 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
     double *mk_x = malloc((d->n_spikes ? d->n_spikes : 1) * sizeof *mk_x);
     double *mk_loss = malloc((d->n_spikes ? d->n_spikes : 1) * sizeof *mk_loss);
     double *mk_gn = malloc((d->n_spikes ? d->n_spikes : 1) * sizeof *mk_gn);
+    double *eval_y = ev->n_sets ? malloc(ev->n_sets * (n ? n : 1) * sizeof *eval_y) : NULL;
     wf_status s = WF_OK;
+    if (ev->n_sets && !eval_y) {
+        s = wf_error(WF_ERR_NOMEM, "out of memory drawing the report");
+        goto done;
+    }
     if (!x || !loss || !val || !lr || !gn || !tps || !mfu || !tfl || !rss || !ares || !ause || !apeak || !td || !tfb ||
         !to || !tc || !tother || !mk_x || !mk_loss || !mk_gn) {
         s = wf_error(WF_ERR_NOMEM, "out of memory drawing the report");
@@ -1100,6 +1311,19 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
     PUT(b, "<section id=\"plots\"><h2>Training</h2><div class=\"grid\">\n");
     plot p_loss = {"loss", "Loss", "nats/token", x, n, {{"train", "#1f77b4", loss, 0}, {"validation", "#ff7f0e", val, 1}},
                    2, 0, 0, mk_x, mk_loss, d->n_spikes, d->n_spikes ? "Red circles: loss spikes." : NULL};
+    /* The evaluations of `weft eval --watch` beside the training curves, at
+     * the steps the run logged. */
+    char loss_note[160];
+    for (size_t k = 0; eval_y && k < ev->n_sets && p_loss.ns < MAX_SERIES; k++) {
+        double *yk = eval_y + k * (n ? n : 1);
+        eval_align(&ev->set[k], ev->set[k].loss, x, n, yk);
+        p_loss.s[p_loss.ns++] = (series){ev->set[k].label, eval_color[k], yk, 1};
+    }
+    if (ev->n_sets) {
+        snprintf(loss_note, sizeof loss_note, "%sDots \"eval NAME\": weft eval on dataset NAME (the Evaluation "
+                 "section below).", d->n_spikes ? "Red circles: loss spikes. " : "");
+        p_loss.note = loss_note;
+    }
     svg_plot(b, &p_loss);
     plot p_lr = {"lr", "Learning rate", "", x, n, {{"lr", "#2ca02c", lr, 0}}, 1, 0, 0, NULL, NULL, 0, NULL};
     svg_plot(b, &p_lr);
@@ -1123,6 +1347,8 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
                    5, 1, 0, NULL, NULL, 0, "Stacked: waiting for data, forward+backward, optimizer, blocked on checkpoints, the rest."};
     svg_plot(b, &p_time);
     PUT(b, "</div></section>\n");
+    s = eval_section(b, ev);
+    if (s != WF_OK) goto done;
     s = ranks_section(b, rd);
     if (s != WF_OK) goto done;
     spikes_table(b, d);
@@ -1131,7 +1357,7 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
 done:
     free(x), free(loss), free(val), free(lr), free(gn), free(tps), free(mfu), free(tfl);
     free(rss), free(ares), free(ause), free(apeak), free(td), free(tfb), free(to), free(tc), free(tother);
-    free(mk_x), free(mk_loss), free(mk_gn);
+    free(mk_x), free(mk_loss), free(mk_gn), free(eval_y);
     return s;
 }
 
@@ -1155,11 +1381,21 @@ wf_status wf_report_write(const char *dir, const char *out_path) {
     }
     free(path);
     if (s == WF_OK) s = read_ranks(&rd, dir, &d);
+    eval_data ev;
+    memset(&ev, 0, sizeof ev);
+    if (s == WF_OK) {
+        char *epath = malloc(plen);
+        if (!epath) s = wf_error(WF_ERR_NOMEM, "out of memory");
+        else snprintf(epath, plen, "%s/eval.jsonl", dir);
+        if (s == WF_OK) s = read_eval(&ev, epath);
+        free(epath);
+    }
     wf_buf b = {0};
-    if (s == WF_OK) s = render(&b, dir, &d, &rd);
+    if (s == WF_OK) s = render(&b, dir, &d, &rd, &ev);
     if (s == WF_OK && b.failed) s = wf_error(WF_ERR_NOMEM, "out of memory writing the report");
     if (s == WF_OK) s = wf_file_write_atomic(out_path, b.data, b.len);
     wf_buf_free(&b);
+    eval_data_free(&ev);
     ranks_free(&rd);
     run_data_free(&d);
     return s;

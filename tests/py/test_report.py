@@ -9,7 +9,11 @@ has data-coloured pixels inside every plot's box (decoded with Pillow).
 Ranks: a real 2-rank `weft train` (Open MPI, metrics.all_ranks) gives a
 page with the Ranks section, whose numbers are checked against medians
 recomputed here from the two metrics.jsonl files, and per-rank plots laid
-out with a line per rank; a page without ranks/ has no such section."""
+out with a line per rank; a page without ranks/ has no such section.
+
+Evaluation: an eval.jsonl written here (two datasets, a step evaluated
+twice, a damaged line) gives the Evaluation section, its table and its
+plots laid out, and the evaluations as dots on the loss plot."""
 import json
 import os
 import re
@@ -307,3 +311,50 @@ def test_report_ranks_damaged_files(ranks_run, run_weft, tmp_path):
     (run / "ranks").mkdir()
     run_weft(["report", run])
     assert 'id="ranks"' not in (run / "report.html").read_text()
+
+
+# ------------------------------------------------------------ evaluation
+
+def test_report_evaluation_section(report, run_weft, tmp_path):
+    """RUN_DIR/eval.jsonl (docs/formats/eval-jsonl.md, as `weft eval
+    --watch` writes it) written here: two datasets, a step evaluated twice
+    (the later line wins), a line cut short, a loss that is null."""
+    run = tmp_path / "run"
+    shutil.copytree(report, run)
+    lines, want = [], {}
+    for step in range(50, 301, 50):
+        for name, every, base in (("austen", 50, 5.0), ("web<b>", 100, 6.0)):
+            if step % every:
+                continue
+            loss = base - step / 100
+            lines.append({"step": step, "time": 1.0 + step, "dataset": name, "split": "val", "loss": loss,
+                          "bpb": loss / 2, "tokens": 4096, "bytes": 16000, "sequences": 16, "seq_len": 256,
+                          "eval_s": 0.5, "data_dir": "d", "checkpoint": f"c/step-{step:07d}"})
+    again = dict(lines[1], loss=9.5, bpb=0.5)  # austen step 100 again, later: the best bpb
+    text = "".join(json.dumps(r) + "\n" for r in lines) + json.dumps(again) + "\n"
+    text += json.dumps(dict(lines[0], step=25, loss=None, bpb=None)) + "\n" + '{"step": 350, "dat\n'
+    (run / "eval.jsonl").write_text(text)
+    html_path = tmp_path / "report.html"
+    run_weft(["report", run, "--output", html_path])
+    html = html_path.read_text()
+    assert 'id="eval"' in html and "web_b_" in html and "web<b>" not in html
+    # austen: 25 (null), 50..300 = 7 steps, 6 values; web: 100, 200, 300
+    assert 'data-plot="eval_loss" data-values="9"' in html and 'data-plot="eval_bpb" data-values="9"' in html
+    row = ('<tr><td>austen</td><td>val</td><td class="num">7</td><td class="num">300</td><td class="num">2.0000</td>'
+           '<td class="num">1.0000</td><td class="num">0.5000</td><td class="num">100</td></tr>')
+    assert row in html
+    assert "1 line of eval.jsonl could not be read (the first: line 12)" in html
+    checked = tmp_path / "checked.html"
+    checked.write_text(html.replace("</body>", CHECK_SCRIPT + "</body>"))
+    dom = run_chromium(["--dump-dom", checked.as_uri()], tmp_path).stdout
+    m = re.search(r'<pre id="render-check">(.*?)</pre>', dom, re.S)
+    assert m, "the check script did not run: " + dom[-2000:]
+    plots = {p["plot"]: p for p in json.loads(m.group(1).replace("&quot;", '"'))}
+    assert sorted(plots) == sorted(PLOTS + ["eval_loss", "eval_bpb"])
+    for name in ("eval_loss", "eval_bpb"):
+        p = plots[name]
+        assert p["w"] > 400 and p["h"] > 150 and p["dots"] == 9, (name, p)
+        assert p["length"] > p["frame_w"] * 0.8, (name, p)  # austen's line spans steps 50..300
+    # on the loss plot: the validation dots of the run and the evaluations' (at the logged steps)
+    assert plots["loss"]["dots"] == 300 // 20 + 9
+    assert ">eval austen</text>" in html and ">eval web_b_</text>" in html  # the loss plot's legend

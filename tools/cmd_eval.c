@@ -1,0 +1,158 @@
+/* `weft eval`: the validation loss and bits per byte of checkpoints on
+ * tokenized datasets (docs/eval.md). With --checkpoint it evaluates one
+ * checkpoint and exits; with --watch RUN_DIR it follows a training run,
+ * evaluating every checkpoint as it is committed, into RUN_DIR/eval.jsonl
+ * and RUN_DIR/eval/tb/ (the work is wf_eval_watch's, weft/eval.h). */
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "weft/ckpt.h"
+#include "weft/eval.h"
+#include "weft/weft.h"
+
+typedef struct {
+    char *watch;
+    char *checkpoint;
+    wf_strs data;
+    char *tokenizer;
+    int64_t seq_len, batch_size, batches, tokens, threads, stop_after;
+    double interval, idle_timeout;
+    int tensorboard, json;
+} eval_opts;
+
+static const wf_opt eval_opt_table[] = {
+    {"watch", NULL, WF_OPT_STR, offsetof(eval_opts, watch), NULL, WF_NO_RANGE,
+     "follow this run directory: evaluate each checkpoint committed into RUN_DIR/checkpoints, into "
+     "RUN_DIR/eval.jsonl and RUN_DIR/eval/tb/, until the run's final checkpoint (or --stop-after, a STOP file, "
+     "--idle-timeout)"},
+    {"checkpoint", NULL, WF_OPT_STR, offsetof(eval_opts, checkpoint), NULL, WF_NO_RANGE,
+     "evaluate this one checkpoint and exit (a checkpoint directory, or a run directory: its newest valid one)"},
+    {"data", NULL, WF_OPT_STRS, offsetof(eval_opts, data), "", WF_NO_RANGE,
+     "datasets, [NAME=]DIR[:val|train] (default split val; NAME: DIR's last component), comma-separated; more "
+     "may follow as plain arguments (none: the run's own dataset, split val)"},
+    {"tokenizer", NULL, WF_OPT_STR, offsetof(eval_opts, tokenizer), NULL, WF_NO_RANGE,
+     "tokenizer.json of the datasets, for counting bytes (default: the one each dataset.json records)"},
+    {"seq_len", "seq-len", WF_OPT_INT, offsetof(eval_opts, seq_len), "0", 0, 1 << 20,
+     "tokens per sequence (0: the sequence length the checkpoint was trained with)"},
+    {"batch_size", "batch-size", WF_OPT_INT, offsetof(eval_opts, batch_size), "8", 1, 1 << 20,
+     "sequences per forward pass (memory and speed; the results change only by rounding, and through --batches)"},
+    {"batches", NULL, WF_OPT_INT, offsetof(eval_opts, batches), "0", 0, 1e15,
+     "evaluate the first N batches of each dataset (0: all of it)"},
+    {"tokens", NULL, WF_OPT_INT, offsetof(eval_opts, tokens), "0", 0, 1e15,
+     "evaluate at most N tokens of each dataset, whole sequences from its start (0: all of it)"},
+    {"threads", NULL, WF_OPT_INT, offsetof(eval_opts, threads), "0", 0, 4096,
+     "compute threads (0: WEFT_THREADS or every CPU)"},
+    {"interval", NULL, WF_OPT_FLOAT, offsetof(eval_opts, interval), "10", 0.001, 86400,
+     "--watch: seconds between looks at the run's checkpoints"},
+    {"stop_after", "stop-after", WF_OPT_INT, offsetof(eval_opts, stop_after), "0", 0, 9.2e18,
+     "--watch: end once a checkpoint of this step or later is evaluated (0: the run's train.steps, from "
+     "RUN_DIR/config.toml)"},
+    {"idle_timeout", "idle-timeout", WF_OPT_FLOAT, offsetof(eval_opts, idle_timeout), "0", 0, 1e9,
+     "--watch: end after this many seconds without a new checkpoint (0: never)"},
+    {"tensorboard", NULL, WF_OPT_BOOL, offsetof(eval_opts, tensorboard), "true", WF_NO_RANGE,
+     "--watch: also write TensorBoard events into RUN_DIR/eval/tb/"},
+    {"json", NULL, WF_OPT_BOOL, offsetof(eval_opts, json), "false", WF_NO_RANGE,
+     "print each result as an eval.jsonl line instead of text"},
+};
+
+static const wf_cmd_spec eval_spec = {
+    "eval",
+    "weft eval (--checkpoint CKPT | --watch RUN_DIR) [--data [NAME=]DIR[:SPLIT] ...] [options]",
+    "Computes the loss (mean cross-entropy, nats per token) and the bits per byte (loss x tokens / bytes / ln 2, "
+    "the bytes being the text the tokens stand for) of a checkpoint on each dataset, always on the same tokens "
+    "(the first sequences of the split). --checkpoint evaluates one checkpoint and exits 1 if it cannot be read. "
+    "--watch follows a training run, on this or another machine: every checkpoint committed into "
+    "RUN_DIR/checkpoints is evaluated once (never one that is being written), one line per dataset appended to "
+    "RUN_DIR/eval.jsonl and TensorBoard scalars eval/NAME/loss and eval/NAME/bpb written to RUN_DIR/eval/tb/; "
+    "a checkpoint that cannot be read is skipped with a warning; a restarted watcher skips what eval.jsonl holds. "
+    "It ends with status 0 after the run's final checkpoint (train.steps of RUN_DIR/config.toml) or "
+    "--stop-after, when RUN_DIR/STOP exists and no trainer holds the run, or after --idle-timeout. Progress "
+    "and log lines go to stderr, results to stdout.",
+    eval_opt_table,
+    sizeof eval_opt_table / sizeof *eval_opt_table,
+    0,
+    -1,
+    0,
+};
+
+static void print_result(const wf_eval_result *r, const char *ckpt, int json) {
+    if (json) {
+        char line[16384];
+        size_t n = wf_eval_result_json(r, ckpt, line, sizeof line);
+        if (n) fwrite(line, 1, n, stdout);
+    } else {
+        printf("step %-8" PRIu64 " %-20s %-5s loss %.4f  bpb %.4f  (%" PRIu64 " tokens, %" PRIu64 " bytes)\n", r->step,
+               r->dataset, r->split, r->loss, r->bpb, r->tokens, r->bytes);
+    }
+    fflush(stdout);
+}
+
+static void on_result(void *ctx, const wf_eval_result *r, const char *ckpt) {
+    print_result(r, ckpt, *(const int *)ctx);
+}
+
+static wf_status run_eval(const eval_opts *o, const wf_strs *pos) {
+    if (!o->watch == !o->checkpoint)
+        return wf_error(WF_ERR_CONFIG, "give one of --checkpoint CKPT (one checkpoint) and --watch RUN_DIR (a run)");
+    size_t n = o->data.n + pos->n;
+    const char **data = calloc(n ? n : 1, sizeof *data);
+    if (!data) return wf_error(WF_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < o->data.n; i++) data[i] = o->data.items[i];
+    for (size_t i = 0; i < pos->n; i++) data[o->data.n + i] = pos->items[i];
+    wf_eval_opts eo = {.data = data,
+                       .n_data = n,
+                       .tokenizer = o->tokenizer,
+                       .seq_len = (int)o->seq_len,
+                       .batch_size = (int)o->batch_size,
+                       .max_batches = o->batches,
+                       .max_tokens = o->tokens,
+                       .threads = (int)o->threads};
+    wf_evaluator *e = NULL;
+    wf_status s = wf_eval_create(&e, &eo);
+    free(data);
+    WF_TRY(s);
+    if (o->watch) {
+        wf_eval_watch_opts wo = {.run_dir = o->watch,
+                                 .interval_s = o->interval,
+                                 .stop_after = (uint64_t)o->stop_after,
+                                 .idle_timeout_s = o->idle_timeout,
+                                 .tensorboard = o->tensorboard,
+                                 .on_result = on_result,
+                                 .ctx = (void *)&o->json};
+        wf_eval_watch_result wr;
+        s = wf_eval_watch(e, &wo, &wr);
+        if (s == WF_OK)
+            fprintf(stderr, "weft eval: %d checkpoint%s evaluated, %d skipped, %d already in %s/eval.jsonl (ended: %s)\n",
+                    wr.evaluated, wr.evaluated == 1 ? "" : "s", wr.skipped, wr.already_done, o->watch, wr.reason);
+    } else {
+        wf_ckpt *c = NULL;
+        s = wf_ckpt_open_path(&c, o->checkpoint);
+        if (s == WF_OK) s = wf_eval_load(e, c);
+        for (size_t i = 0; s == WF_OK && i < wf_eval_num_datasets(e); i++) {
+            wf_eval_result r;
+            s = wf_eval_run(e, i, &r);
+            if (s != WF_OK) break;
+            r.step = wf_ckpt_step(c);
+            print_result(&r, wf_ckpt_path(c), o->json);
+        }
+        wf_ckpt_close(c);
+    }
+    wf_eval_destroy(e);
+    return s;
+}
+
+int wf_cmd_eval(int argc, char **argv) {
+    eval_opts o;
+    memset(&o, 0, sizeof o);
+    wf_strs pos = {0};
+    int done;
+    int rc = wf_tool_parse(&eval_spec, &o, argc, argv, &pos, &done);
+    if (!done) rc = run_eval(&o, &pos) == WF_OK ? 0 : wf_tool_fail(eval_spec.name);
+    wf_opts_free(&eval_spec, &o);
+    wf_opts_free_positional(&pos);
+    return rc;
+}
