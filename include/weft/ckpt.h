@@ -112,6 +112,8 @@ typedef struct {
                                 thread (gather, manifest, rename; in blocked_seconds too) */
     int pruned;              /* older checkpoints removed after it */
     wf_status status;        /* the save's result (async saves report it late) */
+    char error[1024];        /* why it failed ("" when it did not), the message the failing
+                                call (or, with several ranks, the failing rank) gave */
 } wf_ckpt_save_stats;
 
 typedef struct wf_ckpt_writer wf_ckpt_writer;
@@ -197,6 +199,12 @@ int wf_ckpt_writer_poll(wf_ckpt_writer *w, wf_ckpt_save_stats *stats);
 
 /* Bytes of the staging buffer (0 in sync mode). */
 size_t wf_ckpt_writer_staging_bytes(const wf_ckpt_writer *w);
+
+/* What one save adds to the checkpoint filesystem, over all ranks: the
+ * data files' bytes plus a bound on the manifest's (*bytes), and the
+ * files and folders it creates (*files: a data file per rank, the
+ * manifest, the folder). For a free-space check before a save. */
+void wf_ckpt_writer_save_need(const wf_ckpt_writer *w, uint64_t *bytes, uint64_t *files);
 
 /* ---- reading ---- */
 

@@ -51,6 +51,11 @@ void wf_afile_abort(wf_afile *f);
 /* Writes `len` bytes to `path` atomically. */
 wf_status wf_file_write_atomic(const char *path, const void *data, size_t len);
 
+/* Free space of the filesystem that holds `path`: bytes and inodes an
+ * unprivileged process may still use (statvfs's f_bavail and f_favail);
+ * *inodes is UINT64_MAX where the filesystem has no inode limit. */
+wf_status wf_fs_free(const char *path, uint64_t *bytes, uint64_t *inodes);
+
 /* fsyncs a directory (after a rename into it). */
 wf_status wf_fsync_dir(const char *dir);
 

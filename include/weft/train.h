@@ -135,6 +135,13 @@
       "initialise the weights from a safetensors model (a file, or a Hugging Face directory with " "model.safetensors and config.json) when not resuming") \
     X(ckpt_stop_at, WF_OPT_INT, "ckpt.stop_at", NULL, "0", (0, 1e12), \
       "after this step, save and exit with status 75 as if preempted (0: never); splits a run into jobs") \
+    X(ckpt_disk_check, WF_OPT_BOOL, "ckpt.disk_check", NULL, "true", (WF_NO_RANGE), \
+      "before each save, check the checkpoint filesystem's free bytes and inodes; a save that cannot fit is " \
+      "not started (training goes on and the next save tries again)") \
+    X(ckpt_disk_margin, WF_OPT_FLOAT, "ckpt.disk_margin", NULL, "0.05", (0, 100), \
+      "a save needs the checkpoint's size times (1 + this) free") \
+    X(ckpt_disk_warn_saves, WF_OPT_INT, "ckpt.disk_warn_saves", NULL, "3", (0, 1e9), \
+      "warn when the checkpoint filesystem has room for fewer than this many more checkpoints (0: never)") \
     /* [metrics] */ \
     X(metrics_jsonl, WF_OPT_BOOL, "metrics.jsonl", NULL, "true", (WF_NO_RANGE), \
       "write RUN_DIR/metrics.jsonl, one JSON object per step") \
@@ -241,6 +248,8 @@ typedef struct {
     int spikes;       /* loss spikes seen */
     int skipped;      /* updates skipped for a spike */
     int rollbacks;    /* rollbacks to a checkpoint for a spike */
+    int save_failures; /* checkpoint saves that failed or did not fit (training went on) */
+    int nonfinite;    /* steps with a NaN or Inf (guard.nonfinite) */
     int abort_job;    /* on failure only: 1 when this rank failed mid-run with other ranks, which may
                          be blocked in a collective it will never join; the caller must end the
                          whole job (wf_comm_abort), not wf_comm_destroy (MPI_Finalize would wait) */

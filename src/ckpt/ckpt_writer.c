@@ -95,6 +95,11 @@ static void discard_tmp(const char *tmp, wf_status s) {
     wf_error_keep_restore(&k);
 }
 
+/* A failed save's message, kept in its figures. */
+static void note_error(wf_ckpt_save_stats *st, wf_status s, const char *msg) {
+    snprintf(st->error, sizeof st->error, "%s", s == WF_OK ? "" : msg ? msg : wf_error_msg());
+}
+
 static wf_status do_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const json_t *state,
                          const unsigned char *image, int *pruned) {
     *pruned = 0;
@@ -272,6 +277,7 @@ static wf_status commit_ranks(wf_ckpt_writer *w, wf_ckpt_save_stats *stats) {
     st.blocked_seconds += st.commit_seconds;
     st.pruned = pruned;
     st.status = s;
+    note_error(&st, s, msg);
     free_pending(w);
     pthread_mutex_lock(&w->mu);
     w->last = st;
@@ -414,6 +420,7 @@ static void *writer_main(void *arg) {
         w->last.pruned = pruned;
         w->last.status = s;
         snprintf(w->last_err, sizeof w->last_err, "%s", s == WF_OK ? "" : wf_error_msg());
+        note_error(&w->last, s, w->last_err);
         free(w->job_dir);
         json_decref(w->job_state);
         w->job_dir = NULL;
@@ -511,6 +518,16 @@ size_t wf_ckpt_writer_staging_bytes(const wf_ckpt_writer *w) {
     return w->staging ? (size_t)w->plan.rank_bytes[w->o.rank] : 0;
 }
 
+void wf_ckpt_writer_save_need(const wf_ckpt_writer *w, uint64_t *bytes, uint64_t *files) {
+    uint64_t b = 0;
+    for (int r = 0; r < w->o.world_size; r++) b += (uint64_t)w->plan.rank_bytes[r];
+    /* The manifest: a JSON line per piece (name, shape, offsets, checksum)
+     * and the meta, whose largest part is the config text; 1 KiB a piece
+     * and 1 MiB for the rest bound it with room to spare. */
+    *bytes = b + 1024 * (uint64_t)w->plan.n_pieces + (1u << 20);
+    *files = (uint64_t)w->o.world_size + 2;
+}
+
 wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const wf_ckpt_meta *meta,
                        wf_ckpt_save_stats *stats) {
     if (w->ranks_async) return save_ranks_async(w, dir, step, meta, stats);
@@ -527,6 +544,7 @@ wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const 
         st.write_seconds = st.blocked_seconds = wf_time_now() - t0;
         st.pruned = pruned;
         st.status = s;
+        note_error(&st, s, NULL);
         w->last = st;
         w->unpolled = w->saved_any = 1;
         if (stats) *stats = st;

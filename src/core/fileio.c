@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -107,6 +108,14 @@ wf_status wf_mkdirs(const char *path) {
     }
     free(p);
     if (!wf_path_is_dir(path)) return wf_error(WF_ERR_IO, "%s: exists and is not a directory", path);
+    return WF_OK;
+}
+
+wf_status wf_fs_free(const char *path, uint64_t *bytes, uint64_t *inodes) {
+    struct statvfs v;
+    if (statvfs(path, &v) != 0) return wf_error(WF_ERR_IO, "%s: cannot read the filesystem's free space: %s", path, strerror(errno));
+    *bytes = (uint64_t)v.f_bavail * (uint64_t)(v.f_frsize ? v.f_frsize : v.f_bsize);
+    *inodes = v.f_files == 0 ? UINT64_MAX : (uint64_t)v.f_favail;
     return WF_OK;
 }
 

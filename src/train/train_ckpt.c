@@ -139,44 +139,129 @@ static void log_save(const trainer *t, const wf_ckpt_save_stats *st) {
                 (double)st->bytes / 1e6, st->write_seconds * 1e3, gbs, st->blocked_seconds * 1e3, pruned);
 }
 
-/* A failed save stops the run (the previous checkpoints are intact, so a
- * rerun resumes from the last good one). */
+const char *wf__train_last_good(const trainer *t, char *buf, size_t size) {
+    if (t->good_step < 0) snprintf(buf, size, "none");
+    else snprintf(buf, size, "%s (step %lld)", t->rollback_dir, (long long)t->good_step);
+    return buf;
+}
+
+/* A save that failed, or was not started: a warning, and the run goes on. */
+static void save_failed(trainer *t, int64_t step, const char *why) {
+    t->save_failures++;
+    snprintf(t->save_error, sizeof t->save_error, "%s", why);
+    if (t->rank != 0) return;
+    char good[4200];
+    WF_WARN("the checkpoint of step %lld was not saved: %s; training goes on and the next save tries again; the "
+            "last good checkpoint is %s",
+            (long long)step, why, wf__train_last_good(t, good, sizeof good));
+}
+
+/* A completed save: a committed one is the last good checkpoint. */
+static void note_save(trainer *t, const wf_ckpt_save_stats *st) {
+    if (st->status != WF_OK) {
+        save_failed(t, (int64_t)st->step, st->error[0] ? st->error : "the write failed");
+        return;
+    }
+    log_save(t, st);
+    wf_ckpt_step_dir(t->rollback_dir, sizeof t->rollback_dir, t->root, st->step);
+    t->good_step = (int64_t)st->step;
+}
+
 wf_status wf__train_report_saves(trainer *t) {
     wf_ckpt_save_stats st;
-    while (wf_ckpt_writer_poll(t->writer, &st)) {
-        if (st.status != WF_OK) return wf_ckpt_writer_wait(t->writer, NULL);
-        log_save(t, &st);
+    while (wf_ckpt_writer_poll(t->writer, &st)) note_save(t, &st);
+    return WF_OK;
+}
+
+/* The save in flight, waited for (with several ranks, committed: a
+ * collective) and reported. Its failure is in its figures, which the poll
+ * reports; what the wait returns is the same failure. */
+static void settle(trainer *t) {
+    (void)wf_ckpt_writer_wait(t->writer, NULL);
+    wf__train_report_saves(t);
+}
+
+static double mb(double bytes) { return bytes / 1e6; }
+
+/* ckpt.disk_check: does the save fit on the checkpoint filesystem? The
+ * checkpoint's bytes (every rank's) times 1 + ckpt.disk_margin, and its
+ * files, must be free; with several ranks every rank looks and the least
+ * free space decides (the same verdict on every rank). Warns when there
+ * is room for fewer than ckpt.disk_warn_saves more. */
+static wf_status disk_fits(trainer *t, int64_t step, int *fits) {
+    const wf_train_config *tc = t->tc;
+    *fits = 1;
+    uint64_t need, files, fb = 0, fi = 0;
+    wf_ckpt_writer_save_need(t->writer, &need, &files);
+    wf_status s = wf_fs_free(t->root, &fb, &fi);
+    double v[3] = {(double)fb, (double)fi, s == WF_OK ? 0.0 : 1.0};
+    if (s != WF_OK && t->rank == 0) WF_WARN("ckpt.disk_check: %s; saving without the check", wf_error_msg());
+    if (t->world > 1) {
+        double unknown = v[2];
+        WF_TRY(wf_comm_all_reduce_f64(t->comm, v, 2, WF_COMM_MIN, "ckpt disk check"));
+        WF_TRY(wf_comm_all_reduce_f64(t->comm, &unknown, 1, WF_COMM_MAX, "ckpt disk check"));
+        v[2] = unknown;
     }
+    if (v[2] != 0) return WF_OK;
+    double want = (double)need * (1.0 + tc->ckpt_disk_margin);
+    double want_files = (double)files + 1;
+    double room = v[0] / want;
+    if (v[1] / want_files < room) room = v[1] / want_files;
+    char where[4200];
+    snprintf(where, sizeof where, "%s has %.1f MB and %.0f inodes free", t->root, mb(v[0]), v[1]);
+    if (room < 1) {
+        *fits = 0;
+        char why[4600];
+        snprintf(why, sizeof why,
+                 "not started: it needs %.1f MB (%.1f MB of data and manifest plus ckpt.disk_margin = %g) and "
+                 "%.0f inodes, and %s",
+                 mb(want), mb((double)need), tc->ckpt_disk_margin, want_files, where);
+        save_failed(t, step, why);
+        return WF_OK;
+    }
+    if (tc->ckpt_disk_warn_saves > 0 && room < (double)tc->ckpt_disk_warn_saves && t->rank == 0)
+        WF_WARN("%s: room for %d more checkpoint%s of %.1f MB (ckpt.disk_warn_saves = %lld); old checkpoints are "
+                "removed only after a newer one is committed (ckpt.keep_last = %lld)",
+                where, (int)room, (int)room == 1 ? "" : "s", mb(want), (long long)tc->ckpt_disk_warn_saves,
+                (long long)tc->ckpt_keep_last);
     return WF_OK;
 }
 
 wf_status wf__train_save(trainer *t, int64_t step) {
-    if (t->last_saved == step) return WF_OK;
+    if (t->last_saved == step || t->tried_step == step) return WF_OK; /* once a step, failed or not */
+    t->tried_step = step;
+    /* The previous save first: it must be over before this one is staged,
+     * and its failure is reported as a warning, not taken for this one's. */
+    settle(t);
+    if (t->tc->ckpt_disk_check) {
+        int fits;
+        WF_TRY(disk_fits(t, step, &fits));
+        if (!fits) return WF_OK;
+    }
     wf_ckpt_meta *meta = NULL;
     WF_TRY(make_meta(t, &meta));
     char dir[4096];
     wf_ckpt_step_dir(dir, sizeof dir, t->root, (uint64_t)step);
+    int failures = t->save_failures;
     wf_status s = wf_ckpt_save(t->writer, dir, (uint64_t)step, meta, NULL);
     wf_ckpt_meta_destroy(meta);
-    WF_TRY(s);
+    wf__train_report_saves(t); /* a synchronous save is over: its outcome */
+    if (s != WF_OK) {
+        /* A save that failed before the writer reported it (staging). */
+        if (t->save_failures == failures) save_failed(t, step, wf_error_msg());
+        return WF_OK;
+    }
     t->last_saved = step;
-    snprintf(t->rollback_dir, sizeof t->rollback_dir, "%s", dir);
-    return wf__train_report_saves(t);
+    return WF_OK;
 }
 
 /* With several ranks this is collective (an asynchronous save still
  * pending is committed) and ends with a barrier, so that all ranks leave
  * together. */
 wf_status wf__train_finish_saves(trainer *t) {
-    wf_status s = wf_ckpt_writer_wait(t->writer, NULL);
-    if (s == WF_OK) s = wf__train_report_saves(t);
-    if (t->world > 1) {
-        /* Collective on every path, so that a failed save does not leave the
-         * other ranks waiting (main aborts the job on the error). */
-        wf_status b = wf_comm_barrier(t->comm, "checkpoint done");
-        if (s == WF_OK) s = b;
-    }
-    return s;
+    settle(t);
+    if (t->world > 1) return wf_comm_barrier(t->comm, "checkpoint done");
+    return WF_OK;
 }
 
 wf_status wf__train_setup_checkpoints(trainer *t) {
@@ -184,7 +269,8 @@ wf_status wf__train_setup_checkpoints(trainer *t) {
     snprintf(t->root, sizeof t->root, "%s/checkpoints", tc->run_dir);
     snprintf(t->save_path, sizeof t->save_path, "%s/SAVE", tc->run_dir);
     snprintf(t->stop_path, sizeof t->stop_path, "%s/STOP", tc->run_dir);
-    t->last_saved = -1;
+    t->last_saved = t->tried_step = -1;
+    t->good_step = -1;
     t->config_text = config_toml(tc);
     if (!t->config_text) return wf_error(WF_ERR_NOMEM, "out of memory");
     WF_TRY(build_state(t));

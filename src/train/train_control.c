@@ -20,7 +20,7 @@
  * handler can only reach global state; this is the one global of the
  * trainer, set by the handler and read between steps. */
 static volatile sig_atomic_t g_stop_signal;
-static struct sigaction g_old_term, g_old_usr1;
+static struct sigaction g_old_term, g_old_usr1, g_old_xfsz;
 
 static void on_stop_signal(int sig) { g_stop_signal = sig; }
 
@@ -33,11 +33,20 @@ void wf__train_signals_install(void) {
     g_stop_signal = 0;
     sigaction(SIGTERM, &sa, &g_old_term);
     sigaction(SIGUSR1, &sa, &g_old_usr1);
+    /* A write past the file-size limit (ulimit -f) fails with EFBIG, as a
+     * full disk fails with ENOSPC: the save that hit it fails and training
+     * goes on, instead of SIGXFSZ killing the process. */
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGXFSZ, &ign, &g_old_xfsz);
 }
 
 void wf__train_signals_restore(void) {
     sigaction(SIGTERM, &g_old_term, NULL);
     sigaction(SIGUSR1, &g_old_usr1, NULL);
+    sigaction(SIGXFSZ, &g_old_xfsz, NULL);
 }
 
 /* ---- agreement ---- */
@@ -75,8 +84,10 @@ static wf_status agree(trainer *t, int64_t done, run_control *rc) {
                     (long long)done + 1);
     }
     /* An asynchronous save whose data files are all written is committed
-     * now, by every rank (a no-op when none is pending). */
-    if (!(flags & WF__TRAIN_AGREE_CKPT_BUSY)) WF_TRY(wf_ckpt_writer_commit(t->writer, NULL));
+     * now, by every rank (a no-op when none is pending). Its failure (the
+     * same on every rank) is in its figures: the step's report of saves
+     * warns, and training goes on. */
+    if (!(flags & WF__TRAIN_AGREE_CKPT_BUSY)) (void)wf_ckpt_writer_commit(t->writer, NULL);
     rc->save_file = (flags & WF__TRAIN_AGREE_SAVE) != 0;
     rc->stop_file = (flags & WF__TRAIN_AGREE_STOP) != 0;
     rc->sig = (flags & WF__TRAIN_AGREE_SIGNAL) ? ((flags & WF__TRAIN_AGREE_USR1) ? SIGUSR1 : SIGTERM) : 0;
@@ -110,6 +121,11 @@ int wf__train_stopping(const trainer *t, const run_control *rc, int64_t done) {
 
 void wf__train_stopped(const trainer *t, const run_control *rc, int64_t done, wf_train_result *res) {
     const wf_train_config *tc = t->tc;
+    if (t->good_step != done && t->rank == 0) {
+        char good[4200];
+        WF_WARN("the state of step %lld was not saved (%s): a rerun resumes from the last good checkpoint, %s",
+                (long long)done, t->save_error, wf__train_last_good(t, good, sizeof good));
+    }
     if (rc->stop_file) {
         res->stop_file = 1;
         WF_INFO("%s exists: stopped after step %lld of %lld (remove it and rerun to continue)", t->stop_path,

@@ -61,8 +61,12 @@ typedef struct {
     size_t n_state;
     wf_ckpt_writer *writer;
     int64_t last_saved;        /* step of the last save started, -1 if none */
-    char rollback_dir[4096];   /* the checkpoint a rollback goes back to: the last one this job
-                                  saved or resumed from ("" if none) */
+    int64_t tried_step;        /* step of the last save tried (started, failed or not started) */
+    char rollback_dir[4096];   /* the last good checkpoint: the last one this job committed or
+                                  resumed from ("" if none); a rollback goes back to it */
+    int64_t good_step;         /* its step, -1 if none */
+    int save_failures;         /* saves that failed or were not started for want of space */
+    char save_error[5120];     /* why the last of them failed */
     int64_t rb_step;           /* the checkpoint step of the last rollback, -1 if none */
     int rb_count;              /* rollbacks to rb_step so far */
     /* observability */
@@ -147,11 +151,22 @@ wf_status wf__train_agree_setup(trainer *t, wf_status s, int *setup_failed);
 
 /* train_ckpt.c */
 wf_status wf__train_setup_checkpoints(trainer *t);
+/* Saves the state after step `step` (collective). The save before it is
+ * waited for and reported first; a save that would not fit on the
+ * checkpoint filesystem (ckpt.disk_check) is not started. A save that
+ * fails or is not started is a warning: training goes on, the next save
+ * tries again, and the last good checkpoint stays (nothing is pruned
+ * before a newer one is committed). Errors are those of the run itself
+ * (out of memory, a collective that failed). */
 wf_status wf__train_save(trainer *t, int64_t step);
-/* Logs the saves that completed; a failed one stops the run. */
+/* Logs the saves that completed: a committed one becomes the last good
+ * checkpoint, a failed one is a warning. */
 wf_status wf__train_report_saves(trainer *t);
-/* Waits for the save in flight (and, with several ranks, a barrier). */
+/* Waits for the save in flight and reports it (with several ranks,
+ * collective, ending with a barrier). */
 wf_status wf__train_finish_saves(trainer *t);
+/* "RUN_DIR/checkpoints/step-N (step N)" or "none", for messages. */
+const char *wf__train_last_good(const trainer *t, char *buf, size_t size);
 wf_status wf__train_write_final_model(trainer *t, int64_t steps);
 wf_status wf__train_write_run_config(const wf_train_config *tc);
 /* The spike detector's window into a checkpoint's state. */

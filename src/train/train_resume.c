@@ -166,6 +166,7 @@ wf_status wf__train_resume_or_init(trainer *t, int64_t *start) {
         if (s == WF_OK) {
             WF_INFO("resumed from %s (step %" PRId64 ")", wf_ckpt_path(c), *start);
             snprintf(t->rollback_dir, sizeof t->rollback_dir, "%s", wf_ckpt_path(c));
+            t->good_step = *start;
             char why[256];
             if (spike_state_get(t, c, why, sizeof why))
                 WF_INFO("spike detector: the window of the last %d steps restored from the checkpoint", t->spike.n);

@@ -65,7 +65,11 @@ static wf_status finish(trainer *t, int64_t start, wf_train_result *res) {
     const wf_train_config *tc = t->tc;
     wf_progress_done(&t->bar);
     wf__train_trace_flush();
+    /* The last step's save, unless the loop made it: a spike that could
+     * not roll back skipped its update after the save block. */
+    WF_TRY(wf__train_save(t, tc->steps));
     WF_TRY(wf__train_finish_saves(t));
+    res->save_failures = t->save_failures;
     double el = wf_time_now() - t->t_run;
     WF_INFO("trained %lld steps in %.1f s (%.0f tokens/s)", (long long)(tc->steps - start), el,
             (double)(tc->steps - start) * (double)t->accum * t->B * t->T / el);
@@ -74,7 +78,17 @@ static wf_status finish(trainer *t, int64_t start, wf_train_result *res) {
         WF_INFO("loss spikes: %d (%d update%s skipped, %d rollback%s)", res->spikes, res->skipped,
                 res->skipped == 1 ? "" : "s", res->rollbacks, res->rollbacks == 1 ? "" : "s");
     res->finished = 1;
-    return wf__train_write_final_model(t, tc->steps);
+    WF_TRY(wf__train_write_final_model(t, tc->steps));
+    if (t->good_step != tc->steps) {
+        /* Training is over, but its end is not in a checkpoint: a rerun
+         * would redo the steps since the last good one. */
+        char good[4200];
+        return wf_error(WF_ERR_IO,
+                        "the final checkpoint (step %lld) was not saved: %s; the model is in %s/model.safetensors, "
+                        "and the last good checkpoint is %s",
+                        (long long)tc->steps, t->save_error, tc->run_dir, wf__train_last_good(t, good, sizeof good));
+    }
+    return WF_OK;
 }
 
 /* The loop reads like llm.c's: mark the step, one optimizer step (next
@@ -150,7 +164,9 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
         if (wf__train_stopping(t, &rc, done)) {
             wf_progress_clear(&t->bar);
             wf__train_trace_flush();
+            WF_TRY(wf__train_save(t, done)); /* made already unless the step was a spike that could not roll back */
             WF_TRY(wf__train_finish_saves(t));
+            res->save_failures = t->save_failures;
             wf__train_stopped(t, &rc, done, res);
             return WF_OK;
         }

@@ -721,3 +721,13 @@ WF_TEST(remove_tree) {
     WF_CHECK_TRUE(wf_path_exists(keep));
     WF_CHECK_OK(wf_remove_tree(dir)); /* gone already: fine */
 }
+
+/* Free space of the filesystem under a path, and an error naming a path
+ * that does not exist (the trainer's disk check is tested on a small
+ * tmpfs by tests/py/test_train_guards.py). */
+WF_TEST(fs_free) {
+    uint64_t bytes = 0, inodes = 0;
+    WF_CHECK_OK(wf_fs_free(wf_test_tmpdir(), &bytes, &inodes));
+    WF_CHECK_TRUE(bytes > 0 && inodes > 0);
+    WF_CHECK_ERR(wf_fs_free("/nonexistent/weft/dir", &bytes, &inodes), WF_ERR_IO, "/nonexistent/weft/dir");
+}
