@@ -33,12 +33,12 @@ OTHER = re.compile(r"^\[weft r\d+ \d\d:\d\d:\d\d (?:info|warn)\] dist: (?:(?! ra
 LINES, THREADS = 600, 2
 
 
-def payload(rank, thread, i):
-    n = (i * 997 + thread * 131 + rank * 17) % 3001
+def payload(rank, thread, i, maxlen=3000):
+    n = (i * 997 + thread * 131 + rank * 17) % (maxlen + 1)
     return "".join(chr(ord("a") + (7 * rank + 13 * thread + 31 * i + k) % 26) for k in range(n))
 
 
-def check_lines(text, ranks):
+def check_lines(text, ranks, maxlen=3000):
     """Fails with the first broken lines when any line is not whole or some
     line is missing or doubled."""
     bad, seen = [], {}
@@ -52,7 +52,7 @@ def check_lines(text, ranks):
         prefix_rank, kind, rank, thread, i, n, body = m.groups()
         rank, thread, i = int(rank), int(thread), int(i)
         ok = (prefix_rank is None) == (kind != "log") and (prefix_rank is None or int(prefix_rank) == rank) \
-            and kind == ("log", "plain", "out")[i % 3] and int(n) == len(body) and body == payload(rank, thread, i)
+            and kind == ("log", "plain", "out")[i % 3] and int(n) == len(body) and body == payload(rank, thread, i, maxlen)
         if not ok:
             bad.append(ln)
         key = (rank, thread, i)
