@@ -488,17 +488,21 @@ static void note(verdict *v, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* The rate a probe measured (higher is faster). */
+static double rate_of(const rank_report *r, int probe) {
+    return probe == PROBE_GEMM ? r->gemm_gflops : probe == PROBE_MEM ? r->mem_gbps : r->write_mbps;
+}
+
 /* Each rank's failures, differences from rank 0, and slowness against the
  * median over ranks of each rate. */
 static void judge(const rank_report *all, int world, double factor, verdict *v) {
     static const struct {
         const char *name, *unit;
-        size_t off;
         int probe;
     } rates[] = {
-        {"sgemm", "GFLOP/s", offsetof(rank_report, gemm_gflops), PROBE_GEMM},
-        {"memory", "GB/s", offsetof(rank_report, mem_gbps), PROBE_MEM},
-        {"disk write", "MB/s", offsetof(rank_report, write_mbps), PROBE_FILE},
+        {"sgemm", "GFLOP/s", PROBE_GEMM},
+        {"memory", "GB/s", PROBE_MEM},
+        {"disk write", "MB/s", PROBE_FILE},
     };
     double *vals = malloc((size_t)world * sizeof *vals);
     memset(v, 0, (size_t)world * sizeof *v);
@@ -526,11 +530,11 @@ static void judge(const rank_report *all, int world, double factor, verdict *v) 
     for (size_t k = 0; vals && factor > 0 && k < sizeof rates / sizeof *rates; k++) {
         int n = 0;
         for (int i = 0; i < world; i++)
-            if (!(all[i].failed & rates[k].probe)) vals[n++] = *(const double *)((const char *)&all[i] + rates[k].off);
+            if (!(all[i].failed & rates[k].probe)) vals[n++] = rate_of(&all[i], rates[k].probe);
         if (n < 2) continue;
         double med = median(vals, n);
         for (int i = 0; i < world; i++) {
-            double x = *(const double *)((const char *)&all[i] + rates[k].off);
+            double x = rate_of(&all[i], rates[k].probe);
             if (all[i].failed & rates[k].probe || !(x * factor < med)) continue;
             v[i].slow = 1;
             note(&v[i], "%s %.1fx below the median (%.3g vs %.3g %s)", rates[k].name, x > 0 ? med / x : INFINITY, x,

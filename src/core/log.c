@@ -77,6 +77,7 @@ static void write_stderr(const char *buf, size_t len) {
 /* Formats prefix + fmt + "\n" into one buffer (the stack's, or the heap's
  * for a long text; truncated only if the heap has no room) and writes it
  * under the mutex. `prefix` holds no '%'. */
+static void emit(const char *prefix, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 static void emit(const char *prefix, const char *fmt, va_list ap) {
     char stack[4096];
     size_t plen = strlen(prefix);

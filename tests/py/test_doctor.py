@@ -4,8 +4,8 @@ mpirun and MPICH's mpiexec with 2 ranks.
 What is checked, each against a reference outside weft:
 - the facts: the BLAS and MPI library files are the ones the dynamic
   linker resolves for weft and its MPI backend (`ldd`), the binary hash is
-  xxhash's XXH3-64 of build/weft, the build names gcc's version
-  (`gcc -dumpfullversion`);
+  xxhash's XXH3-64 of build/weft, the build names its compiler's version
+  (`gcc -dumpfullversion`, `clang -dumpversion`);
 - a healthy job: every rank passes, exit status 0, the probes' rates are
   positive, the probe files are gone afterwards;
 - failing ranks, each exit status 1 with the rank named and rank 0 passing:
@@ -71,8 +71,11 @@ def test_alone_reports_the_facts(tmp_path):
     assert x["status"] == "ok" and x["problems"] == ""
     assert x["blas_library"] == ldd(WEFT)["libopenblas.so.0"]
     assert x["binary_xxh3"] == xxhash.xxh3_64(WEFT.read_bytes()).hexdigest()
-    gcc = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
-    assert x["weft"].startswith("0.1.0, gcc " + gcc + ", -O2"), x["weft"]
+    cc = (BUILD / ".flags").read_text().split()[0]  # the compiler of this build (Makefile)
+    clang = "clang" in cc
+    ver = subprocess.run([cc, "-dumpversion" if clang else "-dumpfullversion"], capture_output=True,
+                         text=True).stdout.strip()
+    assert re.match(rf"0\.1\.0, (\w+ )?{'[Cc]lang' if clang else 'gcc'} {re.escape(ver)}, -O2", x["weft"]), x["weft"]
     assert x["mpi"].startswith("single:") and x["mpi_library"] == ""
     assert x["cuda"] == "none (no libcuda.so.1)" or x["cuda"].startswith("driver ")
     for k in ["sgemm_gflops", "memcpy_gbps", "write_mbps", "read_mbps"]:
