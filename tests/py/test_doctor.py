@@ -16,7 +16,9 @@ What is checked, each against a reference outside weft:
 - a slow rank: the test hook WEFT_DOCTOR_SLOW=1:50 makes rank 1 do its
   probes' work 50 times; it is named slow, exit 0, and 1 with --fail-slow;
 - the CUDA description through a stand-in libcuda.so.1 (the driver API's
-  signatures) when no GPU is here, and "none" without one.
+  signatures) when no GPU is here, and "none" without one;
+- a rank that hangs (the hook with a factor of 100000) ends the job after
+  --timeout with the watchdog's report from the rank that waited for it.
 
 The runs that test something else switch the slowness verdict off
 (--slow-factor 0): on a shared 2-core machine two ranks timing a 1 MiB
@@ -215,3 +217,14 @@ def test_run_directory_not_shared_fails(launchers, tmp_path):
                      r.stdout, re.M), r.stdout
     assert re.search(r"^\s+0 .* ok$", r.stdout, re.M)
     assert list((tmp_path / "a").iterdir()) == [] and list((tmp_path / "b").iterdir()) == []
+
+
+def test_hung_rank_ends_the_job_after_the_timeout(launchers, tmp_path):
+    # rank 1 "hangs" (100000 times the sgemm work); rank 0 waits for it in
+    # the next barrier until the watchdog ends it, naming the collective
+    r = doctor("openmpi", ["--run-dir", tmp_path / "run", "--timeout", 3] + SMALL,
+               env={"WEFT_DOCTOR_SLOW": "1:100000"})
+    assert r.returncode == 3, (r.returncode, r.stderr[-3000:])
+    assert re.search(r'collective watchdog: rank 0 of 2 has waited 3\.\d+ s in collective #4 barrier "doctor after '
+                     r'sgemm"', r.stderr), r.stderr[-3000:]
+    assert "weft doctor:" not in r.stdout  # no table: rank 0 never got the reports
