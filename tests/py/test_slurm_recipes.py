@@ -22,7 +22,8 @@ delay instead of Slurm's 120 s: `cred_expire`):
 Slurm's time-limit checks run every 30 s, so the signal comes 10 to 40 s
 into a one-minute job; the runs are sized (from a short calibration run) to
 train for about 45 s, so that the first attempt is always still training
-when it comes. These tests take about three minutes. They fail without
+when it comes. These tests take about two minutes (most of it waiting for
+Slurm). They fail without
 Slurm (scripts/setup.sh installs it) and are skipped with WEFT_NO_SLURM=1,
 as test_srun.py's."""
 import json
