@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "weft/dist.h"
 #include "weft/kernels.h"
 #include "weft/weft.h"
 
@@ -43,6 +44,7 @@ static const tool_cmd commands[] = {
     {"ckpt inspect", wf_cmd_ckpt_inspect, "list what a checkpoint holds"},
     {"export", wf_cmd_export, "write a checkpoint's model as a Hugging Face Llama directory"},
     {"report", wf_cmd_report, "write an HTML page with the plots of a training run"},
+    {"doctor", wf_cmd_doctor, "check the ranks' machines before a long job (under mpirun/srun): libraries, collectives, sgemm, memory, disk"},
 };
 
 static void usage(FILE *out) {
@@ -69,7 +71,7 @@ int wf_tool_parse(const wf_cmd_spec *spec, void *opts, int argc, char **argv, wf
 }
 
 int wf_tool_fail(const char *cmd) {
-    fprintf(stderr, "weft %s: error: %s\n", cmd, wf_error_msg());
+    wf_log_line("weft %s: error: %s", cmd, wf_error_msg()); /* whole, beside other ranks' lines */
     return 1;
 }
 
@@ -95,6 +97,9 @@ static void runtime_settings(char **argv) {
 
 int main(int argc, char **argv) {
     runtime_settings(argv);
+    /* Under a launcher the ranks' output is merged: each printed line must
+     * leave whole (stderr's are, weft/log.h). */
+    if (strcmp(wf_comm_detect_backend(NULL), "single") != 0) wf_log_line_buffer_stdout();
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);

@@ -95,6 +95,9 @@ int wf_comm_local_rank(const wf_comm *c); /* rank within this node */
 /* "single", "openmpi" or "mpich"; and the MPI library's version line. */
 const char *wf_comm_backend(const wf_comm *c);
 const char *wf_comm_library_version(const wf_comm *c);
+/* The file the MPI backend was loaded from (libweft-mpi-NAME.so), or ""
+ * for the single-process backend. */
+const char *wf_comm_backend_path(const wf_comm *c);
 
 /* Ends every rank of the job now with `code` (MPI_Abort; exit() in the
  * single-process backend). For main() only, when a rank must leave while

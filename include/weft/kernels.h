@@ -42,6 +42,9 @@ void wf_kern_set_threads(int n);
 
 /* The kernel set OpenBLAS chose for this CPU ("SkylakeX", "Haswell", ...). */
 const char *wf_kern_blas_core(void);
+/* OpenBLAS's build line: version and options ("OpenBLAS 0.3.21 DYNAMIC_ARCH
+ * NO_AFFINITY Haswell MAX_THREADS=64"). */
+const char *wf_kern_blas_config(void);
 /* OpenBLAS 0.3.21 (Debian 12) does not recognise some newer or virtualised
  * x86 CPUs and falls back to its SSE3 "Prescott" kernels, several times
  * slower than the AVX2/AVX-512 ones the CPU could run. The environment

@@ -213,6 +213,12 @@ typedef struct {
     const char *model_source; /* where the model's architecture came from, or NULL */
 } wf_run_record;
 
+/* One line saying how this weft was built: compiler and version, the flags
+ * that change speed or checks (-O, -g, -march, -fsanitize) and OpenMP,
+ * e.g. "gcc 12.2.0, -O2 -g, OpenMP 201511" (`weft doctor` compares it
+ * across ranks). */
+void wf_build_describe(char *buf, size_t size);
+
 /* Writes DIR/run.json (atomically): weft's version, the time, the command
  * line, the config, git commit and dirty state of the source checkout,
  * compiler and flags, library versions, host (uname, CPU, cores, memory),

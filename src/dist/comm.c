@@ -297,6 +297,14 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
     return WF_OK;
 }
 
+const char *wf_comm_backend_path(const wf_comm *c) {
+    Dl_info info;
+    if (strcmp(c->backend, "single") == 0) return "";
+    /* The backend's table lives in its shared object. */
+    if (dladdr((const void *)c->be, &info) && info.dli_fname) return info.dli_fname;
+    return "";
+}
+
 void wf_comm_destroy(wf_comm *c) {
     if (!c) return;
     /* Leave no request behind: MPI_Finalize with pending ones is an error. */

@@ -30,6 +30,11 @@ const char *wf_kern_blas_core(void) {
     return name ? name : "unknown";
 }
 
+const char *wf_kern_blas_config(void) {
+    const char *config = openblas_get_config();
+    return config ? config : "unknown";
+}
+
 const char *wf_kern_blas_better_core(void) {
     static const char *const sse_only[] = {"Prescott", "Core2", "Penryn", "Dunnington",
                                            "Nehalem", "Atom", "Katmai", "Coppermine",

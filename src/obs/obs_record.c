@@ -171,6 +171,46 @@ static json_t *str_or_null(const char *s) {
     return s ? json_string(s) : json_null();
 }
 
+void wf_build_describe(char *buf, size_t size) {
+#if defined(__clang__)
+    const char *id = "clang";
+#elif defined(__GNUC__)
+    const char *id = "gcc";
+#else
+    const char *id = "cc";
+#endif
+#ifdef __VERSION__
+    const char *version = __VERSION__;
+#else
+    const char *version = "";
+#endif
+    /* From the flags, those that change speed or checks: -O, -g, -march,
+     * -mtune, -ffast-math, -fsanitize. */
+    char flags[256] = "";
+    size_t fl = 0;
+    const char *p = WF_BUILD_CFLAGS;
+    while (*p) {
+        while (*p == ' ') p++;
+        size_t n = strcspn(p, " ");
+        int keep = (n >= 2 && strncmp(p, "-O", 2) == 0) || (n == 2 && strncmp(p, "-g", 2) == 0) ||
+                   strncmp(p, "-march=", 7) == 0 || strncmp(p, "-mtune=", 7) == 0 ||
+                   (n == 11 && strncmp(p, "-ffast-math", 11) == 0) || strncmp(p, "-fsanitize=", 11) == 0;
+        if (keep && n > 0 && fl + n + 2 < sizeof flags) {
+            fl += (size_t)snprintf(flags + fl, sizeof flags - fl, "%s%.*s", fl ? " " : "", (int)n, p);
+        }
+        p += n;
+    }
+#ifdef _OPENMP
+    char omp[32];
+    snprintf(omp, sizeof omp, "OpenMP %d", _OPENMP);
+#else
+    const char *omp = "no OpenMP";
+#endif
+    /* __VERSION__ is "12.2.0" for gcc, "Debian Clang 14.0.6" or the like for clang. */
+    snprintf(buf, size, "%s%s%s, %s, %s", strstr(version, "lang") ? "" : id, strstr(version, "lang") ? "" : " ",
+             version, fl ? flags : "no -O", omp);
+}
+
 static json_t *build_record(void) {
     json_t *b = json_object();
 #if defined(__clang__)

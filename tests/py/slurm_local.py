@@ -28,7 +28,10 @@ the cluster when the owner ends without stopping it, even by SIGKILL.
 The node declares 4 CPUs whatever the machine has (SlurmdParameters=
 config_overrides), so that `srun -n 4` runs on a 2-core machine. Plugins:
 no cgroups (proctrack/linuxproc, task/none), no accounting, MpiDefault=none
-(each test names its --mpi)."""
+(each test names its --mpi). The scheduler looks at pending jobs every
+second (sched_interval=1, not 60), and `cred_expire` (AuthInfo; Slurm's
+default 120 s) is also how long a requeued job waits before it may start
+again: tests of requeueing (test_slurm_recipes.py) make it 10 s."""
 import os
 import shutil
 import signal
@@ -68,7 +71,7 @@ def _free_ports(n):
             s.close()
 
 
-def _conf(d, ports, cpus):
+def _conf(d, ports, cpus, cred_expire):
     return f"""# A private one-node cluster made by tests/py/slurm_local.py
 ClusterName=weft
 SlurmctldHost=localhost(127.0.0.1)
@@ -76,7 +79,7 @@ SlurmctldPort={ports[0]}
 SlurmdPort={ports[1]}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={d}/munge/socket
+AuthInfo=socket={d}/munge/socket,cred_expire={cred_expire}
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={d}/state
@@ -95,6 +98,7 @@ JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=1
 MpiDefault=none
 ReturnToService=2
 KillWait=2
@@ -175,8 +179,9 @@ class Cluster:
     """A one-node cluster in folder d (default: a new short folder in /tmp,
     removed by stop; Unix socket paths must stay under 108 bytes)."""
 
-    def __init__(self, d=None, cpus=4, timeout=30.0, reaper=True):
+    def __init__(self, d=None, cpus=4, timeout=30.0, reaper=True, cred_expire=120):
         self.own_dir = d is None
+        self.cred_expire = cred_expire
         self.reaper = reaper
         self._reaper = None
         self.dir = Path(d or tempfile.mkdtemp(prefix="weft-slurm-", dir="/tmp")).resolve()
@@ -213,7 +218,7 @@ class Cluster:
             (d / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(d, 0o700)
         os.chmod(d / "munge", 0o700)
-        self.conf.write_text(_conf(d, _free_ports(2), self.cpus))
+        self.conf.write_text(_conf(d, _free_ports(2), self.cpus, self.cred_expire))
         env = self.env()
         env[MARK] = str(d)
         for k in list(env):  # a test run inside a Slurm job must not leak into this one
