@@ -164,6 +164,22 @@ typedef struct {
 wf_model_op_times wf_model_get_op_times(const wf_model *m);
 void wf_model_reset_op_times(wf_model *m);
 
+/* The activations of the last forward, in the order the forward makes
+ * them, for diagnostics (the trainer's non-finite guard): the embedding
+ * output; per block its input norm, q/k/v (q and k after RoPE), the
+ * attention output before o_proj, the residual after attention, the
+ * second norm, gate|up, the SwiGLU product and the block's output; the
+ * final norm, the logits and the per-token losses. Each covers the last
+ * forward's B*T rows. After wf_model_backward the logits' buffer holds
+ * their gradient: it is named "lm_head.grad" then. 0 before any forward. */
+typedef struct {
+    char name[96];    /* e.g. "model.layers.3.mlp.gate_up_proj" */
+    const float *data;
+    size_t numel;
+} wf_model_activation;
+int wf_model_num_activations(const wf_model *m);
+void wf_model_get_activation(const wf_model *m, int i, wf_model_activation *out); /* i in [0, num) */
+
 /* Bytes of the model's planned buffers: parameters, gradients, activations
  * (with the backward's scratch). */
 typedef struct {

@@ -142,6 +142,15 @@
       "a save needs the checkpoint's size times (1 + this) free") \
     X(ckpt_disk_warn_saves, WF_OPT_INT, "ckpt.disk_warn_saves", NULL, "3", (0, 1e9), \
       "warn when the checkpoint filesystem has room for fewer than this many more checkpoints (0: never)") \
+    /* [guard] */ \
+    X(guard_nonfinite, WF_OPT_STR, "guard.nonfinite", NULL, "stop", (WF_NO_RANGE), \
+      "at a NaN or Inf in the loss, the gradients or the parameters: stop (save the last good state, write " \
+      "the report, exit 1) or skip (drop the step's update and go on); both write RUN_DIR/nonfinite/") \
+    X(guard_nonfinite_max_skips, WF_OPT_INT, "guard.nonfinite_max_skips", NULL, "5", (1, 1e9), \
+      "with guard.nonfinite = skip, stop after this many non-finite steps in a row") \
+    X(guard_replica_every, WF_OPT_INT, "guard.replica_every", NULL, "100", (0, 1e12), \
+      "several ranks: every N steps compare hashes of every rank's copy of the replicated state; a rank that " \
+      "differs stops the run with a checkpoint of the majority's state (0: never)") \
     /* [metrics] */ \
     X(metrics_jsonl, WF_OPT_BOOL, "metrics.jsonl", NULL, "true", (WF_NO_RANGE), \
       "write RUN_DIR/metrics.jsonl, one JSON object per step") \

@@ -621,7 +621,14 @@ static wf_status meta_put(wf_ckpt_meta *m, const char *key, json_t *v) {
         json_decref(v);
         return wf_error(WF_ERR_INVALID, "checkpoint state key '%s' is not 'name' or 'section.name'", key);
     }
-    if (!dot) return json_object_set_new(m->state, key, v) == 0 ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
+    if (!dot) {
+        if (json_is_object(json_object_get(m->state, key))) {
+            /* Replacing it would drop every "key.name" set before. */
+            json_decref(v);
+            return wf_error(WF_ERR_INVALID, "checkpoint state key '%s' is already a section ('%s.name')", key, key);
+        }
+        return json_object_set_new(m->state, key, v) == 0 ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
+    }
     char section[128];
     if ((size_t)(dot - key) >= sizeof section) {
         json_decref(v);

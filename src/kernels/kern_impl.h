@@ -50,6 +50,12 @@
  * is ever converted to int and every step is plain arithmetic or integer
  * min/max, which gcc vectorizes at -O2. */
 static inline float kern_expf_(float x) {
+    /* x*log2(e) + 1.5*2^23 gives n only while |x*log2(e)| < 2^22: clamp
+     * first (below -128 the result is 0, above 128 inf either way; NaN
+     * stays NaN: both comparisons are false). Without it x in about
+     * [-1.7e7, -8.7e6] gave garbage: attention scores that large made NaN. */
+    x = x < -128.0f ? -128.0f : x;
+    x = x > 128.0f ? 128.0f : x;
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693145751953125f;      /* few bits: n * ln2_hi is exact */
     const float ln2_lo = 1.42860676533018724e-6f; /* ln2 - ln2_hi */

@@ -11,6 +11,7 @@
  * buffers shared by all blocks; dres carries the residual stream's
  * gradient, to which each RMSNorm backward adds. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -288,6 +289,56 @@ wf_model_memory wf_model_get_memory(const wf_model *m) {
     r.grad_bytes = r.param_bytes;
     r.activation_bytes = m->act_floats * sizeof(float);
     return r;
+}
+
+/* The activations per block, after the embedding's one. */
+enum { ACTS_PER_LAYER = 8 };
+
+int wf_model_num_activations(const wf_model *m) {
+    return m->B > 0 ? 1 + ACTS_PER_LAYER * m->L + 3 : 0;
+}
+
+void wf_model_get_activation(const wf_model *m, int i, wf_model_activation *out) {
+    size_t N = (size_t)m->B * (size_t)m->T, C = (size_t)m->C;
+    memset(out, 0, sizeof *out);
+    if (i == 0) {
+        snprintf(out->name, sizeof out->name, "model.embed_tokens");
+        out->data = m->res[0];
+        out->numel = N * C;
+        return;
+    }
+    int k = i - 1;
+    if (k < ACTS_PER_LAYER * m->L) {
+        int l = k / ACTS_PER_LAYER;
+        const model_layer_acts_ *a = &m->la[l];
+        static const char *const names[ACTS_PER_LAYER] = {
+            "input_layernorm", "self_attn.qkv_proj", "self_attn.attn", "self_attn.residual",
+            "post_attention_layernorm", "mlp.gate_up_proj", "mlp.act", "output"};
+        const float *data[ACTS_PER_LAYER] = {a->xn1, a->qkv, a->att, a->mid, a->xn2, a->h13, a->g, m->res[l + 1]};
+        size_t width[ACTS_PER_LAYER] = {C, (size_t)m->QKV, C, C, C, 2 * (size_t)m->H, (size_t)m->H, C};
+        int j = k % ACTS_PER_LAYER;
+        snprintf(out->name, sizeof out->name, "model.layers.%d.%s", l, names[j]);
+        out->data = data[j];
+        out->numel = N * width[j];
+        return;
+    }
+    switch (k - ACTS_PER_LAYER * m->L) {
+    case 0:
+        snprintf(out->name, sizeof out->name, "model.norm");
+        out->data = m->xf;
+        out->numel = N * C;
+        break;
+    case 1:
+        snprintf(out->name, sizeof out->name, "%s", m->logits_are_grads ? "lm_head.grad" : "lm_head");
+        out->data = m->logits;
+        out->numel = N * (size_t)m->V;
+        break;
+    default:
+        snprintf(out->name, sizeof out->name, "loss_per_token");
+        out->data = m->losses;
+        out->numel = m->has_targets ? N : 0;
+        break;
+    }
 }
 
 static const char *const model_op_names_[] = {

@@ -11,6 +11,8 @@
  *   train_resume.c  resume, restore and the spike rollback
  *   train_observe.c MFU peak, run.json, metrics sinks, tracer, the step's
  *                   record and console line
+ *   nonfinite.c     the non-finite guard: its report, skip or stop
+ *   replica.c       the replicas' hash check (several ranks)
  *   spike.c, mem_watchdog.c, train_config.c: the judges and the config
  *                   (public: weft/runctl.h, weft/train.h)
  */
@@ -76,6 +78,11 @@ typedef struct {
     wf_metrics *metrics;
     wf_spike_detector spike;
     wf_spike_action spike_action;
+    int nonfinite_stop;        /* guard.nonfinite = stop (else skip) */
+    int nf_streak;             /* non-finite steps in a row */
+    char nf_first[600];        /* the last non-finite step: which tensors went first ... */
+    char nf_report[4400];      /* ... and this rank's report */
+    int agreed_error;          /* the run failed on every rank at the same point: no job abort */
     wf_mem_limits mem_limits;
     int tracing;               /* wf_trace_init succeeded */
     wf_progress bar;           /* rank 0's progress bar */
@@ -91,7 +98,14 @@ typedef struct {
     double comm_s;             /* several ranks: blocked in the gradient's collectives; NaN with one */
     wf_spike_result spike;
     int skipped;               /* the update was not applied */
+    int nonfinite;             /* WF__NONFINITE_* bits: what went NaN or Inf */
 } step_outcome;
+
+enum {
+    WF__NONFINITE_LOSS = 1 << 0,
+    WF__NONFINITE_GRADS = 1 << 1,  /* the global gradient norm */
+    WF__NONFINITE_PARAMS = 1 << 2, /* after the update */
+};
 
 /* What run control decided between two steps (the same on every rank). */
 typedef struct {
@@ -172,6 +186,24 @@ wf_status wf__train_write_run_config(const wf_train_config *tc);
 /* The spike detector's window into a checkpoint's state. */
 wf_status wf__train_spike_state_put(const trainer *t, wf_ckpt_meta *m);
 
+/* nonfinite.c */
+/* A step with a non-finite loss, gradient or parameters (o->nonfinite):
+ * writes this rank's report, logs which tensors went first (rank 0), and
+ * sets *stop when the run must stop (guard.nonfinite = stop, too many in a
+ * row, or parameters an update broke); `note` gets the console line's
+ * " | non-finite (...)". */
+wf_status wf__train_nonfinite(trainer *t, int64_t done, const step_outcome *o, int *stop, char *note,
+                              size_t note_size);
+/* Saves the last good state (unless the parameters are broken) and
+ * returns the error that ends the run (the same on every rank). */
+wf_status wf__train_nonfinite_stop(trainer *t, int64_t done, const step_outcome *o);
+
+/* replica.c */
+/* With several ranks, every guard.replica_every steps (collective): the
+ * replicated state's hashes compared across ranks; a divergence is an
+ * error on every rank, after the majority's state is copied and saved. */
+wf_status wf__train_check_replicas(trainer *t, int64_t done);
+
 /* train_resume.c */
 wf_status wf__train_resume_or_init(trainer *t, int64_t *start);
 /* PaLM's recipe for a spike at `step` (first micro-batch at `spike_pos`):
@@ -181,6 +213,7 @@ wf_status wf__train_resume_or_init(trainer *t, int64_t *start);
 wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int64_t *back);
 /* A loader cursor as micro-batches from the run's first epoch, and back. */
 int64_t wf__train_data_position(const trainer *t, wf_loader_state s);
+wf_loader_state wf__train_data_cursor(const trainer *t, int64_t pos);
 
 /* train_observe.c */
 wf_status wf__train_setup_obs(trainer *t, int64_t start);

@@ -22,7 +22,7 @@ int64_t wf__train_data_position(const trainer *t, wf_loader_state s) {
     return (int64_t)(s.epoch * wf_loader_batches_per_epoch(t->train) + s.sample / (uint64_t)t->B);
 }
 
-static wf_loader_state data_cursor(const trainer *t, int64_t pos) {
+wf_loader_state wf__train_data_cursor(const trainer *t, int64_t pos) {
     uint64_t per_epoch = wf_loader_batches_per_epoch(t->train);
     return (wf_loader_state){.epoch = (uint64_t)pos / per_epoch,
                              .sample = (uint64_t)pos % per_epoch * (uint64_t)t->B};
@@ -222,7 +222,7 @@ wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int64_
     if (s != WF_OK) return wf_error_wrap(s, "rolling back for the spike at step %lld: ", (long long)step);
     int64_t from = wf__train_data_position(t, wf_loader_get_state(t->train));
     int64_t resume_at = spike_pos + t->accum + t->tc->spike_skip_batches;
-    WF_TRY(wf_loader_set_state(t->train, data_cursor(t, resume_at)));
+    WF_TRY(wf_loader_set_state(t->train, wf__train_data_cursor(t, resume_at)));
     t->rb_count = to == t->rb_step ? t->rb_count + 1 : 1;
     t->rb_step = to;
     t->last_saved = to;

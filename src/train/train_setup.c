@@ -129,6 +129,10 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
         return wf_error(WF_ERR_CONFIG, "spike.action = '%s': use warn, skip or rollback",
                         tc->spike_action ? tc->spike_action : "");
     t->spike_action = (wf_spike_action)action;
+    if (!tc->guard_nonfinite || (strcmp(tc->guard_nonfinite, "stop") != 0 && strcmp(tc->guard_nonfinite, "skip") != 0))
+        return wf_error(WF_ERR_CONFIG, "guard.nonfinite = '%s': use stop or skip",
+                        tc->guard_nonfinite ? tc->guard_nonfinite : "");
+    t->nonfinite_stop = strcmp(tc->guard_nonfinite, "stop") == 0;
     wf_spike_config sc = {.window = (int)tc->spike_window,
                           .z = tc->spike_z,
                           .warmup = (int)tc->spike_warmup,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "train/train_impl.h"
+#include "weft/kernels.h"
 #include "weft/log.h"
 #include "weft/thread.h"
 #include "weft/trace.h"
@@ -123,19 +124,20 @@ static wf_status grad_norm(trainer *t, double *norm) {
     return s;
 }
 
-/* The judgement: the spike detector sees every step's loss and norm (the
- * same on every rank, so every rank decides the same). With spike.action
- * = warn a non-finite loss is an error (skip and rollback drop the step
- * instead); a spike's update is dropped with skip and rollback. */
-static wf_status judge(trainer *t, int64_t step, step_outcome *o) {
-    if (t->spike_action == WF_SPIKE_WARN && !isfinite(o->loss))
-        return wf_error(WF_ERR_RANGE,
-                        "step %lld: the loss is %g; lower optim.lr or check the data (spike.action = skip or "
-                        "rollback would drop the step instead)",
-                        (long long)step + 1, o->loss);
+/* The judgement. A non-finite loss or gradient norm is the non-finite
+ * guard's (nonfinite.c): no update, and the spike detector does not see
+ * it. Otherwise the spike detector sees the step's loss and norm (the same
+ * on every rank, so every rank decides the same); a spike's update is
+ * dropped with spike.action = skip and rollback. */
+static void judge(trainer *t, step_outcome *o) {
+    if (!isfinite(o->loss)) o->nonfinite |= WF__NONFINITE_LOSS;
+    if (!isfinite(o->grad_norm)) o->nonfinite |= WF__NONFINITE_GRADS;
+    if (o->nonfinite) {
+        o->skipped = 1;
+        return;
+    }
     o->spike = wf_spike_check(&t->spike, o->loss, o->grad_norm);
     o->skipped = o->spike.spike && t->spike_action != WF_SPIKE_WARN;
-    return WF_OK;
 }
 
 /* AdamW on this rank's parameters (all of them, or ZeRO-1's shard, which
@@ -167,8 +169,15 @@ wf_status wf__train_step(trainer *t, const wf_lr_schedule *sched, int64_t step, 
     o->lr = wf_lr_at(sched, (uint64_t)step);
     wf_trace_span region = wf_trace_begin(WF_TRACE_REGION, "optimizer");
     wf_status s = grad_norm(t, &o->grad_norm);
-    if (s == WF_OK) s = judge(t, step, o);
-    if (s == WF_OK && !o->skipped) s = update(t, step, o);
+    if (s == WF_OK) judge(t, o);
+    if (s == WF_OK && !o->skipped) {
+        s = update(t, step, o);
+        /* The guard's last line: parameters the update made non-finite
+         * (finite gradients make that all but impossible; a fault can).
+         * The same bits on every rank, so the same verdict. */
+        if (s == WF_OK && !isfinite(wf_kern_sumsq(wf_model_params(t->model), wf_model_num_params(t->model))))
+            o->nonfinite |= WF__NONFINITE_PARAMS;
+    }
     wf_trace_end(region);
     o->optim_s = wf_time_now() - t0;
     return s;

@@ -74,6 +74,9 @@ static wf_status finish(trainer *t, int64_t start, wf_train_result *res) {
     WF_INFO("trained %lld steps in %.1f s (%.0f tokens/s)", (long long)(tc->steps - start), el,
             (double)(tc->steps - start) * (double)t->accum * t->B * t->T / el);
     if (!isnan(t->val_loss)) WF_INFO("final validation loss %.4f", t->val_loss);
+    if (res->nonfinite)
+        WF_WARN("non-finite steps: %d, their updates skipped (guard.nonfinite = skip; reports in %s/nonfinite/)",
+                res->nonfinite, tc->run_dir);
     if (res->spikes)
         WF_INFO("loss spikes: %d (%d update%s skipped, %d rollback%s)", res->spikes, res->skipped,
                 res->skipped == 1 ? "" : "s", res->rollbacks, res->rollbacks == 1 ? "" : "s");
@@ -125,6 +128,20 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
         int64_t done = step + 1;
         int roll = o.spike.spike && t->spike_action == WF_SPIKE_ROLLBACK;
         char spike_note[48] = "";
+        if (o.nonfinite) {
+            int stop;
+            res->nonfinite++;
+            WF_TRY(wf__train_nonfinite(t, done, &o, &stop, spike_note, sizeof spike_note));
+            if (stop) {
+                st.t_end = wf_time_now();
+                WF_TRY(wf__train_observe(t, done, &o, &st, spike_note));
+                wf_progress_clear(&t->bar);
+                return wf__train_nonfinite_stop(t, done, &o);
+            }
+        } else {
+            t->nf_streak = 0;
+        }
+        if (!roll) WF_TRY(wf__train_check_replicas(t, done));
         if (o.spike.spike) {
             res->spikes++;
             wf__train_log_spike(t, &o, done, roll, spike_note, sizeof spike_note);
@@ -145,7 +162,7 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
         st.ckpt_s = st.t_end - tc0;
         WF_TRY(wf__train_observe(t, done, &o, &st, spike_note));
 
-        if (o.skipped && !roll) res->skipped++;
+        if (o.skipped && !roll && !o.nonfinite) res->skipped++;
         if (roll) {
             int64_t back;
             WF_TRY(wf__train_rollback(t, done, o.data_pos, &back));
@@ -243,7 +260,7 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_comm *comm, wf_train_re
         /* The other ranks may be blocked in a collective this rank will
          * never join: the caller ends the whole job (main(), with
          * wf_comm_abort). */
-        result->abort_job = t.world > 1 && !setup_failed;
+        result->abort_job = t.world > 1 && !setup_failed && !t.agreed_error;
     }
     wf__train_free(&t); /* closes the metrics (writing what is buffered), stops the threads */
     if (t.tracing && wf_trace_shutdown() != WF_OK) /* after the threads that record spans have stopped */

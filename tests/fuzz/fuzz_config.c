@@ -16,7 +16,7 @@ enum { MAX_ARGS = 64 };
 
 /* Parses --config `toml` plus args into dst; returns the status. */
 static wf_status parse(const wf_cmd_spec *spec, void *dst, const char *toml, char **args, int n_args, int *help) {
-    char *argv[MAX_ARGS + 2];
+    char *argv[MAX_ARGS + 3];
     int argc = 0;
     argv[argc++] = (char *)"--config";
     argv[argc++] = (char *)toml;
@@ -70,15 +70,16 @@ static void run(const wf_cmd_spec *spec, const uint8_t *data, size_t size) {
         size_t la = 0, lb = 0;
         char *ta = write_toml(spec, &x, a, &la);
         /* The positional arguments are not part of the TOML: give them again. */
-        char *pos[MAX_ARGS];
+        char *pos[MAX_ARGS + 1];
         int n_pos = 0;
+        pos[n_pos++] = (char *)"--"; /* they may look like options: after "--" they stay positional */
         wf_strs p = {0};
         char *argv[MAX_ARGS + 2];
         int argc = 0;
         for (int i = 0; i < n_args; i++) argv[argc++] = args[i];
         memset(&y, 0, sizeof y);
         if (wf_opts_parse(spec, &y, argc, argv, &p, &help) == WF_OK && !help)
-            for (size_t i = 0; i < p.n && n_pos < MAX_ARGS; i++) pos[n_pos++] = p.items[i];
+            for (size_t i = 0; i < p.n && n_pos < MAX_ARGS + 1; i++) pos[n_pos++] = p.items[i];
         wf_opts_free(spec, &y);
         memset(&y, 0, sizeof y);
         wf_status s2 = parse(spec, &y, a, pos, n_pos, &help);

@@ -175,3 +175,241 @@ def test_two_ranks_agree_on_a_failed_save_and_go_on(dataset, tmp_path, impl):
     assert steps_logged(p.stdout) == list(range(1, 13)), p.stderr[-3000:]
     assert re.search(r"the checkpoint of step 4 was not saved: .*No space left on device", p.stderr), p.stderr[-3000:]
     assert p.returncode != 0 and "the final checkpoint (step 12) was not saved" in p.stderr
+
+
+# ---- non-finite numbers ----
+
+def _base_model(dataset, tmp_path_factory=None, cache={}):
+    """A weft model file of the tiny config (a 1-step run's), to edit."""
+    if "path" not in cache:
+        run = dataset / "base-run"
+        if not (run / "model.safetensors").exists():
+            run_weft_cmd(train_args(dataset, run, "--ckpt.every=0", steps=1))
+        cache["path"] = run / "model.safetensors"
+    return cache["path"]
+
+
+def _edited_model(src, dst, edit):
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+    with safe_open(str(src), "np") as f:
+        meta = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    edit(tensors)
+    save_file(tensors, str(dst), metadata=meta)
+    return tensors
+
+
+def _reports(run):
+    return sorted((run / "nonfinite").glob("*.json"))
+
+
+def test_overflow_in_a_layer_is_reported_there_and_the_last_good_state_saved(dataset, tmp_path):
+    """Weights given as data (ckpt.init_from) whose products overflow fp32 in
+    layer 1's MLP: the guard stops at step 1, names that layer's gate/up
+    projection as the first non-finite activation (as PyTorch's forward on
+    the same weights and tokens does), saves the state before the step and
+    exits 1."""
+    import numpy as np
+    import torch
+    model = tmp_path / "bad.safetensors"
+
+    def edit(t):
+        t["model.layers.1.mlp.up_proj.weight"][:] = 3e38
+    tensors = _edited_model(_base_model(dataset), model, edit)
+    run = tmp_path / "run"
+    p = run_weft_cmd(train_args(dataset, run, f"--init-from={model}"), check=False)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "non-finite (stopped)" in p.stdout
+    assert re.search(r"step 1: the loss and the gradient norm went non-finite \(first non-finite activation: "
+                     r"model\.layers\.1\.mlp\.gate_up_proj \(\d+ NaN and \d+ Inf of \d+;", p.stderr), p.stderr[-3000:]
+    assert "stopped (guard.nonfinite = stop); saved the state before it as " in p.stderr
+    assert checkpoints(run) == ["step-0000000"]
+    verify(run / "checkpoints" / "step-0000000")
+    (rep,) = _reports(run)
+    assert rep.name == "step-00000001.rank-00000.json"
+    r = json.loads(rep.read_text())
+    assert r["format"] == "weft.nonfinite" and r["version"] == 1 and r["step"] == 1 and r["action"] == "stop"
+    assert r["found_in"] == ["loss", "gradients"] and r["loss"] is None and r["data_position"] == 0
+    assert r["first_nonfinite"]["activation"] == "model.layers.1.mlp.gate_up_proj"
+    assert r["first_nonfinite"]["parameter"] is None
+    acts = {a["name"]: a for a in r["activations"]}
+    names = [a["name"] for a in r["activations"]]
+    first = names.index("model.layers.1.mlp.gate_up_proj")
+    assert all(a["nan"] == 0 and a["inf"] == 0 for a in r["activations"][:first])
+    assert acts["model.layers.1.mlp.gate_up_proj"]["inf"] > 0
+    params = {a["name"]: a for a in r["parameters"]}
+    assert params["model.layers.1.mlp.up_proj.weight"]["abs_max"] == pytest.approx(3e38, rel=1e-6)
+    assert params["model.layers.1.mlp.up_proj.weight"]["nan"] == 0
+
+    # PyTorch on the same weights and the same first batch: layer 0 finite,
+    # layer 1's up projection overflows.
+    import sys
+    sys.path.insert(0, str(BUILD.parent / "tests" / "reference"))
+    from llama_ref import LlamaRef
+    cfg = json.loads(json.loads(json.dumps(_meta(model)))["weft.model_config"])
+    ref = LlamaRef(dict(cfg, tied_embeddings=cfg["tied_embeddings"]))
+    with torch.no_grad():
+        for k, prm in ref.named_parameters():
+            prm.copy_(torch.from_numpy(tensors[k]))
+    ids = _batch_ids(dataset, 0)
+    seen = {}
+    for i, layer in enumerate(ref.model.layers):
+        layer.mlp.up_proj.register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(i, o.detach()))
+    with torch.no_grad():
+        ref(torch.tensor(ids)[:, :-1])
+    assert torch.isfinite(seen[0]).all() and not torch.isfinite(seen[1]).all()
+
+
+def _meta(path):
+    from safetensors import safe_open
+    with safe_open(str(path), "np") as f:
+        return f.metadata()
+
+
+def _batch_ids(dataset, step):
+    out = run_weft_cmd(["data", "batch", dataset / "data", "--batch", 4, "--seq-len", 32, "--step", step,
+                        "--ids"]).stdout
+    return [[int(x) for x in line.split()] for line in out.splitlines()
+            if line and not line.startswith(("---", "global"))]
+
+
+TOKEN = None
+
+
+def _rare_token_model(dataset, tmp_path):
+    """A model that overflows only on batches holding one token: its
+    embedding row is one-hot in dimension k, and layer 0's up projection
+    reads dimension k with a weight so large that only that token's
+    normalised value (about sqrt(dim) = 8) overflows fp32."""
+    import collections
+    batches = [set(sum(_batch_ids(dataset, s), [])) for s in range(12)]
+    count = collections.Counter(t for b in batches for t in b)
+    tok = min(t for t, c in count.items() if 2 <= c <= 4)
+    hit = [s + 1 for s, b in enumerate(batches) if tok in b]
+    model = tmp_path / "rare.safetensors"
+
+    def edit(t):
+        import numpy as np
+        row = np.zeros(t["model.embed_tokens.weight"].shape[1], np.float32)
+        row[5] = 1.0
+        t["model.embed_tokens.weight"][tok] = row
+        t["model.layers.0.mlp.up_proj.weight"][:, 5] = 6e37
+    _edited_model(_base_model(dataset), model, edit)
+    return model, tok, hit
+
+
+def test_skip_drops_exactly_the_steps_whose_data_overflows(dataset, tmp_path):
+    model, tok, hit = _rare_token_model(dataset, tmp_path)
+    run = tmp_path / "run"
+    p = run_weft_cmd(train_args(dataset, run, f"--init-from={model}", "--guard.nonfinite=skip", "--ckpt.every=0"))
+    flagged = [int(m.group(1)) for m in map(STEP.match, p.stdout.splitlines())
+               if m and "non-finite (skipped)" in m.string]
+    assert flagged == hit, (tok, flagged, hit)
+    assert f"non-finite steps: {len(hit)}, their updates skipped" in p.stderr
+    reps = _reports(run)
+    assert [json.loads(r.read_text())["step"] for r in reps] == hit
+    for r in reps:
+        d = json.loads(r.read_text())
+        assert d["action"] == "skip" and d["first_nonfinite"]["activation"] == "model.layers.0.mlp.gate_up_proj"
+        assert d["data_position"] == d["step"] - 1
+    recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if "loss" in r][-1] == 12
+
+
+def test_stop_saves_the_state_before_the_bad_batch_and_a_resume_reads_it_again(dataset, tmp_path):
+    model, tok, hit = _rare_token_model(dataset, tmp_path)
+    run = tmp_path / "run"
+    p = run_weft_cmd(train_args(dataset, run, f"--init-from={model}", "--ckpt.every=0"), check=False)
+    assert p.returncode == 1
+    bad = hit[0]
+    assert steps_logged(p.stdout) == list(range(1, bad + 1))
+    assert checkpoints(run) == [f"step-{bad - 1:07d}"]
+    assert f"check the data at micro-batch {bad - 1}" in p.stderr
+    # The checkpoint's cursor is the bad batch's: a resume that skips reads it first.
+    q = run_weft_cmd(train_args(dataset, run, "--guard.nonfinite=skip", "--ckpt.every=0"))
+    lines = [m.string for m in map(STEP.match, q.stdout.splitlines()) if m]
+    assert lines[0].startswith(f"step {bad:2d}/12") and "non-finite (skipped)" in lines[0], lines[:2]
+
+
+def test_too_many_in_a_row_stop_a_skipping_run(dataset, tmp_path):
+    model = tmp_path / "bad.safetensors"
+
+    def edit(t):
+        t["model.layers.1.mlp.up_proj.weight"][:] = 3e38
+    _edited_model(_base_model(dataset), model, edit)
+    run = tmp_path / "run"
+    p = run_weft_cmd(train_args(dataset, run, f"--init-from={model}", "--guard.nonfinite=skip",
+                                "--guard.nonfinite_max_skips=3"), check=False)
+    assert p.returncode == 1
+    assert [m.string.endswith("(skipped)") for m in map(STEP.match, p.stdout.splitlines()) if m] == \
+        [True, True, True, False]
+    assert "stopped (4 non-finite steps in a row (guard.nonfinite_max_skips = 3))" in p.stderr
+    # Skipped steps count, their updates do not: the checkpoint at step 3 holds the initial weights.
+    from safetensors import safe_open
+    export = tmp_path / "hf"
+    run_weft_cmd(["export", "--checkpoint", run / "checkpoints" / "step-0000003", "--output", export])
+    with safe_open(str(export / "model.safetensors"), "np") as a, safe_open(str(model), "np") as b:
+        for k in b.keys():
+            assert (a.get_tensor(k) == b.get_tensor(k)).all(), k
+
+
+def test_a_bad_guard_value_is_refused(dataset, tmp_path):
+    p = run_weft_cmd(train_args(dataset, tmp_path / "run", "--guard.nonfinite=ignore"), check=False)
+    assert p.returncode != 0 and "guard.nonfinite = 'ignore': use stop or skip" in p.stderr
+
+
+# ---- replicas that diverge ----
+
+FLIP = "model.layers.0.mlp.down_proj.weight"
+
+
+def _mpi(dataset, run, np_, *extra, env=None, zero1=False):
+    if not shutil.which(mpi_launch.LAUNCH["openmpi"][0]):
+        pytest.skip("openmpi is not installed")
+    args = train_args(dataset, run, "--batch-size", 6, "--ckpt.every=0", "--guard.replica_every=2",
+                      *extra, steps=8) + (["--dist.zero1=true"] if zero1 else [])
+    return mpi_launch.launch(BUILD / "weft", "openmpi", np_, args, timeout=300, env=env)
+
+
+def _tensors(dataset, ckpt, out):
+    from safetensors import safe_open
+    run_weft_cmd(["export", "--checkpoint", ckpt, "--output", out])
+    with safe_open(str(out / "model.safetensors"), "np") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+@pytest.mark.parametrize("zero1", [False, True], ids=["ddp", "zero1"])
+def test_a_flipped_bit_on_one_rank_stops_the_run_with_the_majoritys_state(dataset, tmp_path, zero1):
+    run = tmp_path / "run"
+    # After step 4's update, before its check: the flip has not reached any gradient yet.
+    r = _mpi(dataset, run, 3, env={"WEFT_TEST_FLIP_BIT": f"1:4:{FLIP}:7:20"}, zero1=zero1)
+    assert r.returncode != 0
+    assert re.search(rf"step 4: the replicas have diverged: rank 1 holds other bits than the majority in 1 tensor "
+                     rf"\({re.escape(FLIP)}\); copying rank 0's state", r.stderr), r.stderr[-3000:]
+    assert "stopped with the majority's state: the last good checkpoint is " in r.stderr
+    assert "step 5/8" not in r.stdout
+    assert checkpoints(run) == ["step-0000004"]
+    verify(run / "checkpoints" / "step-0000004")
+    # The saved state is the one a run without the flip reaches (bit for bit).
+    clean = tmp_path / "clean"
+    c = _mpi(dataset, clean, 3, "--ckpt.stop_at=4", zero1=zero1)
+    assert c.returncode == 75, c.stderr[-3000:]
+    a = _tensors(dataset, run / "checkpoints" / "step-0000004", tmp_path / "a")
+    b = _tensors(dataset, clean / "checkpoints" / "step-0000004", tmp_path / "b")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_two_ranks_that_differ_have_no_majority_and_save_nothing(dataset, tmp_path):
+    run = tmp_path / "run"
+    r = _mpi(dataset, run, 2, "--ckpt.every=2", env={"WEFT_TEST_FLIP_BIT": f"0:4:{FLIP}:0:30"})
+    assert r.returncode != 0
+    assert re.search(r"step 4: the replicas have diverged: ranks 0, 1 hold other bits than the others in 1 tensor "
+                     rf"\({re.escape(FLIP)}\), and no majority of the 2 ranks agrees", r.stderr), r.stderr[-3000:]
+    assert "resume from the last good checkpoint, " in r.stderr and "step-0000002 (step 2)" in r.stderr
+    assert checkpoints(run) == ["step-0000002"]
+
+
+def test_no_check_when_turned_off(dataset, tmp_path):
+    r = _mpi(dataset, tmp_path / "run", 3, "--guard.replica_every=0", env={"WEFT_TEST_FLIP_BIT": f"1:4:{FLIP}:7:20"})
+    assert r.returncode == 0 and "diverged" not in r.stderr

@@ -665,3 +665,17 @@ WF_TEST(model_config_round_trips) {
     WF_CHECK_TRUE(got.norm_eps == mc.norm_eps && got.rope_theta == mc.rope_theta);
     wf_ckpt_close(c);
 }
+
+/* A key is a value or a section, never both: setting "a" after "a.b", or
+ * "a.b" after "a", is refused instead of silently dropping the first
+ * (found by the ckpt_roundtrip fuzz target). */
+WF_TEST(meta_key_is_a_value_or_a_section) {
+    wf_ckpt_meta *m = wf_ckpt_meta_create();
+    WF_CHECK_TRUE(m != NULL);
+    WF_CHECK_OK(wf_ckpt_meta_set_u64(m, "a.b", 1));
+    WF_CHECK_ERR(wf_ckpt_meta_set_u64(m, "a", 2), WF_ERR_INVALID, "already a section");
+    WF_CHECK_OK(wf_ckpt_meta_set_u64(m, "c", 3));
+    WF_CHECK_ERR(wf_ckpt_meta_set_str(m, "c.d", "x"), WF_ERR_INVALID, "already a value");
+    WF_CHECK_OK(wf_ckpt_meta_set_u64(m, "a.b", 4)); /* a value replaced: fine */
+    wf_ckpt_meta_destroy(m);
+}

@@ -1,0 +1,236 @@
+/* The non-finite guard (train_impl.h; docs/robustness.md): a step whose
+ * loss or gradient norm is NaN or Inf never updates the weights, and
+ * parameters that an update made non-finite are caught after it. Each rank
+ * then writes what it holds into RUN_DIR/nonfinite/ (the absolute min and
+ * max and the NaN and Inf counts of every activation of the last forward,
+ * every weight and every gradient: the seeds' underflow/overflow detector
+ * as a report, docs/formats/nonfinite.md), rank 0 says which tensors went
+ * non-finite first, and the run skips the step or stops with the last good
+ * state saved (guard.nonfinite). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "train/train_impl.h"
+#include "weft/fileio.h"
+#include "weft/json.h"
+#include "weft/log.h"
+
+#define NONFINITE_FORMAT_VERSION 1
+
+typedef struct {
+    size_t nan, inf;
+    double abs_min, abs_max; /* over the finite values; NaN when there are none */
+} tensor_stats;
+
+static tensor_stats stats_of(const float *x, size_t n) {
+    tensor_stats st = {.abs_min = INFINITY, .abs_max = -1};
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        if (isnan(v)) {
+            st.nan++;
+        } else if (isinf(v)) {
+            st.inf++;
+        } else {
+            double a = fabs((double)v);
+            if (a < st.abs_min) st.abs_min = a;
+            if (a > st.abs_max) st.abs_max = a;
+        }
+    }
+    if (st.abs_max < 0) st.abs_min = st.abs_max = NAN;
+    return st;
+}
+
+static int bad(const tensor_stats *st) { return st->nan || st->inf; }
+
+static void put_num(FILE *f, double v) {
+    if (isfinite(v)) fprintf(f, "%.9g", v);
+    else fputs("null", f);
+}
+
+static void put_entry(FILE *f, const char *name, size_t numel, const tensor_stats *st, int first) {
+    fputs(first ? "\n    {\"name\": " : ",\n    {\"name\": ", f);
+    wf_json_fput_str(f, name);
+    fprintf(f, ", \"numel\": %zu, \"nan\": %zu, \"inf\": %zu, \"abs_min\": ", numel, st->nan, st->inf);
+    put_num(f, st->abs_min);
+    fputs(", \"abs_max\": ", f);
+    put_num(f, st->abs_max);
+    fputc('}', f);
+}
+
+/* "3 NaN and 5 Inf of 24576" */
+static void describe(char *buf, size_t size, size_t numel, const tensor_stats *st) {
+    snprintf(buf, size, "%zu NaN and %zu Inf of %zu; finite |x| from %.3g to %.3g", st->nan, st->inf, numel,
+             st->abs_min, st->abs_max);
+}
+
+/* What went non-finite, for messages: "the loss and the gradient norm". */
+static const char *found_in(int what) {
+    static const char *const text[8] = {"nothing",
+                                        "the loss",
+                                        "the gradient norm",
+                                        "the loss and the gradient norm",
+                                        "the parameters after the update",
+                                        "the loss and the parameters",
+                                        "the gradient norm and the parameters",
+                                        "the loss, the gradient norm and the parameters"};
+    return text[what & 7];
+}
+
+/* The report of this rank; *first gets "activation X, gradient Y, ..." for
+ * the messages. The file is written whole or not at all. */
+static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, const char *action, char *path,
+                              size_t path_size, char *first, size_t first_size) {
+    wf_model *m = t->model;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/nonfinite", t->tc->run_dir);
+    WF_TRY(wf_mkdirs(dir));
+    snprintf(path, path_size, "%s/step-%08lld.rank-%05d.json", dir, (long long)done, t->rank);
+    wf_afile f;
+    WF_TRY(wf_afile_open(&f, path));
+    FILE *fp = f.fp;
+    fprintf(fp, "{\"format\": \"weft.nonfinite\", \"version\": %d, \"step\": %lld, \"rank\": %d, \"world_size\": %d,\n",
+            NONFINITE_FORMAT_VERSION, (long long)done, t->rank, t->world);
+    fprintf(fp, " \"data_position\": %lld, \"micro_batches\": %d, \"action\": \"%s\", \"loss\": ",
+            (long long)o->data_pos, t->accum, action);
+    put_num(fp, o->loss);
+    fputs(", \"grad_norm\": ", fp);
+    put_num(fp, o->grad_norm);
+    fprintf(fp, ",\n \"found_in\": [");
+    const char *kinds[3] = {"loss", "gradients", "parameters"};
+    for (int k = 0, n = 0; k < 3; k++)
+        if (o->nonfinite & (1 << k)) fprintf(fp, "%s\"%s\"", n++ ? ", " : "", kinds[k]);
+    fputs("],\n", fp);
+
+    /* Activations in forward order: the first non-finite one is where the
+     * numbers broke. */
+    char first_act[128] = "", first_param[128] = "", first_grad[128] = "", what[160];
+    char act_note[256] = "";
+    fputs(" \"activations\": [", fp);
+    int na = wf_model_num_activations(m);
+    for (int i = 0; i < na; i++) {
+        wf_model_activation a;
+        wf_model_get_activation(m, i, &a);
+        tensor_stats st = stats_of(a.data, a.numel);
+        put_entry(fp, a.name, a.numel, &st, i == 0);
+        if (bad(&st) && !first_act[0]) {
+            snprintf(first_act, sizeof first_act, "%s", a.name);
+            describe(what, sizeof what, a.numel, &st);
+            snprintf(act_note, sizeof act_note, "%s", what);
+        }
+    }
+    fputs("],\n \"parameters\": [", fp);
+    int nt = wf_model_num_tensors(m);
+    const float *p = wf_model_params(m), *g = wf_model_grads(m);
+    for (int i = 0; i < nt; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(m, i);
+        tensor_stats st = stats_of(p + ti->offset, ti->numel);
+        put_entry(fp, ti->name, ti->numel, &st, i == 0);
+        if (bad(&st) && !first_param[0]) snprintf(first_param, sizeof first_param, "%s", ti->name);
+    }
+    /* Gradients: the first to go non-finite in the backward is the last
+     * tensor of the forward that has one. */
+    fputs("],\n \"gradients\": [", fp);
+    for (int i = 0; i < nt; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(m, i);
+        tensor_stats st = stats_of(g + ti->offset, ti->numel);
+        put_entry(fp, ti->name, ti->numel, &st, i == 0);
+        if (bad(&st)) snprintf(first_grad, sizeof first_grad, "%s", ti->name);
+    }
+    fputs("],\n \"first_nonfinite\": {\"activation\": ", fp);
+    wf_json_fput_str(fp, first_act[0] ? first_act : NULL);
+    fputs(", \"parameter\": ", fp);
+    wf_json_fput_str(fp, first_param[0] ? first_param : NULL);
+    fputs(", \"gradient\": ", fp);
+    wf_json_fput_str(fp, first_grad[0] ? first_grad : NULL);
+    fputs("}}\n", fp);
+    WF_TRY(wf_afile_commit(&f));
+    snprintf(first, first_size, "first non-finite activation: %s%s%s; parameter: %s; gradient (in backward order): %s",
+             first_act[0] ? first_act : "none", act_note[0] ? " (" : "", act_note[0] ? act_note : "",
+             first_param[0] ? first_param : "none", first_grad[0] ? first_grad : "none");
+    if (act_note[0]) strncat(first, ")", first_size - strlen(first) - 1);
+    return WF_OK;
+}
+
+/* Rank 0 shows the activations up to the first non-finite one (the last
+ * few before it, whose growth usually tells the story). */
+static void log_activations(trainer *t) {
+    wf_model *m = t->model;
+    int na = wf_model_num_activations(m), stop = na - 1;
+    for (int i = 0; i < na; i++) {
+        wf_model_activation a;
+        wf_model_get_activation(m, i, &a);
+        tensor_stats st = stats_of(a.data, a.numel);
+        if (bad(&st)) {
+            stop = i;
+            break;
+        }
+    }
+    int from = stop - 7 > 0 ? stop - 7 : 0;
+    WF_WARN("activations of the step's last micro-batch (abs min, abs max of the finite values; NaN, Inf):");
+    for (int i = from; i <= stop; i++) {
+        wf_model_activation a;
+        wf_model_get_activation(m, i, &a);
+        tensor_stats st = stats_of(a.data, a.numel);
+        WF_WARN("  %-40s %10.3g %10.3g   %zu NaN, %zu Inf", a.name, st.abs_min, st.abs_max, st.nan, st.inf);
+    }
+}
+
+wf_status wf__train_nonfinite(trainer *t, int64_t done, const step_outcome *o, int *stop, char *note,
+                              size_t note_size) {
+    const wf_train_config *tc = t->tc;
+    int params = (o->nonfinite & WF__NONFINITE_PARAMS) != 0;
+    t->nf_streak++;
+    *stop = params || t->nonfinite_stop || t->nf_streak > tc->guard_nonfinite_max_skips;
+    const char *action = *stop ? "stop" : "skip";
+    char path[4400], first[600];
+    WF_TRY(write_report(t, done, o, action, path, sizeof path, first, sizeof first));
+    snprintf(t->nf_first, sizeof t->nf_first, "%s", first);
+    snprintf(t->nf_report, sizeof t->nf_report, "%s", path);
+    snprintf(note, note_size, " | non-finite (%s)", *stop ? "stopped" : "skipped");
+    if (t->rank != 0) return WF_OK;
+    WF_WARN("step %lld: %s went non-finite (loss %g, gradient norm %g) at micro-batch %lld of the data order; %s; "
+            "report: %s%s",
+            (long long)done, found_in(o->nonfinite), o->loss, o->grad_norm, (long long)o->data_pos, first, path,
+            t->world > 1 ? " (each rank writes its own)" : "");
+    log_activations(t);
+    if (!*stop)
+        WF_WARN("step %lld: its update is skipped (guard.nonfinite = skip; %d non-finite step%s in a row, at most "
+                "%lld)",
+                (long long)done, t->nf_streak, t->nf_streak == 1 ? "" : "s",
+                (long long)tc->guard_nonfinite_max_skips);
+    return WF_OK;
+}
+
+wf_status wf__train_nonfinite_stop(trainer *t, int64_t done, const step_outcome *o) {
+    const wf_train_config *tc = t->tc;
+    int params = (o->nonfinite & WF__NONFINITE_PARAMS) != 0;
+    char why[160];
+    if (params)
+        snprintf(why, sizeof why, "the update made parameters non-finite, which cannot be undone");
+    else if (t->nonfinite_stop)
+        snprintf(why, sizeof why, "guard.nonfinite = stop");
+    else
+        snprintf(why, sizeof why, "%d non-finite steps in a row (guard.nonfinite_max_skips = %lld)", t->nf_streak,
+                 (long long)tc->guard_nonfinite_max_skips);
+    if (!params) {
+        /* The weights and the optimizer are those after step done - 1 (this
+         * step's update was not applied); the data goes back to this step's
+         * first micro-batch, so that the checkpoint is exactly the state
+         * before it: a resume with another config reads the same batch. */
+        WF_TRY(wf_loader_set_state(t->train, wf__train_data_cursor(t, o->data_pos)));
+        WF_TRY(wf__train_save(t, done - 1));
+    }
+    WF_TRY(wf__train_finish_saves(t));
+    t->agreed_error = 1; /* every rank stops here, at the same step, with the same message */
+    char good[4200];
+    wf__train_last_good(t, good, sizeof good);
+    const char *saved = !params && t->good_step == done - 1 ? "saved the state before it as " : "the last good "
+                                                                                              "checkpoint is ";
+    return wf_error(WF_ERR_RANGE,
+                    "step %lld: %s went non-finite (%s); stopped (%s); %s%s; report: %s; lower optim.lr, check the "
+                    "data at micro-batch %lld, or set guard.nonfinite = skip",
+                    (long long)done, found_in(o->nonfinite), t->nf_first, why, saved, good, t->nf_report,
+                    (long long)o->data_pos);
+}
