@@ -197,6 +197,7 @@ wf_status wf_ids_push(wf_ids *v, int32_t id) {
 }
 
 static inline wf_status ids_append(wf_ids *v, const int32_t *ids, size_t n) {
+    if (n == 0) return WF_OK; /* v->ids may still be NULL: no pointer arithmetic on it */
     if (v->n + n > v->cap) WF_TRY(ids_reserve(v, n));
     memcpy(v->ids + v->n, ids, n * sizeof *ids);
     v->n += n;
