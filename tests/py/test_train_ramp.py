@@ -144,6 +144,15 @@ def test_tensorboard_has_the_batch(uninterrupted):
     assert seen[STEPS] == sum(want) * T
 
 
+def test_report_plots_the_batch(uninterrupted, tmp_path):
+    _, run, _ = uninterrupted
+    out = tmp_path / "report.html"
+    run_weft_cmd(["report", run, "--output", out])
+    html = out.read_text()
+    # a plot of the ramp, one value a step (a run without a ramp has none: test_report.py counts the plots)
+    assert re.search(r'<svg class="plot" data-plot="batch" data-values="%d"[^>]*aria-label="Global batch"' % STEPS, html)
+
+
 def cosine_tokens(done, length, lr, min_lr, warmup, total):
     """docs/optim.md's schedule in tokens, independently."""
     if done < warmup:
