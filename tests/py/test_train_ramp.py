@@ -254,6 +254,22 @@ def test_resumed_at_four_two_one_ranks_reads_the_same_tokens(uninterrupted, data
                                                                               [x["loss"] for x in b])
 
 
+@pytest.mark.parametrize("mode", ["ddp", "zero1"])
+def test_two_ranks_resume_mid_ramp_bit_for_bit(dataset, tmp_path, mode):
+    """At the same rank count a resume is exact: 2 ranks stopped inside the
+    16s and resumed give the losses and weights of 2 ranks uninterrupted."""
+    extra = ["--optim.schedule_unit=tokens", "--ckpt.every=0", f"--dist.zero1={'true' if mode == 'zero1' else 'false'}"]
+    whole, run = tmp_path / "whole", tmp_path / "run"
+    ok("openmpi", 2, args(dataset, whole, *extra))
+    ok("openmpi", 2, args(dataset, run, *extra, "--ckpt.stop_at=8"), codes=(75,))
+    ok("openmpi", 2, args(dataset, run, *extra))
+    a, b = records(whole), records(run)
+    assert [x["batch_seqs"] for x in a] == ramp_sizes(STEPS)
+    for k in ("loss", "grad_norm", "lr", "batch_seqs", "tokens_seen", "data_pos"):
+        assert [x[k] for x in a] == [x[k] for x in b], k
+    assert (whole / "model.safetensors").read_bytes() == (run / "model.safetensors").read_bytes()
+
+
 def test_ramp_changed_on_resume_warns_and_follows_the_new_one(dataset, tmp_path):
     run = tmp_path / "run"
     ok(None, 1, args(dataset, run, "--ckpt.stop_at=3"), codes=(75,))
