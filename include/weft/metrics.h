@@ -43,7 +43,9 @@ typedef struct {
     double val_loss;       /* validation loss, NaN when not computed at this step */
     double lr;             /* learning rate the update used */
     double grad_norm;      /* global L2 norm of the gradient, before clipping */
-    int64_t tokens;        /* tokens the step trained on (all ranks) */
+    int64_t tokens;        /* tokens the step trained on (all ranks): its global batch in tokens */
+    int64_t batch_seqs;    /* its global batch in sequences (all ranks; grows under a batch-size ramp) */
+    int64_t tokens_seen;   /* tokens trained by the run up to and including this step */
     double tokens_per_s;   /* tokens / step_s */
     double step_s;         /* whole step */
     double data_s;         /* waiting for the data loader */
@@ -93,7 +95,9 @@ void wf_metrics_step_memory(wf_metrics_step *r, const wf_arena *arena);
     X("val_loss", val_loss, D, "train/val_loss", 1.0, "nats/token")                  \
     X("lr", lr, D, "train/lr", 1.0, "")                                              \
     X("grad_norm", grad_norm, D, "train/grad_norm", 1.0, "")                         \
-    X("tokens", tokens, I, "", 1.0, "tokens")                                        \
+    X("tokens", tokens, I, "train/batch_tokens", 1.0, "tokens")                      \
+    X("batch_seqs", batch_seqs, I, "train/batch_seqs", 1.0, "sequences")             \
+    X("tokens_seen", tokens_seen, I, "train/tokens_seen", 1.0, "tokens")             \
     X("tokens_per_s", tokens_per_s, D, "perf/tokens_per_s", 1.0, "tokens/s")         \
     X("tflops", tflops, D, "perf/tflops", 1.0, "TFLOP/s")                            \
     X("mfu_pct", mfu_pct, D, "perf/mfu_pct", 1.0, "%")                               \

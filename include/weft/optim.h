@@ -101,15 +101,17 @@ float *wf_adamw_m(wf_adamw *o);
 float *wf_adamw_v(wf_adamw *o);
 void wf_adamw_set_steps(wf_adamw *o, uint64_t t);
 
-/* Learning-rate schedules, as a pure function of the step (0-based). */
+/* Learning-rate schedules, as a pure function of the position in the run:
+ * in steps (0-based), or in any other unit counted from 0 (the trainer's
+ * optim.schedule_unit = tokens counts tokens trained). */
 typedef enum { WF_LR_COSINE = 0, WF_LR_WSD, WF_LR_CONSTANT } wf_lr_kind;
 
 typedef struct {
     wf_lr_kind kind;
     double lr;            /* peak learning rate */
     double min_lr;        /* floor reached at the end of the decay */
-    uint64_t warmup;      /* linear warmup steps from lr/warmup to lr */
-    uint64_t total;       /* total steps of the run */
+    uint64_t warmup;      /* linear warmup steps (or units) from lr/warmup to lr */
+    uint64_t total;       /* total steps (or units) of the run */
     double decay_frac;    /* WSD: fraction of `total` spent in the final decay */
 } wf_lr_schedule;
 
@@ -126,7 +128,16 @@ wf_status wf_lr_validate(const wf_lr_schedule *s);
  *           (p = 1 after warmup when warmup >= total);
  *   wsd:    lr until total - decay_frac * total, then linear to min_lr at total;
  *   constant: lr.
- * Past `total`, cosine and wsd stay at min_lr. Formulas: docs/optim.md. */
+ * Past `total`, cosine and wsd stay at min_lr. Formulas: docs/optim.md.
+ * Equal to wf_lr_at_units(s, step, 1), bit for bit. */
 double wf_lr_at(const wf_lr_schedule *s, uint64_t step);
+
+/* Learning rate of the step that trains units [done, done + len) when
+ * warmup and total count another unit than steps (tokens: `done` is the
+ * tokens trained before the step, `len` the step's tokens):
+ *   warmup: lr * min(done + len, warmup) / warmup for done < warmup;
+ *   cosine and wsd: the formulas above with `done` for `step`.
+ * With len 1 it is wf_lr_at(s, done). */
+double wf_lr_at_units(const wf_lr_schedule *s, uint64_t done, uint64_t len);
 
 #endif

@@ -75,6 +75,14 @@
       "B, sequences per micro-batch") \
     X(global_batch_tokens, WF_OPT_INT, "data.global_batch_tokens", NULL, "0", (0, 1e12), \
       "tokens per optimizer step, a multiple of B*T: the steps accumulate gradients over " "global_batch_tokens / (B*T) micro-batches (0: B*T, no accumulation)") \
+    X(batch_ramp_start, WF_OPT_INT, "data.batch_ramp_start", NULL, "0", (0, 1 << 30), \
+      "batch-size ramp: the global batch, in sequences, of the first steps: a multiple of batch_size below the " \
+      "final global_batch_tokens / seq_len (0: no ramp; docs/loader.md)") \
+    X(batch_ramp_step, WF_OPT_INT, "data.batch_ramp_step", NULL, "0", (0, 1 << 30), \
+      "batch-size ramp: sequences added at each increase, a multiple of batch_size that divides the growth " \
+      "(0: batch_size)") \
+    X(batch_ramp_tokens, WF_OPT_INT, "data.batch_ramp_tokens", NULL, "0", (0, 1e15), \
+      "batch-size ramp: tokens trained over which the global batch grows, in equal increases, to the final size") \
     X(data_seed, WF_OPT_INT, "data.seed", NULL, "0", (0, 9.2e18), \
       "seed of the data order") \
     /* [optim] */ \
@@ -86,6 +94,11 @@
       "learning rate at the end of the decay") \
     X(warmup_steps, WF_OPT_INT, "optim.warmup_steps", NULL, "10", (0, 1e12), \
       "linear warmup steps") \
+    X(schedule_unit, WF_OPT_STR, "optim.schedule_unit", NULL, "steps", (WF_NO_RANGE), \
+      "what the learning-rate schedule counts: steps, or tokens trained (for a batch-size ramp: warmup over " \
+      "optim.warmup_tokens, the decay over the tokens of train.steps steps)") \
+    X(warmup_tokens, WF_OPT_INT, "optim.warmup_tokens", NULL, "0", (0, 1e15), \
+      "schedule_unit = tokens: linear warmup tokens (0: the tokens of the first warmup_steps steps)") \
     X(decay_frac, WF_OPT_FLOAT, "optim.decay_frac", NULL, "0.2", (0, 1), \
       "wsd: fraction of the steps spent in the final linear decay") \
     X(beta1, WF_OPT_FLOAT, "optim.beta1", NULL, "0.9", (0, 0.999999), \

@@ -1247,7 +1247,14 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
     double *x = column(d, F_step, 1);
     double *loss = column(d, F_loss, 1), *val = column(d, F_val_loss, 1), *lr = column(d, F_lr, 1);
     double *gn = column(d, F_grad_norm, 1), *tps = column(d, F_tokens_per_s, 1), *mfu = column(d, F_mfu_pct, 1);
-    double *tfl = column(d, F_tflops, 1);
+    double *tfl = column(d, F_tflops, 1), *bseq = column(d, F_batch_seqs, 1);
+    /* The global batch gets a plot when it changed (a batch-size ramp). */
+    double bmin = INFINITY, bmax = -INFINITY;
+    for (size_t i = 0; bseq && i < d->n; i++)
+        if (isfinite(bseq[i])) {
+            if (bseq[i] < bmin) bmin = bseq[i];
+            if (bseq[i] > bmax) bmax = bseq[i];
+        }
     double mem_max = 0;
     const int mem_f[] = {F_host_rss, F_arena_reserved, F_arena_in_use, F_arena_peak};
     for (size_t i = 0; i < sizeof mem_f / sizeof *mem_f; i++) {
@@ -1273,7 +1280,7 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
         s = wf_error(WF_ERR_NOMEM, "out of memory drawing the report");
         goto done;
     }
-    if (!x || !loss || !val || !lr || !gn || !tps || !mfu || !tfl || !rss || !ares || !ause || !apeak || !td || !tfb ||
+    if (!x || !loss || !val || !lr || !gn || !tps || !mfu || !tfl || !bseq || !rss || !ares || !ause || !apeak || !td || !tfb ||
         !to || !tc || !tother || !mk_x || !mk_loss || !mk_gn) {
         s = wf_error(WF_ERR_NOMEM, "out of memory drawing the report");
         goto done;
@@ -1333,6 +1340,11 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
     plot p_tps = {"tokens_per_s", "Throughput", "tokens/s", x, n, {{"tokens/s", "#17becf", tps, 0}}, 1, 0, 0,
                   NULL, NULL, 0, NULL};
     svg_plot(b, &p_tps);
+    if (bmax > bmin) {
+        plot p_batch = {"batch", "Global batch", "sequences", x, n, {{"sequences", "#8c564b", bseq, 0}}, 1, 0, 0,
+                        NULL, NULL, 0, "The batch-size ramp (data.batch_ramp_*): sequences per step over all ranks."};
+        svg_plot(b, &p_batch);
+    }
     plot p_mfu = {"mfu", "Model FLOPs utilisation", "%", x, n, {{"MFU", "#e377c2", mfu, 0}}, 1, 0, 0,
                   NULL, NULL, 0, peak_note};
     svg_plot(b, &p_mfu);
@@ -1355,7 +1367,7 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
     run_section(b, d);
     PUT(b, "</body></html>\n");
 done:
-    free(x), free(loss), free(val), free(lr), free(gn), free(tps), free(mfu), free(tfl);
+    free(x), free(loss), free(val), free(lr), free(gn), free(tps), free(mfu), free(tfl), free(bseq);
     free(rss), free(ares), free(ause), free(apeak), free(td), free(tfb), free(to), free(tc), free(tother);
     free(mk_x), free(mk_loss), free(mk_gn), free(eval_y);
     return s;

@@ -1,5 +1,6 @@
-/* Learning-rate schedules: a pure function of the step, so that a resumed
- * run gets the same rate at the same step with no state to save. Warmup is
+/* Learning-rate schedules: a pure function of the step (or of the tokens
+ * trained, or any unit the caller counts), so that a resumed run gets the
+ * same rate at the same point with no state to save. Warmup is
  * shared by every kind; cosine and WSD (warmup-stable-decay) then fall to
  * min_lr at `total` and stay there past it. Formulas in docs/optim.md. */
 #include <math.h>
@@ -43,8 +44,17 @@ wf_status wf_lr_validate(const wf_lr_schedule *s) {
     return WF_OK;
 }
 
-double wf_lr_at(const wf_lr_schedule *s, uint64_t step) {
-    if (step < s->warmup) return s->lr * (double)(step + 1) / (double)s->warmup;
+double wf_lr_at(const wf_lr_schedule *s, uint64_t step) { return wf_lr_at_units(s, step, 1); }
+
+double wf_lr_at_units(const wf_lr_schedule *s, uint64_t done, uint64_t len) {
+    /* The step's end, capped at warmup: a step in tokens may cross it, and
+     * the rate never passes the peak. In steps (len 1) done + 1 <= warmup
+     * here, so this is the same rate as lr * (step + 1) / warmup. */
+    if (done < s->warmup) {
+        uint64_t end = len > s->warmup - done ? s->warmup : done + len;
+        return s->lr * (double)end / (double)s->warmup;
+    }
+    const uint64_t step = done; /* the position, in the schedule's unit */
     switch (s->kind) {
     case WF_LR_COSINE: {
         /* Progress through the decay; a schedule whose warmup reaches total

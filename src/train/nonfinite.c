@@ -93,7 +93,7 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     fprintf(fp, "{\"format\": \"weft.nonfinite\", \"version\": %d, \"step\": %lld, \"rank\": %d, \"world_size\": %d,\n",
             NONFINITE_FORMAT_VERSION, (long long)done, t->rank, t->world);
     fprintf(fp, " \"data_position\": %lld, \"micro_batches\": %d, \"action\": \"%s\", \"loss\": ",
-            (long long)o->data_pos, t->accum, action);
+            (long long)o->data_pos, o->accum, action);
     put_num(fp, o->loss);
     fputs(", \"grad_norm\": ", fp);
     put_num(fp, o->grad_norm);
@@ -217,9 +217,11 @@ wf_status wf__train_nonfinite_stop(trainer *t, int64_t done, const step_outcome 
     if (!params) {
         /* The weights and the optimizer are those after step done - 1 (this
          * step's update was not applied); the data goes back to this step's
-         * first micro-batch, so that the checkpoint is exactly the state
-         * before it: a resume with another config reads the same batch. */
+         * first micro-batch and the tokens trained to before it, so that
+         * the checkpoint is exactly the state before it: a resume with
+         * another config reads the same batch. */
         WF_TRY(wf_loader_set_state(t->train, wf__train_data_cursor(t, o->data_pos)));
+        t->tokens_done = o->tokens_before;
         WF_TRY(wf__train_save(t, done - 1));
     }
     WF_TRY(wf__train_finish_saves(t));

@@ -1,10 +1,11 @@
 /* What a checkpoint of a training run holds, and saving it (train_impl.h):
  * the state (every parameter, then the AdamW moments, each rank its part;
  * ZeRO-1's moments as each rank's shard under DDP's names and shapes), the
- * scalars a step depends on (optimizer steps, the loader's cursor, seeds,
- * the spike detector's window, the effective config), the writer
- * (synchronous, or asynchronous with a staging copy), and the files a run
- * writes besides: config.toml and the final model.safetensors. */
+ * scalars a step depends on (optimizer steps, the loader's cursor, the
+ * tokens trained, seeds, the spike detector's window, the effective
+ * config), the writer (synchronous, or asynchronous with a staging copy),
+ * and the files a run writes besides: config.toml and the final
+ * model.safetensors. */
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -110,6 +111,14 @@ static wf_status make_meta(trainer *t, wf_ckpt_meta **out) {
     if (s == WF_OK) s = wf_ckpt_meta_set_str(m, "data.dir", tc->data_dir);
     if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.seq_len", (uint64_t)t->T);
     if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.global_batch", (uint64_t)t->B * (uint64_t)t->accum);
+    /* The tokens trained: with the cursor, all a batch-size ramp needs (its
+     * sizes are a function of them); the ramp itself, to say when a resume
+     * changes it. */
+    int ramp = wf_batch_ramp_active(&t->ramp);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.tokens", t->tokens_done);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.batch_ramp_start", ramp ? (uint64_t)t->ramp.start : 0);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.batch_ramp_step", ramp ? (uint64_t)t->ramp.inc : 0);
+    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.batch_ramp_tokens", t->ramp.tokens);
     /* Absolute, so that `weft export` finds it from anywhere. */
     char tok[PATH_MAX] = "";
     if (t->tokenizer_path && !realpath(t->tokenizer_path, tok)) snprintf(tok, sizeof tok, "%s", t->tokenizer_path);

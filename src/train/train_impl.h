@@ -20,8 +20,10 @@
 #define WEFT_TRAIN_IMPL_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "weft/arena.h"
+#include "weft/batch_ramp.h"
 #include "weft/ckpt.h"
 #include "weft/dirlock.h"
 #include "weft/dist.h"
@@ -36,8 +38,16 @@
 typedef struct {
     const wf_train_config *tc;
     wf_model_config mc;
-    int B, T, accum;           /* B: sequences per micro-batch over all ranks */
+    int B, T, accum;           /* B: sequences per micro-batch over all ranks; accum: micro-batches of a step
+                                  at the final global batch (the largest) */
     int Bl;                    /* this rank's part of them: B / world */
+    wf_batch_ramp ramp;        /* each step's global batch from the tokens trained (data.batch_ramp_*); without
+                                  a ramp always accum x B sequences */
+    uint64_t tokens_done;      /* tokens trained by the steps so far, all ranks (a checkpoint's data.tokens) */
+    uint64_t tokens_start;     /* tokens_done when this job's loop started */
+    wf_lr_schedule sched;      /* the learning rate, in steps or tokens (optim.schedule_unit) */
+    int sched_tokens;          /* 1: sched counts tokens trained */
+    FILE *data_dump;           /* WEFT_TEST_DATA_DUMP: this rank's token ids, a line per micro-batch */
     /* data parallelism */
     wf_comm *comm;
     int rank, world;
@@ -93,6 +103,10 @@ typedef struct {
 /* What one step measured and decided. */
 typedef struct {
     double loss, lr, grad_norm;
+    int64_t batch_seqs;        /* the step's global batch in sequences (the ramp's size) */
+    int accum;                 /* its micro-batches: batch_seqs / B */
+    int64_t tokens;            /* its tokens: batch_seqs x T */
+    uint64_t tokens_before;    /* tokens trained before it */
     int64_t data_pos;          /* the step's first micro-batch in the data order */
     double data_s, fwd_bwd_s, optim_s;
     double comm_s;             /* several ranks: blocked in the gradient's collectives; NaN with one */
@@ -135,14 +149,20 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc);
 void wf__train_free(trainer *t);
 /* Splits a loader batch (B, T+1) into inputs (B, T) and targets (B, T). */
 void wf__train_split_batch(const wf_batch *b, int32_t *inputs, int32_t *targets);
+/* The learning-rate schedule of a run that continues after step `start`
+ * with t->tokens_done tokens trained: in steps, or in tokens (warmup
+ * optim.warmup_tokens, total the tokens after train.steps steps). */
+wf_status wf__train_schedule(trainer *t, int64_t start);
 
 /* train_step.c */
-/* One optimizer step: the micro-batches' forward and backward (gradients
- * scaled by 1 / (accum x world)), the gradient summed over ranks, then one
- * path for every mode: the global norm, the judgement (a non-finite loss
- * with spike.action = warn is an error; the spike detector), and the
- * update, or none for a spike that is skipped or rolled back. */
-wf_status wf__train_step(trainer *t, const wf_lr_schedule *sched, int64_t step, step_outcome *o);
+/* One optimizer step of the ramp's global batch for t->tokens_done (its
+ * micro-batches' forward and backward, gradients scaled by 1 / (micro-batches
+ * x world)), the gradient summed over ranks, then one path for every mode:
+ * the global norm, the judgement (a non-finite loss with spike.action = warn
+ * is an error; the spike detector), and the update with t->sched's rate, or
+ * none for a spike that is skipped or rolled back. Adds the step's tokens to
+ * t->tokens_done. */
+wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o);
 /* Mean loss over the first eval_batches batches of the validation split. */
 wf_status wf__train_evaluate(trainer *t, double *loss);
 
@@ -206,19 +226,20 @@ wf_status wf__train_check_replicas(trainer *t, int64_t done);
 
 /* train_resume.c */
 wf_status wf__train_resume_or_init(trainer *t, int64_t *start);
-/* PaLM's recipe for a spike at `step` (first micro-batch at `spike_pos`):
- * reload the last checkpoint of this job and skip the data past the
- * spike. *back gets the checkpoint's step, or -1 when the update is
- * skipped instead. */
-wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int64_t *back);
+/* PaLM's recipe for a spike at `step` (first micro-batch at `spike_pos`,
+ * `micro_batches` of them): reload the last checkpoint of this job and skip
+ * the data past the spike. *back gets the checkpoint's step, or -1 when the
+ * update is skipped instead. */
+wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int micro_batches, int64_t *back);
 /* A loader cursor as micro-batches from the run's first epoch, and back. */
 int64_t wf__train_data_position(const trainer *t, wf_loader_state s);
 wf_loader_state wf__train_data_cursor(const trainer *t, int64_t pos);
 
 /* train_observe.c */
 wf_status wf__train_setup_obs(trainer *t, int64_t start);
-/* The plan's lines at the start: model, batch, memory, FLOPs. */
-void wf__train_log_plan(const trainer *t);
+/* The plan's lines at the start (the run goes on after step `start`):
+ * model, batch and its ramp, the schedule's unit, memory, FLOPs. */
+void wf__train_log_plan(const trainer *t, int64_t start);
 /* The tracer's step marker and the communicator's step, before a step. */
 void wf__train_mark_step(trainer *t, int64_t step);
 /* Logs a spike (the caller has counted it); `note` gets " | spike (...)". */

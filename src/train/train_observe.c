@@ -147,16 +147,56 @@ static void recheck_peak(trainer *t, int64_t step, double achieved) {
         WF_INFO("MFU: %s", line);
 }
 
-void wf__train_log_plan(const trainer *t) {
+/* The ramp's sizes from the step after `start` on: "8 for 6 steps, 16 for
+ * 3, 24 for 2, then 32 from step 12" (the first few sizes, then the
+ * step the final one starts). */
+static void log_ramp(const trainer *t, int64_t start) {
+    const wf_batch_ramp *r = &t->ramp;
+    char line[1024];
+    size_t len = 0;
+    uint64_t done = t->tokens_done;
+    int64_t step = start;
+    for (int n = 0; n < 8; n++) {
+        uint64_t m = wf_batch_ramp_steps_at_size(r, done);
+        int64_t seqs = wf_batch_ramp_seqs(r, done);
+        if (m == UINT64_MAX) {
+            snprintf(line + len, sizeof line - len, "%s%lld from step %lld", n ? "then " : "", (long long)seqs,
+                     (long long)step + 1);
+            break;
+        }
+        len += (size_t)snprintf(line + len, sizeof line - len, "%lld for %llu step%s, ", (long long)seqs,
+                                (unsigned long long)m, m == 1 ? "" : "s");
+        done += m * (uint64_t)seqs * (uint64_t)t->T;
+        step += (int64_t)m;
+        if (n == 7) {
+            uint64_t rest = 0;
+            for (; (m = wf_batch_ramp_steps_at_size(r, done)) != UINT64_MAX; rest += m)
+                done += m * (uint64_t)wf_batch_ramp_seqs(r, done) * (uint64_t)t->T;
+            snprintf(line + len, sizeof line - len, "..., the final %lld from step %lld", (long long)r->final,
+                     (long long)(step + (int64_t)rest) + 1);
+        }
+    }
+    WF_INFO("batch ramp: %lld to %lld sequences, +%lld at each of %lld increases over %llu tokens "
+            "(data.batch_ramp_*): %s",
+            (long long)r->start, (long long)r->final, (long long)r->inc, (long long)r->n_inc,
+            (unsigned long long)r->tokens, line);
+}
+
+void wf__train_log_plan(const trainer *t, int64_t start) {
     const wf_train_config *tc = t->tc;
     size_t np = wf_model_num_params(t->model);
     wf_model_memory mem = wf_model_get_memory(t->model);
     WF_INFO("model: %zu parameters (%.2fM), dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d, %s",
             np, (double)np / 1e6, t->mc.dim, t->mc.n_layers, t->mc.n_heads, t->mc.n_kv_heads,
             wf_model_config_hidden_dim(&t->mc), t->mc.vocab_size, t->mc.tied_embeddings ? "tied" : "untied");
-    WF_INFO("batch: %d x %d tokens, %d micro-batch%s per step (%lld tokens); %lld steps on %d threads",
+    WF_INFO("batch: %d x %d tokens, %d micro-batch%s per step (%lld tokens)%s; %lld steps on %d threads",
             t->B, t->T, t->accum, t->accum == 1 ? "" : "es", (long long)t->accum * t->B * t->T,
-            (long long)tc->steps, wf_kern_threads());
+            wf_batch_ramp_active(&t->ramp) ? " after the ramp" : "", (long long)tc->steps, wf_kern_threads());
+    if (wf_batch_ramp_active(&t->ramp)) log_ramp(t, start);
+    if (t->sched_tokens)
+        WF_INFO("learning rate: counted in tokens (optim.schedule_unit): warmup %llu tokens, %s to %llu tokens",
+                (unsigned long long)t->sched.warmup, wf_lr_kind_name(t->sched.kind),
+                (unsigned long long)t->sched.total);
     if (t->world > 1)
         WF_INFO("data parallel: %d ranks, %d of the %d sequences of each micro-batch on this rank (rank %d)",
                 t->world, t->Bl, t->B, t->rank);
@@ -165,8 +205,9 @@ void wf__train_log_plan(const trainer *t) {
     WF_INFO("memory: parameters %.1f MB, gradients %.1f MB, optimizer %.1f MB%s, activations %.1f MB",
             mem.param_bytes / 1e6, mem.grad_bytes / 1e6, 8.0 * (double)(opt_hi - opt_lo) / 1e6,
             t->zero1 ? " (this rank's shard)" : "", mem.activation_bytes / 1e6);
-    WF_INFO("FLOPs: %.4g per token (docs/train.md), %.4g per step", t->flops_per_token,
-            t->flops_per_token * (double)t->accum * t->B * t->T);
+    WF_INFO("FLOPs: %.4g per token (docs/train.md), %.4g per step%s", t->flops_per_token,
+            t->flops_per_token * (double)t->accum * t->B * t->T,
+            wf_batch_ramp_active(&t->ramp) ? " at the final batch" : "");
 }
 
 void wf__train_mark_step(trainer *t, int64_t step) {
@@ -199,7 +240,9 @@ wf_status wf__train_observe(trainer *t, int64_t done, const step_outcome *o, con
     r.val_loss = eval ? t->val_loss : NAN;
     r.lr = o->lr;
     r.grad_norm = o->grad_norm;
-    r.tokens = (int64_t)t->accum * t->B * t->T;
+    r.tokens = o->tokens;
+    r.batch_seqs = o->batch_seqs;
+    r.tokens_seen = (int64_t)(o->tokens_before + (uint64_t)o->tokens);
     r.step_s = st->t_end - st->t0 - (eval ? st->eval_s : 0);
     r.data_s = o->data_s;
     r.fwd_bwd_s = o->fwd_bwd_s;
@@ -220,15 +263,18 @@ wf_status wf__train_observe(trainer *t, int64_t done, const step_outcome *o, con
     if (t->metrics) WF_TRY(wf_metrics_log(t->metrics, &r));
 
     if (t->rank == 0 && (done % tc->log_every == 0 || done == tc->steps || eval || o->spike.spike)) {
-        char rate[32], vbuf[48] = "", mbuf[32] = "";
+        char rate[32], vbuf[48] = "", mbuf[32] = "", bbuf[64] = "";
         int step_width = (int)snprintf(NULL, 0, "%lld", (long long)tc->steps);
         fmt_rate(rate, sizeof rate, r.tokens_per_s);
         if (isfinite(r.mfu_pct)) snprintf(mbuf, sizeof mbuf, " | mfu %.1f%%", r.mfu_pct);
         if (eval) snprintf(vbuf, sizeof vbuf, " | val loss %.4f", t->val_loss);
+        /* Under a ramp the batch changes: the line says which it was. */
+        if (wf_batch_ramp_active(&t->ramp))
+            snprintf(bbuf, sizeof bbuf, " | batch %lld (%lld tokens)", (long long)o->batch_seqs, (long long)o->tokens);
         wf_progress_clear(&t->bar);
-        printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | %.0f ms (data %.1f ms)%s%s%s\n",
-               step_width, (long long)done, (long long)tc->steps, o->loss, o->lr, o->grad_norm, rate, r.step_s * 1e3,
-               o->data_s * 1e3, mbuf, vbuf, spike_note);
+        printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f%s | %s tok/s | %.0f ms (data %.1f ms)%s%s%s\n",
+               step_width, (long long)done, (long long)tc->steps, o->loss, o->lr, o->grad_norm, bbuf, rate,
+               r.step_s * 1e3, o->data_s * 1e3, mbuf, vbuf, spike_note);
         fflush(stdout);
     }
     return WF_OK;

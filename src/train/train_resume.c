@@ -104,6 +104,46 @@ static wf_status check_model_config(const char *dir, const wf_model_config *save
     return WF_OK;
 }
 
+/* The tokens trained before the checkpoint's step (what the batch-size
+ * ramp and a schedule in tokens go on from): its data.tokens, or, from a
+ * checkpoint saved before weft recorded them (and before ramps), its step
+ * times its constant global batch of data.global_batch sequences of
+ * data.seq_len tokens (this run's, if it lacks those too). A ramp that
+ * differs from the checkpoint's is allowed and said: the sizes from here
+ * are this run's ramp of the tokens trained. `seq_len` and `gb` are the
+ * checkpoint's, 0 when absent. */
+static wf_status restore_tokens(trainer *t, const wf_ckpt *c, uint64_t seq_len, uint64_t gb) {
+    const char *dir = wf_ckpt_path(c);
+    uint64_t tokens = 0;
+    if (wf_ckpt_get_u64(c, "data.tokens", &tokens) != WF_OK) {
+        wf_error_clear();
+        uint64_t T = seq_len ? seq_len : (uint64_t)t->T, G = gb ? gb : (uint64_t)t->B * (uint64_t)t->accum;
+        tokens = wf_ckpt_step(c) * G * T;
+        if (wf_batch_ramp_active(&t->ramp))
+            WF_INFO("%s does not record the tokens trained (saved by an older weft, without a batch-size ramp): "
+                    "%" PRIu64 " steps of %" PRIu64 " x %" PRIu64 " tokens, %" PRIu64 "; the ramp goes on from there",
+                    dir, wf_ckpt_step(c), G, T, tokens);
+    }
+    t->tokens_done = tokens;
+    const struct {
+        const char *key;
+        uint64_t now;
+    } ramp[] = {
+        {"data.batch_ramp_start", wf_batch_ramp_active(&t->ramp) ? (uint64_t)t->ramp.start : 0},
+        {"data.batch_ramp_step", wf_batch_ramp_active(&t->ramp) ? (uint64_t)t->ramp.inc : 0},
+        {"data.batch_ramp_tokens", t->ramp.tokens},
+    };
+    for (size_t i = 0; i < sizeof ramp / sizeof *ramp; i++) {
+        uint64_t saved;
+        if (wf_ckpt_get_u64(c, ramp[i].key, &saved) == WF_OK && saved != ramp[i].now)
+            WF_WARN("%s was saved with %s = %" PRIu64 ", this run has %" PRIu64 ": from its %" PRIu64 " tokens "
+                    "trained on, the global batch follows this run's ramp (%lld sequences next)",
+                    dir, ramp[i].key, saved, ramp[i].now, tokens, (long long)wf_batch_ramp_seqs(&t->ramp, tokens));
+        wf_error_clear();
+    }
+    return WF_OK;
+}
+
 /* Restores everything a step depends on from `c`; *start gets its step. */
 static wf_status restore(trainer *t, wf_ckpt *c, int64_t *start) {
     const wf_train_config *tc = t->tc;
@@ -126,6 +166,8 @@ static wf_status restore(trainer *t, wf_ckpt *c, int64_t *start) {
     if (wf_ckpt_get_u64(c, "data.global_batch", &gb) == WF_OK && gb != (uint64_t)t->B * (uint64_t)t->accum)
         WF_WARN("%s was saved with a global batch of %" PRIu64 " sequences, this run uses %lld", dir, gb,
                 (long long)t->B * t->accum);
+    wf_error_clear();
+    WF_TRY(restore_tokens(t, c, seq_len, gb));
     if (wf_ckpt_get_u64(c, "rng.data_seed", &data_seed) == WF_OK && data_seed != (uint64_t)tc->data_seed)
         WF_WARN("%s was saved with data.seed = %" PRIu64 ", this run uses %lld: the data order changes", dir,
                 data_seed, (long long)tc->data_seed);
@@ -191,7 +233,7 @@ wf_status wf__train_resume_or_init(trainer *t, int64_t *start) {
  * *back gets the checkpoint's step, or -1 when there is none to go back to
  * (or it was used spike.max_rollbacks times already): the caller skips the
  * update instead. */
-wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int64_t *back) {
+wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int micro_batches, int64_t *back) {
     *back = -1;
     WF_TRY(wf__train_finish_saves(t)); /* the save in flight may be the one to go back to */
     if (!t->rollback_dir[0]) {
@@ -221,7 +263,7 @@ wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int64_
     wf_ckpt_close(c);
     if (s != WF_OK) return wf_error_wrap(s, "rolling back for the spike at step %lld: ", (long long)step);
     int64_t from = wf__train_data_position(t, wf_loader_get_state(t->train));
-    int64_t resume_at = spike_pos + t->accum + t->tc->spike_skip_batches;
+    int64_t resume_at = spike_pos + micro_batches + t->tc->spike_skip_batches;
     WF_TRY(wf_loader_set_state(t->train, wf__train_data_cursor(t, resume_at)));
     t->rb_count = to == t->rb_step ? t->rb_count + 1 : 1;
     t->rb_step = to;

@@ -15,6 +15,7 @@
 #include "weft/tokenizer.h"
 
 void wf__train_free(trainer *t) {
+    if (t->data_dump) fclose(t->data_dump); /* a test hook's file: nothing to report */
     wf_metrics_close(t->metrics); /* writes what is buffered; its errors were reported on success paths */
     wf_spike_deinit(&t->spike);
     wf_reducer_destroy(t->reducer);
@@ -117,6 +118,47 @@ static wf_status make_zero1(trainer *t, const wf_adamw_config *ac) {
     return WF_OK;
 }
 
+/* WEFT_TEST_DATA_DUMP=DIR, a test hook: every rank appends to
+ * DIR/rank-NNNNN.txt one line per micro-batch it trains on, "STEP MICRO
+ * EPOCH SAMPLE" (1-based step, 0-based micro-batch of the step, the loader's
+ * cursor) and then this rank's token ids of it, row after row, so that a
+ * test can compare the tokens runs at other rank counts read (docs/train.md,
+ * "Test hooks"). Opened here, so that the step allocates nothing. */
+static wf_status open_data_dump(trainer *t) {
+    const char *dir = getenv("WEFT_TEST_DATA_DUMP");
+    if (!dir || !*dir) return WF_OK;
+    WF_TRY(wf_mkdirs(dir));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rank-%05d.txt", dir, t->rank);
+    t->data_dump = fopen(path, "a");
+    if (!t->data_dump) return wf_error(WF_ERR_IO, "WEFT_TEST_DATA_DUMP: cannot open %s", path);
+    WF_WARN("WEFT_TEST_DATA_DUMP: writing the token ids of every micro-batch to %s", path);
+    return WF_OK;
+}
+
+wf_status wf__train_schedule(trainer *t, int64_t start) {
+    const wf_train_config *tc = t->tc;
+    t->sched = (wf_lr_schedule){.kind = (wf_lr_kind)wf_lr_parse_kind(tc->schedule),
+                                .lr = tc->lr,
+                                .min_lr = tc->min_lr,
+                                .warmup = (uint64_t)tc->warmup_steps,
+                                .total = (uint64_t)tc->steps,
+                                .decay_frac = tc->decay_frac};
+    if (!t->sched_tokens) return WF_OK;
+    /* The run's tokens: those trained before `start`, then the ramp's sizes
+     * on to train.steps (from the start of the run, the same sum). */
+    uint64_t left = start < tc->steps ? (uint64_t)(tc->steps - start) : 0;
+    uint64_t rest = wf_batch_ramp_tokens_in(&t->ramp, t->tokens_done, left);
+    if (rest > INT64_MAX - t->tokens_done)
+        return wf_error(WF_ERR_CONFIG, "train.steps = %lld steps of up to %lld tokens make more than 2^63 tokens: "
+                                       "optim.schedule_unit = tokens cannot count them",
+                        (long long)tc->steps, (long long)t->ramp.final * t->T);
+    t->sched.total = t->tokens_done + rest;
+    t->sched.warmup = tc->warmup_tokens ? (uint64_t)tc->warmup_tokens
+                                        : wf_batch_ramp_tokens_in(&t->ramp, 0, (uint64_t)tc->warmup_steps);
+    return WF_OK;
+}
+
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     t->tc = tc;
     if (!tc->data_dir) return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR)");
@@ -124,6 +166,15 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
         return wf_error(WF_ERR_CONFIG, "optim.schedule = '%s': use cosine, wsd or constant", tc->schedule);
     if (tc->min_lr > tc->lr)
         return wf_error(WF_ERR_CONFIG, "optim.min_lr = %g is above optim.lr = %g", tc->min_lr, tc->lr);
+    if (!tc->schedule_unit || (strcmp(tc->schedule_unit, "steps") != 0 && strcmp(tc->schedule_unit, "tokens") != 0))
+        return wf_error(WF_ERR_CONFIG, "optim.schedule_unit = '%s': use steps or tokens",
+                        tc->schedule_unit ? tc->schedule_unit : "");
+    t->sched_tokens = strcmp(tc->schedule_unit, "tokens") == 0;
+    if (!t->sched_tokens && tc->warmup_tokens)
+        return wf_error(WF_ERR_CONFIG,
+                        "optim.warmup_tokens = %lld is set but optim.schedule_unit = steps, whose warmup is "
+                        "optim.warmup_steps: set optim.schedule_unit = tokens, or leave optim.warmup_tokens out",
+                        (long long)tc->warmup_tokens);
     int action = wf_spike_action_parse(tc->spike_action);
     if (action < 0)
         return wf_error(WF_ERR_CONFIG, "spike.action = '%s': use warn, skip or rollback",
@@ -170,6 +221,14 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
                         "each step accumulates whole micro-batches",
                         (long long)global, t->B, t->T, (long long)micro);
     t->accum = (int)(global / micro);
+    wf_batch_ramp_config rc = {.start = tc->batch_ramp_start,
+                               .inc = tc->batch_ramp_step,
+                               .tokens = tc->batch_ramp_tokens,
+                               .final = (int64_t)t->accum * t->B,
+                               .micro = t->B,
+                               .world = t->world,
+                               .seq_len = t->T};
+    WF_TRY(wf_batch_ramp_init(&t->ramp, &rc));
 
     int threads = tc->threads ? (int)tc->threads : wf_default_threads();
     wf_kern_set_threads(threads);
@@ -214,6 +273,7 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
                          .prefetch = WF_LOADER_DEFAULT_PREFETCH,
                          .verify = 1};
     WF_TRY(wf_loader_create(&t->train, &lo));
+    WF_TRY(open_data_dump(t));
     if (tc->eval_every > 0) {
         if (val_tokens > (uint64_t)t->T) {
             wf_loader_opts vo = lo;

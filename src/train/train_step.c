@@ -7,6 +7,7 @@
  * dropped; with spike.action = warn the step is judged the same way and
  * updated anyway. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "train/train_impl.h"
@@ -34,9 +35,22 @@ static void grad_ready(void *ctx, size_t offset, size_t numel) {
     }
 }
 
-/* Forward and backward over the step's micro-batches: the gradients of
- * this rank's part of the global batch, scaled by 1 / (accum x world). */
-static wf_status forward_backward(trainer *t, step_outcome *o) {
+/* WEFT_TEST_DATA_DUMP's line for one micro-batch (train_setup.c). */
+static void dump_batch(trainer *t, int64_t step, int k, const wf_batch *b) {
+    FILE *f = t->data_dump;
+    fprintf(f, "%lld %d %llu %llu", (long long)step + 1, k, (unsigned long long)b->state.epoch,
+            (unsigned long long)b->state.sample);
+    size_t row = (size_t)b->seq_len + 1;
+    for (int i = 0; i < b->batch; i++)
+        for (int j = 0; j < b->seq_len; j++) fprintf(f, " %d", (int)b->tokens[(size_t)i * row + (size_t)j]);
+    fputc('\n', f);
+    fflush(f);
+}
+
+/* Forward and backward over the step's o->accum micro-batches: the
+ * gradients of this rank's part of the global batch, scaled by
+ * 1 / (micro-batches x world). */
+static wf_status forward_backward(trainer *t, int64_t step, step_outcome *o) {
     wf_model_zero_grad(t->model);
     /* The mean over the global batch is the sum over ranks of each rank's
      * gradient scaled by 1 / world: the scale goes into the backward's (it
@@ -47,8 +61,8 @@ static wf_status forward_backward(trainer *t, step_outcome *o) {
      * by 2^-k commutes with every rounding, barring underflow); for others
      * 1 / (accum x world) is rounded once, so the result may differ from
      * that mean in the last bit (docs/distributed.md). */
-    const float grad_scale = 1.0f / (float)(t->accum * t->world);
-    for (int k = 0; k < t->accum; k++) {
+    const float grad_scale = 1.0f / (float)(o->accum * t->world);
+    for (int k = 0; k < o->accum; k++) {
         double ta = wf_time_now();
         const wf_batch *b;
         wf_trace_span span = wf_trace_begin(WF_TRACE_DATA_WAIT, "data wait");
@@ -56,6 +70,7 @@ static wf_status forward_backward(trainer *t, step_outcome *o) {
         wf_trace_end(span);
         WF_TRY(s);
         wf__train_split_batch(b, t->inputs, t->targets);
+        if (t->data_dump) dump_batch(t, step, k, b);
         if (k == 0) o->data_pos = wf__train_data_position(t, b->state);
         double tb = wf_time_now();
         o->data_s += tb - ta;
@@ -67,7 +82,7 @@ static wf_status forward_backward(trainer *t, step_outcome *o) {
         span = wf_trace_begin(WF_TRACE_REGION, "backward");
         /* The last micro-batch's backward finishes the gradients: buckets
          * start reducing as it goes (DDP's overlap). */
-        int hook = t->reducer && k == t->accum - 1;
+        int hook = t->reducer && k == o->accum - 1;
         if (hook) {
             t->hook_status = WF_OK;
             wf_model_set_grad_hook(t->model, grad_ready, t);
@@ -79,7 +94,7 @@ static wf_status forward_backward(trainer *t, step_outcome *o) {
         }
         wf_trace_end(span);
         WF_TRY(s);
-        o->loss += (double)l / t->accum;
+        o->loss += (double)l / o->accum;
         o->fwd_bwd_s += wf_time_now() - tb;
     }
     return WF_OK;
@@ -159,14 +174,22 @@ static wf_status update(trainer *t, int64_t step, step_outcome *o) {
     return s;
 }
 
-wf_status wf__train_step(trainer *t, const wf_lr_schedule *sched, int64_t step, step_outcome *o) {
+wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o) {
     memset(o, 0, sizeof *o);
     o->data_pos = -1;
     o->comm_s = t->world > 1 ? 0 : NAN;
-    WF_TRY(forward_backward(t, o));
+    /* The step's size: the ramp's for the tokens trained so far (the same
+     * on every rank), whole micro-batches of B sequences. */
+    o->tokens_before = t->tokens_done;
+    o->batch_seqs = wf_batch_ramp_seqs(&t->ramp, t->tokens_done);
+    o->accum = (int)(o->batch_seqs / t->B);
+    o->tokens = o->batch_seqs * t->T;
+    WF_TRY(forward_backward(t, step, o));
+    t->tokens_done += (uint64_t)o->tokens; /* read: they count, whatever the judgement */
     WF_TRY(reduce_gradients(t, step, o));
     double t0 = wf_time_now();
-    o->lr = wf_lr_at(sched, (uint64_t)step);
+    o->lr = t->sched_tokens ? wf_lr_at_units(&t->sched, o->tokens_before, (uint64_t)o->tokens)
+                            : wf_lr_at(&t->sched, (uint64_t)step);
     wf_trace_span region = wf_trace_begin(WF_TRACE_REGION, "optimizer");
     wf_status s = grad_norm(t, &o->grad_norm);
     if (s == WF_OK) judge(t, o);

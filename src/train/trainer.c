@@ -9,8 +9,9 @@
  * inside the step. The same config and seeds give bit-identical losses,
  * across a stop and resume too: the checkpoint holds every bit the next
  * step depends on (parameters, AdamW moments and step count, the loader's
- * cursor, the spike detector's window; the schedule is a function of the
- * step, initialisation and data order of the seeds).
+ * cursor and the tokens trained, the spike detector's window; the
+ * schedule is a function of the step or the tokens, the batch-size ramp of
+ * the tokens, initialisation and data order of the seeds).
  *
  * With several ranks (docs/distributed.md): DDP all-reduces the gradient
  * in buckets during the backward; with dist.zero1, ZeRO-1 reduce-scatters
@@ -72,7 +73,7 @@ static wf_status finish(trainer *t, int64_t start, wf_train_result *res) {
     res->save_failures = t->save_failures;
     double el = wf_time_now() - t->t_run;
     WF_INFO("trained %lld steps in %.1f s (%.0f tokens/s)", (long long)(tc->steps - start), el,
-            (double)(tc->steps - start) * (double)t->accum * t->B * t->T / el);
+            (double)(t->tokens_done - t->tokens_start) / el);
     if (!isnan(t->val_loss)) WF_INFO("final validation loss %.4f", t->val_loss);
     if (res->nonfinite)
         WF_WARN("non-finite steps: %d, their updates skipped (guard.nonfinite = skip; reports in %s/nonfinite/)",
@@ -100,13 +101,9 @@ static wf_status finish(trainer *t, int64_t start, wf_train_result *res) {
  * ranks), checkpoint, record and print, roll back or stop. */
 static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
     const wf_train_config *tc = t->tc;
-    wf_lr_schedule sched = {.kind = (wf_lr_kind)wf_lr_parse_kind(tc->schedule),
-                            .lr = tc->lr,
-                            .min_lr = tc->min_lr,
-                            .warmup = (uint64_t)tc->warmup_steps,
-                            .total = (uint64_t)tc->steps,
-                            .decay_frac = tc->decay_frac};
-    wf__train_log_plan(t);
+    WF_TRY(wf__train_schedule(t, start));
+    t->tokens_start = t->tokens_done;
+    wf__train_log_plan(t, start);
     res->step = start;
     if (start >= tc->steps) {
         WF_INFO("the checkpoint is at step %lld of train.steps = %lld: nothing left to train", (long long)start,
@@ -124,7 +121,7 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
         wf__train_mark_step(t, step);
         step_times st = {.t0 = wf_time_now(), .eval_s = NAN};
         step_outcome o;
-        WF_TRY(wf__train_step(t, &sched, step, &o));
+        WF_TRY(wf__train_step(t, step, &o));
         int64_t done = step + 1;
         int roll = o.spike.spike && t->spike_action == WF_SPIKE_ROLLBACK;
         char spike_note[48] = "";
@@ -165,7 +162,7 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
         if (o.skipped && !roll && !o.nonfinite) res->skipped++;
         if (roll) {
             int64_t back;
-            WF_TRY(wf__train_rollback(t, done, o.data_pos, &back));
+            WF_TRY(wf__train_rollback(t, done, o.data_pos, o.accum, &back));
             if (back >= 0) {
                 res->rollbacks++;
                 if (t->metrics) WF_TRY(wf_metrics_restart(t->metrics, back + 1));

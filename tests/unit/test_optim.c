@@ -121,6 +121,31 @@ WF_TEST(lr_constant_and_parsing) {
     WF_CHECK_ERR(wf_lr_validate(&s), WF_ERR_CONFIG, "optim.decay_frac = 1.5");
 }
 
+WF_TEST(lr_in_tokens) {
+    /* Steps: wf_lr_at_units(s, step, 1) is wf_lr_at(s, step), bit for bit. */
+    wf_lr_kind kinds[3] = {WF_LR_COSINE, WF_LR_WSD, WF_LR_CONSTANT};
+    for (int k = 0; k < 3; k++) {
+        wf_lr_schedule s = {.kind = kinds[k], .lr = 1e-3, .min_lr = 1e-4, .warmup = 7, .total = 53,
+                            .decay_frac = 0.3};
+        for (uint64_t t = 0; t < 70; t++) WF_CHECK_TRUE(wf_lr_at_units(&s, t, 1) == wf_lr_at(&s, t));
+    }
+    /* Tokens, with a batch of 256 tokens every step: the same rates as in
+     * steps (to rounding), warmup and total scaled by 256. */
+    wf_lr_schedule st = {.kind = WF_LR_COSINE, .lr = 1e-3, .min_lr = 1e-4, .warmup = 10, .total = 110};
+    wf_lr_schedule tk = st;
+    tk.warmup *= 256, tk.total *= 256;
+    for (uint64_t t = 0; t < 120; t++) WF_CHECK_NEAR(wf_lr_at_units(&tk, t * 256, 256), wf_lr_at(&st, t), 1e-18);
+    /* A step that crosses the end of warmup runs at the peak, not above it;
+     * one that ends before it at its end's fraction. */
+    tk.warmup = 1000;
+    WF_CHECK_NEAR(wf_lr_at_units(&tk, 0, 250), 2.5e-4, 1e-18);
+    WF_CHECK_NEAR(wf_lr_at_units(&tk, 900, 250), 1e-3, 1e-18);
+    WF_CHECK_NEAR(wf_lr_at_units(&tk, 1000, 250), 1e-3, 1e-18); /* p = 0 of the decay */
+    /* The decay counts the tokens before the step: halfway at the middle. */
+    WF_CHECK_NEAR(wf_lr_at_units(&tk, 1000 + (28160 - 1000) / 2, 9999), 5.5e-4, 1e-15);
+    WF_CHECK_NEAR(wf_lr_at_units(&tk, 28160, 1), 1e-4, 1e-15);
+}
+
 /* ------------------------------------------------------------- the step */
 
 WF_TEST(two_steps_match_hand_computed_adamw) {
