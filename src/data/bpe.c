@@ -162,7 +162,7 @@ int64_t *wf__bpe_strmap_upsert(wf_strmap *m, const void *key, size_t len, uint64
         m->keys = nk;
         m->keys_cap = nc;
     }
-    memcpy(m->keys + m->keys_len, key, len);
+    if (len) memcpy(m->keys + m->keys_len, key, len); /* an empty first key: m->keys may be NULL */
     size_t mask = m->cap - 1, i = (size_t)hash & mask;
     while (m->slots[i].len != UINT32_MAX) i = (i + 1) & mask;
     m->slots[i] = (wf_strmap_slot){hash, m->keys_len, (uint32_t)len, def};
