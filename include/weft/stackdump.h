@@ -87,6 +87,13 @@ int wf_stackdump_add_section(const char *name, wf_stackdump_section_fn fn, void 
 /* Removes a section; waits for a dump that is calling it. 0 is ignored. */
 void wf_stackdump_remove_section(int handle);
 
+/* The real-time signal the capture sends, or 0 while nothing of this
+ * module has run in the process. A thread that blocks every signal (so
+ * that the process's handlers run elsewhere) should leave this one open
+ * (sigdelset) when it is not 0: else its stack is missing from dumps. Its
+ * handler never runs anything but the capture. */
+int wf_stackdump_signal(void);
+
 /* The stacks of every thread of the process as text (the "threads" part
  * of a dump), taken from the calling thread, with or without a dumper
  * running. For tests and tools. */

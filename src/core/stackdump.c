@@ -61,7 +61,7 @@ typedef struct {
 static sd_slot g_slots[SD_MAX_THREADS];
 static atomic_int g_nslots;       /* slots the handler looks at */
 static atomic_int g_quit_fd = -1; /* the pipe's write end while SIGQUIT dumps, else -1 */
-static int g_sig;                 /* the real-time signal, set once before its handler is installed */
+static atomic_int g_sig;          /* the real-time signal, set once before its handler is installed */
 static int g_pipe[2] = {-1, -1};  /* the dumper's wake-up pipe, made once, never closed */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static char g_init_error[256];    /* empty when the one-time setup worked */
@@ -311,6 +311,12 @@ static wf_status capture(sd_capture *c) {
             snprintf(t->why, sizeof t->why, "no free slot in the capture table");
             continue;
         }
+        if (task_blocks_signal(t->tid)) {
+            /* It would never answer: no need to wait for it. */
+            atomic_store(&g_slots[slot_of[i]].state, SLOT_ABANDONED);
+            describe_silent(t);
+            continue;
+        }
         if (tgkill(pid, t->tid, g_sig) != 0) {
             atomic_store(&g_slots[slot_of[i]].state, SLOT_ABANDONED);
             snprintf(t->why, sizeof t->why, "the thread exited during the capture");
@@ -519,15 +525,17 @@ static wf_status dump(const char *reason, int warn, char *path, size_t path_size
     if (s == WF_OK) s = wf_mkdirs(dir);
     if (s == WF_OK) s = wf_file_write_atomic(file, text.data, text.len);
     wf_buf_free(&text);
-    char first[160];
+    /* The reason's first line, cut at 200 bytes, in the log line. */
+    char first[208];
     const char *nl = strchr(reason, '\n');
-    snprintf(first, sizeof first, "%.*s", nl ? (int)(nl - reason) : (int)strlen(reason), reason);
+    int len = nl ? (int)(nl - reason) : (int)strlen(reason);
+    snprintf(first, sizeof first, "%.*s%s", len > 200 ? 197 : len, reason, len > 200 ? "..." : "");
     if (s != WF_OK) {
-        WF_WARN("stack dump (%s): could not write %s: %s", first, file, wf_error_msg());
+        WF_WARN("stack dump: could not write %s: %s; reason: %s", file, wf_error_msg(), first);
     } else if (warn) {
-        WF_WARN("stack dump (%s): wrote %s (%d threads, %d with a stack)", first, file, nthreads, with);
+        WF_WARN("stack dump: wrote %s (%d threads, %d with a stack); reason: %s", file, nthreads, with, first);
     } else {
-        WF_INFO("stack dump (%s): wrote %s (%d threads, %d with a stack)", first, file, nthreads, with);
+        WF_INFO("stack dump: wrote %s (%d threads, %d with a stack); reason: %s", file, nthreads, with, first);
     }
     return s;
 }
@@ -607,6 +615,13 @@ static void *dumper_main(void *arg) {
         wf_error_clear();
     }
     return NULL;
+}
+
+int wf_stackdump_signal(void) {
+    /* Set up by any earlier call of this module, not by this one: the
+     * loader's and the checkpoint writer's threads ask, and a process
+     * that never dumps keeps all its signals. */
+    return atomic_load(&g_sig);
 }
 
 int wf_stackdump_running(void) {
