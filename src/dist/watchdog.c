@@ -212,8 +212,7 @@ static void dump_section(void *ctx, wf_buf *out) {
     char *ring = malloc(WD_REPORT_CAP);
     double now = wf_time_now();
     pthread_mutex_lock(&w->mu);
-    wf_buf_printf(out, "step: %lld (counted from 0, as in the recorder: the step after %lld completed)\n",
-                  (long long)w->step, (long long)w->step);
+    wf_buf_printf(out, "step: %lld (counted from 0, as in the recorder; set when a step starts)\n", (long long)w->step);
     if (w->blocked_seq) {
         const rec_entry *b = &w->blocked;
         char bytes[32];
