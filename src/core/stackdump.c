@@ -154,20 +154,23 @@ typedef struct {
     char name[32];
     char state;          /* from /proc: R, S, D, T, ... ('?' unknown) */
     int self;            /* the capturing thread */
-    int has_stack;
+    int has_stack;       /* pc holds its stack: from the handler, or unwound from /proc */
+    int unwound;         /* ... unwound from /proc's registers (has_stack is set too) */
+    int moved;           /* ... and the thread left its system call meanwhile */
     int n;
     uintptr_t pc[SD_MAX_FRAMES + 1];
     int exact0;          /* pc[0] is an interrupted instruction, not a return address */
     char why[160];       /* why there is no stack */
     char wchan[64];
     char syscall[160];   /* /proc's syscall line */
-    uintptr_t sys_pc;    /* its user-space address */
+    uintptr_t sys_pc, sys_sp; /* its user-space address and stack pointer */
 } sd_thread;
 
 typedef struct {
     sd_thread *t;
     int n;       /* listed */
     int missed;  /* more threads than SD_MAX_THREADS */
+    wf__sym *sym; /* the modules now: unwinds and symbolizes */
 } sd_capture;
 
 static int read_small(const char *path, char *out, size_t cap) {
@@ -211,7 +214,12 @@ static void describe_silent(sd_thread *t) {
     task_file(t->tid, "syscall", t->syscall, sizeof t->syscall);
     /* "NR a1 a2 a3 a4 a5 a6 SP PC", "-1 SP PC" outside a call, "running". */
     const char *last = strrchr(t->syscall, ' ');
-    if (last && strncmp(last + 1, "0x", 2) == 0) t->sys_pc = (uintptr_t)strtoull(last + 1, NULL, 16);
+    if (last && strncmp(last + 1, "0x", 2) == 0) {
+        t->sys_pc = (uintptr_t)strtoull(last + 1, NULL, 16);
+        const char *before = last;
+        while (before > t->syscall && before[-1] != ' ') before--;
+        if (strncmp(before, "0x", 2) == 0) t->sys_sp = (uintptr_t)strtoull(before, NULL, 16);
+    }
     if (task_blocks_signal(t->tid))
         snprintf(t->why, sizeof t->why, "the thread blocks the capture signal (%d)", g_sig);
     else if (t->state == 'D')
@@ -244,6 +252,23 @@ static void take_frames(sd_thread *t, const sd_slot *s) {
         t->exact0 = s->ip != 0;
     }
     t->has_stack = 1;
+}
+
+/* A thread that did not answer, unwound from the stack pointer and
+ * address of its system call (stackdump_sym.c); it must stay in the call
+ * meanwhile, which /proc, read again, tells. */
+static void unwind_silent(sd_thread *t, wf__sym *sym) {
+    if (!t->sys_pc) return;
+    uintptr_t pcs[SD_MAX_FRAMES];
+    int n = wf__stackdump_sym_unwind(sym, t->tid, t->sys_pc, t->sys_sp, pcs, SD_MAX_FRAMES);
+    if (n < 1) return;
+    char again[sizeof t->syscall];
+    task_file(t->tid, "syscall", again, sizeof again);
+    memcpy(t->pc, pcs, (size_t)n * sizeof *pcs);
+    t->n = n;
+    t->exact0 = 1;
+    t->has_stack = t->unwound = 1;
+    t->moved = strcmp(again, t->syscall) != 0;
 }
 
 static void list_tasks(sd_capture *c) {
@@ -336,20 +361,27 @@ static wf_status capture(sd_capture *c) {
         if (!pending || wf_time_now() > deadline) break;
         sleep_ms(1);
     }
+    c->sym = wf__stackdump_sym_open();
     for (int i = 0; i < c->n; i++) {
         sd_thread *t = &c->t[i];
+        if (t->why[0] && t->state != 'X') unwind_silent(t, c->sym); /* blocks the signal */
         if (slot_of[i] < 0 || t->why[0]) continue;
         sd_slot *s = &g_slots[slot_of[i]];
         int expect = SLOT_REQUESTED;
         if (atomic_compare_exchange_strong(&s->state, &expect, SLOT_ABANDONED)) {
             describe_silent(t);
+            unwind_silent(t, c->sym);
             continue;
         }
         /* RUNNING: the handler started, let it finish its backtrace. */
         for (int k = 0; k < 500 && atomic_load_explicit(&s->state, memory_order_acquire) == SLOT_RUNNING; k++)
             sleep_ms(1);
-        if (atomic_load_explicit(&s->state, memory_order_acquire) == SLOT_DONE) take_frames(t, s);
-        else describe_silent(t);
+        if (atomic_load_explicit(&s->state, memory_order_acquire) == SLOT_DONE) {
+            take_frames(t, s);
+        } else {
+            describe_silent(t);
+            unwind_silent(t, c->sym);
+        }
     }
     return WF_OK;
 }
@@ -357,33 +389,44 @@ static wf_status capture(sd_capture *c) {
 static void capture_free(sd_capture *c) {
     free(c->t);
     c->t = NULL;
+    wf__stackdump_sym_close(c->sym);
+    c->sym = NULL;
+}
+
+/* "threads: N, S with a stack (U of them unwound from /proc)". */
+static void threads_line(const sd_capture *c, wf_buf *out) {
+    int with = 0, unwound = 0;
+    for (int i = 0; i < c->n; i++) {
+        with += c->t[i].has_stack;
+        unwound += c->t[i].unwound;
+    }
+    wf_buf_printf(out, "threads: %d, %d with a stack (%d of them unwound from /proc)", c->n + c->missed, with,
+                  unwound);
+    if (c->missed) wf_buf_printf(out, "; %d more not listed: at most %d are", c->missed, SD_MAX_THREADS);
+    wf_buf_puts(out, "\n");
 }
 
 /* The "threads" part of a dump. */
 static void format_threads(const sd_capture *c, wf_buf *out) {
-    int with = 0;
-    for (int i = 0; i < c->n; i++) with += c->t[i].has_stack;
-    wf_buf_printf(out, "threads: %d, %d with a stack", c->n + c->missed, with);
-    if (c->missed) wf_buf_printf(out, " (%d more not listed: at most %d are)", c->missed, SD_MAX_THREADS);
-    wf_buf_puts(out, "\n");
-    wf__sym *sym = wf__stackdump_sym_open();
+    threads_line(c, out);
+    wf__sym *sym = c->sym;
     int pid = (int)getpid();
     for (int i = 0; i < c->n; i++) {
         const sd_thread *t = &c->t[i];
         wf_buf_printf(out, "\n-- thread %d \"%s\" state %c%s%s\n", t->tid, t->name, t->state,
                       t->tid == pid ? " main" : "", t->self ? " dumper" : "");
         int frame = 0;
-        if (t->has_stack) {
-            for (int k = 0; k < t->n; k++)
-                wf__stackdump_sym_frame(sym, t->pc[k], k == 0 && t->exact0, "   ", &frame, out);
-            continue;
+        if (t->why[0]) {
+            wf_buf_printf(out, "   no answer to the signal: %s\n", t->why);
+            if (t->wchan[0]) wf_buf_printf(out, "   kernel wait: %s\n", t->wchan);
+            if (t->syscall[0]) wf_buf_printf(out, "   system call: %s\n", t->syscall);
+            if (t->unwound)
+                wf_buf_printf(out, "   unwound from the system call's stack pointer and address%s:\n",
+                              t->moved ? " (the thread left the call meanwhile: frames may be wrong)" : "");
         }
-        wf_buf_printf(out, "   no stack: %s\n", t->why);
-        if (t->wchan[0]) wf_buf_printf(out, "   kernel wait: %s\n", t->wchan);
-        if (t->syscall[0]) wf_buf_printf(out, "   system call: %s\n", t->syscall);
-        if (t->sys_pc) wf__stackdump_sym_frame(sym, t->sys_pc, 1, "   ", &frame, out);
+        for (int k = 0; k < t->n; k++)
+            wf__stackdump_sym_frame(sym, t->pc[k], k == 0 && t->exact0, "   ", &frame, out);
     }
-    wf__stackdump_sym_close(sym);
 }
 
 wf_status wf_stackdump_threads(wf_buf *out) {
@@ -492,9 +535,7 @@ static void header(wf_buf *out, const char *reason, const sd_capture *c) {
                   (int)getpid(), when, up);
     if (has) wf_buf_printf(out, "steps completed: %lld, the last %.1f s ago\n", (long long)steps, ago);
     else wf_buf_printf(out, "steps completed: none yet in this process (%.1f s since the dumper started)\n", ago);
-    int with = 0;
-    for (int i = 0; i < c->n; i++) with += c->t[i].has_stack;
-    wf_buf_printf(out, "threads: %d, %d with a stack\n", c->n + c->missed, with);
+    threads_line(c, out);
 }
 
 /* One dump: capture, text, file, log line. On the dumper thread. */

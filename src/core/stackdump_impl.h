@@ -30,4 +30,11 @@ void wf__stackdump_sym_close(wf__sym *s); /* accepts NULL */
  * return address, whose call instruction is looked up instead (pc - 1). */
 void wf__stackdump_sym_frame(wf__sym *s, uintptr_t pc, int exact, const char *indent, int *frame, wf_buf *out);
 
+/* Unwinds thread `tid` of this process from its stack pointer `sp` and the
+ * address `pc` it is at (both from /proc/self/task/TID/syscall, while it
+ * sits in a system call) into out (max addresses, out[0] = pc; the others
+ * are return addresses). Returns how many; 0 when unwinding is not
+ * possible here. The thread must stay where it is during the walk. */
+int wf__stackdump_sym_unwind(wf__sym *s, int tid, uintptr_t pc, uintptr_t sp, uintptr_t *out, int max);
+
 #endif

@@ -12,7 +12,17 @@
  * from its symbol tables.
  *
  * When libdwfl cannot start (no /proc), dladdr gives what the dynamic
- * linker knows: exported names only. */
+ * linker knows: exported names only.
+ *
+ * A thread that cannot run the capture's signal handler (it sleeps in the
+ * kernel uninterruptibly, blocks the signal, or a sanitizer's runtime
+ * defers the signal until its system call returns) is unwound from the
+ * stack pointer and address of its system call that /proc shows: libdwfl's
+ * unwinder with those two registers, the modules' call frame information
+ * (.eh_frame) and the thread's stack read with process_vm_readv on this
+ * very process (a bad address is an error, never a fault). The other
+ * registers are unknown, so a frame whose caller's frame is found through
+ * one of them (a frame pointer) ends the walk early. */
 #include <dlfcn.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
@@ -21,13 +31,100 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/stackdump_impl.h"
 
+typedef struct {
+    pid_t pid, tid;
+    Dwarf_Word pc, sp;
+    int given;              /* next_thread handed out the thread */
+    uintptr_t *out;         /* the walk's addresses */
+    int n, max;
+    int first_exact;        /* out[0] is the interrupted instruction */
+} sd_walk;
+
 struct wf__sym {
-    Dwfl *dwfl; /* NULL: dladdr only */
+    Dwfl *dwfl;   /* NULL: dladdr only */
+    int attached; /* the unwinder's callbacks are attached */
+    sd_walk walk;
 };
+
+/* ---- the unwinder's callbacks: one thread, registers from /proc ---- */
+
+static pid_t walk_next_thread(Dwfl *dwfl, void *arg, void **thread_arg) {
+    (void)dwfl;
+    sd_walk *w = arg;
+    if (w->given) return 0;
+    w->given = 1;
+    *thread_arg = w;
+    return w->tid;
+}
+
+static bool walk_get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_arg) {
+    (void)dwfl;
+    sd_walk *w = arg;
+    if (tid != w->tid) return false;
+    *thread_arg = w;
+    return true;
+}
+
+static bool walk_memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg) {
+    (void)dwfl;
+    sd_walk *w = arg;
+    struct iovec local = {.iov_base = result, .iov_len = sizeof *result};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = sizeof *result};
+    return process_vm_readv(w->pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof *result;
+}
+
+static bool walk_set_initial_registers(Dwfl_Thread *thread, void *thread_arg) {
+    sd_walk *w = thread_arg;
+#if defined(__x86_64__)
+    const int sp_reg = 7; /* DWARF's rsp */
+#elif defined(__aarch64__)
+    const int sp_reg = 31; /* DWARF's sp */
+#else
+    const int sp_reg = -1;
+#endif
+    if (sp_reg < 0 || !dwfl_thread_state_registers(thread, sp_reg, 1, &w->sp)) return false;
+    dwfl_thread_state_register_pc(thread, w->pc);
+    return true;
+}
+
+static const Dwfl_Thread_Callbacks walk_callbacks = {
+    .next_thread = walk_next_thread,
+    .get_thread = walk_get_thread,
+    .memory_read = walk_memory_read,
+    .set_initial_registers = walk_set_initial_registers,
+};
+
+static int walk_frame(Dwfl_Frame *frame, void *arg) {
+    sd_walk *w = arg;
+    Dwarf_Addr pc;
+    bool activation = false;
+    if (!dwfl_frame_pc(frame, &pc, &activation)) return DWARF_CB_ABORT;
+    if (w->n == 0) w->first_exact = activation;
+    w->out[w->n++] = (uintptr_t)pc;
+    return w->n < w->max ? DWARF_CB_OK : DWARF_CB_ABORT;
+}
+
+int wf__stackdump_sym_unwind(wf__sym *s, int tid, uintptr_t pc, uintptr_t sp, uintptr_t *out, int max) {
+    if (!s || !s->attached || !pc || !sp || max < 1) return 0;
+    sd_walk *w = &s->walk;
+    w->tid = tid;
+    w->pc = pc;
+    w->sp = sp;
+    w->given = 0;
+    w->out = out;
+    w->n = 0;
+    w->max = max;
+    w->first_exact = 1;
+    /* An error ends the walk where it could go no further: the frames
+     * found until then stand. */
+    (void)dwfl_getthread_frames(s->dwfl, tid, walk_frame, w);
+    return w->n;
+}
 
 /* No separate debug files (see the top of the file). */
 static int no_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
@@ -54,6 +151,10 @@ wf__sym *wf__stackdump_sym_open(void) {
             dwfl_end(s->dwfl);
             s->dwfl = NULL;
         }
+    }
+    if (s->dwfl) {
+        s->walk.pid = getpid();
+        s->attached = dwfl_attach_state(s->dwfl, NULL, s->walk.pid, &walk_callbacks, &s->walk);
     }
     return s;
 }

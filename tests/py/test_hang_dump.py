@@ -84,10 +84,11 @@ def check_format(text, rank):
     head = sections(text)["header"]
     assert f"\nrank: {rank} of 2\n" in head
     assert re.search(r"^pid: \d+$", head, re.M) and re.search(r"^time: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", head, re.M)
-    m = re.search(r"^threads: (\d+), (\d+) with a stack$", head, re.M)
+    m = re.search(r"^threads: (\d+), (\d+) with a stack \((\d+) of them unwound from /proc\)$", head, re.M)
     assert m, head
     threads = sections(text)["threads"]
     assert len(thread_blocks(threads)) == int(m.group(1))
+    assert m.group(1) == m.group(2), head  # every thread has a stack (from the handler or unwound from /proc)
     # weft's own frames have a source line
     assert re.search(r"^   #\d+\s+0x[0-9a-f]+ wf_train_execute\+0x[0-9a-f]+ at \S*src/train/trainer\.c:\d+ \(weft\)$",
                      threads, re.M), threads
