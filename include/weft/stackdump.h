@@ -24,8 +24,10 @@
  * Limits, all reported in the dump rather than hidden:
  *   - a thread that blocks the signal, or sleeps uninterruptibly in the
  *     kernel (state D: a dead NFS server, a failing disk), cannot run the
- *     handler: it is listed with its state, kernel wait channel and the
- *     user-space address of its system call from /proc (symbolized);
+ *     handler: it is listed with its state, kernel wait channel and system
+ *     call from /proc, and its stack is unwound (libdwfl) from the two
+ *     registers /proc gives, the stack pointer and the address, which
+ *     ends the walk early at a frame found through another register;
  *   - backtrace() is not async-signal-safe by the letter: it unwinds with
  *     libgcc's unwinder, which is loaded at start (not in the handler) but
  *     takes the dynamic linker's lock; a thread interrupted inside

@@ -17,7 +17,11 @@
  *
  * Before it exits, when the process runs a stack dumper (the trainer's,
  * weft/stackdump.h), it has every thread's stack written to the dump
- * folder (RUN_DIR/hang/), waiting for that at most WD_DUMP_WAIT_S. Every
+ * folder (RUN_DIR/hang/), waiting for that at most WD_DUMP_WAIT_S, then
+ * waits two of its periods and WD_DUMP_GRACE_S more: the peers blocked in
+ * the same collective fire within about one period of this rank, and the
+ * launcher may kill them the moment this rank exits, before their own
+ * dumps are written (MPICH's mpiexec does). Every
  * dump, whatever took it, holds this rank's collective and flight recorder
  * (a section the watchdog registers at create).
  *
@@ -25,6 +29,7 @@
  * blocked collective, the step. The main thread takes it twice per
  * collective (begin and end), which costs far less than any collective.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,6 +47,7 @@
 #define WD_TAG_MAX 48
 #define WD_REPORT_CAP (64 * 1024)
 #define WD_DUMP_WAIT_S 30.0 /* the longest the exit waits for the stack dump */
+#define WD_DUMP_GRACE_S 2.0 /* then for the peers' dumps, beyond two periods */
 
 typedef enum { REC_ISSUED = 0, REC_WAITING, REC_DONE, REC_FAILED } rec_state;
 
@@ -70,6 +76,7 @@ struct wf_watchdog {
     void *on_timeout_ctx;
     double t0;
     int dump_section;  /* the stack dumps' section (wf_stackdump_add_section), 0 if none */
+    double period;     /* the thread's wake-up period, s */
 
     /* Under mu. */
     int64_t step;
@@ -200,6 +207,12 @@ static void fire(wf_watchdog *w) {
                  w->report);
         if (wf_stackdump_request(reason, WD_DUMP_WAIT_S, NULL, 0) != WF_OK)
             WF_WARN("collective watchdog: %s", wf_error_msg());
+        double grace = 2 * w->period + WD_DUMP_GRACE_S;
+        WF_INFO("collective watchdog: exiting in %.1f s, when the other ranks' watchdogs have written their dumps too",
+                grace);
+        struct timespec ts = {(time_t)grace, (long)((grace - (double)(time_t)grace) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
     }
     fflush(stdout);
     _exit(w->exit_code);
@@ -231,12 +244,7 @@ static void dump_section(void *ctx, wf_buf *out) {
 
 static void *watchdog_main(void *arg) {
     wf_watchdog *w = arg;
-    double shortest = 0;
-    if (w->timeout_first > 0) shortest = w->timeout_first;
-    if (w->timeout > 0 && (shortest <= 0 || w->timeout < shortest)) shortest = w->timeout;
-    double period = shortest / 10;
-    if (period > 1.0) period = 1.0;
-    if (period < 0.01) period = 0.01;
+    double period = w->period;
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
         double now = wf_time_now();
@@ -287,6 +295,12 @@ wf_status wf__dist_watchdog_create(wf_watchdog **out, const wf_comm_options *o, 
     w->ring_size = o->recorder_size;
     w->timeout_first = o->timeout_first_s;
     w->timeout = o->timeout_s;
+    double shortest = 0;
+    if (w->timeout_first > 0) shortest = w->timeout_first;
+    if (w->timeout > 0 && (shortest <= 0 || w->timeout < shortest)) shortest = w->timeout;
+    w->period = shortest / 10;
+    if (w->period > 1.0) w->period = 1.0;
+    if (w->period < 0.01) w->period = 0.01;
     w->first_steps = o->first_steps;
     w->exit_code = o->timeout_exit_code;
     w->on_timeout = o->on_timeout;
