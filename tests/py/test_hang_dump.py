@@ -31,6 +31,13 @@ from conftest import BUILD, run_weft_cmd
 WEFT = BUILD / "weft"
 STEP = re.compile(r"^step\s+(\d+)/(\d+) \|")
 RANK_VAR = {"openmpi": "OMPI_COMM_WORLD_RANK", "mpich": "PMI_RANK"}
+# ThreadSanitizer runs a signal's handler only when the thread next enters
+# one of its interceptors: a thread spinning in MPI's uninstrumented
+# polling loop never does, and /proc gives no registers for a thread that
+# is not in a system call, so it has no stack (docs/cluster.md, limits).
+# (Open MPI itself trips ThreadSanitizer in MPI_Init: under that build only
+# MPICH's runs get this far.)
+TSAN = "-fsanitize=thread" in ((BUILD / ".flags").read_text() if (BUILD / ".flags").exists() else "")
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +95,11 @@ def check_format(text, rank):
     assert m, head
     threads = sections(text)["threads"]
     assert len(thread_blocks(threads)) == int(m.group(1))
-    assert m.group(1) == m.group(2), head  # every thread has a stack (from the handler or unwound from /proc)
+    # every thread has a stack (from the handler or unwound from /proc)
+    spinning = len(re.findall(r"^   system call: running$", threads, re.M)) if TSAN else 0
+    assert int(m.group(1)) - int(m.group(2)) <= spinning, head
     # weft's own frames have a source line
-    assert re.search(r"^   #\d+\s+0x[0-9a-f]+ wf_train_execute\+0x[0-9a-f]+ at \S*src/train/trainer\.c:\d+ \(weft\)$",
+    assert (TSAN and "   system call: running" in main_thread(text)) or re.search(r"^   #\d+\s+0x[0-9a-f]+ wf_train_execute\+0x[0-9a-f]+ at \S*src/train/trainer\.c:\d+ \(weft\)$",
                      threads, re.M), threads
 
 
@@ -178,7 +187,8 @@ def test_rank_stalled_in_a_collective_dumps_every_rank_before_the_watchdog_ends_
     assert f1.index("all_reduce_any") > [i for i, f in enumerate(f1) if f.startswith("stall_in_collective")][0]
     assert "wf__train_step" in f1
     f0 = functions(main_thread(dumps[0][1]))
-    assert "all_reduce_any" in f0 and "wf__train_step" in f0, f0
+    if not (TSAN and not f0):
+        assert "all_reduce_any" in f0 and "wf__train_step" in f0, f0
     assert not any(f.startswith("stall_in_collective") for f in f0)
     assert not list((run / "hang").glob("*.tmp*"))  # written atomically
 
