@@ -170,6 +170,23 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path;
 }
 
+/* The compilation unit that holds `addr` (module-relative: less the
+ * bias). libdw finds it through .debug_aranges, which clang does not
+ * write: then every unit's address ranges are looked at. */
+static Dwarf_Die *cu_of(Dwfl_Module *mod, Dwarf_Addr look, Dwarf_Addr *bias, Dwarf_Die *store) {
+    Dwarf_Die *cu = dwfl_module_addrdie(mod, look, bias);
+    if (cu) return cu;
+    Dwarf *dw = dwfl_module_getdwarf(mod, bias);
+    if (!dw) return NULL;
+    Dwarf_Off off = 0, next;
+    size_t header;
+    while (dwarf_nextcu(dw, off, &next, &header, NULL, NULL, NULL) == 0) {
+        if (dwarf_offdie(dw, off + header, store) && dwarf_haspc(store, look - *bias) == 1) return store;
+        off = next;
+    }
+    return NULL;
+}
+
 /* The source file of a DW_AT_call_file index in cu's file table. */
 static const char *call_file(Dwarf_Die *cu, Dwarf_Die *inlined, int *line) {
     Dwarf_Attribute a;
@@ -228,10 +245,14 @@ void wf__stackdump_sym_frame(wf__sym *s, uintptr_t pc, int exact, const char *in
     /* The source line of the address, and the functions inlined there. */
     const char *file = NULL;
     int line = 0;
-    Dwfl_Line *dl = dwfl_module_getsrc(mod, (Dwarf_Addr)look);
-    if (dl) file = dwfl_lineinfo(dl, NULL, &line, NULL, NULL, NULL);
     Dwarf_Addr bias = 0;
-    Dwarf_Die *cu = dwfl_module_addrdie(mod, (Dwarf_Addr)look, &bias);
+    Dwarf_Die cu_store;
+    Dwarf_Die *cu = cu_of(mod, (Dwarf_Addr)look, &bias, &cu_store);
+    Dwarf_Line *dl = cu ? dwarf_getsrc_die(cu, (Dwarf_Addr)look - bias) : NULL;
+    if (dl) {
+        file = dwarf_linesrc(dl, NULL, NULL);
+        dwarf_lineno(dl, &line);
+    }
     Dwarf_Die *scopes = NULL;
     int nscopes = cu ? dwarf_getscopes(cu, (Dwarf_Addr)look - bias, &scopes) : 0;
     for (int i = 0; i < nscopes; i++) {
