@@ -17,6 +17,17 @@
 #include "weft/stackdump.h"
 #include "weft/thread.h"
 
+/* AddressSanitizer's read interceptor finds its caller through its frame
+ * pointer, a register /proc does not show: a walk from /proc's stack
+ * pointer and address ends there (a limit weft/stackdump.h states). */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+
 /* ---- threads to be found in a dump ---- */
 
 static int g_fds[2];
@@ -58,8 +69,10 @@ static void *spinner_main(void *arg) {
 }
 
 /* Blocks every signal, then reads: the capture signal cannot reach it. */
+static atomic_int g_deaf_tid;
 static void *deaf_main(void *arg) {
     (void)arg;
+    atomic_store(&g_deaf_tid, (int)gettid());
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
@@ -142,8 +155,12 @@ WF_TEST(stackdump_thread_that_blocks_the_signal_is_read_from_proc) {
     pthread_join(d, NULL);
     const char *t = b.data;
     WF_CHECK_TRUE(all_have_stacks(t));
-    const char *db = block_with(t, "   no answer to the signal: the thread blocks the capture signal");
+    char head[64];
+    snprintf(head, sizeof head, "\n-- thread %d ", atomic_load(&g_deaf_tid));
+    const char *db = strstr(t, head);
     WF_CHECK_TRUE(db != NULL);
+    const char *why = "\n   no answer to the signal: the thread blocks the capture signal";
+    WF_CHECK_TRUE(strncmp(strchr(db + 1, '\n'), why, strlen(why)) == 0);
     /* /proc's system call (read is number 0 on x86-64), then the stack
      * unwound from its stack pointer and address: the read, the function
      * that calls it, the thread's start */
@@ -152,9 +169,13 @@ WF_TEST(stackdump_thread_that_blocks_the_signal_is_read_from_proc) {
 #endif
     const char *uw = strstr(db, "\n   unwound from the system call's stack pointer and address:\n   #0  0x");
     WF_CHECK_TRUE(uw != NULL);
+    const char *f0 = strstr(uw, "#0  0x"), *f0_end = strchr(f0, '\n');
+    WF_CHECK_TRUE(strstr(f0, " read") != NULL && strstr(f0, " read") < f0_end); /* frame 0: in read */
+#ifndef TEST_ASAN
     const char *fn = strstr(uw, " blocked_in_read_for_test+0x");
     WF_CHECK_TRUE(fn != NULL && strstr(uw, " read") < fn);
     WF_CHECK_TRUE(strstr(fn, " deaf_main+0x") != NULL);
+#endif
     wf_buf_free(&b);
 }
 
