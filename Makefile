@@ -22,7 +22,7 @@ else
 Q := @
 endif
 
-PKGS     := libpcre2-8 jansson libzstd zlib libxxhash openblas gumbo libutf8proc
+PKGS     := libpcre2-8 jansson libzstd zlib libxxhash openblas gumbo libutf8proc libdw
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
 

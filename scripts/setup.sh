@@ -18,6 +18,7 @@ APT_PACKAGES=(
   python3-dev python3-setuptools  # Python.h and the build backend of the weft package (python/)
   libopenblas-openmp-dev
   libgumbo-dev libutf8proc-dev libcld2-dev wget r-doc-html
+  libdw-dev  # elfutils: function names and source lines in stack dumps of hung ranks (src/core/stackdump_sym.c)
   r-base-core r-cran-janeaustenr
   libopenmpi-dev openmpi-bin libmpich-dev mpich
   # Slurm for tests/py/test_srun.py (a private cluster; the system's services

@@ -131,6 +131,11 @@
     X(lock_stale_s, WF_OPT_FLOAT, "train.lock_stale_s", NULL, "600", (1, 1e9), \
       "the run directory's lock (one job per run) left by a job on another host whose heartbeat is older than " \
       "this many seconds is taken over (on this host a dead pid is enough)") \
+    X(hang_dump_s, WF_OPT_FLOAT, "train.hang_dump_s", NULL, "180", (0, 1e9), \
+      "when no step completed for this many seconds, every rank writes the stacks of its threads to " \
+      "RUN_DIR/hang/rank-NNNNN.txt, once per stall, and training goes on; below dist.timeout_s, so that the " \
+      "stacks are on disk before the collective watchdog ends a hung job (0: off; SIGQUIT and a RUN_DIR/DUMP " \
+      "file dump at any time)") \
     /* [ckpt] */ \
     X(ckpt_every, WF_OPT_INT, "ckpt.every", NULL, "100", (0, 1e12), \
       "save a checkpoint every N steps into RUN_DIR/checkpoints/step-NNNNNNN (0: only at the end, on " "signals and on a SAVE or STOP file)") \

@@ -36,6 +36,7 @@
 #include "ckpt/ckpt_impl.h"
 #include "weft/dist.h"
 #include "weft/fileio.h"
+#include "weft/stackdump.h"
 #include "weft/thread.h"
 #include "weft/trace.h"
 
@@ -476,9 +477,13 @@ wf_status wf_ckpt_writer_create_ranks(wf_ckpt_writer **out, const wf_ckpt_tensor
     }
     if (s == WF_OK && opts->async) {
         /* The thread takes no signals: the training thread handles them, and
-         * the thread's writes and fsyncs are never interrupted. */
+         * the thread's writes and fsyncs are never interrupted. Except the
+         * stack dumps' capture signal once they are set up (its handler
+         * restarts what it interrupts), so that a dump shows where the
+         * thread is (a hung write). */
         sigset_t all, old;
         sigfillset(&all);
+        if (wf_stackdump_signal() > 0) sigdelset(&all, wf_stackdump_signal());
         pthread_sigmask(SIG_SETMASK, &all, &old);
         int rc = pthread_create(&w->thread, NULL, writer_main, w);
         pthread_sigmask(SIG_SETMASK, &old, NULL);

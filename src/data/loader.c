@@ -33,6 +33,7 @@
 
 #include "data/loader_impl.h"
 #include "weft/rng.h"
+#include "weft/stackdump.h"
 #include "weft/thread.h"
 #include "weft/trace.h"
 
@@ -278,9 +279,12 @@ wf_status wf_loader_create(wf_loader **out, const wf_loader_opts *o) {
 
     if (l->prefetch > 0) {
         /* The thread blocks every signal, so that SIGINT/SIGTERM handlers
-         * (and sigwait) of the trainer run on the trainer's threads. */
+         * (and sigwait) of the trainer run on the trainer's threads; all
+         * but the stack dumps' capture signal, once they are set up, so
+         * that a dump shows where the thread is (a stuck read). */
         sigset_t all, old;
         sigfillset(&all);
+        if (wf_stackdump_signal() > 0) sigdelset(&all, wf_stackdump_signal());
         pthread_sigmask(SIG_SETMASK, &all, &old);
         int rc = pthread_create(&l->thread, NULL, producer_main, l);
         pthread_sigmask(SIG_SETMASK, &old, NULL);

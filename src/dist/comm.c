@@ -15,6 +15,13 @@
  * backend's MPI implementation is not the launcher's (e.g. MPICH's backend
  * under Open MPI's mpirun starts N separate worlds of one rank), which
  * would otherwise train N independent models without a word.
+ *
+ * Test hook: WEFT_TEST_STALL_COLLECTIVE=RANK:STEP makes rank RANK stall for
+ * good inside its first blocking all-reduce of step STEP (counted from 0,
+ * as wf_comm_set_step and the flight recorder count), after the recorder
+ * marked it blocked: a rank hung in a collective, for the watchdog's and
+ * the stack dumps' tests (tests/py/test_hang_dump.py). Read once, at
+ * create.
  */
 #include <dlfcn.h>
 #include <limits.h>
@@ -47,6 +54,8 @@ struct wf_comm {
     wf_watchdog *wd;
     comm_req reqs[WF_COMM_MAX_REQUESTS];
     int max_reqs, n_out;
+    int stall_rank;      /* WEFT_TEST_STALL_COLLECTIVE's, -1 if unset */
+    long long stall_step;
 };
 
 wf_comm_options wf_comm_options_default(void) {
@@ -285,6 +294,9 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
         return s;
     }
     wf_log_set_rank(c->rank, c->size);
+    const char *stall = getenv("WEFT_TEST_STALL_COLLECTIVE");
+    c->stall_rank = -1;
+    if (stall && sscanf(stall, "%d:%lld", &c->stall_rank, &c->stall_step) != 2) c->stall_rank = -1;
     if (ring == 1 && c->rank == 0)
         WF_INFO("dist: Open MPI's non-blocking all-reduce runs as a ring (weft set %s=1; libnbc's "
                 "own choice for in-place calls, a binomial tree, moved gradients 2.5x slower: "
@@ -420,6 +432,13 @@ static void divide_f64(double *restrict x, size_t n, int w) {
     }
 }
 
+/* WEFT_TEST_STALL_COLLECTIVE (the top of the file): never returns. */
+__attribute__((noinline)) static void stall_in_collective_for_test(wf_comm *c, const char *tag) {
+    WF_WARN("WEFT_TEST_STALL_COLLECTIVE: rank %d stalls for good in all_reduce \"%s\" of step %lld (a test hook)",
+            c->rank, tag ? tag : "", c->stall_step);
+    for (;;) sleep(60);
+}
+
 static wf_status all_reduce_any(wf_comm *c, void *buf, size_t n, wf_dist_dtype dt, wf_comm_op op,
                                 const char *tag) {
     wf_dist_bop bop;
@@ -428,6 +447,8 @@ static wf_status all_reduce_any(wf_comm *c, void *buf, size_t n, wf_dist_dtype d
     size_t es = dtype_size(dt);
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_reduce", (int64_t)(n * es));
     uint64_t seq = wf__dist_watchdog_begin(c->wd, "all_reduce", tag, n * es, 1);
+    if (c->stall_rank == c->rank && wf__dist_watchdog_step(c->wd) == c->stall_step)
+        stall_in_collective_for_test(c, tag);
     int rc = 0;
     for (size_t done = 0; done < n && rc == 0;) {
         size_t k = n - done < WF_DIST_MAX_COUNT ? n - done : WF_DIST_MAX_COUNT;

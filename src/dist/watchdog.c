@@ -15,10 +15,21 @@
  * thread is inside an MPI call that will not return, and MPI may not be
  * called from this thread.
  *
+ * Before it exits, when the process runs a stack dumper (the trainer's,
+ * weft/stackdump.h), it has every thread's stack written to the dump
+ * folder (RUN_DIR/hang/), waiting for that at most WD_DUMP_WAIT_S, then
+ * waits two of its periods and WD_DUMP_GRACE_S more: the peers blocked in
+ * the same collective fire within about one period of this rank, and the
+ * launcher may kill them the moment this rank exits, before their own
+ * dumps are written (MPICH's mpiexec does). Every
+ * dump, whatever took it, holds this rank's collective and flight recorder
+ * (a section the watchdog registers at create).
+ *
  * Everything the two threads share is under one mutex: the ring, the
  * blocked collective, the step. The main thread takes it twice per
  * collective (begin and end), which costs far less than any collective.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,11 +40,14 @@
 
 #include "dist/dist_impl.h"
 #include "weft/log.h"
+#include "weft/stackdump.h"
 #include "weft/thread.h"
 
 #define WD_KIND_MAX 16
 #define WD_TAG_MAX 48
 #define WD_REPORT_CAP (64 * 1024)
+#define WD_DUMP_WAIT_S 30.0 /* the longest the exit waits for the stack dump */
+#define WD_DUMP_GRACE_S 2.0 /* then for the peers' dumps, beyond two periods */
 
 typedef enum { REC_ISSUED = 0, REC_WAITING, REC_DONE, REC_FAILED } rec_state;
 
@@ -61,6 +75,8 @@ struct wf_watchdog {
     wf_comm_timeout_fn on_timeout;
     void *on_timeout_ctx;
     double t0;
+    int dump_section;  /* the stack dumps' section (wf_stackdump_add_section), 0 if none */
+    double period;     /* the thread's wake-up period, s */
 
     /* Under mu. */
     int64_t step;
@@ -181,18 +197,54 @@ static void fire(wf_watchdog *w) {
         WF_ERROR("%.*s", len, line);
         line += len + (nl ? 1 : 0);
     }
+    /* Every thread's stack before the exit, with the report's first line
+     * as the reason (the dump's own section has the recorder). */
+    if (wf_stackdump_running()) {
+        const char *nl = strchr(w->report, '\n');
+        size_t len = nl ? (size_t)(nl - w->report) : strlen(w->report);
+        char reason[1024];
+        snprintf(reason, sizeof reason, "%.*s", (int)(len < sizeof reason - 1 ? len : sizeof reason - 1),
+                 w->report);
+        if (wf_stackdump_request(reason, WD_DUMP_WAIT_S, NULL, 0) != WF_OK)
+            WF_WARN("collective watchdog: %s", wf_error_msg());
+        double grace = 2 * w->period + WD_DUMP_GRACE_S;
+        WF_INFO("collective watchdog: exiting in %.1f s, when the other ranks' watchdogs have written their dumps too",
+                grace);
+        struct timespec ts = {(time_t)grace, (long)((grace - (double)(time_t)grace) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
     fflush(stdout);
     _exit(w->exit_code);
 }
 
+/* The stack dumps' section: the step, the collective the rank is blocked
+ * in, the flight recorder. On the dumper's thread. */
+static void dump_section(void *ctx, wf_buf *out) {
+    wf_watchdog *w = ctx;
+    char *ring = malloc(WD_REPORT_CAP);
+    double now = wf_time_now();
+    pthread_mutex_lock(&w->mu);
+    wf_buf_printf(out, "step: %lld (counted from 0, as in the recorder; set when a step starts)\n", (long long)w->step);
+    if (w->blocked_seq) {
+        const rec_entry *b = &w->blocked;
+        char bytes[32];
+        fmt_bytes(bytes, sizeof bytes, b->bytes);
+        wf_buf_printf(out, "in collective: #%llu %s \"%s\" (%s) at step %lld, blocked for %.3f s\n",
+                      (unsigned long long)b->seq, b->kind, b->tag, bytes, (long long)w->blocked_step,
+                      now - w->blocked_since);
+    } else {
+        wf_buf_printf(out, "in collective: none (collectives completed: %llu)\n", (unsigned long long)w->completed);
+    }
+    if (ring) dump_locked(w, ring, WD_REPORT_CAP, now);
+    pthread_mutex_unlock(&w->mu);
+    if (ring) wf_buf_puts(out, ring);
+    free(ring);
+}
+
 static void *watchdog_main(void *arg) {
     wf_watchdog *w = arg;
-    double shortest = 0;
-    if (w->timeout_first > 0) shortest = w->timeout_first;
-    if (w->timeout > 0 && (shortest <= 0 || w->timeout < shortest)) shortest = w->timeout;
-    double period = shortest / 10;
-    if (period > 1.0) period = 1.0;
-    if (period < 0.01) period = 0.01;
+    double period = w->period;
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
         double now = wf_time_now();
@@ -243,6 +295,12 @@ wf_status wf__dist_watchdog_create(wf_watchdog **out, const wf_comm_options *o, 
     w->ring_size = o->recorder_size;
     w->timeout_first = o->timeout_first_s;
     w->timeout = o->timeout_s;
+    double shortest = 0;
+    if (w->timeout_first > 0) shortest = w->timeout_first;
+    if (w->timeout > 0 && (shortest <= 0 || w->timeout < shortest)) shortest = w->timeout;
+    w->period = shortest / 10;
+    if (w->period > 1.0) w->period = 1.0;
+    if (w->period < 0.01) w->period = 0.01;
     w->first_steps = o->first_steps;
     w->exit_code = o->timeout_exit_code;
     w->on_timeout = o->on_timeout;
@@ -262,14 +320,17 @@ wf_status wf__dist_watchdog_create(wf_watchdog **out, const wf_comm_options *o, 
             wf__dist_watchdog_destroy(w);
             return wf_error(WF_ERR_INTERNAL, "dist: cannot start the watchdog thread");
         }
+        pthread_setname_np(w->thread, "weft-watchdog");
         w->has_thread = 1;
     }
+    w->dump_section = wf_stackdump_add_section("collective", dump_section, w);
     *out = w;
     return WF_OK;
 }
 
 void wf__dist_watchdog_destroy(wf_watchdog *w) {
     if (!w) return;
+    wf_stackdump_remove_section(w->dump_section); /* waits for a dump that reads it */
     if (w->has_thread) {
         pthread_mutex_lock(&w->mu);
         w->stop = 1;

@@ -128,6 +128,7 @@ typedef struct {
     int sig;                   /* SIGTERM or SIGUSR1 arrived: save and stop, requeue */
     int stop_at;               /* ckpt.stop_at reached: save and stop, requeue */
     int mem_trip;              /* the memory watchdog tripped: save and stop, requeue */
+    int dump_file;             /* RUN_DIR/DUMP: every rank writes its threads' stacks, training goes on */
     char mem_msg[512];         /* why it tripped */
 } run_control;
 
@@ -142,6 +143,7 @@ enum {
     WF__TRAIN_AGREE_MEMORY = 1u << 8,
     WF__TRAIN_AGREE_USR1 = 1u << 9,
     WF__TRAIN_AGREE_TRACE = 1u << 10,    /* rank 0 claimed a `weft trace request` */
+    WF__TRAIN_AGREE_DUMP = 1u << 11,     /* RUN_DIR/DUMP: every rank dumps its stacks */
 };
 
 /* train_setup.c */
@@ -167,12 +169,17 @@ wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o);
 wf_status wf__train_evaluate(trainer *t, double *loss);
 
 /* train_control.c */
-void wf__train_signals_install(void);
+/* Catches SIGTERM and SIGUSR1 (and ignores SIGXFSZ) while the run lasts,
+ * and starts the stack dumper (weft/stackdump.h) into RUN_DIR/hang/ for
+ * SIGQUIT, the DUMP file and train.hang_dump_s; restore undoes both. */
+void wf__train_signals_install(const wf_train_config *tc, int rank, int world);
 void wf__train_signals_restore(void);
-/* Looks at the SAVE and STOP files, the signals, ckpt.stop_at and the
- * memory watchdog after step `done` (nothing after a step that is rolled
- * back), and with several ranks makes every rank decide the same (and
- * takes part in a trace request and an asynchronous save's commit). */
+/* Looks at the SAVE, STOP and DUMP files, the signals, ckpt.stop_at and
+ * the memory watchdog after step `done` (nothing after a step that is
+ * rolled back), and with several ranks makes every rank decide the same
+ * (and takes part in a trace request and an asynchronous save's commit).
+ * Tells the stack dumper that a step completed, and takes the DUMP
+ * file's dump on every rank. */
 wf_status wf__train_control(trainer *t, int64_t done, int roll, run_control *rc);
 /* Whether run control stops the run after step `done`. */
 int wf__train_stopping(const trainer *t, const run_control *rc, int64_t done);

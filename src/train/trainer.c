@@ -212,7 +212,7 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_comm *comm, wf_train_re
             return WF_OK;
         }
     }
-    wf__train_signals_install();
+    wf__train_signals_install(tc, wf_comm_rank(comm), wf_comm_size(comm));
     trainer t;
     memset(&t, 0, sizeof t);
     int64_t start = 0;
