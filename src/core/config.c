@@ -1039,12 +1039,10 @@ void wf_opts_print_help(const wf_cmd_spec *spec, FILE *out) {
         if (o->flag) snprintf(names, sizeof names, "--%s, --%s", o->flag, o->key);
         else snprintf(names, sizeof names, "--%s", o->key);
         fprintf(out, "  %s <%s>\n      %s", names, opt_type_name(o->type), o->help);
-        if (strchr(o->key, '<')) { /* a key with a named segment has no default */
-            if (o->min <= o->max) fprintf(out, " (range %.10g..%.10g)", o->min, o->max);
-            fprintf(out, "\n");
-            continue;
-        }
-        fprintf(out, " (default: %s", o->def ? (o->def[0] ? o->def : "\"\"") : "none");
+        /* A key with a named segment has no default of its own: unset
+         * until given for a name. */
+        if (strchr(o->key, '<')) fprintf(out, " (default: unset");
+        else fprintf(out, " (default: %s", o->def ? (o->def[0] ? o->def : "\"\"") : "none");
         if (o->min <= o->max) fprintf(out, "; range %.10g..%.10g", o->min, o->max);
         fprintf(out, ")\n");
     }

@@ -37,9 +37,10 @@
  * purpose, as Gopher's list leaves out "a": they also turn up in
  * initials, list markers and scrambled text. tests/py/test_prep_langs.py
  * checks them against the word counts of Debian's translated manual pages
- * (data/multilingual): each list covers a large share of its own language's
- * words there and a much smaller share of the other languages'. Lists are
- * lower case and NFC; words are matched in lower case.
+ * (data/multilingual; de fr es pl ru): every word is among the 300
+ * commonest of its language's pages, and each list covers more of them (5
+ * to 26% of the words) than any other list does. Lists are lower case and
+ * NFC; words are matched in lower case.
  */
 #include <stdlib.h>
 #include <string.h>
