@@ -753,7 +753,7 @@ const wf_opt_value *wf_opts_named_get(const wf_cmd_spec *spec, const void *dst, 
                                       const char *name) {
     const wf_opt *o = opt_find_key(spec, key, strlen(key));
     if (!o || !strchr(key, '<')) return NULL;
-    const wf_opt_named_list *l = (const wf_opt_named_list *)((const char *)dst + o->offset);
+    const wf_opt_named_list *l = (const void *)((const char *)dst + o->offset);
     for (size_t i = 0; i < l->n; i++)
         if (l->items[i].opt == o && strcmp(l->items[i].name, name) == 0) return &l->items[i].v;
     return NULL;
