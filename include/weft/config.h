@@ -12,6 +12,16 @@
  * Unknown keys, wrong types and out-of-range values are errors that name the
  * file and line (or the command-line argument) and the key.
  *
+ * Keys with a named segment. One segment of an option's key may be a name
+ * in angle brackets, "quality.<lang>.min_words": it stands for any bare key
+ * ([A-Za-z0-9_-]+), so `[quality.de] min_words = 20` and
+ * `--quality.fr.min_words=30` are values of that option for "de" and "fr".
+ * Such an option has no default; its offset is that of a wf_opt_named_list
+ * in the destination struct, which receives each value given, with its
+ * name and option, for the command to apply as it sees fit (several such
+ * options may share one list). Types and ranges are checked as for any
+ * option.
+ *
  * Supported TOML: comments, [table] and [a.b] headers, bare/quoted/dotted
  * keys, basic and literal strings (single and multi-line), integers (with _
  * and 0x/0o/0b), floats (with exponent, inf, nan), booleans, arrays (nested,
@@ -50,6 +60,30 @@ typedef struct {
     const char *help;
 } wf_opt;
 
+/* A value of an option with a named segment. */
+typedef union {
+    int64_t i;  /* WF_OPT_INT */
+    double f;   /* WF_OPT_FLOAT */
+    int b;      /* WF_OPT_BOOL */
+    char *s;    /* WF_OPT_STR (owned) */
+    wf_strs l;  /* WF_OPT_STRS (owned) */
+} wf_opt_value;
+
+typedef struct {
+    const wf_opt *opt; /* the option (of the spec's table) it is a value of */
+    char *name;        /* what stood for the named segment ("de"), owned */
+    wf_opt_value v;    /* of opt->type */
+} wf_opt_named;
+
+/* The values given for options with a named segment (those whose offset is
+ * this list's), sorted by name and then by the options' order in the
+ * table; a value given again replaces the earlier one. Freed by
+ * wf_opts_free. */
+typedef struct {
+    wf_opt_named *items;
+    size_t n, cap;
+} wf_opt_named_list;
+
 typedef struct {
     const char *name;            /* "tokenizer train" */
     const char *usage;           /* "weft tokenizer train [options] INPUT..." */
@@ -85,7 +119,12 @@ int wf_opts_given(const wf_cmd_spec *spec, const void *dst, const char *key);
  * positional arguments needed); free with wf_opts_free. */
 wf_status wf_opts_defaults(const wf_cmd_spec *spec, void *dst);
 
-/* Frees the strings wf_opts_parse stored in `dst`. */
+/* The value given for option `key` (written with its named segment,
+ * "quality.<lang>.min_words") and `name`, or NULL. */
+const wf_opt_value *wf_opts_named_get(const wf_cmd_spec *spec, const void *dst, const char *key,
+                                      const char *name);
+
+/* Frees the strings wf_opts_parse stored in `dst` (and the named values). */
 void wf_opts_free(const wf_cmd_spec *spec, void *dst);
 /* Frees the array (not the strings, which belong to argv). */
 void wf_opts_free_positional(wf_strs *positional);
@@ -93,7 +132,8 @@ void wf_opts_free_positional(wf_strs *positional);
 /* Prints usage, summary and every option with its type, default and help. */
 void wf_opts_print_help(const wf_cmd_spec *spec, FILE *out);
 
-/* Writes the effective configuration as TOML (for run records). */
+/* Writes the effective configuration as TOML (for run records): every
+ * option, then every named value (`quality.de.min_words = 20`). */
 void wf_opts_write_toml(const wf_cmd_spec *spec, const void *dst, FILE *out);
 
 void wf_strs_free(wf_strs *s);

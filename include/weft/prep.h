@@ -10,7 +10,8 @@
  *   dedup ...... exact paragraph dedup across all inputs (CCNet): hashes of
  *                normalized paragraphs, the first occurrence wins
  *   langid ..... CLD2, per-language outputs, a confidence threshold
- *   quality .... Gopher and C4 rules (words, symbols, repetition, lines)
+ *   quality .... Gopher and C4 rules (words, symbols, repetition, lines),
+ *                with a rule set per language (stop words, thresholds)
  *   minhash .... near-duplicate documents by MinHash + LSH, first one kept
  *   perplexity . optional: per-token loss under a weft model, head/middle/tail
  *   output ..... JSONL.zst shards per language (and bucket) + a stats report
@@ -30,6 +31,28 @@
 #include "weft/buf.h"
 #include "weft/config.h"
 #include "weft/status.h"
+
+/* The settings of the quality rules. [quality] gives them for every
+ * language; a language's rule set changes some: the built-in ones (stop
+ * words; the rules that count words off for languages written without
+ * spaces) and then the user's [quality.<lang>] table (docs/prep.md). */
+typedef struct {
+    int word_rules;          /* apply the rules that count words (C4's words per line, Gopher's words,
+                                word length, '#' and '...' per word, alphabetic words, stop words,
+                                n-grams); off: they pass unchecked. Set per rule set (in
+                                wf_prep_config.rules: unused) */
+    int64_t min_words, max_words;
+    double min_mean_word_len, max_mean_word_len;
+    double max_symbol_word_ratio, max_bullet_lines, max_ellipsis_lines, min_alpha_words;
+    int64_t min_stop_words;
+    wf_strs stop_words;      /* lower case; empty: the stop-word rule is off */
+    double max_digit_ratio;
+    double max_dup_line_frac, max_dup_para_frac, max_dup_line_char_frac, max_dup_para_char_frac;
+    double max_top_ngram[3];  /* n = 2, 3, 4 */
+    double max_dup_ngram[6];  /* n = 5 .. 10 */
+    int c4_terminal_punct, c4_javascript, c4_lorem_ipsum, c4_curly_bracket;
+    int64_t c4_min_words_per_line, c4_min_sentences;
+} wf_prep_rules;
 
 /* Every key of a prep config (TOML sections [input], [normalize], ...):
  * wf_prep_spec() is the table with defaults, ranges and help. */
@@ -64,17 +87,9 @@ typedef struct {
     /* [quality] */
     int quality;
     wf_strs quality_languages; /* languages the rules apply to; empty: all */
-    int64_t min_words, max_words;
-    double min_mean_word_len, max_mean_word_len;
-    double max_symbol_word_ratio, max_bullet_lines, max_ellipsis_lines, min_alpha_words;
-    int64_t min_stop_words;
-    wf_strs stop_words;
-    double max_digit_ratio;
-    double max_dup_line_frac, max_dup_para_frac, max_dup_line_char_frac, max_dup_para_char_frac;
-    double max_top_ngram[3];  /* n = 2, 3, 4 */
-    double max_dup_ngram[6];  /* n = 5 .. 10 */
-    int c4_terminal_punct, c4_javascript, c4_lorem_ipsum, c4_curly_bracket;
-    int64_t c4_min_words_per_line, c4_min_sentences;
+    wf_prep_rules rules;     /* [quality]: every rule set's base (but word_rules and stop_words, which
+                                are set per language only) */
+    wf_opt_named_list quality_langs; /* [quality.<lang>]: the values given per language */
     /* [minhash] */
     int minhash;
     int64_t mh_ngram, mh_bands, mh_rows, mh_seed, mh_max_mb;
@@ -97,7 +112,8 @@ wf_status wf_prep_config_default(wf_prep_config *c);
 void wf_prep_config_free(wf_prep_config *c);
 
 /* Checks the values the table's ranges cannot (names of modes, bands and
- * rows, thresholds in order). WF_ERR_CONFIG naming the key. */
+ * rows, thresholds in order, the languages of [quality.<lang>] tables, in
+ * each rule set too). WF_ERR_CONFIG naming the key. */
 wf_status wf_prep_config_validate(const wf_prep_config *c);
 
 /* Runs the pipeline over the input files (in this order) into c->output.

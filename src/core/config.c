@@ -583,10 +583,12 @@ static wf_status opt_assign(const wf_opt *o, void *dst, const tvalue *v, const c
 }
 
 /* Interprets command-line text for option o: TOML syntax first; strings may
- * be given bare; lists may be comma-separated. */
-static wf_status opt_assign_text(const wf_opt *o, void *dst, const char *text, const char *where) {
+ * be given bare; lists may be comma-separated. *v is freed by the caller,
+ * also on failure. */
+static wf_status opt_text_value(const wf_opt *o, const char *text, const char *where, tvalue *out) {
     tvalue v;
     memset(&v, 0, sizeof v);
+    memset(out, 0, sizeof *out);
     wf_status st = WF_ERR_CONFIG;
     int parsed_whole = 0;
     if (o->type != WF_OPT_STR && o->type != WF_OPT_STRS) {
@@ -633,10 +635,104 @@ static wf_status opt_assign_text(const wf_opt *o, void *dst, const char *text, c
             }
         }
     }
-    st = opt_assign(o, dst, &v, where);
+    *out = v;
+    return WF_OK;
+}
+
+static wf_status opt_assign_text(const wf_opt *o, void *dst, const char *text, const char *where) {
+    tvalue v;
+    wf_status st = opt_text_value(o, text, where, &v);
+    if (st == WF_OK) st = opt_assign(o, dst, &v, where);
     tv_free(&v);
     return st;
 }
+
+/* ---- options with a named segment ("quality.<lang>.min_words") ---- */
+
+/* The named segment of o's key: [*lt, *gt] are the '<' and '>'. */
+static int named_segment(const wf_opt *o, const char **lt, const char **gt) {
+    *lt = strchr(o->key, '<');
+    *gt = *lt ? strchr(*lt, '>') : NULL;
+    return *gt != NULL;
+}
+
+/* Whether key[0, len) is o's key with a bare name for its named segment;
+ * the name is key[*name_off, *name_off + *name_len). */
+static int named_match(const wf_opt *o, const char *key, size_t len, size_t *name_off, size_t *name_len) {
+    const char *lt, *gt;
+    if (!named_segment(o, &lt, &gt)) return 0;
+    size_t pre = (size_t)(lt - o->key), suf = strlen(gt + 1);
+    if (len <= pre + suf || strncmp(key, o->key, pre) != 0 || memcmp(key + len - suf, gt + 1, suf) != 0) return 0;
+    for (size_t i = pre; i < len - suf; i++)
+        if (!is_bare_key_char(key[i])) return 0;
+    *name_off = pre;
+    *name_len = len - pre - suf;
+    return 1;
+}
+
+static const wf_opt *opt_find_named(const wf_cmd_spec *spec, const char *key, size_t len, size_t *name_off,
+                                    size_t *name_len) {
+    for (size_t i = 0; i < spec->n_opts; i++)
+        if (named_match(&spec->opts[i], key, len, name_off, name_len)) return &spec->opts[i];
+    return NULL;
+}
+
+/* o's key with `name` for its named segment, into buf. */
+static void named_key(const wf_opt *o, const char *name, size_t name_len, char *buf, size_t cap) {
+    const char *lt, *gt;
+    named_segment(o, &lt, &gt);
+    snprintf(buf, cap, "%.*s%.*s%s", (int)(lt - o->key), o->key, (int)name_len, name, gt + 1);
+}
+
+static void named_value_free(wf_opt_type t, wf_opt_value *v) {
+    if (t == WF_OPT_STR) free(v->s);
+    else if (t == WF_OPT_STRS) wf_strs_free(&v->l);
+    memset(v, 0, sizeof *v);
+}
+
+static int name_cmp(const char *a, const char *b, size_t b_len) {
+    size_t a_len = strlen(a);
+    int c = memcmp(a, b, a_len < b_len ? a_len : b_len);
+    return c ? c : (a_len > b_len) - (a_len < b_len);
+}
+
+/* Stores v as the value of option o for `name` (replacing an earlier one). */
+static wf_status named_assign(const wf_cmd_spec *spec, void *dst, const wf_opt *o, const char *name,
+                              size_t name_len, const tvalue *v, const char *where) {
+    (void)spec;
+    wf_opt_named_list *l = (wf_opt_named_list *)opt_field(o, dst);
+    char key[512];
+    named_key(o, name, name_len, key, sizeof key);
+    wf_opt t = *o; /* checked and messages as for a plain option of this key */
+    t.key = key;
+    t.offset = 0;
+    wf_opt_value val;
+    memset(&val, 0, sizeof val);
+    WF_TRY(opt_assign(&t, &val, v, where));
+    size_t i = 0;
+    while (i < l->n) {
+        int c = name_cmp(l->items[i].name, name, name_len);
+        if (c > 0 || (c == 0 && l->items[i].opt >= o)) break;
+        i++;
+    }
+    if (i < l->n && l->items[i].opt == o && name_cmp(l->items[i].name, name, name_len) == 0) {
+        named_value_free(o->type, &l->items[i].v);
+        l->items[i].v = val;
+        return WF_OK;
+    }
+    char *nm = strndup(name, name_len);
+    wf_status st = nm ? WF_GROW(l->items, l->cap, l->n + 1, 8) : wf_error(WF_ERR_NOMEM, "out of memory");
+    if (st != WF_OK) {
+        free(nm);
+        named_value_free(o->type, &val);
+        return st;
+    }
+    memmove(&l->items[i + 1], &l->items[i], (l->n - i) * sizeof *l->items);
+    l->items[i] = (wf_opt_named){o, nm, val};
+    l->n++;
+    return WF_OK;
+}
+
 
 static const wf_opt *opt_find_key(const wf_cmd_spec *spec, const char *key, size_t keylen) {
     for (size_t i = 0; i < spec->n_opts; i++)
@@ -651,6 +747,16 @@ static const wf_opt *opt_find_flag(const wf_cmd_spec *spec, const char *flag, si
         if (f && strlen(f) == len && strncmp(f, flag, len) == 0) return &spec->opts[i];
     }
     return opt_find_key(spec, flag, len);
+}
+
+const wf_opt_value *wf_opts_named_get(const wf_cmd_spec *spec, const void *dst, const char *key,
+                                      const char *name) {
+    const wf_opt *o = opt_find_key(spec, key, strlen(key));
+    if (!o || !strchr(key, '<')) return NULL;
+    const wf_opt_named_list *l = (const void *)((const char *)dst + o->offset);
+    for (size_t i = 0; i < l->n; i++)
+        if (l->items[i].opt == o && strcmp(l->items[i].name, name) == 0) return &l->items[i].v;
+    return NULL;
 }
 
 /* Edit distance, for "did you mean" hints on unknown keys. */
@@ -672,12 +778,38 @@ static size_t edit_distance(const char *a, const char *b) {
 
 static wf_status unknown_key(const wf_cmd_spec *spec, const char *where, const char *key) {
     const char *best = NULL;
+    char best_buf[512];
     size_t bd = 4;
     for (size_t i = 0; i < spec->n_opts; i++) {
-        size_t d = edit_distance(key, spec->opts[i].key);
+        const wf_opt *o = &spec->opts[i];
+        size_t d = edit_distance(key, o->key);
         if (d < bd) {
             bd = d;
-            best = spec->opts[i].key;
+            best = o->key;
+        }
+        const char *lt, *gt;
+        if (!named_segment(o, &lt, &gt)) continue;
+        /* "quality.min_wrds" for "quality.<lang>.min_words": the key without
+         * its named segment; "quality.de.min_wrds": the key with that name. */
+        char cand[512];
+        size_t pre = (size_t)(lt - o->key);
+        if (gt[1] == '.') snprintf(cand, sizeof cand, "%.*s%s", (int)pre, o->key, gt + 2);
+        else snprintf(cand, sizeof cand, "%.*s", pre ? (int)pre - 1 : 0, o->key);
+        if ((d = edit_distance(key, cand)) < bd) {
+            bd = d;
+            best = o->key;
+        }
+        if (strncmp(key, o->key, pre) == 0) {
+            size_t n = 0;
+            while (is_bare_key_char(key[pre + n])) n++;
+            if (n) {
+                named_key(o, key + pre, n, cand, sizeof cand);
+                if ((d = edit_distance(key, cand)) < bd) {
+                    bd = d;
+                    snprintf(best_buf, sizeof best_buf, "%s", cand);
+                    best = best_buf;
+                }
+            }
         }
     }
     if (best)
@@ -714,9 +846,16 @@ static wf_status load_config_file(const wf_cmd_spec *spec, void *dst, const char
     for (size_t i = 0; i < es.n && st == WF_OK; i++) {
         char where[1100];
         snprintf(where, sizeof where, "%s:%d", path, es.e[i].line);
-        const wf_opt *o = opt_find_key(spec, es.e[i].key, strlen(es.e[i].key));
-        if (!o) st = unknown_key(spec, where, es.e[i].key);
-        else st = opt_assign(o, dst, &es.e[i].val, where);
+        const char *key = es.e[i].key;
+        size_t name_off, name_len;
+        const wf_opt *o = opt_find_key(spec, key, strlen(key));
+        if (o) {
+            st = opt_assign(o, dst, &es.e[i].val, where);
+        } else if ((o = opt_find_named(spec, key, strlen(key), &name_off, &name_len)) != NULL) {
+            st = named_assign(spec, dst, o, key + name_off, name_len, &es.e[i].val, where);
+        } else {
+            st = unknown_key(spec, where, key);
+        }
         if (st == WF_OK) mark_given(spec, dst, o);
     }
     entries_free(&es);
@@ -778,11 +917,22 @@ wf_status wf_opts_parse(const wf_cmd_spec *spec, void *dst, int argc, char **arg
         size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
         char where[300];
         snprintf(where, sizeof where, "command line '%s'", a);
+        /* The option: a short alias or a key, else a key with a named
+         * segment (name = name[name_off, name_off + name_len)). */
+        size_t name_off = 0, name_len = 0;
         const wf_opt *o = opt_find_flag(spec, name, nlen);
+        if (!o) o = opt_find_named(spec, name, nlen, &name_off, &name_len);
+        tvalue bv;
+        memset(&bv, 0, sizeof bv);
+        bv.kind = TV_BOOL;
         if (!o && !eq && strncmp(name, "no-", 3) == 0) {
             const wf_opt *neg = opt_find_flag(spec, name + 3, nlen - 3);
+            if (!neg && (neg = opt_find_named(spec, name + 3, nlen - 3, &name_off, &name_len)) != NULL)
+                name_off += 3;
             if (neg && neg->type == WF_OPT_BOOL) {
-                *(int *)opt_field(neg, dst) = 0;
+                bv.b = 0;
+                if (name_len) WF_TRY(named_assign(spec, dst, neg, name + name_off, name_len, &bv, where));
+                else *(int *)opt_field(neg, dst) = 0;
                 mark_given(spec, dst, neg);
                 continue;
             }
@@ -793,18 +943,44 @@ wf_status wf_opts_parse(const wf_cmd_spec *spec, void *dst, int argc, char **arg
             return unknown_key(spec, "command line", key);
         }
         if (eq) {
-            WF_TRY(opt_assign_text(o, dst, eq + 1, where));
+            if (name_len) {
+                char key[512];
+                named_key(o, name + name_off, name_len, key, sizeof key);
+                wf_opt t = *o;
+                t.key = key;
+                tvalue v;
+                wf_status st = opt_text_value(&t, eq + 1, where, &v);
+                if (st == WF_OK) st = named_assign(spec, dst, o, name + name_off, name_len, &v, where);
+                tv_free(&v);
+                WF_TRY(st);
+            } else {
+                WF_TRY(opt_assign_text(o, dst, eq + 1, where));
+            }
         } else if (o->type == WF_OPT_BOOL) {
             /* `--flag`, and `--flag true|false` as users also write it (a
              * following word that is neither stays a positional argument). */
-            int v = 1;
+            bv.b = 1;
             if (i + 1 < argc && (strcmp(argv[i + 1], "true") == 0 || strcmp(argv[i + 1], "false") == 0))
-                v = strcmp(argv[++i], "true") == 0;
-            *(int *)opt_field(o, dst) = v;
+                bv.b = strcmp(argv[++i], "true") == 0;
+            if (name_len) WF_TRY(named_assign(spec, dst, o, name + name_off, name_len, &bv, where));
+            else *(int *)opt_field(o, dst) = bv.b;
         } else {
             if (i + 1 >= argc)
                 return wf_error(WF_ERR_CONFIG, "%s: option needs a value (%s)", where, opt_type_name(o->type));
-            WF_TRY(opt_assign_text(o, dst, argv[++i], where));
+            i++;
+            if (name_len) {
+                char key[512];
+                named_key(o, name + name_off, name_len, key, sizeof key);
+                wf_opt t = *o;
+                t.key = key;
+                tvalue v;
+                wf_status st = opt_text_value(&t, argv[i], where, &v);
+                if (st == WF_OK) st = named_assign(spec, dst, o, name + name_off, name_len, &v, where);
+                tv_free(&v);
+                WF_TRY(st);
+            } else {
+                WF_TRY(opt_assign_text(o, dst, argv[i], where));
+            }
         }
         mark_given(spec, dst, o);
     }
@@ -831,7 +1007,15 @@ wf_status wf_opts_defaults(const wf_cmd_spec *spec, void *dst) {
 void wf_opts_free(const wf_cmd_spec *spec, void *dst) {
     for (size_t i = 0; i < spec->n_opts; i++) {
         const wf_opt *o = &spec->opts[i];
-        if (o->type == WF_OPT_STR) {
+        if (strchr(o->key, '<')) { /* its list (which other options may share: emptied once) */
+            wf_opt_named_list *l = opt_field(o, dst);
+            for (size_t k = 0; k < l->n; k++) {
+                named_value_free(l->items[k].opt->type, &l->items[k].v);
+                free(l->items[k].name);
+            }
+            free(l->items);
+            memset(l, 0, sizeof *l);
+        } else if (o->type == WF_OPT_STR) {
             free(*(char **)opt_field(o, dst));
             *(char **)opt_field(o, dst) = NULL;
         } else if (o->type == WF_OPT_STRS) {
@@ -855,7 +1039,10 @@ void wf_opts_print_help(const wf_cmd_spec *spec, FILE *out) {
         if (o->flag) snprintf(names, sizeof names, "--%s, --%s", o->flag, o->key);
         else snprintf(names, sizeof names, "--%s", o->key);
         fprintf(out, "  %s <%s>\n      %s", names, opt_type_name(o->type), o->help);
-        fprintf(out, " (default: %s", o->def ? (o->def[0] ? o->def : "\"\"") : "none");
+        /* A key with a named segment has no default of its own: unset
+         * until given for a name. */
+        if (strchr(o->key, '<')) fprintf(out, " (default: unset");
+        else fprintf(out, " (default: %s", o->def ? (o->def[0] ? o->def : "\"\"") : "none");
         if (o->min <= o->max) fprintf(out, "; range %.10g..%.10g", o->min, o->max);
         fprintf(out, ")\n");
     }
@@ -876,43 +1063,64 @@ static void toml_write_string(FILE *out, const char *s) {
     fputc('"', out);
 }
 
+static void toml_write_value(FILE *out, wf_opt_type type, const void *f) {
+    switch (type) {
+    case WF_OPT_INT: fprintf(out, "%lld", (long long)*(const int64_t *)f); break;
+    case WF_OPT_FLOAT: {
+        double d = *(const double *)f;
+        if (isnan(d)) fputs("nan", out);
+        else if (isinf(d)) fputs(d > 0 ? "inf" : "-inf", out);
+        else {
+            char buf[64];
+            snprintf(buf, sizeof buf, "%.17g", d);
+            fputs(buf, out);
+            if (!strpbrk(buf, ".eE")) fputs(".0", out);
+        }
+        break;
+    }
+    case WF_OPT_BOOL: fputs(*(const int *)f ? "true" : "false", out); break;
+    case WF_OPT_STR: {
+        const char *s = *(char *const *)f;
+        toml_write_string(out, s ? s : "");
+        break;
+    }
+    case WF_OPT_STRS: {
+        const wf_strs *l = f;
+        fputc('[', out);
+        for (size_t k = 0; k < l->n; k++) {
+            if (k) fputs(", ", out);
+            toml_write_string(out, l->items[k]);
+        }
+        fputc(']', out);
+        break;
+    }
+    }
+}
+
 void wf_opts_write_toml(const wf_cmd_spec *spec, const void *dst, FILE *out) {
     /* Dotted keys at top level are valid TOML and keep this order-free. */
     for (size_t i = 0; i < spec->n_opts; i++) {
         const wf_opt *o = &spec->opts[i];
-        const void *f = (const char *)dst + o->offset;
+        if (strchr(o->key, '<')) continue;
         fprintf(out, "%s = ", o->key);
-        switch (o->type) {
-        case WF_OPT_INT: fprintf(out, "%lld", (long long)*(const int64_t *)f); break;
-        case WF_OPT_FLOAT: {
-            double d = *(const double *)f;
-            if (isnan(d)) fputs("nan", out);
-            else if (isinf(d)) fputs(d > 0 ? "inf" : "-inf", out);
-            else {
-                char buf[64];
-                snprintf(buf, sizeof buf, "%.17g", d);
-                fputs(buf, out);
-                if (!strpbrk(buf, ".eE")) fputs(".0", out);
-            }
-            break;
-        }
-        case WF_OPT_BOOL: fputs(*(const int *)f ? "true" : "false", out); break;
-        case WF_OPT_STR: {
-            const char *s = *(char *const *)f;
-            toml_write_string(out, s ? s : "");
-            break;
-        }
-        case WF_OPT_STRS: {
-            const wf_strs *l = f;
-            fputc('[', out);
-            for (size_t k = 0; k < l->n; k++) {
-                if (k) fputs(", ", out);
-                toml_write_string(out, l->items[k]);
-            }
-            fputc(']', out);
-            break;
-        }
-        }
+        toml_write_value(out, o->type, (const char *)dst + o->offset);
         fputc('\n', out);
+    }
+    /* Then each named list, once (the first option that uses it writes it). */
+    for (size_t i = 0; i < spec->n_opts; i++) {
+        const wf_opt *o = &spec->opts[i];
+        if (!strchr(o->key, '<')) continue;
+        int first = 1;
+        for (size_t j = 0; j < i && first; j++)
+            first = !(strchr(spec->opts[j].key, '<') && spec->opts[j].offset == o->offset);
+        if (!first) continue;
+        const wf_opt_named_list *l = (const void *)((const char *)dst + o->offset);
+        for (size_t k = 0; k < l->n; k++) {
+            char key[512];
+            named_key(l->items[k].opt, l->items[k].name, strlen(l->items[k].name), key, sizeof key);
+            fprintf(out, "%s = ", key);
+            toml_write_value(out, l->items[k].opt->type, &l->items[k].v);
+            fputc('\n', out);
+        }
     }
 }

@@ -55,3 +55,16 @@ void wf_langid_detect(const char *text, size_t len, char code[16], double *confi
     *confidence = strcmp(code, "un") == 0 ? 0.0 : pct / 100.0;
     *reliable = rel;
 }
+
+/* CLD2::Language runs from 0 to NUM_LANGUAGES - 1 (614 in libcld2 0.0.0; a
+ * larger bound is harmless: CLD2 maps values out of range to unknown). */
+#define LANGID_MAX_ENUM 1024
+
+int wf__prep_langid_known(const char *code) {
+    if (strcmp(code, "un") == 0) return 0;
+    for (int i = 0; i < LANGID_MAX_ENUM; i++) {
+        const char *c = _ZN4CLD212LanguageCodeENS_8LanguageE(i);
+        if (c && strcmp(c, code) == 0) return 1;
+    }
+    return 0;
+}

@@ -58,6 +58,7 @@ typedef struct {
     uint64_t at[ST_COUNT];         /* bytes entering each stage */
     double t[ST_COUNT];            /* seconds in each stage */
     int repaired, q_skipped, mh_no_words;
+    int rule_set;                  /* the rule set that judged it (index in prep_run.rules), -1: none */
     uint64_t lines_removed;
     /* dedup units: text[off, off + len) */
     size_t *unit_off, *unit_len;
@@ -89,6 +90,7 @@ typedef struct {
     prep_stats st;
     prep_progress_state ps;
     prep_ppl *ppl;
+    prep_rule_sets rules;          /* the quality rule sets */
     pdoc *docs;
     size_t n_docs, docs_cap;
     atomic_size_t next;
@@ -310,11 +312,14 @@ static wf_status phase_filter(prep_run *r, pdoc *d) {
     d->at[ST_QUALITY] = d->text.len;
     d->lines_removed = 0;
     d->q_skipped = 0;
+    d->rule_set = -1;
     if (c->quality) {
         if (c->quality_languages.n && !in_list(&c->quality_languages, d->lang)) {
             d->q_skipped = 1;
         } else {
-            int rc = wf__prep_quality(c, &d->text, &d->lines_removed);
+            const prep_rule_set *rs = wf__prep_rules_find(&r->rules, d->lang);
+            d->rule_set = (int)(rs - r->rules.v);
+            int rc = wf__prep_quality(&rs->r, &d->text, &d->lines_removed);
             double t2 = wf_time_now();
             d->t[ST_QUALITY] += t2 - t1;
             t1 = t2;
@@ -478,10 +483,19 @@ static wf_status output_serial(prep_run *r) {
 }
 
 /* Adds the batch's documents to the counters. */
-static void account(prep_run *r) {
+static wf_status account(prep_run *r) {
     prep_stats *s = &r->st;
     for (size_t i = 0; i < r->n_docs; i++) {
         pdoc *d = &r->docs[i];
+        if (r->c->quality && d->last >= ST_QUALITY) {
+            /* The quality stage per language: which rule set, and how it went. */
+            const char *set = d->rule_set >= 0 ? r->rules.v[d->rule_set].name : "none";
+            prep_quality_lang *q = wf__prep_stats_qlang(s, d->lang, set);
+            if (!q) return wf_error(WF_ERR_NOMEM, "out of memory");
+            q->docs_in++;
+            if (d->last == ST_QUALITY && d->drop != R_NONE) q->drop[d->drop]++;
+            else q->docs_out++;
+        }
         for (int st = 0; st <= d->last && st < ST_COUNT; st++) {
             s->docs_in[st]++;
             s->bytes_in[st] += d->at[st];
@@ -504,6 +518,7 @@ static void account(prep_run *r) {
         s->extra[E_Q_SKIPPED] += (uint64_t)d->q_skipped;
         s->extra[E_MH_NO_WORDS] += (uint64_t)d->mh_no_words;
     }
+    return WF_OK;
 }
 
 static void pdoc_reset(pdoc *d) {
@@ -631,8 +646,7 @@ static wf_status process_batch(prep_run *r) {
     if (r->c->minhash) WF_TRY(minhash_serial(r));
     WF_TRY(perplexity_serial(r));
     WF_TRY(output_serial(r));
-    account(r);
-    return WF_OK;
+    return account(r);
 }
 
 /* The fingerprint of a run: the config (less what does not change the
@@ -691,6 +705,7 @@ static void run_free(prep_run *r) {
     wf__prep_output_close(&r->out);
     wf__prep_stats_free(&r->st);
     wf__prep_ppl_close(r->ppl);
+    wf__prep_rules_free(&r->rules);
     wf_buf_free(&r->line);
     wf_dirlock_release(r->lock);
 }
@@ -737,6 +752,7 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
         else if (!S_ISREG(stt.st_mode)) s = wf_error(WF_ERR_INVALID, "input %s is not a regular file", inputs[i]);
         else r.sizes[i] = (uint64_t)stt.st_size, total_bytes += (uint64_t)stt.st_size;
     }
+    if (s == WF_OK) s = wf__prep_rules_build(c, &r.rules);
     if (s == WF_OK) s = wf_mkdirs(c->output);
     /* One prep job per output directory: before anything there is read. */
     wf_dirlock_opts lo = {.command = "weft prep", .what = "output directory",

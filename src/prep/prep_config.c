@@ -66,62 +66,26 @@ static const wf_opt prep_opts[] = {
     {"quality.enabled", NULL, WF_OPT_BOOL, O(quality), "true", WF_NO_RANGE,
      "Gopher and C4 quality rules"},
     {"quality.languages", NULL, WF_OPT_STRS, O(quality_languages), "", WF_NO_RANGE,
-     "languages the rules apply to (others pass unchecked); empty: all. The word rules assume "
-     "space-separated words"},
-    {"quality.min_words", NULL, WF_OPT_INT, O(min_words), "50", 0, 1e12,
-     "Gopher: fewest words (that are not only punctuation)"},
-    {"quality.max_words", NULL, WF_OPT_INT, O(max_words), "100000", 0, 1e12, "Gopher: most words"},
-    {"quality.min_mean_word_len", NULL, WF_OPT_FLOAT, O(min_mean_word_len), "3", 0, 1e6,
-     "Gopher: shortest mean word length (characters)"},
-    {"quality.max_mean_word_len", NULL, WF_OPT_FLOAT, O(max_mean_word_len), "10", 0, 1e6,
-     "Gopher: longest mean word length"},
-    {"quality.max_symbol_word_ratio", NULL, WF_OPT_FLOAT, O(max_symbol_word_ratio), "0.1", 0, 1e6,
-     "Gopher: most '#' and '...' per word (each counted separately)"},
-    {"quality.max_bullet_lines", NULL, WF_OPT_FLOAT, O(max_bullet_lines), "0.9", 0, 1,
-     "Gopher: largest fraction of lines starting with a bullet"},
-    {"quality.max_ellipsis_lines", NULL, WF_OPT_FLOAT, O(max_ellipsis_lines), "0.3", 0, 1,
-     "Gopher: largest fraction of lines ending with an ellipsis"},
-    {"quality.min_alpha_words", NULL, WF_OPT_FLOAT, O(min_alpha_words), "0.8", 0, 1,
-     "Gopher: smallest fraction of words with a letter"},
-    {"quality.min_stop_words", NULL, WF_OPT_INT, O(min_stop_words), "2", 0, 1e9,
-     "Gopher: fewest stop words (from quality.stop_words, lower-cased match)"},
-    {"quality.stop_words", NULL, WF_OPT_STRS, O(stop_words), "the,be,to,of,and,that,have,with",
-     WF_NO_RANGE, "Gopher's stop words (English); empty turns the rule off"},
-    {"quality.max_digit_ratio", NULL, WF_OPT_FLOAT, O(max_digit_ratio), "0.25", 0, 1,
-     "largest fraction of non-space characters that are digits"},
-    {"quality.max_dup_line_frac", NULL, WF_OPT_FLOAT, O(max_dup_line_frac), "0.3", 0, 1,
-     "Gopher: largest fraction of lines that repeat an earlier line"},
-    {"quality.max_dup_para_frac", NULL, WF_OPT_FLOAT, O(max_dup_para_frac), "0.3", 0, 1,
-     "Gopher: largest fraction of paragraphs that repeat an earlier one"},
-    {"quality.max_dup_line_char_frac", NULL, WF_OPT_FLOAT, O(max_dup_line_char_frac), "0.2", 0, 1,
-     "Gopher: largest fraction of characters in repeated lines"},
-    {"quality.max_dup_para_char_frac", NULL, WF_OPT_FLOAT, O(max_dup_para_char_frac), "0.2", 0, 1,
-     "Gopher: largest fraction of characters in repeated paragraphs"},
-    {"quality.max_top_2gram", NULL, WF_OPT_FLOAT, O(max_top_ngram[0]), "0.2", 0, 1,
-     "Gopher: largest fraction of word characters in the most frequent word 2-gram"},
-    {"quality.max_top_3gram", NULL, WF_OPT_FLOAT, O(max_top_ngram[1]), "0.18", 0, 1,
-     "Gopher: the same for 3-grams"},
-    {"quality.max_top_4gram", NULL, WF_OPT_FLOAT, O(max_top_ngram[2]), "0.16", 0, 1,
-     "Gopher: the same for 4-grams"},
-    {"quality.max_dup_5gram", NULL, WF_OPT_FLOAT, O(max_dup_ngram[0]), "0.15", 0, 1,
-     "Gopher: largest fraction of word characters in repeated word 5-grams"},
-    {"quality.max_dup_6gram", NULL, WF_OPT_FLOAT, O(max_dup_ngram[1]), "0.14", 0, 1, "Gopher: 6-grams"},
-    {"quality.max_dup_7gram", NULL, WF_OPT_FLOAT, O(max_dup_ngram[2]), "0.13", 0, 1, "Gopher: 7-grams"},
-    {"quality.max_dup_8gram", NULL, WF_OPT_FLOAT, O(max_dup_ngram[3]), "0.12", 0, 1, "Gopher: 8-grams"},
-    {"quality.max_dup_9gram", NULL, WF_OPT_FLOAT, O(max_dup_ngram[4]), "0.11", 0, 1, "Gopher: 9-grams"},
-    {"quality.max_dup_10gram", NULL, WF_OPT_FLOAT, O(max_dup_ngram[5]), "0.10", 0, 1, "Gopher: 10-grams"},
-    {"quality.c4_terminal_punct", NULL, WF_OPT_BOOL, O(c4_terminal_punct), "true", WF_NO_RANGE,
-     "C4: remove lines that do not end in . ! ? \" ' or an ellipsis"},
-    {"quality.c4_min_words_per_line", NULL, WF_OPT_INT, O(c4_min_words_per_line), "3", 0, 1e9,
-     "C4: remove lines with fewer words (0: off)"},
-    {"quality.c4_javascript", NULL, WF_OPT_BOOL, O(c4_javascript), "true", WF_NO_RANGE,
-     "C4: remove lines that mention javascript"},
-    {"quality.c4_min_sentences", NULL, WF_OPT_INT, O(c4_min_sentences), "5", 0, 1e9,
-     "C4: drop documents with fewer sentences left (0: off)"},
-    {"quality.c4_lorem_ipsum", NULL, WF_OPT_BOOL, O(c4_lorem_ipsum), "true", WF_NO_RANGE,
-     "C4: drop documents containing \"lorem ipsum\""},
-    {"quality.c4_curly_bracket", NULL, WF_OPT_BOOL, O(c4_curly_bracket), "false", WF_NO_RANGE,
-     "C4: drop documents containing '{' (C4 did; off by default as it drops all pages about code)"},
+     "languages the rules apply to (others pass unchecked); empty: all. Each language is judged by "
+     "its rule set: [quality] below, changed per language (built in, and [quality.<lang>])"},
+#define PREP_RULE_OPT_(key, type, field, def, range, help) \
+    {"quality." key, NULL, type, O(rules.field), def, range, help},
+    PREP_RULE_KEYS(PREP_RULE_OPT_)
+#undef PREP_RULE_OPT_
+    /* [quality.<lang>]: the same keys for one language, and two that are
+     * only set per language. Their values are collected in quality_langs
+     * and applied by wf__prep_rules_build. */
+    {"quality.<lang>.stop_words", NULL, WF_OPT_STRS, O(quality_langs), NULL, WF_NO_RANGE,
+     "the stop words of language <lang> (replacing its built-in list; empty: no stop-word rule); "
+     "<lang> is a CLD2 code (de, zh-Hant, ...), und (langid off) or default (every language "
+     "without a rule set of its own)"},
+    {"quality.<lang>.word_rules", NULL, WF_OPT_BOOL, O(quality_langs), NULL, WF_NO_RANGE,
+     "apply the rules that count words to <lang> (built in: on for languages with stop words, off "
+     "for those written without spaces and for default; on for any other language given a table)"},
+#define PREP_RULE_LANG_OPT_(key, type, field, def, range, help) \
+    {"quality.<lang>." key, NULL, type, O(quality_langs), NULL, range, "quality." key " for one language"},
+    PREP_RULE_KEYS(PREP_RULE_LANG_OPT_)
+#undef PREP_RULE_LANG_OPT_
     /* [minhash] */
     {"minhash.enabled", NULL, WF_OPT_BOOL, O(minhash), "true", WF_NO_RANGE,
      "near-duplicate removal with MinHash and LSH: the first document of a cluster is kept"},
@@ -181,6 +145,17 @@ static int one_of(const char *v, const char *a, const char *b, const char *c3) {
     return v && (strcmp(v, a) == 0 || strcmp(v, b) == 0 || (c3 && strcmp(v, c3) == 0));
 }
 
+/* The thresholds of one rule set in order; `where`: its table. */
+static wf_status check_rules(const wf_prep_rules *r, const char *where) {
+    if (r->min_words > r->max_words)
+        return wf_error(WF_ERR_CONFIG, "%s: min_words = %lld is above max_words = %lld", where,
+                        (long long)r->min_words, (long long)r->max_words);
+    if (r->min_mean_word_len > r->max_mean_word_len)
+        return wf_error(WF_ERR_CONFIG, "%s: min_mean_word_len = %g is above max_mean_word_len = %g", where,
+                        r->min_mean_word_len, r->max_mean_word_len);
+    return WF_OK;
+}
+
 wf_status wf_prep_config_validate(const wf_prep_config *c) {
     if (!c->output || !c->output[0])
         return wf_error(WF_ERR_CONFIG, "output: an output directory is required (--output OUT_DIR)");
@@ -198,11 +173,25 @@ wf_status wf_prep_config_validate(const wf_prep_config *c) {
     if (!one_of(c->dedup_unit, "line", "paragraph", NULL))
         return wf_error(WF_ERR_CONFIG, "dedup.unit = '%s': expected line or paragraph",
                         c->dedup_unit ? c->dedup_unit : "");
-    if (c->min_words > c->max_words)
-        return wf_error(WF_ERR_CONFIG, "quality.min_words = %lld is above quality.max_words = %lld",
-                        (long long)c->min_words, (long long)c->max_words);
-    if (c->min_mean_word_len > c->max_mean_word_len)
-        return wf_error(WF_ERR_CONFIG, "quality.min_mean_word_len is above quality.max_mean_word_len");
+    WF_TRY(check_rules(&c->rules, "quality"));
+    for (size_t i = 0; i < c->quality_langs.n; i++) {
+        const char *lang = c->quality_langs.items[i].name;
+        if (strcmp(lang, "default") != 0 && strcmp(lang, "und") != 0 && !wf__prep_langid_known(lang))
+            return wf_error(WF_ERR_CONFIG,
+                            "quality.%s: '%s' is not a language code of CLD2 (en, de, zh-Hant, ...), und or "
+                            "default",
+                            lang, lang);
+    }
+    prep_rule_sets rs;
+    WF_TRY(wf__prep_rules_build(c, &rs));
+    wf_status st = WF_OK;
+    for (size_t i = 0; i < rs.n && st == WF_OK; i++) {
+        char where[64];
+        snprintf(where, sizeof where, "quality.%s", rs.v[i].lang);
+        st = check_rules(&rs.v[i].r, where);
+    }
+    wf__prep_rules_free(&rs);
+    WF_TRY(st);
     if (c->mh_bands * c->mh_rows > 4096)
         return wf_error(WF_ERR_CONFIG, "minhash.bands x minhash.rows = %lld: at most 4096 hash functions",
                         (long long)(c->mh_bands * c->mh_rows));

@@ -178,9 +178,111 @@ void wf__prep_html_sniff_charset(const char *html, size_t len, char charset[32])
 /* ---- quality ---- */
 
 /* Applies the C4 line filters to `text` (in place) and then the document
- * rules. Returns R_NONE if the document is kept, else the first failed
- * rule. *lines_removed counts the lines the line filters took out. */
-int wf__prep_quality(const wf_prep_config *c, wf_buf *text, uint64_t *lines_removed);
+ * rules, with the settings of one rule set. Returns R_NONE if the document
+ * is kept, else the first failed rule. *lines_removed counts the lines the
+ * line filters took out. */
+int wf__prep_quality(const wf_prep_rules *q, wf_buf *text, uint64_t *lines_removed);
+
+/* The word s[0, n) in lower case (Unicode simple case mapping), into out
+ * (NUL-terminated); returns its length, or 0 when it does not fit in cap
+ * or is not valid UTF-8. */
+size_t wf__prep_word_lower(const char *s, size_t n, char *out, size_t cap);
+
+/* X(key, type, field, default, range, help): the keys of [quality] that a
+ * language's table [quality.<lang>] can change too (field: of
+ * wf_prep_rules; range: WF_NO_RANGE or PREP_RANGE(min, max)). The option
+ * table of prep_config.c and the rule sets of quality_langs.c are made
+ * from it. */
+#define PREP_RANGE(lo, hi) lo, hi
+#define PREP_RULE_KEYS(X)                                                                                  \
+    X("min_words", WF_OPT_INT, min_words, "50", PREP_RANGE(0, 1e12),                                      \
+      "Gopher: fewest words (that are not only punctuation)")                                              \
+    X("max_words", WF_OPT_INT, max_words, "100000", PREP_RANGE(0, 1e12), "Gopher: most words")            \
+    X("min_mean_word_len", WF_OPT_FLOAT, min_mean_word_len, "3", PREP_RANGE(0, 1e6),                      \
+      "Gopher: shortest mean word length (characters)")                                                    \
+    X("max_mean_word_len", WF_OPT_FLOAT, max_mean_word_len, "10", PREP_RANGE(0, 1e6),                     \
+      "Gopher: longest mean word length")                                                                  \
+    X("max_symbol_word_ratio", WF_OPT_FLOAT, max_symbol_word_ratio, "0.1", PREP_RANGE(0, 1e6),            \
+      "Gopher: most '#' and '...' per word (each counted separately)")                                     \
+    X("max_bullet_lines", WF_OPT_FLOAT, max_bullet_lines, "0.9", PREP_RANGE(0, 1),                        \
+      "Gopher: largest fraction of lines starting with a bullet")                                          \
+    X("max_ellipsis_lines", WF_OPT_FLOAT, max_ellipsis_lines, "0.3", PREP_RANGE(0, 1),                    \
+      "Gopher: largest fraction of lines ending with an ellipsis")                                         \
+    X("min_alpha_words", WF_OPT_FLOAT, min_alpha_words, "0.8", PREP_RANGE(0, 1),                          \
+      "Gopher: smallest fraction of words with a letter")                                                  \
+    X("min_stop_words", WF_OPT_INT, min_stop_words, "2", PREP_RANGE(0, 1e9),                              \
+      "Gopher: fewest stop words (from the language's stop_words, matched in lower case)")                 \
+    X("max_digit_ratio", WF_OPT_FLOAT, max_digit_ratio, "0.25", PREP_RANGE(0, 1),                         \
+      "largest fraction of non-space characters that are digits")                                          \
+    X("max_dup_line_frac", WF_OPT_FLOAT, max_dup_line_frac, "0.3", PREP_RANGE(0, 1),                      \
+      "Gopher: largest fraction of lines that repeat an earlier line")                                     \
+    X("max_dup_para_frac", WF_OPT_FLOAT, max_dup_para_frac, "0.3", PREP_RANGE(0, 1),                      \
+      "Gopher: largest fraction of paragraphs that repeat an earlier one")                                 \
+    X("max_dup_line_char_frac", WF_OPT_FLOAT, max_dup_line_char_frac, "0.2", PREP_RANGE(0, 1),            \
+      "Gopher: largest fraction of characters in repeated lines")                                          \
+    X("max_dup_para_char_frac", WF_OPT_FLOAT, max_dup_para_char_frac, "0.2", PREP_RANGE(0, 1),            \
+      "Gopher: largest fraction of characters in repeated paragraphs")                                     \
+    X("max_top_2gram", WF_OPT_FLOAT, max_top_ngram[0], "0.2", PREP_RANGE(0, 1),                           \
+      "Gopher: largest fraction of word characters in the most frequent word 2-gram")                      \
+    X("max_top_3gram", WF_OPT_FLOAT, max_top_ngram[1], "0.18", PREP_RANGE(0, 1),                          \
+      "Gopher: the same for 3-grams")                                                                      \
+    X("max_top_4gram", WF_OPT_FLOAT, max_top_ngram[2], "0.16", PREP_RANGE(0, 1),                          \
+      "Gopher: the same for 4-grams")                                                                      \
+    X("max_dup_5gram", WF_OPT_FLOAT, max_dup_ngram[0], "0.15", PREP_RANGE(0, 1),                          \
+      "Gopher: largest fraction of word characters in repeated word 5-grams")                              \
+    X("max_dup_6gram", WF_OPT_FLOAT, max_dup_ngram[1], "0.14", PREP_RANGE(0, 1), "Gopher: 6-grams")       \
+    X("max_dup_7gram", WF_OPT_FLOAT, max_dup_ngram[2], "0.13", PREP_RANGE(0, 1), "Gopher: 7-grams")       \
+    X("max_dup_8gram", WF_OPT_FLOAT, max_dup_ngram[3], "0.12", PREP_RANGE(0, 1), "Gopher: 8-grams")       \
+    X("max_dup_9gram", WF_OPT_FLOAT, max_dup_ngram[4], "0.11", PREP_RANGE(0, 1), "Gopher: 9-grams")       \
+    X("max_dup_10gram", WF_OPT_FLOAT, max_dup_ngram[5], "0.10", PREP_RANGE(0, 1), "Gopher: 10-grams")     \
+    X("c4_terminal_punct", WF_OPT_BOOL, c4_terminal_punct, "true", WF_NO_RANGE,                           \
+      "C4: remove lines that do not end in terminal punctuation (. ! ? \" ' an ellipsis, closing "       \
+      "quotes, and the full stops of other scripts: CJK, Devanagari, Arabic, ...)")                        \
+    X("c4_min_words_per_line", WF_OPT_INT, c4_min_words_per_line, "3", PREP_RANGE(0, 1e9),                \
+      "C4: remove lines with fewer words (0: off)")                                                        \
+    X("c4_javascript", WF_OPT_BOOL, c4_javascript, "true", WF_NO_RANGE,                                   \
+      "C4: remove lines that mention javascript")                                                          \
+    X("c4_min_sentences", WF_OPT_INT, c4_min_sentences, "5", PREP_RANGE(0, 1e9),                          \
+      "C4: drop documents with fewer sentences left (0: off)")                                             \
+    X("c4_lorem_ipsum", WF_OPT_BOOL, c4_lorem_ipsum, "true", WF_NO_RANGE,                                 \
+      "C4: drop documents containing \"lorem ipsum\"")                                                     \
+    X("c4_curly_bracket", WF_OPT_BOOL, c4_curly_bracket, "false", WF_NO_RANGE,                            \
+      "C4: drop documents containing '{' (C4 did; off by default as it drops all pages about code)")
+
+/* The settings a [quality.<lang>] table can give: every key of
+ * PREP_RULE_KEYS, then stop_words and word_rules; offset: in
+ * wf_prep_rules. */
+typedef struct {
+    const char *key;
+    wf_opt_type type;
+    size_t offset;
+} prep_rule_field;
+const prep_rule_field *wf__prep_rule_fields(size_t *n);
+
+/* A rule set: the settings that judge the documents of one language. */
+typedef struct {
+    char lang[16];     /* the language it judges; "default": every language without its own */
+    char name[16];     /* its name in the stats: the language, "no_spaces" or "default" */
+    wf_prep_rules r;   /* stop words owned */
+} prep_rule_set;
+
+typedef struct {
+    prep_rule_set *v;  /* sorted by lang */
+    size_t n;
+} prep_rule_sets;
+
+/* The rule set of every language that has settings of its own (built in,
+ * or a [quality.<lang>] table) and "default": [quality]'s values, then
+ * the built-in ones of the language, then its table's. */
+wf_status wf__prep_rules_build(const wf_prep_config *c, prep_rule_sets *out);
+/* The rule set that judges `lang`: its own, else "default". */
+const prep_rule_set *wf__prep_rules_find(const prep_rule_sets *s, const char *lang);
+void wf__prep_rules_free(prep_rule_sets *s);
+
+/* ---- language id ---- */
+
+/* Whether `code` is a language code CLD2 can give (wf_langid_detect). */
+int wf__prep_langid_known(const char *code);
 
 /* ---- MinHash LSH ---- */
 
@@ -209,6 +311,15 @@ typedef struct {
 /* Perplexity histogram: log10(perplexity) in [0, 8) by 0.01. */
 #define PREP_PPL_BINS 800
 
+/* The quality stage's documents of one language: which rule set judged
+ * them ("none": not checked, quality.languages), how many came in, went
+ * on, and were dropped by each rule. */
+typedef struct {
+    char lang[16], rule_set[16];
+    uint64_t docs_in, docs_out;
+    uint64_t drop[R_COUNT];
+} prep_quality_lang;
+
 typedef struct {
     uint64_t docs_in[ST_COUNT], docs_out[ST_COUNT], bytes_in[ST_COUNT], bytes_out[ST_COUNT];
     uint64_t drop_docs[R_COUNT], drop_bytes[R_COUNT];
@@ -217,11 +328,16 @@ typedef struct {
     double wall_seconds;
     prep_lang_count *langs;   /* documents written per language, sorted by code */
     size_t n_langs;
+    prep_quality_lang *qlangs; /* the quality stage per language, sorted by code */
+    size_t n_qlangs;
     uint64_t ppl_hist[PREP_PPL_BINS];
 } prep_stats;
 
 void wf__prep_stats_free(prep_stats *s);
 wf_status wf__prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs, uint64_t bytes);
+/* The quality counters of language `code` (added, with `rule_set`, if new);
+ * NULL when out of memory. */
+prep_quality_lang *wf__prep_stats_qlang(prep_stats *s, const char *code, const char *rule_set);
 
 /* ---- output shards ---- */
 

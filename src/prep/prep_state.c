@@ -11,10 +11,34 @@
 #include "prep/prep_impl.h"
 #include "weft/fileio.h"
 
+/* Format versions (docs/formats/prep-output.md). 2: the quality stage per
+ * language (stages.quality.by_language) and, in stats.json, the rule sets
+ * that judged them (quality_rule_sets). */
+#define PREP_STATE_VERSION 2
+#define PREP_STATS_VERSION 2
+
 void wf__prep_stats_free(prep_stats *s) {
     free(s->langs);
     s->langs = NULL;
     s->n_langs = 0;
+    free(s->qlangs);
+    s->qlangs = NULL;
+    s->n_qlangs = 0;
+}
+
+prep_quality_lang *wf__prep_stats_qlang(prep_stats *s, const char *code, const char *rule_set) {
+    size_t i = 0;
+    while (i < s->n_qlangs && strcmp(s->qlangs[i].lang, code) < 0) i++;
+    if (i < s->n_qlangs && strcmp(s->qlangs[i].lang, code) == 0) return &s->qlangs[i];
+    prep_quality_lang *nq = realloc(s->qlangs, (s->n_qlangs + 1) * sizeof *nq);
+    if (!nq) return NULL;
+    s->qlangs = nq;
+    memmove(&s->qlangs[i + 1], &s->qlangs[i], (s->n_qlangs - i) * sizeof *nq);
+    memset(&s->qlangs[i], 0, sizeof *nq);
+    snprintf(s->qlangs[i].lang, sizeof s->qlangs[i].lang, "%s", code);
+    snprintf(s->qlangs[i].rule_set, sizeof s->qlangs[i].rule_set, "%s", rule_set);
+    s->n_qlangs++;
+    return &s->qlangs[i];
 }
 
 wf_status wf__prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs, uint64_t bytes) {
@@ -64,6 +88,25 @@ static int stage_enabled(const wf_prep_config *c, int st) {
     }
 }
 
+/* The quality stage per language: {"de": {"rule_set": "de", "docs_in": 5,
+ * "docs_out": 4, "dropped": {"stop_words": 1}}, ...}, drop reasons with
+ * documents only. */
+static json_t *quality_langs_json(const prep_stats *s) {
+    json_t *all = json_object();
+    for (size_t i = 0; i < s->n_qlangs; i++) {
+        const prep_quality_lang *q = &s->qlangs[i];
+        json_t *j = json_object(), *dropped = json_object();
+        json_object_set_new(j, "rule_set", json_string(q->rule_set));
+        json_object_set_new(j, "docs_in", u64(q->docs_in));
+        json_object_set_new(j, "docs_out", u64(q->docs_out));
+        for (int r = 0; r < R_COUNT; r++)
+            if (q->drop[r]) json_object_set_new(dropped, wf__prep_reason_name(r), u64(q->drop[r]));
+        json_object_set_new(j, "dropped", dropped);
+        json_object_set_new(all, q->lang, j);
+    }
+    return all;
+}
+
 /* The counters as JSON (the part that state.json and stats.json share). */
 static json_t *stats_json(const prep_stats *s, const wf_prep_config *c) {
     json_t *root = json_object();
@@ -88,6 +131,7 @@ static json_t *stats_json(const prep_stats *s, const wf_prep_config *c) {
         for (int e = 0; e < E_COUNT; e++)
             if (wf__prep_extra_stage(e) == st) json_object_set_new(counters, wf__prep_extra_name(e), u64(s->extra[e]));
         json_object_set_new(j, "counters", counters);
+        if (st == ST_QUALITY) json_object_set_new(j, "by_language", quality_langs_json(s));
         json_object_set_new(j, "seconds", json_real(s->seconds[st]));
         json_object_set_new(j, "mb_per_s",
                             json_real(s->seconds[st] > 0 ? s->bytes_in[st] / 1e6 / s->seconds[st] : 0.0));
@@ -110,7 +154,26 @@ static uint64_t get_u64(json_t *o, const char *key) {
     return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
 }
 
-static void stats_from_json(json_t *root, prep_stats *s) {
+/* Version 1 states have no "by_language": nothing to read. */
+static wf_status quality_langs_from_json(json_t *all, prep_stats *s) {
+    const char *code;
+    json_t *j;
+    json_object_foreach(all, code, j) {
+        const char *set = json_string_value(json_object_get(j, "rule_set"));
+        if (!set || strlen(code) >= sizeof s->qlangs->lang || strlen(set) >= sizeof s->qlangs->rule_set)
+            return wf_error(WF_ERR_FORMAT, "stages.quality.by_language.%s is malformed", code);
+        prep_quality_lang *q = wf__prep_stats_qlang(s, code, set);
+        if (!q) return wf_error(WF_ERR_NOMEM, "out of memory");
+        q->docs_in = get_u64(j, "docs_in");
+        q->docs_out = get_u64(j, "docs_out");
+        json_t *dropped = json_object_get(j, "dropped");
+        for (int r = 0; r < R_COUNT; r++)
+            if (wf__prep_reason_stage(r) == ST_QUALITY) q->drop[r] = get_u64(dropped, wf__prep_reason_name(r));
+    }
+    return WF_OK;
+}
+
+static wf_status stats_from_json(json_t *root, prep_stats *s) {
     json_t *stages = json_object_get(root, "stages");
     for (int st = 0; st < ST_COUNT; st++) {
         json_t *j = json_object_get(stages, wf__prep_stage_name(st));
@@ -130,11 +193,13 @@ static void stats_from_json(json_t *root, prep_stats *s) {
         }
         for (int e = 0; e < E_COUNT; e++)
             if (wf__prep_extra_stage(e) == st) s->extra[e] = get_u64(counters, wf__prep_extra_name(e));
+        if (st == ST_QUALITY) WF_TRY(quality_langs_from_json(json_object_get(j, "by_language"), s));
     }
     json_t *langs = json_object_get(root, "languages");
     const char *code;
     json_t *l;
-    json_object_foreach(langs, code, l) wf__prep_stats_add_lang(s, code, get_u64(l, "docs"), get_u64(l, "bytes"));
+    json_object_foreach(langs, code, l) WF_TRY(wf__prep_stats_add_lang(s, code, get_u64(l, "docs"), get_u64(l, "bytes")));
+    return WF_OK;
 }
 
 static wf_status write_json(const char *path, json_t *root) {
@@ -155,7 +220,7 @@ wf_status wf__prep_state_write(const char *dir, const prep_progress_state *ps, c
     snprintf(path, sizeof path, "%s/_prep/state.json", dir);
     json_t *root = json_object();
     json_object_set_new(root, "format", json_string("weft-prep-state"));
-    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "version", json_integer(PREP_STATE_VERSION));
     json_object_set_new(root, "fingerprint", json_string(ps->fingerprint));
     json_object_set_new(root, "inputs", u64(ps->n_inputs));
     json_object_set_new(root, "inputs_done", u64(ps->inputs_done));
@@ -202,9 +267,15 @@ wf_status wf__prep_state_read(const char *dir, prep_progress_state *ps, prep_out
     wf_status s = WF_OK;
     json_t *fmt = json_object_get(root, "format");
     json_t *fp = json_object_get(root, "fingerprint");
-    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "weft-prep-state") != 0 ||
-        json_integer_value(json_object_get(root, "version")) != 1 || !json_is_string(fp)) {
-        s = wf_error(WF_ERR_FORMAT, "%s: not a weft prep state (version 1); rerun with --force", path);
+    json_t *ver = json_object_get(root, "version");
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "weft-prep-state") != 0 || !json_is_integer(ver) ||
+        !json_is_string(fp)) {
+        s = wf_error(WF_ERR_FORMAT, "%s: not a weft prep state; rerun with --force", path);
+        goto done;
+    }
+    if (json_integer_value(ver) < 1 || json_integer_value(ver) > PREP_STATE_VERSION) {
+        s = wf_error(WF_ERR_FORMAT, "%s: prep state version %lld is not supported (this weft reads versions 1 to %d)",
+                     path, (long long)json_integer_value(ver), PREP_STATE_VERSION);
         goto done;
     }
     memset(ps, 0, sizeof *ps);
@@ -247,7 +318,10 @@ wf_status wf__prep_state_read(const char *dir, prep_progress_state *ps, prep_out
         pw->raw_bytes = get_u64(w, "raw_bytes");
     }
     json_t *sj = json_object_get(root, "stats");
-    stats_from_json(sj, st);
+    if ((s = stats_from_json(sj, st)) != WF_OK) {
+        s = wf_error_wrap(s, "%s: ", path);
+        goto done;
+    }
     json_t *wall = json_object_get(sj, "wall_seconds");
     st->wall_seconds = json_is_number(wall) ? json_number_value(wall) : 0.0;
     json_t *h = json_object_get(sj, "ppl_hist");
@@ -257,6 +331,58 @@ wf_status wf__prep_state_read(const char *dir, prep_progress_state *ps, prep_out
 done:
     json_decref(root);
     return s;
+}
+
+static json_t *rule_value_json(wf_opt_type type, const void *v) {
+    switch (type) {
+    case WF_OPT_INT: return json_integer((json_int_t) * (const int64_t *)v);
+    case WF_OPT_FLOAT: return json_real(*(const double *)v);
+    case WF_OPT_BOOL: return json_boolean(*(const int *)v);
+    case WF_OPT_STRS: {
+        const wf_strs *l = v;
+        json_t *a = json_array();
+        for (size_t i = 0; i < l->n; i++) json_array_append_new(a, json_string(l->items[i]));
+        return a;
+    }
+    case WF_OPT_STR: break;
+    }
+    return json_null();
+}
+
+/* The rule sets that judged documents of the run: {"de": {"languages":
+ * ["de"], "word_rules": true, "stop_words": [...], "settings": {the keys
+ * whose value is not [quality]'s}}}. */
+static json_t *rule_sets_json(const wf_prep_config *c, const prep_rule_sets *rules, const prep_stats *st) {
+    json_t *all = json_object();
+    size_t n_fields;
+    const prep_rule_field *fields = wf__prep_rule_fields(&n_fields);
+    for (size_t i = 0; i < st->n_qlangs; i++) {
+        const prep_quality_lang *q = &st->qlangs[i];
+        if (strcmp(q->rule_set, "none") == 0) continue;
+        json_t *j = json_object_get(all, q->rule_set);
+        if (!j) {
+            const prep_rule_set *rs = wf__prep_rules_find(rules, q->lang);
+            j = json_object();
+            json_object_set_new(j, "languages", json_array());
+            if (rs && strcmp(rs->name, q->rule_set) == 0) {
+                json_object_set_new(j, "word_rules", json_boolean(rs->r.word_rules));
+                json_object_set_new(j, "stop_words", rule_value_json(WF_OPT_STRS, &rs->r.stop_words));
+                json_t *set = json_object();
+                for (size_t k = 0; k < n_fields; k++) {
+                    const prep_rule_field *f = &fields[k];
+                    if (f->type == WF_OPT_STRS || strcmp(f->key, "word_rules") == 0) continue;
+                    const char *a = (const char *)&rs->r + f->offset, *b = (const char *)&c->rules + f->offset;
+                    size_t size = f->type == WF_OPT_INT ? sizeof(int64_t) : f->type == WF_OPT_FLOAT ? sizeof(double)
+                                                                                                      : sizeof(int);
+                    if (memcmp(a, b, size) != 0) json_object_set_new(set, f->key, rule_value_json(f->type, a));
+                }
+                json_object_set_new(j, "settings", set);
+            }
+            json_object_set_new(all, q->rule_set, j);
+        }
+        json_array_append_new(json_object_get(j, "languages"), json_string(q->lang));
+    }
+    return all;
 }
 
 static void fmt_bytes(uint64_t b, char *out, size_t cap) {
@@ -272,7 +398,7 @@ wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const p
     /* JSON */
     json_t *root = json_object();
     json_object_set_new(root, "format", json_string("weft-prep-stats"));
-    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "version", json_integer(PREP_STATS_VERSION));
     json_object_set_new(root, "complete", json_boolean(ps->complete));
     json_object_set_new(root, "inputs", u64(ps->n_inputs));
     json_object_set_new(root, "inputs_done", u64(ps->inputs_done));
@@ -302,8 +428,14 @@ wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const p
     json_object_set_new(out, "shards", u64(st->extra[E_SHARDS]));
     json_object_set_new(root, "output", out);
     json_object_set_new(root, "wall_seconds", json_real(st->wall_seconds));
+    prep_rule_sets rules = {0};
+    wf_status s = c->quality ? wf__prep_rules_build(c, &rules) : WF_OK;
+    if (s == WF_OK && c->quality)
+        json_object_set_new(json_object_get(json_object_get(root, "stages"), "quality"), "rule_sets",
+                            rule_sets_json(c, &rules, st));
+    wf__prep_rules_free(&rules);
     snprintf(path, sizeof path, "%s/stats.json", dir);
-    wf_status s = write_json(path, root);
+    if (s == WF_OK) s = write_json(path, root);
     json_decref(root);
     WF_TRY(s);
 
@@ -342,6 +474,29 @@ wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const p
         for (size_t i = 0; i < st->n_langs; i++) {
             fmt_bytes(st->langs[i].bytes, a, sizeof a);
             fprintf(f, "  %-10s %10llu docs %12s\n", st->langs[i].code, (unsigned long long)st->langs[i].docs, a);
+        }
+    }
+    if (st->n_qlangs) {
+        fprintf(f, "\nquality by language:\n  %-10s %-12s %10s %10s  dropped (most)\n", "language", "rule set",
+                "docs in", "docs out");
+        for (size_t i = 0; i < st->n_qlangs; i++) {
+            const prep_quality_lang *q = &st->qlangs[i];
+            fprintf(f, "  %-10s %-12s %10llu %10llu", q->lang, q->rule_set, (unsigned long long)q->docs_in,
+                    (unsigned long long)q->docs_out);
+            /* The three rules that dropped most of its documents (ties in
+             * the order the rules are checked). */
+            int shown[3] = {-1, -1, -1};
+            for (int nth = 0; nth < 3; nth++) {
+                int best = -1;
+                for (int r = 0; r < R_COUNT; r++) {
+                    if (!q->drop[r] || r == shown[0] || r == shown[1]) continue;
+                    if (best < 0 || q->drop[r] > q->drop[best]) best = r;
+                }
+                if (best < 0) break;
+                shown[nth] = best;
+                fprintf(f, "%s%s %llu", nth ? ", " : "  ", wf__prep_reason_name(best), (unsigned long long)q->drop[best]);
+            }
+            fprintf(f, "\n");
         }
     }
     if (c->ppl_model && c->ppl_model[0]) {

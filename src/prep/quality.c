@@ -12,9 +12,17 @@
  * (counted as datatrove counts them). A digit-ratio rule is added.
  *
  * Words are runs of non-space characters; "characters" are bytes except for
- * the mean word length, which counts code points. The rules assume
- * space-separated words: the pipeline applies them only to the languages in
- * quality.languages. */
+ * the mean word length, which counts code points. The rules that count
+ * words assume space-separated words: a rule set with word_rules off (the
+ * languages written without spaces, and languages with no rule set of
+ * their own) skips them and keeps the others (lines, paragraphs, bullets,
+ * ellipses, digits, repetition of lines and paragraphs). Stop words are
+ * matched in lower case (Unicode simple case mapping) with the
+ * punctuation around a word trimmed. Terminal punctuation and sentence ends
+ * include the full stops of scripts other than Latin (CJK, Devanagari,
+ * Arabic, Ethiopic, Myanmar, Khmer, Tibetan, Armenian) and closing quotes,
+ * so that C4's line rule does not empty pages in those scripts. The rule
+ * sets themselves are made in quality_langs.c. */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,21 +84,58 @@ static int ends_with_bytes(const char *s, size_t n, const char *suffix) {
     return n >= m && memcmp(s + n - m, suffix, m) == 0;
 }
 
-/* C4's terminal punctuation: . ! ? " ' and the ellipsis character. */
+/* Full stops (and question and exclamation marks) of other scripts, which
+ * end a sentence whatever follows: 。 ｡ ！ ？ ． (CJK), । ॥ (Devanagari), ؟ ۔
+ * (Arabic, Urdu), ። ፧ (Ethiopic), ။ (Myanmar), ។ ៕ (Khmer), ། (Tibetan),
+ * ։ (Armenian). */
+static const char *const full_stops[] = {
+    "\xe3\x80\x82", "\xef\xbd\xa1", "\xef\xbc\x81", "\xef\xbc\x9f", "\xef\xbc\x8e", "\xe0\xa5\xa4",
+    "\xe0\xa5\xa5", "\xd8\x9f",     "\xdb\x94",     "\xe1\x8d\xa2", "\xe1\x8d\xa7", "\xe1\x81\x8b",
+    "\xe1\x9f\x94", "\xe1\x9f\x95", "\xe0\xbc\x8d", "\xd6\x89"};
+/* Other characters a line may end with: … ” ’ “ » « 」 』 (closing quotes
+ * of several languages: „...“ and »...« in German, «...» in French). */
+static const char *const closers[] = {"\xe2\x80\xa6", "\xe2\x80\x9d", "\xe2\x80\x99", "\xe2\x80\x9c",
+                                      "\xc2\xbb",     "\xc2\xab",     "\xe3\x80\x8d", "\xe3\x80\x8f"};
+
+/* The length of the full stop of another script at t[i], or 0. */
+static size_t full_stop_at(const char *t, size_t n, size_t i) {
+    if ((unsigned char)t[i] < 0xC2) return 0;
+    for (size_t k = 0; k < sizeof full_stops / sizeof *full_stops; k++) {
+        size_t m = strlen(full_stops[k]);
+        if (n - i >= m && memcmp(t + i, full_stops[k], m) == 0) return m;
+    }
+    return 0;
+}
+
+/* C4's terminal punctuation: . ! ? " ' and the ellipsis character, and
+ * (weft's addition) closing quotes and the full stops of other scripts. */
 static int terminal_punct(const char *s, size_t n) {
     while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) n--;
     if (!n) return 0;
     char c = s[n - 1];
     if (c == '.' || c == '!' || c == '?' || c == '"' || c == '\'') return 1;
-    return ends_with_bytes(s, n, "\xe2\x80\xa6") || ends_with_bytes(s, n, "\xe2\x80\x9d") ||
-           ends_with_bytes(s, n, "\xe2\x80\x99"); /* ... ” ’ */
+    if ((unsigned char)c < 0x80) return 0;
+    for (size_t k = 0; k < sizeof closers / sizeof *closers; k++)
+        if (ends_with_bytes(s, n, closers[k])) return 1;
+    for (size_t k = 0; k < sizeof full_stops / sizeof *full_stops; k++)
+        if (ends_with_bytes(s, n, full_stops[k])) return 1;
+    return 0;
 }
 
 /* Sentences: runs of . ! ? (or an ellipsis) followed by a space, a line end
- * or the end, possibly after closing quotes or brackets. */
+ * or the end, possibly after closing quotes or brackets; and runs of the
+ * full stops of other scripts, wherever they are. */
 static size_t count_sentences(const char *t, size_t n) {
     size_t count = 0;
     for (size_t i = 0; i < n; i++) {
+        size_t m = full_stop_at(t, n, i);
+        if (m) {
+            count++;
+            i += m;
+            while (i < n && (m = full_stop_at(t, n, i)) != 0) i += m;
+            i--;
+            continue;
+        }
         char c = t[i];
         if (c != '.' && c != '!' && c != '?') continue;
         size_t j = i + 1;
@@ -105,16 +150,17 @@ static size_t count_sentences(const char *t, size_t n) {
 
 /* ---- C4 line filters ---- */
 
-static int line_kept(const wf_prep_config *c, const char *s, size_t n) {
-    if (c->c4_javascript && find_ci(s, n, "javascript")) return 0;
-    if (c->c4_terminal_punct && !terminal_punct(s, n)) return 0;
-    if (c->c4_min_words_per_line > 0 && count_words(s, n) < (size_t)c->c4_min_words_per_line) return 0;
+static int line_kept(const wf_prep_rules *q, const char *s, size_t n) {
+    if (q->c4_javascript && find_ci(s, n, "javascript")) return 0;
+    if (q->c4_terminal_punct && !terminal_punct(s, n)) return 0;
+    if (q->word_rules && q->c4_min_words_per_line > 0 && count_words(s, n) < (size_t)q->c4_min_words_per_line)
+        return 0;
     return 1;
 }
 
 /* Rewrites text keeping the lines that pass (blank lines separate
  * paragraphs and are kept, one at most in a row). */
-static wf_status c4_lines(const wf_prep_config *c, wf_buf *text, uint64_t *removed) {
+static wf_status c4_lines(const wf_prep_rules *q, wf_buf *text, uint64_t *removed) {
     char *t = text->data;
     size_t n = text->len, o = 0, i = 0;
     int blank_pending = 0;
@@ -124,7 +170,7 @@ static wf_status c4_lines(const wf_prep_config *c, wf_buf *text, uint64_t *remov
         size_t len = e - i;
         if (len == 0) {
             blank_pending = o > 0;
-        } else if (line_kept(c, t + i, len)) {
+        } else if (line_kept(q, t + i, len)) {
             if (o) t[o++] = '\n';
             if (blank_pending) t[o++] = '\n';
             blank_pending = 0;
@@ -264,20 +310,65 @@ static size_t count_sub(const char *t, size_t n, const char *needle) {
     return k;
 }
 
-static int stop_word(const wf_prep_config *c, const char *s, size_t n) {
-    while (n && ispunct((unsigned char)*s)) s++, n--;
-    while (n && ispunct((unsigned char)s[n - 1])) n--;
-    if (!n || n > 32) return 0;
-    for (size_t k = 0; k < c->stop_words.n; k++) {
-        const char *w = c->stop_words.items[k];
-        if (strlen(w) == n && strncasecmp(w, s, n) == 0) return 1;
+/* Punctuation: ASCII's, and Unicode's categories P* (quotes, dashes,
+ * brackets, ¿ ¡ « »). The length of the one at s[0, n), or 0. */
+static size_t punct_at(const unsigned char *s, size_t n) {
+    if (s[0] < 0x80) return ispunct(s[0]) ? 1 : 0;
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate(s, (utf8proc_ssize_t)n, &cp);
+    if (k <= 0) return 0;
+    utf8proc_category_t cat = utf8proc_category(cp);
+    return cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO ? (size_t)k : 0;
+}
+
+size_t wf__prep_word_lower(const char *s, size_t n, char *out, size_t cap) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        if (u[i] < 0x80) {
+            if (o + 2 > cap) return 0;
+            out[o++] = (char)tolower(u[i++]);
+            continue;
+        }
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate(u + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0) return 0;
+        utf8proc_uint8_t enc[4];
+        utf8proc_ssize_t m = utf8proc_encode_char(utf8proc_tolower(cp), enc);
+        if (m <= 0 || o + (size_t)m + 1 > cap) return 0;
+        memcpy(out + o, enc, (size_t)m);
+        o += (size_t)m;
+        i += (size_t)k;
+    }
+    if (o + 1 > cap) return 0;
+    out[o] = '\0';
+    return o;
+}
+
+static int stop_word(const wf_prep_rules *q, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t k;
+    while (n && (k = punct_at(u, n)) != 0) u += k, n -= k;
+    while (n) { /* the last character: back to its first byte */
+        size_t at = n - 1;
+        while (at > 0 && (u[at] & 0xC0) == 0x80) at--;
+        if (!punct_at(u + at, n - at)) break;
+        n = at;
+    }
+    char low[128];
+    size_t len = n ? wf__prep_word_lower((const char *)u, n, low, sizeof low) : 0;
+    if (!len) return 0;
+    for (size_t i = 0; i < q->stop_words.n; i++) {
+        const char *w = q->stop_words.items[i];
+        if (strlen(w) == len && memcmp(w, low, len) == 0) return 1;
     }
     return 0;
 }
 
-static int gopher(const wf_prep_config *c, const char *t, size_t n, spans *words, spans *lines,
+static int gopher(const wf_prep_rules *c, const char *t, size_t n, spans *words, spans *lines,
                   spans *paras, uint64_t *wh, kctable *kt) {
-    /* Words that are not only punctuation count. */
+    /* Words that are not only punctuation count (none without word rules:
+     * words is empty then). */
     size_t n_words = 0, word_cps = 0, alpha = 0, stops = 0;
     for (size_t i = 0; i < words->n; i++) {
         const char *w = t + words->v[i].off;
@@ -290,8 +381,9 @@ static int gopher(const wf_prep_config *c, const char *t, size_t n, spans *words
             stop_word(c, w, wl))
             stops++;
     }
-    if (n_words < (size_t)c->min_words) return R_Q_MIN_WORDS;
-    if (n_words > (size_t)c->max_words) return R_Q_MAX_WORDS;
+    int wr = c->word_rules;
+    if (wr && n_words < (size_t)c->min_words) return R_Q_MIN_WORDS;
+    if (wr && n_words > (size_t)c->max_words) return R_Q_MAX_WORDS;
     double mean_len = n_words ? (double)word_cps / (double)n_words : 0.0;
     if (n_words && (mean_len < c->min_mean_word_len || mean_len > c->max_mean_word_len)) return R_Q_WORD_LEN;
     if (n_words) {
@@ -310,8 +402,8 @@ static int gopher(const wf_prep_config *c, const char *t, size_t n, spans *words
     }
     if (lines->n && (double)bullets / (double)lines->n > c->max_bullet_lines) return R_Q_BULLETS;
     if (lines->n && (double)ell_lines / (double)lines->n > c->max_ellipsis_lines) return R_Q_ELLIPSIS;
-    if (words->n && (double)alpha / (double)words->n < c->min_alpha_words) return R_Q_ALPHA;
-    if (c->min_stop_words > 0 && c->stop_words.n && stops < (size_t)c->min_stop_words) return R_Q_STOP;
+    if (wr && words->n && (double)alpha / (double)words->n < c->min_alpha_words) return R_Q_ALPHA;
+    if (wr && c->min_stop_words > 0 && c->stop_words.n && stops < (size_t)c->min_stop_words) return R_Q_STOP;
     size_t digits = 0, non_space = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)t[i];
@@ -333,6 +425,7 @@ static int gopher(const wf_prep_config *c, const char *t, size_t n, spans *words
     if (n && (double)line_dup_bytes / (double)n > c->max_dup_line_char_frac) return R_Q_DUP_LINE_CHARS;
     if (n && (double)db / (double)n > c->max_dup_para_char_frac) return R_Q_DUP_PARA_CHARS;
 
+    if (!wr) return R_NONE;
     size_t W = words->n;
     for (size_t i = 0; i < W; i++) wh[i] = wf_hash64(t + words->v[i].off, words->v[i].len);
     for (int g = 0; g < 3; g++) {
@@ -367,11 +460,11 @@ static int gopher(const wf_prep_config *c, const char *t, size_t n, spans *words
     return R_NONE;
 }
 
-int wf__prep_quality(const wf_prep_config *c, wf_buf *text, uint64_t *lines_removed) {
+int wf__prep_quality(const wf_prep_rules *c, wf_buf *text, uint64_t *lines_removed) {
     *lines_removed = 0;
     if (c->c4_lorem_ipsum && find_ci(text->data, text->len, "lorem ipsum")) return R_Q_LOREM;
     if (c->c4_curly_bracket && memchr(text->data, '{', text->len)) return R_Q_CURLY;
-    if (c->c4_javascript || c->c4_terminal_punct || c->c4_min_words_per_line > 0) {
+    if (c->c4_javascript || c->c4_terminal_punct || (c->word_rules && c->c4_min_words_per_line > 0)) {
         if (c4_lines(c, text, lines_removed) != WF_OK) return R_NONE;
         if (text->len == 0) return R_Q_LINES_EMPTY;
     }
@@ -402,7 +495,7 @@ int wf__prep_quality(const wf_prep_config *c, wf_buf *text, uint64_t *lines_remo
         i = e + 1;
     }
     if (in_para && !fail) fail |= spans_push(&paras, para_start, para_end - para_start);
-    if (!fail) fail |= split_words(t, n, 0, &words);
+    if (!fail && c->word_rules) fail |= split_words(t, n, 0, &words);
     if (!fail) {
         wh = malloc((words.n + 1) * sizeof *wh);
         fail = !wh;

@@ -23,6 +23,7 @@ typedef struct {
     char *name;
     wf_strs inputs;
     int64_t top;
+    wf_opt_named_list src; /* src.<name>.* */
 } cfg;
 
 static const wf_opt cfg_opts[] = {
@@ -32,6 +33,10 @@ static const wf_opt cfg_opts[] = {
     {"run.name", "name", WF_OPT_STR, offsetof(cfg, name), "run", WF_NO_RANGE, "run name"},
     {"data.inputs", NULL, WF_OPT_STRS, offsetof(cfg, inputs), NULL, WF_NO_RANGE, "inputs"},
     {"top", NULL, WF_OPT_INT, offsetof(cfg, top), "7", WF_NO_RANGE, "a top-level key"},
+    {"src.<name>.weight", NULL, WF_OPT_FLOAT, offsetof(cfg, src), NULL, 0, 1, "weight of one source"},
+    {"src.<name>.files", NULL, WF_OPT_STRS, offsetof(cfg, src), NULL, WF_NO_RANGE, "its files"},
+    {"src.<name>.on", NULL, WF_OPT_BOOL, offsetof(cfg, src), NULL, WF_NO_RANGE, "use it"},
+    {"src.<name>.label", NULL, WF_OPT_STR, offsetof(cfg, src), NULL, WF_NO_RANGE, "its label"},
 };
 static const wf_cmd_spec cfg_spec = {"test", "weft test [options] [ARG...]", "a test command", cfg_opts,
                                      sizeof cfg_opts / sizeof *cfg_opts, 0, -1, 0};
@@ -233,6 +238,93 @@ WF_TEST(config_write_toml_round_trips) {
     WF_CHECK_EQ(c2.dim, c.dim);
     wf_opts_free(&cfg_spec, &c);
     wf_opts_free(&cfg_spec, &c2);
+    wf_opts_free_positional(&pos);
+}
+
+/* Keys with a named segment: values per name, sorted, replaced when given
+ * again, checked like any key, and written back. */
+WF_TEST(config_named_keys) {
+    const char *path = write_cfg("[src.web]\nweight = 0.7\nfiles = [\"a\", \"b\"]\n\n"
+                                 "[src.books]\nweight = 0.3\non = true\nlabel = \"old\"\n"
+                                 "[src]\nzh-Hant.on = true\n");
+    char cfgarg[700];
+    snprintf(cfgarg, sizeof cfgarg, "--config=%s", path);
+    const char *argv[] = {"--src.web.weight=0.5", cfgarg, "--no-src.books.on", "--src.code.on",
+                          "--src.wiki.on", "false", "--src.books.label", "new", "x"};
+    cfg c;
+    wf_strs pos;
+    WF_CHECK_OK(parse_args(&c, 9, argv, &pos));
+    WF_CHECK_EQ(pos.n, 1);
+    WF_CHECK_EQ(c.top, 7);
+    /* books: weight, on, label; code: on; web: weight, files; wiki: on; zh-Hant: on */
+    static const char *const want[][2] = {{"books", "src.<name>.weight"}, {"books", "src.<name>.on"},
+                                          {"books", "src.<name>.label"},  {"code", "src.<name>.on"},
+                                          {"web", "src.<name>.weight"},   {"web", "src.<name>.files"},
+                                          {"wiki", "src.<name>.on"},      {"zh-Hant", "src.<name>.on"}};
+    WF_CHECK_EQ(c.src.n, 8);
+    for (size_t i = 0; i < c.src.n; i++) {
+        WF_CHECK_STREQ(c.src.items[i].name, want[i][0]);
+        WF_CHECK_STREQ(c.src.items[i].opt->key, want[i][1]);
+    }
+    WF_CHECK_NEAR(wf_opts_named_get(&cfg_spec, &c, "src.<name>.weight", "web")->f, 0.5, 0); /* the command line won */
+    WF_CHECK_NEAR(wf_opts_named_get(&cfg_spec, &c, "src.<name>.weight", "books")->f, 0.3, 0);
+    WF_CHECK_EQ(wf_opts_named_get(&cfg_spec, &c, "src.<name>.on", "books")->b, 0);
+    WF_CHECK_EQ(wf_opts_named_get(&cfg_spec, &c, "src.<name>.on", "code")->b, 1);
+    WF_CHECK_EQ(wf_opts_named_get(&cfg_spec, &c, "src.<name>.on", "wiki")->b, 0);
+    WF_CHECK_STREQ(wf_opts_named_get(&cfg_spec, &c, "src.<name>.label", "books")->s, "new");
+    const wf_strs *files = &wf_opts_named_get(&cfg_spec, &c, "src.<name>.files", "web")->l;
+    WF_CHECK_EQ(files->n, 2);
+    WF_CHECK_STREQ(files->items[1], "b");
+    WF_CHECK_TRUE(wf_opts_named_get(&cfg_spec, &c, "src.<name>.weight", "code") == NULL);
+    WF_CHECK_TRUE(wf_opts_named_get(&cfg_spec, &c, "src.<name>.nope", "web") == NULL);
+    wf_opts_free_positional(&pos);
+
+    /* Written back and read again: the same values. */
+    char out[600];
+    snprintf(out, sizeof out, "%s/eff.toml", wf_test_tmpdir());
+    FILE *fp = fopen(out, "w");
+    wf_opts_write_toml(&cfg_spec, &c, fp);
+    fclose(fp);
+    char *text;
+    size_t n;
+    WF_CHECK_OK(wf_file_read(out, &text, &n));
+    WF_CHECK_TRUE(strstr(text, "src.web.files = [\"a\", \"b\"]\n") != NULL);
+    WF_CHECK_TRUE(strstr(text, "src.zh-Hant.on = true\n") != NULL);
+    WF_CHECK_TRUE(strstr(text, "<name>") == NULL);
+    free(text);
+    cfg c2;
+    snprintf(cfgarg, sizeof cfgarg, "--config=%s", out);
+    const char *argv2[] = {cfgarg};
+    WF_CHECK_OK(parse_args(&c2, 1, argv2, &pos));
+    WF_CHECK_EQ(c2.src.n, c.src.n);
+    for (size_t i = 0; i < c.src.n; i++) {
+        WF_CHECK_STREQ(c2.src.items[i].name, c.src.items[i].name);
+        WF_CHECK_TRUE(c2.src.items[i].opt == c.src.items[i].opt);
+    }
+    WF_CHECK_NEAR(wf_opts_named_get(&cfg_spec, &c2, "src.<name>.weight", "web")->f, 0.5, 0);
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free(&cfg_spec, &c2);
+    WF_CHECK_EQ(c2.src.n, 0);
+    wf_opts_free_positional(&pos);
+
+    /* Errors name the key as written, with its name. */
+    expect_file_error("[src.web]\nweight = 2\n", WF_ERR_RANGE, "run.toml:2: key 'src.web.weight' = 2 is out of range");
+    expect_file_error("[src.web]\nfiles = 3\n", WF_ERR_CONFIG, "key 'src.web.files' expects an array of strings");
+    expect_file_error("[src.web]\nweigth = 1\n", WF_ERR_CONFIG, "unknown key 'src.web.weigth' (did you mean 'src.web.weight'?)");
+    expect_file_error("[src]\nweight = 1\n", WF_ERR_CONFIG, "unknown key 'src.weight' (did you mean 'src.<name>.weight'?)");
+    expect_file_error("[src.\"a.b\"]\nweight = 0.1\n", WF_ERR_CONFIG, "unknown key 'src.a.b.weight'");
+    expect_file_error("[src.\"a b\"]\nweight = 0.1\n", WF_ERR_CONFIG, "unknown key 'src.a b.weight'");
+    const char *a1[] = {"--src.web.weight=x"};
+    WF_CHECK_ERR(parse_args(&c, 1, a1, &pos), WF_ERR_CONFIG, "command line '--src.web.weight=x': key 'src.web.weight' expects a number");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+    const char *a2[] = {"--src..weight=0.1"};
+    WF_CHECK_ERR(parse_args(&c, 1, a2, &pos), WF_ERR_CONFIG, "unknown key 'src..weight'");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+    const char *a3[] = {"--no-src.web.weight"};
+    WF_CHECK_ERR(parse_args(&c, 1, a3, &pos), WF_ERR_CONFIG, "unknown key 'no-src.web.weight'");
+    wf_opts_free(&cfg_spec, &c);
     wf_opts_free_positional(&pos);
 }
 

@@ -2,7 +2,9 @@
  * JSONL and text readers and their bad inputs, HTTP bodies, HTML to text,
  * normalization and UTF-8 repair, the dedup normalization and hash set,
  * MinHash against exact Jaccard similarity, CLD2 language id, every
- * quality rule, and JSON escaping. The whole pipeline is tested in
+ * quality rule, the rule sets per language (prose of eight languages,
+ * Chinese and Japanese, against scrambled, shuffled and keyword-stuffed
+ * text) and their configuration, and JSON escaping. The whole pipeline is tested in
  * test_prep_pipeline.c and tests/py/test_prep_cli.py. */
 #include <math.h>
 #include <utf8proc.h>
@@ -256,7 +258,8 @@ WF_TEST(readers_survive_damaged_warcs) {
             if (wf_text_normalize(t, tl, &no, &out, &rep) == WF_NORM_OK) {
                 WF_CHECK_TRUE(wf_utf8_valid(out.data, out.len));
                 uint64_t lr;
-                wf__prep_quality(&c, &out, &lr);
+                c.rules.word_rules = 1;
+                wf__prep_quality(&c.rules, &out, &lr);
             }
             wf_buf_free(&out);
         }
@@ -664,11 +667,11 @@ static const char *GOOD =
     "Visitors often walk the path that follows the water to the lake.\n"
     "It is a quiet place with a long history, and people come back to it every year.";
 
-static int check(const wf_prep_config *c, const char *text, uint64_t *removed) {
+static int check(const wf_prep_rules *q, const char *text, uint64_t *removed) {
     wf_buf b = {0};
     wf_buf_append(&b, text, strlen(text));
     uint64_t rm = 0;
-    int r = wf__prep_quality(c, &b, &rm);
+    int r = wf__prep_quality(q, &b, &rm);
     if (removed) *removed = rm;
     wf_buf_free(&b);
     return r;
@@ -685,8 +688,19 @@ static char *repeat_lines(const char *line, int n) {
     return s;
 }
 
+/* The rule sets of config c, and the settings of language `lang`'s (a
+ * copy whose thresholds a test may change; its stop words belong to rs). */
+static wf_prep_rules rules_of(const wf_prep_config *c, prep_rule_sets *rs, const char *lang) {
+    WF_CHECK_OK(wf__prep_rules_build(c, rs));
+    const prep_rule_set *set = wf__prep_rules_find(rs, lang);
+    WF_CHECK_TRUE(set != NULL);
+    return set->r;
+}
+
 WF_TEST(quality_rules) {
-    wf_prep_config c = defaults();
+    wf_prep_config cfg = defaults();
+    prep_rule_sets rs;
+    wf_prep_rules c = rules_of(&cfg, &rs, "en");
     uint64_t rm;
     WF_CHECK_EQ(check(&c, GOOD, &rm), R_NONE);
     WF_CHECK_EQ(rm, 0);
@@ -782,14 +796,364 @@ WF_TEST(quality_rules) {
     WF_CHECK_TRUE(r6 >= R_Q_DUP6 && r6 <= R_Q_DUP10);
     for (int g = 0; g < 6; g++) c.max_dup_ngram[g] = 1;
     WF_CHECK_EQ(check(&c, buf, NULL), R_NONE);
+    wf__prep_rules_free(&rs);
+    wf_prep_config_free(&cfg);
+}
+
+/* ---- quality rules per language ---- */
+
+/* Five sentences of plain prose in each language (written for these tests,
+ * the same scene as GOOD), each passing its own language's rules. */
+static const struct {
+    const char *lang, *text;
+} PROSE[] = {
+    {"de", "Der Fluss fließt an der alten Mühle vorbei und weiter in das Tal unterhalb der Stadt.\n"
+           "Seit vielen Jahren nutzen die Bauern sein Wasser, und die Mühle steht noch heute.\n"
+           "Im Frühling sind die Wiesen am Ufer voller Blumen und Vögel.\n"
+           "Besucher gehen oft den Weg entlang, der dem Wasser bis zum See folgt.\n"
+           "Es ist ein ruhiger Ort mit einer langen Geschichte, und die Menschen kommen jedes Jahr gern zurück."},
+    {"fr", "La rivière passe devant le vieux moulin et descend dans la vallée sous la ville.\n"
+           "Depuis de nombreuses années, les paysans utilisent son eau, et le moulin est toujours debout.\n"
+           "Au printemps, les prés le long des berges sont pleins de fleurs et d'oiseaux.\n"
+           "Les visiteurs suivent souvent le chemin qui longe l'eau jusqu'au lac.\n"
+           "C'est un endroit calme qui a une longue histoire, et les gens y reviennent chaque année avec plaisir."},
+    {"es", "El río pasa junto al viejo molino y baja hacia el valle que está debajo del pueblo.\n"
+           "Desde hace muchos años los campesinos usan su agua, y el molino sigue en pie.\n"
+           "En primavera los prados de la orilla se llenan de flores y de pájaros.\n"
+           "Los visitantes recorren a menudo el camino que sigue el agua hasta el lago.\n"
+           "Es un lugar tranquilo con una larga historia, y la gente vuelve a visitarlo cada año."},
+    {"it", "Il fiume scorre accanto al vecchio mulino e scende nella valle sotto il paese.\n"
+           "Da molti anni i contadini usano la sua acqua, e il mulino è ancora in piedi.\n"
+           "In primavera i prati lungo le rive sono pieni di fiori e di uccelli.\n"
+           "I visitatori percorrono spesso il sentiero che segue l'acqua fino al lago.\n"
+           "È un luogo tranquillo con una lunga storia, e la gente ci torna volentieri ogni anno."},
+    {"pt", "O rio passa ao lado do velho moinho e desce para o vale que fica abaixo da cidade.\n"
+           "Há muitos anos que os agricultores usam a sua água, e o moinho continua de pé.\n"
+           "Na primavera os prados ao longo das margens ficam cheios de flores e de pássaros.\n"
+           "Os visitantes percorrem muitas vezes o caminho que segue a água até ao lago.\n"
+           "É um lugar tranquilo com uma longa história, e as pessoas voltam a visitá-lo todos os anos."},
+    {"nl", "De rivier stroomt langs de oude molen en verder het dal in onder de stad.\n"
+           "Al vele jaren gebruiken de boeren het water, en de molen staat er nog steeds.\n"
+           "In de lente staan de weiden langs de oevers vol bloemen en vogels.\n"
+           "Bezoekers lopen vaak het pad dat het water volgt tot aan het meer.\n"
+           "Het is een rustige plek met een lange geschiedenis, en de mensen komen er elk jaar graag terug."},
+    {"pl", "Rzeka płynie obok starego młyna i dalej w dół doliny, która leży pod miastem.\n"
+           "Od wielu lat rolnicy korzystają z jej wody, a młyn stoi do dziś.\n"
+           "Wiosną łąki na brzegach są pełne kwiatów i ptaków.\n"
+           "Goście często chodzą ścieżką, która prowadzi wzdłuż wody aż do jeziora.\n"
+           "To spokojne miejsce o długiej historii, i ludzie chętnie wracają tu co roku."},
+    {"ru", "Река течёт мимо старой мельницы и дальше вниз, в долину под городом.\n"
+           "Много лет крестьяне берут из неё воду, и мельница стоит до сих пор.\n"
+           "Весной луга на берегах полны цветов и птиц.\n"
+           "Гости часто гуляют по тропе, которая идёт вдоль воды до самого озера.\n"
+           "Это тихое место с долгой историей, и люди с радостью возвращаются сюда каждый год."},
+};
+
+static const char *ZH = "河水从老磨坊旁边流过，一直流进城下面的山谷。\n"
+                        "多年来，农民一直用这条河的水，那座磨坊至今还在。\n"
+                        "春天，河岸上的草地开满了鲜花，到处都是鸟儿。\n"
+                        "游客常常沿着河边的小路一直走到湖边。\n"
+                        "这是一个安静的地方，有着悠久的历史，人们每年都愿意回来。";
+static const char *JA = "川は古い水車小屋のそばを流れ、町の下の谷へと続いている。\n"
+                        "農家の人々は長い間その水を使ってきたが、水車小屋は今も残っている。\n"
+                        "春になると、岸辺の草地は花と鳥でいっぱいになる。\n"
+                        "訪れる人は、湖まで続く川沿いの小道をよく歩く。\n"
+                        "ここは長い歴史を持つ静かな場所で、人々は毎年のように戻ってくる。";
+/* Swedish: a language with no rule set of its own. */
+static const char *SV = "Floden rinner förbi den gamla kvarnen och vidare ner i dalen nedanför staden.\n"
+                        "Bönderna har använt dess vatten i många år, och kvarnen står kvar än i dag.\n"
+                        "På våren är ängarna längs stränderna fulla av blommor och fåglar.\n"
+                        "Besökare går ofta längs stigen som följer vattnet ända fram till sjön.\n"
+                        "Det är en lugn plats med en lång historia, och folk kommer gärna tillbaka varje år.";
+
+typedef struct {
+    char *v[256];
+    size_t n;
+} word_list;
+
+/* The words of text (runs of non-spaces), copied. */
+static void words_of(const char *text, word_list *w) {
+    w->n = 0;
+    for (const char *p = text; *p;) {
+        while (*p == ' ' || *p == '\n') p++;
+        size_t n = strcspn(p, " \n");
+        if (n && w->n < 256) w->v[w->n++] = strndup(p, n);
+        p += n;
+    }
+}
+
+static void words_free(word_list *w) {
+    for (size_t i = 0; i < w->n; i++) free(w->v[i]);
+    w->n = 0;
+}
+
+/* Words joined, `per_line` to a line; a '.' closes each line when `dot`. */
+static char *join_lines(char *const *v, size_t n, size_t per_line, int dot) {
+    wf_buf b = {0};
+    for (size_t i = 0; i < n; i++) {
+        wf_buf_append(&b, v[i], strlen(v[i]));
+        int eol = (i + 1) % per_line == 0 || i + 1 == n;
+        if (eol && dot) wf_buf_append(&b, ".", 1);
+        if (i + 1 < n) wf_buf_append(&b, eol ? "\n" : " ", 1);
+    }
+    return b.data;
+}
+
+static int is_stop(const wf_prep_rules *q, const char *word) {
+    char w[128];
+    size_t n = strlen(word);
+    while (n && strchr(".,;:!?'\"", word[n - 1])) n--;
+    size_t len = wf__prep_word_lower(word, n, w, sizeof w);
+    for (size_t i = 0; len && i < q->stop_words.n; i++)
+        if (strcmp(q->stop_words.items[i], w) == 0) return 1;
+    return 0;
+}
+
+/* Letters moved one place on in their alphabet (a -> b, z -> a, я -> а):
+ * words of the same shape that are no words of the language. */
+static char *gibberish(const char *text) {
+    wf_buf b = {0};
+    const unsigned char *u = (const unsigned char *)text;
+    for (size_t i = 0; u[i];) {
+        unsigned char c = u[i];
+        if (c >= 'a' && c <= 'z') c = c == 'z' ? 'a' : c + 1;
+        else if (c >= 'A' && c <= 'Z') c = c == 'Z' ? 'A' : c + 1;
+        if (c < 0x80) {
+            char ch = (char)c;
+            wf_buf_append(&b, &ch, 1);
+            i++;
+            continue;
+        }
+        int32_t cp;
+        ssize_t k = utf8proc_iterate(u + i, -1, &cp);
+        WF_CHECK_TRUE(k > 0);
+        if (cp >= 0x430 && cp <= 0x44F) cp = cp == 0x44F ? 0x430 : cp + 1; /* а..я */
+        else if (cp >= 0x410 && cp <= 0x42F) cp = cp == 0x42F ? 0x410 : cp + 1;
+        unsigned char enc[4];
+        ssize_t m = utf8proc_encode_char(cp, enc);
+        wf_buf_append(&b, enc, (size_t)m);
+        i += (size_t)k;
+    }
+    return b.data;
+}
+
+WF_TEST(quality_rules_per_language) {
+    wf_prep_config cfg = defaults();
+    prep_rule_sets rs;
+    WF_CHECK_OK(wf__prep_rules_build(&cfg, &rs));
+    const wf_prep_rules *en = &wf__prep_rules_find(&rs, "en")->r;
+    for (size_t l = 0; l < sizeof PROSE / sizeof *PROSE; l++) {
+        const char *lang = PROSE[l].lang, *text = PROSE[l].text;
+        const prep_rule_set *set = wf__prep_rules_find(&rs, lang);
+        WF_CHECK_STREQ(set->name, lang);
+        const wf_prep_rules *q = &set->r;
+        WF_CHECK_TRUE(q->word_rules && q->stop_words.n >= 8);
+        /* Real prose passes its own language's rules, and the English ones
+         * (what every language got before) drop it for its stop words. */
+        int rc = check(q, text, NULL);
+        if (rc != R_NONE) wf_test_fail(__FILE__, __LINE__, "%s prose dropped: %s", lang, wf__prep_reason_name(rc));
+        rc = check(en, text, NULL);
+        if (rc != R_Q_STOP)
+            wf_test_fail(__FILE__, __LINE__, "%s prose under the English rules: %s", lang, wf__prep_reason_name(rc));
+
+        word_list w;
+        words_of(text, &w);
+        /* The same words with the language's stop words taken out: the stop
+         * word rule (and only it: the other thresholds relaxed) drops it. */
+        char *kept[256];
+        size_t n_kept = 0;
+        for (size_t i = 0; i < w.n; i++)
+            if (!is_stop(q, w.v[i])) kept[n_kept++] = w.v[i];
+        WF_CHECK_TRUE(n_kept < w.n);
+        char *no_stop = join_lines(kept, n_kept, 10, 1);
+        wf_prep_rules relaxed = *q;
+        relaxed.min_words = 10;
+        WF_CHECK_EQ(check(&relaxed, no_stop, NULL), R_Q_STOP);
+        free(no_stop);
+
+        /* Keyword stuffing: the content words (4 letters or more, no stop
+         * words) again and again, in lines that look like sentences. */
+        char *keys[256];
+        size_t n_keys = 0;
+        for (size_t i = 0; i < n_kept && n_keys < 12; i++) {
+            char *k = kept[i];
+            size_t kn = strlen(k);
+            while (kn && strchr(".,;:!?'\"", k[kn - 1])) k[--kn] = '\0';
+            size_t letters = 0;
+            for (size_t b = 0; b < kn; b++) letters += ((unsigned char)k[b] & 0xC0) != 0x80;
+            if (letters >= 4) keys[n_keys++] = k;
+        }
+        WF_CHECK_TRUE(n_keys >= 8);
+        char *stuffed_words[96];
+        for (size_t i = 0; i < 96; i++) stuffed_words[i] = keys[(i * 5 + i / n_keys) % n_keys];
+        char *stuffed = join_lines(stuffed_words, 96, 8, 1);
+        rc = check(q, stuffed, NULL);
+        if (rc == R_NONE) wf_test_fail(__FILE__, __LINE__, "%s keyword stuffing kept:\n%s", lang, stuffed);
+        free(stuffed);
+        words_free(&w);
+
+        /* Scrambled letters: no stop words left. */
+        char *gib = gibberish(text);
+        rc = check(q, gib, NULL);
+        if (rc != R_Q_STOP) wf_test_fail(__FILE__, __LINE__, "%s gibberish: %s\n%s", lang, wf__prep_reason_name(rc), gib);
+        free(gib);
+
+        /* Shuffled words (a fixed shuffle), re-wrapped: lines no longer end
+         * in sentences. */
+        words_of(text, &w);
+        uint64_t x = 12345;
+        for (size_t i = w.n - 1; i > 0; i--) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            size_t j = (size_t)(x >> 33) % (i + 1);
+            char *t = w.v[i];
+            w.v[i] = w.v[j];
+            w.v[j] = t;
+        }
+        char *shuffled = join_lines(w.v, w.n, 9, 0);
+        rc = check(q, shuffled, NULL);
+        if (rc == R_NONE) wf_test_fail(__FILE__, __LINE__, "%s shuffled kept:\n%s", lang, shuffled);
+        free(shuffled);
+        words_free(&w);
+    }
+
+    /* Chinese and Japanese: no spaces between words, so the word rules are
+     * skipped; the others still apply. The English rules would drop them. */
+    const char *cjk[][2] = {{"zh", ZH}, {"zh-Hant", ZH}, {"ja", JA}};
+    for (size_t i = 0; i < 3; i++) {
+        const prep_rule_set *set = wf__prep_rules_find(&rs, cjk[i][0]);
+        WF_CHECK_STREQ(set->name, "no_spaces");
+        WF_CHECK_EQ(set->r.word_rules, 0);
+        uint64_t rm;
+        WF_CHECK_EQ(check(&set->r, cjk[i][1], &rm), R_NONE);
+        WF_CHECK_EQ(rm, 0); /* lines ending in 。 are sentences */
+        WF_CHECK_TRUE(check(en, cjk[i][1], NULL) != R_NONE);
+        char buf[4096];
+        snprintf(buf, sizeof buf, "%s\n菜单首页关于我们\n%s", cjk[i][1], "版权所有。");
+        WF_CHECK_EQ(check(&set->r, buf, &rm), R_NONE); /* C4's line rule removes the menu */
+        WF_CHECK_EQ(rm, 1);
+        char *rep = repeat_lines("这是一个安静的地方，有着悠久的历史。", 6);
+        WF_CHECK_EQ(check(&set->r, rep, NULL), R_Q_DUP_LINES);
+        free(rep);
+        snprintf(buf, sizeof buf, "%s\nlorem ipsum。", cjk[i][1]);
+        WF_CHECK_EQ(check(&set->r, buf, NULL), R_Q_LOREM);
+        WF_CHECK_EQ(check(&set->r, "一句话。两句话。", NULL), R_Q_SENTENCES);
+    }
+    /* Thai and Lao mark sentences with spaces: C4's punctuation rules off. */
+    const prep_rule_set *th = wf__prep_rules_find(&rs, "th");
+    WF_CHECK_STREQ(th->name, "th");
+    WF_CHECK_TRUE(!th->r.word_rules && !th->r.c4_terminal_punct && th->r.c4_min_sentences == 0);
+
+    /* A language with no rule set of its own (Swedish), and langid off
+     * (und): the default rule set, word rules unchecked. */
+    const prep_rule_set *sv = wf__prep_rules_find(&rs, "sv"), *und = wf__prep_rules_find(&rs, "und");
+    WF_CHECK_STREQ(sv->name, "default");
+    WF_CHECK_TRUE(und == sv && !sv->r.word_rules);
+    WF_CHECK_EQ(check(&sv->r, SV, NULL), R_NONE);
+    WF_CHECK_EQ(check(en, SV, NULL), R_Q_STOP);
+    char *rep = repeat_lines("Det är en lugn plats med en lång historia.", 6);
+    WF_CHECK_EQ(check(&sv->r, rep, NULL), R_Q_DUP_LINES); /* the other rules still apply */
+    free(rep);
+    wf__prep_rules_free(&rs);
+    wf_prep_config_free(&cfg);
+}
+
+/* The config: [quality] for every language, [quality.<lang>] for one. */
+static wf_status parse_prep(wf_prep_config *c, int argc, const char **argv) {
+    memset(c, 0, sizeof *c);
+    wf_strs pos = {0};
+    int help = 0;
+    char *args[16];
+    WF_CHECK_TRUE(argc < 16);
+    for (int i = 0; i < argc; i++) args[i] = (char *)argv[i];
+    args[argc] = (char *)"input.txt";
+    wf_status s = wf_opts_parse(wf_prep_spec(), c, argc + 1, args, &pos, &help);
+    wf_opts_free_positional(&pos);
+    if (s == WF_OK) s = wf_prep_config_validate(c);
+    return s;
+}
+
+WF_TEST(quality_rules_config_per_language) {
+    const char *de = PROSE[0].text;
+    wf_prep_config c;
+    prep_rule_sets rs;
+    const char *a1[] = {"--output=o", "--quality.de.min_stop_words=30", "--quality.zh.word_rules",
+                        "--quality.sv.stop_words=OCH,Är,det", "--quality.th.c4_terminal_punct=true",
+                        "--quality.default.min_words=7"};
+    WF_CHECK_OK(parse_prep(&c, 6, a1));
+    WF_CHECK_OK(wf__prep_rules_build(&c, &rs));
+    const prep_rule_set *set = wf__prep_rules_find(&rs, "de");
+    WF_CHECK_EQ(set->r.min_stop_words, 30);
+    WF_CHECK_EQ(check(&set->r, de, NULL), R_Q_STOP);
+    WF_CHECK_EQ(wf__prep_rules_find(&rs, "fr")->r.min_stop_words, 2); /* only German */
+    set = wf__prep_rules_find(&rs, "zh");
+    WF_CHECK_STREQ(set->name, "zh"); /* settings of its own: named after the language */
+    WF_CHECK_EQ(set->r.word_rules, 1);
+    WF_CHECK_TRUE(check(&set->r, ZH, NULL) != R_NONE); /* the word rules drop Chinese */
+    WF_CHECK_STREQ(wf__prep_rules_find(&rs, "ja")->name, "no_spaces");
+    set = wf__prep_rules_find(&rs, "sv");
+    WF_CHECK_STREQ(set->name, "sv");
+    WF_CHECK_EQ(set->r.word_rules, 1); /* a language given a table: word rules on */
+    WF_CHECK_EQ(set->r.stop_words.n, 3);
+    WF_CHECK_STREQ(set->r.stop_words.items[1], "är"); /* lower case */
+    WF_CHECK_EQ(check(&set->r, SV, NULL), R_NONE);
+    WF_CHECK_EQ(wf__prep_rules_find(&rs, "th")->r.c4_terminal_punct, 1);
+    WF_CHECK_EQ(wf__prep_rules_find(&rs, "th")->r.c4_min_sentences, 0);
+    WF_CHECK_EQ(wf__prep_rules_find(&rs, "ko")->r.min_words, 7); /* via default */
+    WF_CHECK_EQ(wf__prep_rules_find(&rs, "en")->r.min_words, 50);
+    wf__prep_rules_free(&rs);
+    wf_prep_config_free(&c);
+
+    /* [quality] applies to every language; the written config reads back. */
+    const char *path = tpath("p.toml");
+    const char *toml = "output = \"o\"\n[quality]\nmin_words = 500\n[quality.de]\nstop_words = [\"der\", \"die\"]\n"
+                       "[quality.\"zh-Hant\"]\nmin_sentences_typo = 1\n";
+    wf_test_write_file(path, toml, strlen(toml));
+    char arg[700];
+    snprintf(arg, sizeof arg, "--config=%s", path);
+    const char *a2[] = {arg};
+    WF_CHECK_ERR(parse_prep(&c, 1, a2), WF_ERR_CONFIG, "unknown key 'quality.zh-Hant.min_sentences_typo'");
+    wf_prep_config_free(&c);
+    toml = "output = \"o\"\n[quality]\nmin_words = 500\n[quality.de]\nstop_words = [\"der\", \"die\"]\n";
+    wf_test_write_file(path, toml, strlen(toml));
+    WF_CHECK_OK(parse_prep(&c, 1, a2));
+    WF_CHECK_OK(wf__prep_rules_build(&c, &rs));
+    WF_CHECK_EQ(check(&wf__prep_rules_find(&rs, "de")->r, de, NULL), R_Q_MIN_WORDS);
+    WF_CHECK_EQ(check(&wf__prep_rules_find(&rs, "ja")->r, JA, NULL), R_NONE); /* no words, no word rules */
+    WF_CHECK_EQ(wf__prep_rules_find(&rs, "de")->r.stop_words.n, 2);
+    wf__prep_rules_free(&rs);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    wf_opts_write_toml(wf_prep_spec(), &c, f);
+    fclose(f);
+    WF_CHECK_TRUE(strstr(text, "quality.de.stop_words = [\"der\", \"die\"]\n") != NULL);
+    WF_CHECK_TRUE(strstr(text, "quality.min_words = 500\n") != NULL);
+    free(text);
+    wf_prep_config_free(&c);
+
+    /* Mistakes are named. */
+    const char *b1[] = {"--output=o", "--quality.german.min_words=3"};
+    WF_CHECK_ERR(parse_prep(&c, 2, b1), WF_ERR_CONFIG, "quality.german: 'german' is not a language code");
+    wf_prep_config_free(&c);
+    const char *b2[] = {"--output=o", "--quality.de.min_words=20", "--quality.de.max_words=10"};
+    WF_CHECK_ERR(parse_prep(&c, 3, b2), WF_ERR_CONFIG, "quality.de: min_words = 20 is above max_words = 10");
+    wf_prep_config_free(&c);
+    const char *b3[] = {"--output=o", "--quality.stop_words=the,of"};
+    WF_CHECK_ERR(parse_prep(&c, 2, b3), WF_ERR_CONFIG, "did you mean 'quality.<lang>.stop_words'?");
+    wf_prep_config_free(&c);
+    const char *b4[] = {"--output=o", "--quality.fr.max_dup_5gram=2"};
+    WF_CHECK_ERR(parse_prep(&c, 2, b4), WF_ERR_RANGE, "key 'quality.fr.max_dup_5gram' = 2 is out of range");
+    wf_prep_config_free(&c);
+    const char *b5[] = {"--output=o", "--quality.min_words=20", "--quality.max_words=10"};
+    WF_CHECK_ERR(parse_prep(&c, 3, b5), WF_ERR_CONFIG, "quality: min_words = 20 is above max_words = 10");
     wf_prep_config_free(&c);
 }
 
 WF_TEST(config_defaults_and_checks) {
     wf_prep_config c = defaults();
-    WF_CHECK_EQ(c.min_words, 50);
-    WF_CHECK_EQ(c.stop_words.n, 8);
-    WF_CHECK_NEAR(c.max_dup_ngram[5], 0.10, 1e-12);
+    WF_CHECK_EQ(c.rules.min_words, 50);
+    WF_CHECK_EQ(c.rules.stop_words.n, 0); /* stop words are per language */
+    WF_CHECK_NEAR(c.rules.max_dup_ngram[5], 0.10, 1e-12);
     WF_CHECK_ERR(wf_prep_config_validate(&c), WF_ERR_CONFIG, "output");
     c.output = strdup("out");
     WF_CHECK_OK(wf_prep_config_validate(&c));
