@@ -334,6 +334,13 @@ const char *wf_comm_backend(const wf_comm *c) { return c->backend; }
 const char *wf_comm_library_version(const wf_comm *c) { return c->version; }
 
 void wf_comm_abort(wf_comm *c, int code) {
+    /* The launcher kills every process of the job on an abort; MPICH's
+     * mpiexec then drops what is still in its output pipes, which can be
+     * this rank's last lines: the error that says why. Give them a moment
+     * (the job is ending anyway). */
+    fflush(stdout);
+    fflush(stderr);
+    usleep(300 * 1000);
     c->be->abort(c->st, code);
     _exit(code); /* a backend's abort does not return; this keeps noreturn true */
 }
