@@ -108,4 +108,37 @@ void wf_mix_set_weights(wf_mix_state *s, const wf_mix_weights *w);
 /* "0.7 0.3": the shares, for messages (buf of at least 16 per source). */
 void wf_mix_weights_format(const wf_mix_weights *w, char *buf, size_t size);
 
+/* ------------------------------------------------------- a mixture's spec
+ * What `weft train`'s data.sources and data.weight_schedule (and `weft
+ * data batch --sources/--weight-schedule`) say:
+ *
+ *   source:  "[NAME=]DIR:WEIGHT"   NAME: 1 to 63 of [A-Za-z0-9_.-], unique;
+ *                                  default the directory's last component
+ *   change:  "STEP: W1 W2 ..."     from the 1-based step STEP on, one
+ *                                  weight per source in order; steps increase
+ */
+#define WF_MIX_NAME_MAX 63
+
+typedef struct {
+    int n;                                /* sources */
+    char *names[WF_MIX_MAX_SOURCES];      /* owned */
+    char *dirs[WF_MIX_MAX_SOURCES];       /* owned */
+    wf_mix_weights weights;               /* the sources' weights */
+    int n_changes;
+    int64_t *change_step;                 /* (n_changes) owned, 1-based, increasing */
+    wf_mix_weights *change_w;             /* (n_changes) owned */
+} wf_mix_spec;
+
+/* Reads the sources and the changes; errors (WF_ERR_CONFIG) name the key
+ * (`sources_key`, `changes_key`), the item and what would be right. Free
+ * with wf_mix_spec_free (also after an error). */
+wf_status wf_mix_spec_parse(wf_mix_spec *out, const char *const *sources, size_t n_sources,
+                            const char *const *changes, size_t n_changes, const char *sources_key,
+                            const char *changes_key);
+void wf_mix_spec_free(wf_mix_spec *s);
+
+/* The weights of the 1-based step `step`: the sources', or the last change
+ * at or before it. */
+const wf_mix_weights *wf_mix_spec_weights_at(const wf_mix_spec *s, int64_t step);
+
 #endif

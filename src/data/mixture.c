@@ -13,6 +13,7 @@
 #include "weft/mixture.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint64_t gcd_u64(uint64_t a, uint64_t b) {
@@ -30,7 +31,8 @@ wf_status wf_mix_weights_from_ints(wf_mix_weights *out, const uint64_t *w, int n
         return wf_error(WF_ERR_CONFIG, "%s: %d sources; a mixture has 1 to %d", what, n, WF_MIX_MAX_SOURCES);
     uint64_t g = 0;
     for (int k = 0; k < n; k++) g = gcd_u64(g, w[k]);
-    if (g == 0) return wf_error(WF_ERR_CONFIG, "%s: every weight is 0; at least one source needs a positive weight", what);
+    if (g == 0)
+        return wf_error(WF_ERR_CONFIG, "%s: every weight is 0; at least one source needs a positive weight", what);
     uint64_t sum = 0;
     for (int k = 0; k < n; k++) {
         uint64_t v = w[k] / g;
@@ -225,4 +227,163 @@ wf_status wf_mix_state_check(const wf_mix_state *s, const char *where) {
                             w->period);
     }
     return WF_OK;
+}
+
+/* --------------------------------------------------------------- the spec */
+
+static int name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+           c == '-';
+}
+
+static int valid_name(const char *s, size_t n) {
+    if (n == 0 || n > WF_MIX_NAME_MAX) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!name_char(s[i])) return 0;
+    return 1;
+}
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* "[NAME=]DIR:WEIGHT" -> source i's name and dir, and the weight's text. */
+static wf_status parse_source(wf_mix_spec *m, int i, const char *item, const char *key, char *wtext, size_t wsize) {
+    const char *colon = strrchr(item, ':');
+    if (!colon || !colon[1])
+        return wf_error(WF_ERR_CONFIG, "%s item %d '%s' has no weight: write it as [NAME=]DIR:WEIGHT (e.g. "
+                                       "\"data/web:0.7\")",
+                        key, i + 1, item);
+    const char *w = colon + 1;
+    while (*w == ' ') w++;
+    size_t wl = strlen(w);
+    while (wl > 0 && w[wl - 1] == ' ') wl--;
+    if (wl >= wsize)
+        return wf_error(WF_ERR_CONFIG, "%s item %d '%s': the weight '%s' is too long", key, i + 1, item, w);
+    memcpy(wtext, w, wl);
+    wtext[wl] = '\0';
+    const char *body = item, *end = colon;
+    while (body < end && *body == ' ') body++;
+    while (end > body && end[-1] == ' ') end--;
+    const char *eq = memchr(body, '=', (size_t)(end - body)), *slash = memchr(body, '/', (size_t)(end - body));
+    const char *dir = body, *name = NULL;
+    size_t name_len = 0;
+    if (eq && (!slash || eq < slash) && valid_name(body, (size_t)(eq - body))) {
+        name = body;
+        name_len = (size_t)(eq - body);
+        dir = eq + 1;
+    }
+    if (dir >= end)
+        return wf_error(WF_ERR_CONFIG, "%s item %d '%s' has no directory: write it as [NAME=]DIR:WEIGHT", key, i + 1,
+                        item);
+    m->dirs[i] = dup_n(dir, (size_t)(end - dir));
+    if (!m->dirs[i]) return wf_error(WF_ERR_NOMEM, "out of memory");
+    if (!name) { /* the directory's last component */
+        const char *e = end;
+        while (e > dir + 1 && e[-1] == '/') e--;
+        const char *b = e;
+        while (b > dir && b[-1] != '/') b--;
+        if (!valid_name(b, (size_t)(e - b)))
+            return wf_error(WF_ERR_CONFIG, "%s item %d '%s': the directory's name '%.*s' cannot name the source in "
+                                           "the metrics (1 to %d letters, digits, '_', '.' or '-'): give one as "
+                                           "NAME=DIR:WEIGHT",
+                            key, i + 1, item, (int)(e - b), b, WF_MIX_NAME_MAX);
+        name = b;
+        name_len = (size_t)(e - b);
+    }
+    m->names[i] = dup_n(name, name_len);
+    if (!m->names[i]) return wf_error(WF_ERR_NOMEM, "out of memory");
+    for (int j = 0; j < i; j++)
+        if (strcmp(m->names[j], m->names[i]) == 0)
+            return wf_error(WF_ERR_CONFIG, "%s items %d and %d are both named '%s': name them apart (NAME=DIR:WEIGHT)",
+                            key, j + 1, i + 1, m->names[i]);
+    return WF_OK;
+}
+
+/* "STEP: W1 W2 ..." -> change k. */
+static wf_status parse_change(wf_mix_spec *m, int k, const char *item, const char *key) {
+    char where[300];
+    snprintf(where, sizeof where, "%s item %d '%.200s'", key, k + 1, item);
+    const char *p = item;
+    while (*p == ' ') p++;
+    char *end;
+    long long step = (*p >= '0' && *p <= '9') ? strtoll(p, &end, 10) : 0;
+    const char *q = step ? end : p;
+    while (*q == ' ') q++;
+    if (step < 1 || *q != ':')
+        return wf_error(WF_ERR_CONFIG, "%s: write it as \"STEP: W1 W2 ...\", a step from 1 on and then one weight "
+                                       "per source (%d)",
+                        where, m->n);
+    char words[WF_MIX_MAX_SOURCES][40];
+    const char *text[WF_MIX_MAX_SOURCES];
+    int n = 0;
+    for (q++;;) {
+        while (*q == ' ' || *q == '\t') q++;
+        if (!*q) break;
+        size_t len = strcspn(q, " \t");
+        if (n == WF_MIX_MAX_SOURCES || len >= sizeof words[0])
+            return wf_error(WF_ERR_CONFIG, "%s: more than %d weights, or one too long", where, WF_MIX_MAX_SOURCES);
+        memcpy(words[n], q, len);
+        words[n][len] = '\0';
+        text[n] = words[n];
+        n++;
+        q += len;
+    }
+    if (n != m->n)
+        return wf_error(WF_ERR_CONFIG, "%s: %d weight%s for %d sources; give one per source, in their order", where,
+                        n, n == 1 ? "" : "s", m->n);
+    WF_TRY(wf_mix_weights_parse(&m->change_w[k], text, n, where));
+    if (k > 0 && step <= m->change_step[k - 1])
+        return wf_error(WF_ERR_CONFIG, "%s: step %lld is not after the previous item's step %lld: list the changes "
+                                       "in increasing steps",
+                        where, step, (long long)m->change_step[k - 1]);
+    m->change_step[k] = step;
+    return WF_OK;
+}
+
+wf_status wf_mix_spec_parse(wf_mix_spec *m, const char *const *sources, size_t n_sources,
+                            const char *const *changes, size_t n_changes, const char *sources_key,
+                            const char *changes_key) {
+    memset(m, 0, sizeof *m);
+    if (n_sources == 0)
+        return wf_error(WF_ERR_CONFIG, "%s is empty: give the datasets of the mixture as [NAME=]DIR:WEIGHT",
+                        sources_key);
+    if (n_sources > WF_MIX_MAX_SOURCES)
+        return wf_error(WF_ERR_CONFIG, "%s has %zu items; a mixture has at most %d sources", sources_key, n_sources,
+                        WF_MIX_MAX_SOURCES);
+    m->n = (int)n_sources;
+    char words[WF_MIX_MAX_SOURCES][40];
+    const char *text[WF_MIX_MAX_SOURCES];
+    for (int k = 0; k < m->n; k++) {
+        WF_TRY(parse_source(m, k, sources[k], sources_key, words[k], sizeof words[k]));
+        text[k] = words[k];
+    }
+    WF_TRY(wf_mix_weights_parse(&m->weights, text, m->n, sources_key));
+    m->change_step = calloc(n_changes + 1, sizeof *m->change_step);
+    m->change_w = calloc(n_changes + 1, sizeof *m->change_w);
+    if (!m->change_step || !m->change_w) return wf_error(WF_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n_changes; i++) WF_TRY(parse_change(m, (int)i, changes[i], changes_key));
+    m->n_changes = (int)n_changes;
+    return WF_OK;
+}
+
+void wf_mix_spec_free(wf_mix_spec *m) {
+    for (int k = 0; k < WF_MIX_MAX_SOURCES; k++) {
+        free(m->names[k]);
+        free(m->dirs[k]);
+    }
+    free(m->change_step);
+    free(m->change_w);
+    memset(m, 0, sizeof *m);
+}
+
+const wf_mix_weights *wf_mix_spec_weights_at(const wf_mix_spec *m, int64_t step) {
+    const wf_mix_weights *w = &m->weights;
+    for (int i = 0; i < m->n_changes && m->change_step[i] <= step; i++) w = &m->change_w[i];
+    return w;
 }

@@ -42,11 +42,7 @@
 /* A dataset mixture (data.sources; train_mix.c). n is 0 for one dataset. */
 typedef struct {
     int n;                      /* sources */
-    char **names, **dirs;       /* (n) owned */
-    wf_mix_weights base;        /* data.sources' weights */
-    int n_sched;                /* data.weight_schedule's entries */
-    int64_t *sched_step;        /* (n_sched) 1-based, increasing */
-    wf_mix_weights *sched_w;    /* (n_sched) */
+    wf_mix_spec spec;           /* data.sources and data.weight_schedule, read */
     wf_mix_weights cur;         /* the weights the loader draws with now */
     int64_t seg_step;           /* the 1-based step whose batch first used `cur` (0: the run's first, or unknown) */
     wf_loader **val;            /* (n) each source's validation loader, NULL without a val split */

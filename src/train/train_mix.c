@@ -19,129 +19,8 @@
 #include "weft/shard.h"
 #include "weft/tokenizer.h"
 
-#define MIX_NAME_MAX 63
 
 /* ---------------------------------------------------------------- config */
-
-static int name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-           c == '-';
-}
-
-static int valid_name(const char *s, size_t n) {
-    if (n == 0 || n > MIX_NAME_MAX) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!name_char(s[i])) return 0;
-    return 1;
-}
-
-static char *dup_n(const char *s, size_t n) {
-    char *d = malloc(n + 1);
-    if (d) {
-        memcpy(d, s, n);
-        d[n] = '\0';
-    }
-    return d;
-}
-
-/* "[NAME=]DIR:WEIGHT" -> name, dir and the weight's text (into wtext). */
-static wf_status parse_source(trainer *t, size_t i, const char *item, char *wtext, size_t wsize) {
-    train_mix *mx = &t->mix;
-    const char *colon = strrchr(item, ':');
-    if (!colon || !colon[1])
-        return wf_error(WF_ERR_CONFIG, "data.sources item %zu '%s' has no weight: write it as [NAME=]DIR:WEIGHT "
-                                       "(e.g. \"data/web:0.7\")",
-                        i + 1, item);
-    const char *w = colon + 1;
-    while (*w == ' ') w++;
-    if (strlen(w) >= wsize)
-        return wf_error(WF_ERR_CONFIG, "data.sources item %zu '%s': the weight '%s' is too long", i + 1, item, w);
-    snprintf(wtext, wsize, "%s", w);
-    for (size_t n = strlen(wtext); n > 0 && wtext[n - 1] == ' '; n--) wtext[n - 1] = '\0';
-    const char *body = item, *end = colon;
-    while (body < end && *body == ' ') body++;
-    while (end > body && end[-1] == ' ') end--;
-    const char *eq = memchr(body, '=', (size_t)(end - body)), *slash = memchr(body, '/', (size_t)(end - body));
-    const char *dir = body, *name = NULL;
-    size_t name_len = 0;
-    if (eq && (!slash || eq < slash) && valid_name(body, (size_t)(eq - body))) {
-        name = body;
-        name_len = (size_t)(eq - body);
-        dir = eq + 1;
-    }
-    if (dir >= end)
-        return wf_error(WF_ERR_CONFIG, "data.sources item %zu '%s' has no directory: write it as [NAME=]DIR:WEIGHT",
-                        i + 1, item);
-    mx->dirs[i] = dup_n(dir, (size_t)(end - dir));
-    if (!mx->dirs[i]) return wf_error(WF_ERR_NOMEM, "out of memory");
-    if (!name) { /* the directory's last component */
-        const char *e = end;
-        while (e > dir + 1 && e[-1] == '/') e--;
-        const char *b = e;
-        while (b > dir && b[-1] != '/') b--;
-        if (!valid_name(b, (size_t)(e - b)))
-            return wf_error(WF_ERR_CONFIG, "data.sources item %zu '%s': the directory's name '%.*s' cannot name the "
-                                           "source in the metrics (1 to %d letters, digits, '_', '.' or '-'): give "
-                                           "one as NAME=DIR:WEIGHT",
-                            i + 1, item, (int)(e - b), b, MIX_NAME_MAX);
-        name = b;
-        name_len = (size_t)(e - b);
-    }
-    mx->names[i] = dup_n(name, name_len);
-    if (!mx->names[i]) return wf_error(WF_ERR_NOMEM, "out of memory");
-    for (size_t j = 0; j < i; j++)
-        if (strcmp(mx->names[j], mx->names[i]) == 0)
-            return wf_error(WF_ERR_CONFIG, "data.sources items %zu and %zu are both named '%s': name them apart "
-                                           "(NAME=DIR:WEIGHT)",
-                            j + 1, i + 1, mx->names[i]);
-    return WF_OK;
-}
-
-/* "STEP: W1 W2 ..." -> the entry k of the schedule. */
-static wf_status parse_schedule_item(trainer *t, size_t k, const char *item) {
-    train_mix *mx = &t->mix;
-    char where[300];
-    snprintf(where, sizeof where, "data.weight_schedule item %zu '%.200s'", k + 1, item);
-    const char *p = item;
-    while (*p == ' ') p++;
-    char *end;
-    long long step = strtoll(p, &end, 10);
-    const char *q = end;
-    while (*q == ' ') q++;
-    if (end == p || *q != ':' || step < 1)
-        return wf_error(WF_ERR_CONFIG, "%s: write it as \"STEP: W1 W2 ...\", a step from 1 on and then one weight "
-                                       "per source of data.sources (%d)",
-                        where, mx->n);
-    char words[WF_MIX_MAX_SOURCES][40];
-    const char *text[WF_MIX_MAX_SOURCES];
-    int n = 0;
-    for (q++;;) {
-        while (*q == ' ' || *q == '\t') q++;
-        if (!*q) break;
-        size_t len = strcspn(q, " \t");
-        if (n == WF_MIX_MAX_SOURCES || len >= sizeof words[0])
-            return wf_error(WF_ERR_CONFIG, "%s: more than %d weights, or one too long", where, WF_MIX_MAX_SOURCES);
-        memcpy(words[n], q, len);
-        words[n][len] = '\0';
-        text[n] = words[n];
-        n++;
-        q += len;
-    }
-    if (n != mx->n)
-        return wf_error(WF_ERR_CONFIG, "%s: %d weight%s for the %d sources of data.sources; give one per source, in "
-                                       "their order",
-                        where, n, n == 1 ? "" : "s", mx->n);
-    WF_TRY(wf_mix_weights_parse(&mx->sched_w[k], text, n, where));
-    if (k > 0 && step <= mx->sched_step[k - 1])
-        return wf_error(WF_ERR_CONFIG, "%s: step %lld is not after the previous item's step %lld: list the changes "
-                                       "in increasing steps",
-                        where, step, (long long)mx->sched_step[k - 1]);
-    mx->sched_step[k] = step;
-    if (step > t->tc->steps)
-        WF_WARN("%s: step %lld is after train.steps = %lld: this run never reaches it", where, step,
-                (long long)t->tc->steps);
-    return WF_OK;
-}
 
 wf_status wf__train_mix_config(trainer *t) {
     const wf_train_config *tc = t->tc;
@@ -159,48 +38,30 @@ wf_status wf__train_mix_config(trainer *t) {
         return wf_error(WF_ERR_CONFIG, "data.dir = %s and data.sources are both set: a run reads one dataset "
                                        "(data.dir) or a mixture (data.sources); leave one out",
                         tc->data_dir);
-    if (src->n > WF_MIX_MAX_SOURCES)
-        return wf_error(WF_ERR_CONFIG, "data.sources has %zu items; a mixture has at most %d sources", src->n,
-                        WF_MIX_MAX_SOURCES);
-    const int n = (int)src->n;
-    mx->names = calloc((size_t)n, sizeof *mx->names);
-    mx->dirs = calloc((size_t)n, sizeof *mx->dirs);
+    WF_TRY(wf_mix_spec_parse(&mx->spec, (const char *const *)src->items, src->n, (const char *const *)ws->items,
+                             ws->n, "data.sources", "data.weight_schedule"));
+    const int n = mx->spec.n;
     mx->val = calloc((size_t)n, sizeof *mx->val);
     mx->val_loss = calloc((size_t)n, sizeof *mx->val_loss);
     mx->rec = calloc((size_t)n, sizeof *mx->rec);
-    mx->sched_step = calloc(ws->n + 1, sizeof *mx->sched_step);
-    mx->sched_w = calloc(ws->n + 1, sizeof *mx->sched_w);
-    if (!mx->names || !mx->dirs || !mx->val || !mx->val_loss || !mx->rec || !mx->sched_step || !mx->sched_w)
-        return wf_error(WF_ERR_NOMEM, "out of memory");
+    if (!mx->val || !mx->val_loss || !mx->rec) return wf_error(WF_ERR_NOMEM, "out of memory");
     mx->n = n;
-    char words[WF_MIX_MAX_SOURCES][40];
-    const char *text[WF_MIX_MAX_SOURCES];
-    for (int k = 0; k < n; k++) {
-        WF_TRY(parse_source(t, (size_t)k, src->items[k], words[k], sizeof words[k]));
-        text[k] = words[k];
-        mx->val_loss[k] = NAN;
-    }
-    WF_TRY(wf_mix_weights_parse(&mx->base, text, n, "data.sources"));
-    for (size_t i = 0; i < ws->n; i++) WF_TRY(parse_schedule_item(t, i, ws->items[i]));
-    mx->n_sched = (int)ws->n;
-    mx->cur = mx->base;
+    for (int k = 0; k < n; k++) mx->val_loss[k] = NAN;
+    for (int i = 0; i < mx->spec.n_changes; i++)
+        if (mx->spec.change_step[i] > tc->steps)
+            WF_WARN("data.weight_schedule item %d: step %lld is after train.steps = %lld: this run never reaches it",
+                    i + 1, (long long)mx->spec.change_step[i], (long long)tc->steps);
+    mx->cur = mx->spec.weights;
     return WF_OK;
 }
 
 void wf__train_mix_free(trainer *t) {
     train_mix *mx = &t->mix;
-    for (int k = 0; k < mx->n; k++) {
-        if (mx->names) free(mx->names[k]);
-        if (mx->dirs) free(mx->dirs[k]);
-        if (mx->val) wf_loader_destroy(mx->val[k]);
-    }
-    free(mx->names);
-    free(mx->dirs);
+    for (int k = 0; mx->val && k < mx->n; k++) wf_loader_destroy(mx->val[k]);
     free(mx->val);
     free(mx->val_loss);
     free(mx->rec);
-    free(mx->sched_step);
-    free(mx->sched_w);
+    wf_mix_spec_free(&mx->spec);
     memset(mx, 0, sizeof *mx);
 }
 
@@ -214,13 +75,14 @@ wf_status wf__train_mix_check_data(trainer *t, uint32_t *vocab, char **tokenizer
     int known[WF_MIX_MAX_SOURCES], first = -1;
     for (int k = 0; k < mx->n; k++) {
         wf_dataset_info info;
-        wf_status s = wf_dataset_info_load(&info, mx->dirs[k]);
-        if (s != WF_OK) return wf_error_wrap(s, "data.sources: source '%s': ", mx->names[k]);
+        wf_status s = wf_dataset_info_load(&info, mx->spec.dirs[k]);
+        if (s != WF_OK) return wf_error_wrap(s, "data.sources: source '%s': ", mx->spec.names[k]);
         if (k == 0) *vocab = info.vocab_size;
         if (info.vocab_size != *vocab) {
             s = wf_error(WF_ERR_CONFIG, "data.sources: source '%s' (%s) has a vocabulary of %u ids, source '%s' "
                                         "(%s) one of %u: the sources of a mixture are tokenized with one tokenizer",
-                         mx->names[k], mx->dirs[k], info.vocab_size, mx->names[0], mx->dirs[0], *vocab);
+                         mx->spec.names[k], mx->spec.dirs[k], info.vocab_size, mx->spec.names[0], mx->spec.dirs[0],
+                         *vocab);
             wf_dataset_info_free(&info);
             return s;
         }
@@ -228,7 +90,7 @@ wf_status wf__train_mix_check_data(trainer *t, uint32_t *vocab, char **tokenizer
         if (info.has_fingerprint) {
             fp[k] = info.tokenizer_fingerprint;
             known[k] = 1;
-            snprintf(from[k], sizeof from[k], "%s/dataset.json", mx->dirs[k]);
+            snprintf(from[k], sizeof from[k], "%s/dataset.json", mx->spec.dirs[k]);
         } else if (info.tokenizer && wf_path_exists(info.tokenizer)) {
             /* A dataset of a weft before fingerprints: the file it names, as it is now. */
             s = wf_tokenizer_file_fingerprint(info.tokenizer, &fp[k]);
@@ -248,7 +110,7 @@ wf_status wf__train_mix_check_data(trainer *t, uint32_t *vocab, char **tokenizer
             WF_WARN("data.sources: source '%s' (%s) records no tokenizer fingerprint and no tokenizer file weft can "
                     "read (a dataset of an older weft?): only its vocabulary size is checked against the others; "
                     "tokenize it again to have its tokenizer checked",
-                    mx->names[k], mx->dirs[k]);
+                    mx->spec.names[k], mx->spec.dirs[k]);
             continue;
         }
         if (first < 0) {
@@ -258,8 +120,8 @@ wf_status wf__train_mix_check_data(trainer *t, uint32_t *vocab, char **tokenizer
                             "data.sources: source '%s' (%s) was tokenized with another tokenizer than source '%s' "
                             "(%s): tokenizer fingerprints %016" PRIx64 " (%s) and %016" PRIx64 " (%s); the sources "
                             "of a mixture share one tokenizer: tokenize them all with the same tokenizer.json",
-                            mx->names[k], mx->dirs[k], mx->names[first], mx->dirs[first], fp[k], from[k],
-                            fp[first], from[first]);
+                            mx->spec.names[k], mx->spec.dirs[k], mx->spec.names[first], mx->spec.dirs[first], fp[k],
+                            from[k], fp[first], from[first]);
         }
     }
     const char *given = t->tc->tokenizer;
@@ -280,15 +142,15 @@ wf_status wf__train_mix_loaders(trainer *t, const wf_loader_opts *lo, const wf_l
     train_mix *mx = &t->mix;
     wf_loader_opts o = *lo;
     o.dir = NULL;
-    o.source_dirs = (const char *const *)mx->dirs;
+    o.source_dirs = (const char *const *)mx->spec.dirs;
     o.n_sources = mx->n;
-    o.weights = &mx->base;
+    o.weights = &mx->spec.weights;
     wf_status s = wf_loader_create(&t->train, &o);
     if (s != WF_OK) return wf_error_wrap(s, "data.sources: ");
     if (!vo) return WF_OK;
     for (int k = 0; k < mx->n; k++) {
         wf_dataset_info info;
-        WF_TRY(wf_dataset_info_load(&info, mx->dirs[k]));
+        WF_TRY(wf_dataset_info_load(&info, mx->spec.dirs[k]));
         uint64_t val_tokens = 0;
         for (size_t i = 0; i < info.n_splits; i++)
             if (strcmp(info.splits[i].name, "val") == 0) val_tokens = info.splits[i].n_tokens;
@@ -296,11 +158,11 @@ wf_status wf__train_mix_loaders(trainer *t, const wf_loader_opts *lo, const wf_l
         if (val_tokens <= (uint64_t)t->T) {
             WF_INFO("data.sources: source '%s' has no validation split longer than one sequence (%" PRIu64
                     " tokens): no validation loss for it",
-                    mx->names[k], val_tokens);
+                    mx->spec.names[k], val_tokens);
             continue;
         }
-        s = wf__train_val_loader(t, vo, mx->dirs[k], val_tokens, &mx->val[k]);
-        if (s != WF_OK) return wf_error_wrap(s, "data.sources: source '%s': validation split: ", mx->names[k]);
+        s = wf__train_val_loader(t, vo, mx->spec.dirs[k], val_tokens, &mx->val[k]);
+        if (s != WF_OK) return wf_error_wrap(s, "data.sources: source '%s': validation split: ", mx->spec.names[k]);
         mx->n_val++;
     }
     if (mx->n_val == 0)
@@ -311,13 +173,8 @@ wf_status wf__train_mix_loaders(trainer *t, const wf_loader_opts *lo, const wf_l
 
 /* -------------------------------------------------------------- the steps */
 
-/* The weights of the 1-based step `step1`: data.sources', or the last
- * data.weight_schedule entry at or before it. */
 static const wf_mix_weights *weights_at(const trainer *t, int64_t step1) {
-    const train_mix *mx = &t->mix;
-    const wf_mix_weights *w = &mx->base;
-    for (int i = 0; i < mx->n_sched && mx->sched_step[i] <= step1; i++) w = &mx->sched_w[i];
-    return w;
+    return wf_mix_spec_weights_at(&t->mix.spec, step1);
 }
 
 /* "pp 0.7, emma 0.3" */
@@ -325,7 +182,7 @@ static void describe_weights(const trainer *t, const wf_mix_weights *w, char *bu
     size_t len = 0;
     buf[0] = '\0';
     for (int k = 0; k < t->mix.n && len < size; k++)
-        len += (size_t)snprintf(buf + len, size - len, "%s%s %.6g", k ? ", " : "", t->mix.names[k],
+        len += (size_t)snprintf(buf + len, size - len, "%s%s %.6g", k ? ", " : "", t->mix.spec.names[k],
                                 wf_mix_weight_share(w, k));
 }
 
@@ -375,7 +232,8 @@ void wf__train_mix_account(trainer *t, const wf_batch *b, step_outcome *o) {
 wf_status wf__train_mix_finish_step(trainer *t, step_outcome *o) {
     train_mix *mx = &t->mix;
     if (!mx->n) return WF_OK;
-    if (t->world > 1) WF_TRY(wf_comm_all_reduce_f64(t->comm, o->src_loss, (size_t)mx->n, WF_COMM_SUM, "mixture losses"));
+    if (t->world > 1)
+        WF_TRY(wf_comm_all_reduce_f64(t->comm, o->src_loss, (size_t)mx->n, WF_COMM_SUM, "mixture losses"));
     for (int k = 0; k < mx->n; k++)
         o->src_loss[k] = o->src_seqs[k] ? o->src_loss[k] / ((double)o->src_seqs[k] * t->T) : NAN;
     return WF_OK;
@@ -401,7 +259,7 @@ void wf__train_mix_record(trainer *t, const step_outcome *o, int eval, wf_metric
     wf_mix_state st;
     int have = wf_loader_get_mix(t->train, &st) == WF_OK;
     for (int k = 0; k < mx->n; k++)
-        mx->rec[k] = (wf_metrics_source){.name = mx->names[k],
+        mx->rec[k] = (wf_metrics_source){.name = mx->spec.names[k],
                                          .weight = wf_mix_weight_share(&mx->cur, k),
                                          .tokens = o->src_seqs[k] * t->T,
                                          .tokens_seen = have ? (int64_t)st.taken[k] * t->T : -1,
@@ -419,7 +277,7 @@ void wf__train_mix_log_plan(const trainer *t) {
     line[0] = '\0';
     for (int k = 0; k < mx->n && len < sizeof line; k++)
         len += (size_t)snprintf(line + len, sizeof line - len, "%s%s %.6g (%s, %" PRIu64 " sequences an epoch%s)",
-                                k ? ", " : "", mx->names[k], wf_mix_weight_share(&mx->cur, k), mx->dirs[k],
+                                k ? ", " : "", mx->spec.names[k], wf_mix_weight_share(&mx->cur, k), mx->spec.dirs[k],
                                 wf_loader_source_samples(t->train, k), mx->val[k] ? ", validation split" : "");
     const int active = wf_mix_weights_active(&mx->cur);
     const double d = wf_mix_bound(active);
@@ -427,10 +285,10 @@ void wf__train_mix_log_plan(const trainer *t) {
             "each source within %.4g sequences of its share after any number of sequences, and within %.4g over any "
             "window of them under one set of weights (docs/loader.md)",
             mx->n, line, d, 2 * d);
-    for (int i = 0; i < mx->n_sched; i++) {
+    for (int i = 0; i < mx->spec.n_changes; i++) {
         char w[2048];
-        describe_weights(t, &mx->sched_w[i], w, sizeof w);
-        WF_INFO("data.weight_schedule: from step %lld: %s", (long long)mx->sched_step[i], w);
+        describe_weights(t, &mx->spec.change_w[i], w, sizeof w);
+        WF_INFO("data.weight_schedule: from step %lld: %s", (long long)mx->spec.change_step[i], w);
     }
 }
 
@@ -452,7 +310,7 @@ wf_status wf__train_mix_put(const trainer *t, wf_ckpt_meta *m) {
     wf_mix_state st;
     WF_TRY(wf_loader_get_mix(t->train, &st));
     size_t nl = 1;
-    for (int k = 0; k < mx->n; k++) nl += strlen(mx->names[k]) + 1;
+    for (int k = 0; k < mx->n; k++) nl += strlen(mx->spec.names[k]) + 1;
     char *names = malloc(nl);
     char *taken = u64_list(st.taken, NULL, mx->n), *seg = u64_list(st.seg_taken, NULL, mx->n);
     char *w = u64_list(NULL, st.weights.w, mx->n);
@@ -460,7 +318,7 @@ wf_status wf__train_mix_put(const trainer *t, wf_ckpt_meta *m) {
     if (s == WF_OK) {
         size_t len = 0;
         names[0] = '\0';
-        for (int k = 0; k < mx->n; k++) len += (size_t)sprintf(names + len, "%s%s", k ? " " : "", mx->names[k]);
+        for (int k = 0; k < mx->n; k++) len += (size_t)sprintf(names + len, "%s%s", k ? " " : "", mx->spec.names[k]);
         s = wf_ckpt_meta_set_str(m, "mix.sources", names);
     }
     if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "mix.slot", st.slot);
@@ -475,7 +333,7 @@ wf_status wf__train_mix_put(const trainer *t, wf_ckpt_meta *m) {
     FILE *f = s == WF_OK ? open_memstream(&dirs, &dlen) : NULL;
     if (s == WF_OK && !f) s = wf_error(WF_ERR_NOMEM, "out of memory");
     if (f) {
-        for (int k = 0; k < mx->n; k++) fprintf(f, "%s%s=%s", k ? "\n" : "", mx->names[k], mx->dirs[k]);
+        for (int k = 0; k < mx->n; k++) fprintf(f, "%s%s=%s", k ? "\n" : "", mx->spec.names[k], mx->spec.dirs[k]);
         fclose(f);
         s = dirs ? wf_ckpt_meta_set_str(m, "mix.dirs", dirs) : wf_error(WF_ERR_NOMEM, "out of memory");
     }
@@ -536,13 +394,13 @@ wf_status wf__train_mix_restore(trainer *t, const wf_ckpt *c, int64_t start) {
         return fresh_state(t, start, 0, NULL);
     }
     /* The saved sources' names, in order. */
-    char saved[WF_MIX_MAX_SOURCES][MIX_NAME_MAX + 1];
+    char saved[WF_MIX_MAX_SOURCES][WF_MIX_NAME_MAX + 1];
     int n = 0;
     for (const char *p = names; *p;) {
         while (*p == ' ') p++;
         size_t len = strcspn(p, " ");
         if (!len) break;
-        if (n == WF_MIX_MAX_SOURCES || len > MIX_NAME_MAX)
+        if (n == WF_MIX_MAX_SOURCES || len > WF_MIX_NAME_MAX)
             return wf_error(WF_ERR_FORMAT, "%s: mix.sources '%s' is not up to %d names", dir, names,
                             WF_MIX_MAX_SOURCES);
         memcpy(saved[n], p, len);
@@ -564,14 +422,14 @@ wf_status wf__train_mix_restore(trainer *t, const wf_ckpt *c, int64_t start) {
                                        "per source of mix.sources (%d)",
                         dir, n);
     int same = n == mx->n;
-    for (int k = 0; same && k < n; k++) same = strcmp(saved[k], mx->names[k]) == 0;
+    for (int k = 0; same && k < n; k++) same = strcmp(saved[k], mx->spec.names[k]) == 0;
     if (!same) {
         /* Another list of sources: those of both keep their cursors by name. */
         uint64_t keep[WF_MIX_MAX_SOURCES];
         for (int k = 0; k < mx->n; k++) {
             keep[k] = 0;
             for (int j = 0; j < n; j++)
-                if (strcmp(saved[j], mx->names[k]) == 0) keep[k] = taken[j];
+                if (strcmp(saved[j], mx->spec.names[k]) == 0) keep[k] = taken[j];
         }
         WF_WARN("%s was saved with the mixture sources '%s', this run's data.sources has others: the sources of both "
                 "(by name) go on where they were, the others start at their beginning, and the schedule starts "
