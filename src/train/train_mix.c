@@ -34,7 +34,7 @@ wf_status wf__train_mix_config(trainer *t) {
                                            "data.weight_schedule out");
         return WF_OK;
     }
-    if (tc->data_dir)
+    if (tc->data_dir && tc->data_dir[0]) /* "" (--data.dir=) is unset: a config's dir can be cleared */
         return wf_error(WF_ERR_CONFIG, "data.dir = %s and data.sources are both set: a run reads one dataset "
                                        "(data.dir) or a mixture (data.sources); leave one out",
                         tc->data_dir);

@@ -182,7 +182,7 @@ wf_status wf__train_val_loader(trainer *t, const wf_loader_opts *lo, const char 
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     t->tc = tc;
     WF_TRY(wf__train_mix_config(t));
-    if (!tc->data_dir && !t->mix.n)
+    if ((!tc->data_dir || !tc->data_dir[0]) && !t->mix.n)
         return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR), or a mixture "
                                        "of datasets in data.sources");
     if (wf_lr_parse_kind(tc->schedule) < 0)
