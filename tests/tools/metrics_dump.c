@@ -63,6 +63,8 @@ static void synth(wf_metrics_step *r, int64_t step, int spike_at, int eval_every
         r->eval_s = 0.05;
     }
     r->tokens = 4096;
+    r->batch_seqs = 16;
+    r->tokens_seen = step * 4096;
     r->step_s = 0.2 + 0.001 * (double)(step % 7);
     r->data_s = 0.01;
     r->fwd_bwd_s = 0.15;
