@@ -250,3 +250,64 @@ WF_TEST(mix_state_check_refuses) {
     int k;
     WF_CHECK_ERR(wf_mix_next(&bad, &k), WF_ERR_INTERNAL, "does not add up");
 }
+
+WF_TEST(mix_spec_parse) {
+    const char *src[] = {"web=data/web:0.7", " data/books/ : 0.3 ", "x=y=z/a:1"};
+    const char *chg[] = {"100: 0.5 0.5 0", " 200 :1\t2   3"};
+    wf_mix_spec m;
+    WF_CHECK_OK(wf_mix_spec_parse(&m, src, 3, chg, 2, "data.sources", "data.weight_schedule"));
+    WF_CHECK_EQ(m.n, 3);
+    WF_CHECK_STREQ(m.names[0], "web");
+    WF_CHECK_STREQ(m.dirs[0], "data/web");
+    WF_CHECK_STREQ(m.names[1], "books"); /* the directory's last component */
+    WF_CHECK_STREQ(m.dirs[1], "data/books/");
+    WF_CHECK_STREQ(m.names[2], "x");     /* a name, then a directory with '=' in it */
+    WF_CHECK_STREQ(m.dirs[2], "y=z/a");
+    WF_CHECK_EQ(m.weights.w[0], 7);
+    WF_CHECK_EQ(m.weights.w[1], 3);
+    WF_CHECK_EQ(m.weights.w[2], 10);
+    WF_CHECK_EQ(m.n_changes, 2);
+    WF_CHECK_EQ(m.change_step[0], 100);
+    WF_CHECK_EQ(m.change_step[1], 200);
+    WF_CHECK_TRUE(wf_mix_spec_weights_at(&m, 1) == &m.weights && wf_mix_spec_weights_at(&m, 99) == &m.weights);
+    WF_CHECK_TRUE(wf_mix_spec_weights_at(&m, 100) == &m.change_w[0]);
+    WF_CHECK_TRUE(wf_mix_spec_weights_at(&m, 199) == &m.change_w[0]);
+    WF_CHECK_TRUE(wf_mix_spec_weights_at(&m, 200) == &m.change_w[1]);
+    WF_CHECK_EQ(m.change_w[0].w[2], 0);
+    WF_CHECK_EQ(m.change_w[1].w[2], 3);
+    wf_mix_spec_free(&m);
+}
+
+WF_TEST(mix_spec_parse_refuses) {
+    wf_mix_spec m;
+    struct {
+        const char *src[2];
+        const char *chg[2];
+        size_t n_chg;
+        const char *msg;
+    } bad[] = {
+        {{"a:1", "b"}, {NULL}, 0, "data.sources item 2 'b' has no weight"},
+        {{"a:1", "b:"}, {NULL}, 0, "data.sources item 2 'b:' has no weight"},
+        {{"a:1", ":1"}, {NULL}, 0, "data.sources item 2 ':1' has no directory"},
+        {{"a:1", "n=:1"}, {NULL}, 0, "data.sources item 2 'n=:1' has no directory"},
+        {{"a:1", "d/a b:1"}, {NULL}, 0, "the directory's name 'a b' cannot name the source"},
+        {{"x/a:1", "y/a:2"}, {NULL}, 0, "data.sources items 1 and 2 are both named 'a'"},
+        {{"a:1", "b:two"}, {NULL}, 0, "data.sources: weight 2 is 'two'"},
+        {{"a:1", "b:1"}, {"7: 1"}, 1, "data.weight_schedule item 1 '7: 1': 1 weight for 2 sources"},
+        {{"a:1", "b:1"}, {"0: 1 1"}, 1, "data.weight_schedule item 1 '0: 1 1': write it as"},
+        {{"a:1", "b:1"}, {"7 1 1"}, 1, "data.weight_schedule item 1 '7 1 1': write it as"},
+        {{"a:1", "b:1"}, {"7: 1 1", "7: 2 1"}, 2, "item 2 '7: 2 1': step 7 is not after the previous item's step 7"},
+        {{"a:1", "b:1"}, {"7: 0 0"}, 1, "data.weight_schedule item 1 '7: 0 0': every weight is 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        wf_status s = wf_mix_spec_parse(&m, bad[i].src, 2, bad[i].chg, bad[i].n_chg, "data.sources",
+                                        "data.weight_schedule");
+        if (s != WF_ERR_CONFIG || !strstr(wf_error_msg(), bad[i].msg))
+            wf_test_fail(__FILE__, __LINE__, "case %zu: %s: '%s' lacks '%s'", i, wf_status_str(s), wf_error_msg(),
+                         bad[i].msg);
+        wf_mix_spec_free(&m);
+    }
+    WF_CHECK_ERR(wf_mix_spec_parse(&m, NULL, 0, NULL, 0, "--sources", "--weight-schedule"), WF_ERR_CONFIG,
+                 "--sources is empty");
+    wf_mix_spec_free(&m);
+}
