@@ -44,6 +44,7 @@ typedef struct {
     int n;                      /* sources */
     wf_mix_spec spec;           /* data.sources and data.weight_schedule, read */
     wf_mix_weights cur;         /* the weights the loader draws with now */
+    wf_mix_state step_start;    /* the cursor of the current step's first micro-batch */
     int64_t seg_step;           /* the 1-based step whose batch first used `cur` (0: the run's first, or unknown) */
     wf_loader **val;            /* (n) each source's validation loader, NULL without a val split */
     int n_val;                  /* sources with one */
@@ -295,6 +296,9 @@ wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int mi
 /* A loader cursor as micro-batches from the run's first epoch, and back. */
 int64_t wf__train_data_position(const trainer *t, wf_loader_state s);
 wf_loader_state wf__train_data_cursor(const trainer *t, int64_t pos);
+/* The data back to the first micro-batch of the step just run (at `pos`):
+ * one dataset's cursor there, or a mixture's saved at the step's start. */
+wf_status wf__train_data_rewind(trainer *t, int64_t pos);
 
 /* train_observe.c */
 wf_status wf__train_setup_obs(trainer *t, int64_t start);

@@ -23,6 +23,14 @@ int64_t wf__train_data_position(const trainer *t, wf_loader_state s) {
     return (int64_t)(s.epoch * wf_loader_batches_per_epoch(t->train) + s.sample / (uint64_t)t->B);
 }
 
+wf_status wf__train_data_rewind(trainer *t, int64_t pos) {
+    if (!t->mix.n) return wf_loader_set_state(t->train, wf__train_data_cursor(t, pos));
+    WF_CHECK(t->mix.step_start.slot == (uint64_t)pos * (uint64_t)t->B,
+             "the mixture's cursor of the step (slot %llu) is not at micro-batch %lld",
+             (unsigned long long)t->mix.step_start.slot, (long long)pos);
+    return wf_loader_set_mix(t->train, &t->mix.step_start);
+}
+
 /* Moves the data to micro-batch `pos` of the order: a mixture goes on from
  * its cursor (pos is not before it) with the weights it has. */
 static wf_status data_skip_to(trainer *t, int64_t pos) {

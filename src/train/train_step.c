@@ -72,6 +72,7 @@ static wf_status forward_backward(trainer *t, int64_t step, step_outcome *o) {
         wf__train_split_batch(b, t->inputs, t->targets);
         if (t->data_dump) dump_batch(t, step, k, b);
         if (k == 0) o->data_pos = wf__train_data_position(t, b->state);
+        if (k == 0 && t->mix.n) t->mix.step_start = *b->mix; /* for a rewind (nonfinite.c) */
         double tb = wf_time_now();
         o->data_s += tb - ta;
         float l = 0;

@@ -204,7 +204,8 @@ def test_every_slot_follows_the_schedule(data, whole):
         seen = [i for kk, i in got if kk == k]
         assert len(seen) == len(set(seen)) and len(seen) > 10
     assert "data: a mixture of 2 sources (data.sources): pp 0.7" in r.stderr
-    assert "step 6: the mixture's weights are now pp 0.2, emma 0.8 (were pp 0.7, emma 0.3), from sequence 40" in r.stderr
+    assert ("step 6: the mixture's weights are now pp 0.2, emma 0.8 (were pp 0.7, emma 0.3), from sequence 40"
+            in r.stderr)
     assert "step 9: the mixture's weights are now pp 0.5, emma 0.5" in r.stderr
 
 
@@ -495,3 +496,25 @@ def bad_args(d, run, extra):
     """args() with relative source directories (the run starts in d) and `extra` after them."""
     a = [x for x in args(d, run, schedule=None) if not str(x).startswith("--data.sources=")]
     return a + ["--data.sources=pp:0.7,emma:0.3"] + extra
+
+
+def test_nonfinite_stop_saves_the_mixtures_cursor_at_the_steps_start(data, whole, tmp_path):
+    """2 ranks, rank 0's final norm weight made infinite after step 3 (rows
+    that rank 1 saves): step 4 goes non-finite, the guard saves the state
+    before it, the mixture's cursor back at step 4's first sequence; a
+    resume from it reads step 4's tokens again, as the uninterrupted run did."""
+    d, _ = data
+    _, full, full_dump = whole
+    run, dump = tmp_path / "run", tmp_path / "dump"
+    r = ok("openmpi", 2, args(d, run, "--guard.replica_every=0", "--ckpt.every=0"), codes=(1,),
+           env={"WEFT_TEST_FLIP_BIT": "0:3:model.norm.weight:40:30"})
+    assert "step 4: the loss and the gradient norm went non-finite" in r.stderr
+    st = json.loads((run / "checkpoints" / "step-0000003" / "manifest.json").read_text())["state"]["mix"]
+    want, _ = expected_sources(3)
+    assert st["slot"] == 3 * G and st["taken"] == f"{want.count(0)} {want.count(1)}"
+    ok(None, 1, args(d, run, "--ckpt.stop_at=6"), codes=(75,), env={"WEFT_TEST_DATA_DUMP": str(dump)})
+    got, ref = token_rows(dump, 1), token_rows(full_dump, 1)
+    assert sorted(got) == [4, 5, 6] and all(got[s] == ref[s] for s in got)
+    a, b = records(full), records(run)
+    assert [x["step"] for x in b[3:6]] == [4, 5, 6]
+    assert all(abs(x["loss"] - y["loss"]) <= LOSS_TOL for x, y in zip(a[3:6], b[3:6])), (a[3:6], b[3:6])
