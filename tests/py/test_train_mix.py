@@ -518,3 +518,27 @@ def test_nonfinite_stop_saves_the_mixtures_cursor_at_the_steps_start(data, whole
     a, b = records(full), records(run)
     assert [x["step"] for x in b[3:6]] == [4, 5, 6]
     assert all(abs(x["loss"] - y["loss"]) <= LOSS_TOL for x, y in zip(a[3:6], b[3:6])), (a[3:6], b[3:6])
+
+
+def test_spike_rollback_skips_data_along_the_mixture(data, tmp_path):
+    """spike.action = rollback on a mixture (a detector so tight that some
+    early step is a spike): back to the last checkpoint, the data goes on at
+    the micro-batch the log names, which holds the rows `weft data batch
+    --sources` shows for that micro-batch."""
+    d, _ = data
+    run, dump = tmp_path / "run", tmp_path / "dump"
+    r = ok(None, 1, args(d, run, "--spike.action=rollback", "--spike.z=0.001", "--spike.warmup=2",
+                         "--spike.window=2", "--ckpt.every=1", "--spike.skip_batches=3", schedule=None),
+           env={"WEFT_TEST_DATA_DUMP": str(dump)})
+    m = re.search(r"\(step (\d+)\) for the spike at step (\d+); the data continues at micro-batch (\d+), skipping",
+                  r.stderr)
+    assert m, r.stderr[-3000:]
+    back, at = int(m.group(1)), int(m.group(3))
+    assert at > back * G // B + 3  # past the spike's own batches and the 3 skipped
+    lines = [[int(x) for x in ln.split()] for ln in (dump / "rank-00000.txt").read_text().splitlines()]
+    after = [f for f in lines if f[0] == back + 1 and f[3] == at * B]  # STEP MICRO EPOCH SAMPLE: the slot
+    assert len(after) == 1 and after[0][1] == 0
+    out = run_weft_cmd(["data", "batch", "--sources", ",".join(str(d / s) for s in SOURCES), "--batch", B,
+                        "--seq-len", T, "--step", at, "--ids"]).stdout
+    rows = [[int(x) for x in ln.split()][:T] for ln in out.splitlines() if ln and ln[0].isdigit()]
+    assert after[0][4:] == [x for row in rows for x in row]
