@@ -19,7 +19,6 @@
 #include "weft/shard.h"
 #include "weft/tokenizer.h"
 
-
 /* ---------------------------------------------------------------- config */
 
 wf_status wf__train_mix_config(trainer *t) {
