@@ -542,3 +542,15 @@ def test_spike_rollback_skips_data_along_the_mixture(data, tmp_path):
                         "--seq-len", T, "--step", at, "--ids"]).stdout
     rows = [[int(x) for x in ln.split()][:T] for ln in out.splitlines() if ln and ln[0].isdigit()]
     assert after[0][4:] == [x for row in rows for x in row]
+
+
+def test_eval_of_a_mixtures_checkpoint_evaluates_its_sources(data, whole):
+    """`weft eval --checkpoint` without --data: every source of the run, by
+    its name (the checkpoint's mix.dirs), on its validation split."""
+    d, _ = data
+    _, run, _ = whole
+    out = run_weft_cmd(["eval", "--checkpoint", run / "checkpoints" / "step-0000012", "--json"]).stdout
+    recs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [(r["dataset"], r["split"], r["data_dir"]) for r in recs] == [("pp", "val", str(d / "pp")),
+                                                                         ("emma", "val", str(d / "emma"))]
+    assert all(r["step"] == 12 and math.isfinite(r["loss"]) for r in recs)
