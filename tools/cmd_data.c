@@ -52,6 +52,7 @@ static void print_inspect_text(const char *dir, const wf_dataset_info *info, int
     printf("dataset     %s\n", dir);
     printf("vocab size  %" PRIu32 " (%s tokens)\n", info->vocab_size, info->token_bytes == 2 ? "uint16" : "uint32");
     printf("tokenizer   %s\n", info->tokenizer ? info->tokenizer : "(not recorded)");
+    if (info->has_fingerprint) printf("fingerprint %016" PRIx64 "\n", info->tokenizer_fingerprint);
     for (size_t i = 0; i < info->n_splits; i++) {
         const wf_split_info *sp = &info->splits[i];
         printf("split %-5s %" PRIu64 " tokens, %" PRIu64 " documents, %zu shard%s%s\n", sp->name, sp->n_tokens,
@@ -71,6 +72,7 @@ static void print_inspect_json(const char *dir, const wf_dataset_info *info, int
     printf(", \"vocab_size\": %" PRIu32 ", \"dtype\": \"%s\", \"tokenizer\": ", info->vocab_size,
            info->token_bytes == 2 ? "uint16" : "uint32");
     wf_json_fput_str(stdout, info->tokenizer);
+    if (info->has_fingerprint) printf(", \"tokenizer_fingerprint\": \"%016" PRIx64 "\"", info->tokenizer_fingerprint);
     printf(", \"verified\": %s, \"splits\": {", verified ? "true" : "false");
     for (size_t i = 0; i < info->n_splits; i++) {
         const wf_split_info *sp = &info->splits[i];

@@ -1,7 +1,8 @@
 /* `weft data batch`: shows what the data loader serves. Prints one rank's
  * part of global batch N (decoded with a tokenizer, or as ids), so a user can
  * see exactly which text a training step reads, and check that a resumed or
- * resharded run reads the same. */
+ * resharded run reads the same. A mixture (--sources, as data.sources) says
+ * which source each sample came from and where in that source's order. */
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 
 #include "commands.h"
 #include "weft/loader.h"
+#include "weft/mixture.h"
 #include "weft/tokenizer.h"
 #include "weft/weft.h"
 
@@ -18,6 +20,7 @@ typedef struct {
     char *split;
     int64_t batch, seq_len, seed, step, rank, world_size;
     int ids;
+    wf_strs sources, weight_schedule;
 } batch_opts;
 
 static const wf_opt batch_opt_table[] = {
@@ -36,23 +39,114 @@ static const wf_opt batch_opt_table[] = {
     {"world-size", NULL, WF_OPT_INT, offsetof(batch_opts, world_size), "1", 1, 1 << 20,
      "number of data-parallel ranks"},
     {"ids", NULL, WF_OPT_BOOL, offsetof(batch_opts, ids), "false", WF_NO_RANGE, "print token ids, not text"},
+    {"sources", NULL, WF_OPT_STRS, offsetof(batch_opts, sources), "", WF_NO_RANGE,
+     "a mixture instead of DATA_DIR, as weft train's data.sources: [NAME=]DIR:WEIGHT,..."},
+    {"weight-schedule", NULL, WF_OPT_STRS, offsetof(batch_opts, weight_schedule), "", WF_NO_RANGE,
+     "the mixture's weight changes, as data.weight_schedule (\"STEP: W1 W2 ...\"; global batch N is step N+1)"},
 };
 
 static const wf_cmd_spec batch_spec = {
     "data batch",
-    "weft data batch [options] DATA_DIR",
+    "weft data batch [options] DATA_DIR | weft data batch [options] --sources NAME=DIR:W,...",
     "Prints one rank's samples of global batch --step as the data loader serves them in training "
-    "(same seed, batch and sequence length give the same samples), decoded with --tokenizer.",
+    "(same seed, batch and sequence length give the same samples), decoded with --tokenizer. With "
+    "--sources, the batch of a mixture (data.sources), each sample with the source it came from.",
     batch_opt_table,
     sizeof batch_opt_table / sizeof *batch_opt_table,
-    1,
+    0,
     1,
     0,
 };
 
+/* The mixture's cursor at global batch `step`: the weights of each step
+ * from the start, every change where it happens (step k is global batch
+ * k - 1), then to the batch. */
+static wf_status mix_cursor(const batch_opts *o, const wf_mix_spec *spec, wf_mix_state *st) {
+    const uint64_t gb = (uint64_t)o->batch;
+    wf_mix_state_init(st, wf_mix_spec_weights_at(spec, 1));
+    for (int i = 0; i < spec->n_changes && spec->change_step[i] <= o->step + 1; i++) {
+        uint64_t at = (uint64_t)(spec->change_step[i] - 1) * gb;
+        if (at > st->slot) WF_TRY(wf_mix_advance(st, at - st->slot));
+        if (!wf_mix_weights_equal(&spec->change_w[i], &st->weights)) wf_mix_set_weights(st, &spec->change_w[i]);
+    }
+    return wf_mix_advance(st, (uint64_t)o->step * gb - st->slot);
+}
+
+static void print_row(const wf_tokenizer *tok, const int32_t *toks, size_t row, wf_status *s) {
+    if (tok) {
+        char *text = NULL;
+        size_t len = 0;
+        *s = wf_tokenizer_decode(tok, toks, row, &text, &len);
+        if (*s == WF_OK) {
+            fwrite(text, 1, len, stdout);
+            fputc('\n', stdout);
+        }
+        free(text);
+    } else {
+        for (size_t k = 0; k < row; k++) printf("%s%" PRId32, k ? " " : "", toks[k]);
+        printf("\n");
+    }
+}
+
+static wf_status show_mix_batch(const batch_opts *o, wf_tokenizer *tok) {
+    wf_mix_spec spec;
+    wf_status s = wf_mix_spec_parse(&spec, (const char *const *)o->sources.items, o->sources.n,
+                                    (const char *const *)o->weight_schedule.items, o->weight_schedule.n, "--sources",
+                                    "--weight-schedule");
+    wf_loader_opts lo = {
+        .split = o->split,
+        .seed = (uint64_t)o->seed,
+        .seq_len = (int)o->seq_len,
+        .global_batch = (int)o->batch,
+        .rank = (int)o->rank,
+        .world_size = (int)o->world_size,
+        .shuffle = strcmp(o->split, "train") == 0,
+        .prefetch = 0,
+        .source_dirs = (const char *const *)spec.dirs,
+        .n_sources = spec.n,
+        .weights = &spec.weights,
+    };
+    wf_loader *l = NULL;
+    wf_mix_state st;
+    if (s == WF_OK) s = wf_loader_create(&l, &lo);
+    if (s == WF_OK) s = mix_cursor(o, &spec, &st);
+    if (s == WF_OK) s = wf_loader_set_mix(l, &st);
+    const wf_batch *b = NULL;
+    if (s == WF_OK) s = wf_loader_next(l, &b);
+    if (s == WF_OK) {
+        printf("global batch %" PRId64 " of a mixture of %d sources (sequences %" PRIu64 " to %" PRIu64
+               " of the run), rank %" PRId64 " of %" PRId64 ": %d samples of %d+1 tokens\n",
+               o->step, spec.n, b->mix->slot, b->mix->slot + (uint64_t)o->batch - 1, o->rank, o->world_size,
+               b->batch, b->seq_len);
+        printf("weights:");
+        for (int k = 0; k < spec.n; k++)
+            printf("%s %s %.6g", k ? "," : "", spec.names[k], wf_mix_weight_share(&b->mix->weights, k));
+        printf("\nglobal batch:");
+        for (int k = 0; k < spec.n; k++) printf("%s %s %" PRIu32, k ? "," : "", spec.names[k], b->counts[k]);
+        printf(" samples\n");
+        size_t row = (size_t)b->seq_len + 1;
+        for (int i = 0; i < b->batch && s == WF_OK; i++) {
+            const int k = b->source[i];
+            const uint64_t n = wf_loader_source_samples(l, k), pos = b->source_pos[i];
+            printf("--- sample %d: source %s, position %" PRIu64 " of its epoch %" PRIu64 " (%" PRIu64
+                   " samples an epoch)\n",
+                   i, spec.names[k], pos % n, pos / n, n);
+            print_row(tok, b->tokens + (size_t)i * row, row, &s);
+        }
+    }
+    wf_loader_destroy(l);
+    wf_mix_spec_free(&spec);
+    return s;
+}
+
 static wf_status show_batch(const batch_opts *o, const char *dir) {
     wf_tokenizer *tok = NULL;
     if (o->tokenizer && !o->ids) WF_TRY(wf_tokenizer_load(&tok, o->tokenizer));
+    if (!dir) {
+        wf_status s = show_mix_batch(o, tok);
+        wf_tokenizer_destroy(tok);
+        return s;
+    }
     wf_loader_opts lo = {
         .dir = dir,
         .split = o->split,
@@ -83,21 +177,8 @@ static wf_status show_batch(const batch_opts *o, const char *dir) {
                o->world_size, b->batch, b->seq_len);
         size_t row = (size_t)b->seq_len + 1;
         for (int i = 0; i < b->batch && s == WF_OK; i++) {
-            const int32_t *toks = b->tokens + (size_t)i * row;
             printf("--- sample %d\n", i);
-            if (tok) {
-                char *text = NULL;
-                size_t len = 0;
-                s = wf_tokenizer_decode(tok, toks, row, &text, &len);
-                if (s == WF_OK) {
-                    fwrite(text, 1, len, stdout);
-                    fputc('\n', stdout);
-                }
-                free(text);
-            } else {
-                for (size_t k = 0; k < row; k++) printf("%s%" PRId32, k ? " " : "", toks[k]);
-                printf("\n");
-            }
+            print_row(tok, b->tokens + (size_t)i * row, row, &s);
         }
     }
     wf_loader_destroy(l);
@@ -116,7 +197,14 @@ int wf_cmd_data_batch(int argc, char **argv) {
                                     " and --rank below it (got rank %" PRId64 ")",
                      o.batch, o.world_size, o.rank);
             rc = wf_tool_fail(batch_spec.name);
-        } else if (show_batch(&o, pos.items[0]) != WF_OK) {
+        } else if ((pos.n == 1) == (o.sources.n > 0)) {
+            wf_error(WF_ERR_CONFIG, "give a dataset directory or a mixture (--sources), not %s",
+                     pos.n ? "both" : "neither");
+            rc = wf_tool_fail(batch_spec.name);
+        } else if (o.weight_schedule.n && !o.sources.n) {
+            wf_error(WF_ERR_CONFIG, "--weight-schedule changes the weights of a mixture: give --sources");
+            rc = wf_tool_fail(batch_spec.name);
+        } else if (show_batch(&o, pos.n ? pos.items[0] : NULL) != WF_OK) {
             rc = wf_tool_fail(batch_spec.name);
         }
     }

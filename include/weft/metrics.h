@@ -35,6 +35,18 @@
  * for; it is data_s + fwd_bwd_s + optim_s + ckpt_s + the rest (logging,
  * spike checks), which the report shows as "other". Validation (eval_s) is
  * not part of step_s or of tokens_per_s. */
+/* One source of a dataset mixture (data.sources; docs/loader.md) in a
+ * step's record: metrics.jsonl's "sources" object and the TensorBoard tags
+ * sources/<name>/... (docs/formats/metrics-jsonl.md). */
+typedef struct {
+    const char *name;      /* the source's name: [A-Za-z0-9_.-], unique in the mixture */
+    double weight;         /* its share of the weights the step's batch was drawn with */
+    int64_t tokens;        /* tokens of the step's global batch from it (all ranks) */
+    int64_t tokens_seen;   /* tokens the run has read from it, this step included */
+    double loss;           /* mean training loss over its tokens in the step; NaN when it had none */
+    double val_loss;       /* its validation loss; NaN when not computed at this step */
+} wf_metrics_source;
+
 typedef struct {
     int64_t step;          /* optimizer step, 1-based */
     double time;           /* Unix time (s) when the step ended; 0: filled by wf_metrics_log */
@@ -68,9 +80,12 @@ typedef struct {
     double comm_s;         /* several ranks: blocked in the gradient communication (DDP: waiting in
                               wf_reducer_finish; ZeRO-1: the reduce-scatter and the all-gather), a part
                               of fwd_bwd_s and optim_s, not another slice of step_s; NaN with one process */
+    /* A dataset mixture's sources (borrowed; n_sources 0 and NULL for one dataset). */
+    int n_sources;
+    const wf_metrics_source *sources;
 } wf_metrics_step;
 
-/* Sets every field to "not measured": NaN, -1, and spike 0. */
+/* Sets every field to "not measured": NaN, -1, spike 0 and no sources. */
 void wf_metrics_step_init(wf_metrics_step *r);
 
 /* Fills tokens_per_s (all processes), tflops and mfu_pct (per process)

@@ -27,6 +27,8 @@ typedef struct {
     uint32_t vocab_size;        /* decides uint16 vs uint32 tokens */
     uint64_t shard_tokens;      /* tokens per shard before a new one starts */
     const char *tokenizer_path; /* recorded in dataset.json (may be NULL) */
+    uint64_t tokenizer_fingerprint; /* wf_tokenizer_fingerprint, recorded when has_fingerprint */
+    int has_fingerprint;
 } wf_dataset_writer_opts;
 
 wf_status wf_dataset_writer_create(wf_dataset_writer **out, const wf_dataset_writer_opts *o);
@@ -115,6 +117,8 @@ typedef struct {
     uint32_t vocab_size;
     int token_bytes;       /* 2 (dtype "uint16") or 4 ("uint32") */
     char *tokenizer;       /* as recorded by the writer; NULL if none */
+    uint64_t tokenizer_fingerprint; /* wf_tokenizer_fingerprint of the tokenizer, when has_fingerprint */
+    int has_fingerprint;   /* 0: not recorded (a dataset of an older weft, or written without one) */
     wf_split_info *splits;
     size_t n_splits;
 } wf_dataset_info;

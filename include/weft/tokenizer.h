@@ -83,6 +83,17 @@ wf_status wf_tokenizer_decode(const wf_tokenizer *t, const int32_t *ids, size_t 
 /* The bytes of one id (for streaming decode); NULL if out of range. */
 const char *wf_tokenizer_id_bytes(const wf_tokenizer *t, int32_t id, size_t *len);
 
+/* A fingerprint of what the tokenizer does (not of its file's bytes): an
+ * XXH3-64 over every id's kind and bytes, the merges in rank order, the
+ * added tokens with their flags and the pre-tokenizer's settings. Two
+ * tokenizers with the same fingerprint turn the same text into the same
+ * ids and back; a file saved again (another formatting, key order) keeps
+ * it. Datasets record it (dataset.json's tokenizer_fingerprint), so that a
+ * mixture can check its sources share one tokenizer. */
+wf_status wf_tokenizer_fingerprint(const wf_tokenizer *t, uint64_t *out);
+/* The same of the tokenizer.json at `path` (loaded, then freed). */
+wf_status wf_tokenizer_file_fingerprint(const char *path, uint64_t *out);
+
 /* A description of a tokenizer, for `weft tokenizer info` and logs. The
  * strings point into the tokenizer (or the struct) and live as long as
  * both. */

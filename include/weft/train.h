@@ -66,7 +66,14 @@
       "tie the output projection to the token embedding") \
     /* [data] */ \
     X(data_dir, WF_OPT_STR, "data.dir", "data", NULL, (WF_NO_RANGE), \
-      "dataset directory written by `weft tokenize` (required)") \
+      "dataset directory written by `weft tokenize` (this or data.sources is required)") \
+    X(sources, WF_OPT_STRS, "data.sources", NULL, "", (WF_NO_RANGE), \
+      "a mixture instead of data.dir: datasets as \"[NAME=]DIR:WEIGHT\" (decimal weights, only their ratios " \
+      "matter), all of one tokenizer; every global batch drawn by the mixture schedule, each source read by " \
+      "its own cursor; a source's val split gives its own validation loss (docs/loader.md, Dataset mixing)") \
+    X(weight_schedule, WF_OPT_STRS, "data.weight_schedule", NULL, "", (WF_NO_RANGE), \
+      "new mixture weights from a step on, as \"STEP: W1 W2 ...\" (one weight per source in data.sources' " \
+      "order; STEP 1-based, increasing): the batches of step STEP and later are drawn with them") \
     X(tokenizer, WF_OPT_STR, "data.tokenizer", "tokenizer", NULL, (WF_NO_RANGE), \
       "tokenizer.json (default: the one recorded in the dataset); recorded with the model for `weft sample`") \
     X(seq_len, WF_OPT_INT, "data.seq_len", "seq-len", "0", (0, 1 << 20), \
@@ -237,6 +244,7 @@
 #define WF_TRAIN_CTYPE_WF_OPT_INT int64_t
 #define WF_TRAIN_CTYPE_WF_OPT_FLOAT double
 #define WF_TRAIN_CTYPE_WF_OPT_BOOL int
+#define WF_TRAIN_CTYPE_WF_OPT_STRS wf_strs
 
 #define WF_TRAIN_COUNT_(field, type, key, flag, def, range, help) +1
 enum { WF_TRAIN_N_KEYS = 0 WF_TRAIN_KEYS(WF_TRAIN_COUNT_) };

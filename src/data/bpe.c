@@ -919,3 +919,57 @@ void wf_tokenizer_destroy(wf_tokenizer *t) {
     wf__pretok_regex_free(&t->bl_re);
     free(t);
 }
+
+/* ---------------------------------------------------------- fingerprint */
+
+static void fp_u64(wf_hasher *h, uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+    wf_hasher_update(h, b, 8);
+}
+
+static void fp_bytes(wf_hasher *h, const void *p, size_t n) {
+    fp_u64(h, n);
+    if (n) wf_hasher_update(h, p, n);
+}
+
+wf_status wf_tokenizer_fingerprint(const wf_tokenizer *t, uint64_t *out) {
+    wf_hasher *h = wf_hasher_create();
+    if (!h) return wf_error(WF_ERR_NOMEM, "tokenizer fingerprint: out of memory");
+    static const char tag[] = "weft-tokenizer-fingerprint/1";
+    wf_hasher_update(h, tag, sizeof tag);
+    /* What every id means: its kind and its bytes. */
+    fp_u64(h, t->n_ids);
+    for (size_t id = 0; id < t->n_ids; id++) {
+        fp_u64(h, t->kind[id]);
+        fp_bytes(h, t->dec + t->dec_off[id], (size_t)(t->dec_off[id + 1] - t->dec_off[id]));
+    }
+    /* How text becomes ids: the merges in rank order, the added tokens
+     * and their matching flags, the pre-tokenizer. */
+    fp_u64(h, t->n_merges);
+    for (size_t i = 0; i < t->n_merges; i++)
+        for (int j = 0; j < 3; j++) fp_u64(h, (uint64_t)(uint32_t)t->merges[i][j]);
+    fp_u64(h, t->n_added);
+    for (size_t i = 0; i < t->n_added; i++) {
+        const wf_added_token *a = &t->added[i];
+        fp_bytes(h, a->content, a->len);
+        const int flags[6] = {a->id, a->special, a->normalized, a->single_word, a->lstrip, a->rstrip};
+        for (int j = 0; j < 6; j++) fp_u64(h, (uint64_t)(uint32_t)flags[j]);
+    }
+    fp_u64(h, t->split_pattern != NULL);
+    if (t->split_pattern) fp_bytes(h, t->split_pattern, strlen(t->split_pattern));
+    const int pre[7] = {t->split_literal, t->bl_use_regex,  t->bl_add_prefix_space, t->pretok_is_bl_only,
+                        t->ignore_merges, t->unk_id,        t->fuse_unk};
+    for (int j = 0; j < 7; j++) fp_u64(h, (uint64_t)(uint32_t)pre[j]);
+    *out = wf_hasher_digest(h);
+    wf_hasher_destroy(h);
+    return WF_OK;
+}
+
+wf_status wf_tokenizer_file_fingerprint(const char *path, uint64_t *out) {
+    wf_tokenizer *t = NULL;
+    WF_TRY(wf_tokenizer_load(&t, path));
+    wf_status s = wf_tokenizer_fingerprint(t, out);
+    wf_tokenizer_destroy(t);
+    return s;
+}

@@ -47,6 +47,8 @@ typedef struct {
 struct wf_dataset_writer {
     char *dir;
     char *tokenizer;
+    uint64_t fingerprint;
+    int has_fingerprint;
     uint32_t vocab_size;
     int token_bytes;
     uint64_t shard_tokens;
@@ -118,6 +120,8 @@ wf_status wf_dataset_writer_create(wf_dataset_writer **out, const wf_dataset_wri
         wf_dataset_writer_destroy(w);
         return wf_error(WF_ERR_NOMEM, "out of memory");
     }
+    w->fingerprint = o->tokenizer_fingerprint;
+    w->has_fingerprint = o->has_fingerprint;
     w->vocab_size = o->vocab_size;
     w->token_bytes = o->vocab_size <= 65536 ? 2 : 4;
     w->shard_tokens = o->shard_tokens;
@@ -206,6 +210,11 @@ static wf_status write_index(wf_dataset_writer *w) {
     json_object_set_new(root, "vocab_size", json_integer(w->vocab_size));
     json_object_set_new(root, "dtype", json_string(w->token_bytes == 2 ? "uint16" : "uint32"));
     json_object_set_new(root, "tokenizer", w->tokenizer ? json_string(w->tokenizer) : json_null());
+    if (w->has_fingerprint) {
+        char fp[17];
+        snprintf(fp, sizeof fp, "%016" PRIx64, w->fingerprint);
+        json_object_set_new(root, "tokenizer_fingerprint", json_string(fp));
+    }
     json_object_set_new(root, "splits", splits);
     for (int i = 0; i < 2; i++) {
         const split_writer *sw = &w->sp[i];
@@ -401,6 +410,11 @@ static wf_status parse_index(wf_dataset_info *info, json_t *root, const char *pa
         if (!info->tokenizer) return wf_error(WF_ERR_NOMEM, "out of memory");
     } else if (tok && !json_is_null(tok)) {
         return wf_error(WF_ERR_FORMAT, "%s: 'tokenizer' is neither a string nor null", path);
+    }
+    /* Optional (weft tokenize writes it since mixtures; older datasets lack it). */
+    if (json_object_get(root, "tokenizer_fingerprint")) {
+        if (get_hash(root, "tokenizer_fingerprint", &info->tokenizer_fingerprint, path, "dataset")) return WF_ERR_FORMAT;
+        info->has_fingerprint = 1;
     }
     json_t *splits = json_object_get(root, "splits");
     if (!json_is_object(splits)) return wf_error(WF_ERR_FORMAT, "%s: 'splits' is missing or not an object", path);

@@ -157,6 +157,7 @@ typedef struct {
     int32_t eos;              /* appended when >= 0 */
     uint32_t vocab;
     uint64_t shard_tokens;
+    uint64_t tok_fingerprint; /* recorded in dataset.json */
     wf_dataset_writer *w;     /* created at the first document */
     wf_progress prog;
     wf_tokenize_summary *sum;
@@ -228,7 +229,8 @@ static int is_val(uint64_t seed, uint64_t doc, double fraction) {
 
 static wf_status write_batch(pipeline *p, const batch *b, uint64_t *doc_index) {
     if (!p->w) { /* created at the first document, so empty input leaves nothing behind */
-        wf_dataset_writer_opts wo = {p->o->output, p->vocab, p->shard_tokens, p->o->tokenizer};
+        wf_dataset_writer_opts wo = {p->o->output, p->vocab, p->shard_tokens, p->o->tokenizer, p->tok_fingerprint,
+                                     1};
         WF_TRY(wf_dataset_writer_create(&p->w, &wo));
     }
     for (size_t i = 0; i < b->n; i++, (*doc_index)++) {
@@ -360,6 +362,8 @@ wf_status wf_tokenize_run(const wf_tokenize_config *o, const char *const *inputs
         goto done;
     }
     p.vocab = (uint32_t)vocab;
+    s = wf_tokenizer_fingerprint(tok, &p.tok_fingerprint);
+    if (s != WF_OK) goto done;
     p.shard_tokens = (uint64_t)o->shard_tokens;
     if (p.shard_tokens == 0) p.shard_tokens = (100u << 20) / (vocab <= 65536 ? 2 : 4);
 

@@ -26,6 +26,8 @@ void wf_metrics_step_init(wf_metrics_step *r) {
 #undef INIT_I_
 #undef INIT_B_
     r->time = 0;
+    r->n_sources = 0;
+    r->sources = NULL;
 }
 
 void wf_metrics_step_derive(wf_metrics_step *r, double flops_per_token, int n_procs, double peak_tflops) {
@@ -147,6 +149,29 @@ static void jsonl_record(wf_buf *b, const wf_metrics_step *r) {
 #undef PUT_B_
 #undef PUT_I_
 #undef PUT_D_
+    /* A mixture's sources last, as one object: name -> its figures. */
+    if (r->n_sources > 0) {
+        KEY_("sources");
+        wf_buf_append(b, "{", 1);
+        for (int k = 0; k < r->n_sources; k++) {
+            const wf_metrics_source *s = &r->sources[k];
+            if (k) wf_buf_append(b, ",", 1);
+            wf_buf_json_str(b, s->name, strlen(s->name));
+            wf_buf_printf(b, ":{\"weight\":");
+            wf__obs_buf_json_num(b, s->weight);
+            wf_buf_printf(b, ",\"tokens\":%lld,\"tokens_seen\":%lld", (long long)s->tokens, (long long)s->tokens_seen);
+            if (isfinite(s->loss)) {
+                wf_buf_printf(b, ",\"loss\":");
+                wf__obs_buf_json_num(b, s->loss);
+            }
+            if (isfinite(s->val_loss)) {
+                wf_buf_printf(b, ",\"val_loss\":");
+                wf__obs_buf_json_num(b, s->val_loss);
+            }
+            wf_buf_append(b, "}", 1);
+        }
+        wf_buf_append(b, "}", 1);
+    }
 #undef KEY_
     wf_buf_append(b, "}\n", 2);
 }
@@ -168,6 +193,21 @@ static wf_status tb_record(wf_tb_writer *tb, const wf_metrics_step *r) {
 #undef TB_B_
 #undef TB_I_
 #undef TB_D_
+    for (int k = 0; k < r->n_sources; k++) {
+        const wf_metrics_source *s = &r->sources[k];
+        char tag[160];
+#define TB_SRC_(what, v)                                                       \
+    do {                                                                       \
+        snprintf(tag, sizeof tag, "sources/%s/%s", s->name, what);             \
+        WF_TRY(wf_tb_add(tb, tag, (float)(v)));                                \
+    } while (0)
+        TB_SRC_("weight", s->weight);
+        TB_SRC_("tokens", (double)s->tokens);
+        TB_SRC_("tokens_seen", (double)s->tokens_seen);
+        if (isfinite(s->loss)) TB_SRC_("loss", s->loss);
+        if (isfinite(s->val_loss)) TB_SRC_("val_loss", s->val_loss);
+#undef TB_SRC_
+    }
     return WF_OK;
 }
 

@@ -52,6 +52,13 @@ enum {
 #undef FIELD_ENUM_
     NF
 };
+
+/* A mixture's sources (metrics.jsonl's "sources"): three more columns per
+ * source after the fields, for the first REPORT_SOURCES names seen. */
+#define REPORT_SOURCES 8
+enum { S_LOSS, S_SEEN, S_VAL, S_COLS };
+#define ROW (NF + REPORT_SOURCES * S_COLS)
+#define SRC_COL(k, c) (NF + (k) * S_COLS + (c))
 static const char *const field_key[NF] = {
 #define FIELD_KEY_(key, f, type, tag, scale, unit) key,
     WF_METRICS_FIELDS(FIELD_KEY_)
@@ -59,12 +66,14 @@ static const char *const field_key[NF] = {
 };
 
 typedef struct {
-    double *rows;     /* (n, NF): the stitched records, NaN where absent */
+    double *rows;     /* (n, ROW): the stitched records, NaN where absent */
     size_t n, cap;
-    double *spikes;   /* (n_spikes, NF): every record flagged as a spike */
+    double *spikes;   /* (n_spikes, ROW): every record flagged as a spike */
     size_t n_spikes, cap_spikes;
     size_t lines, bad_lines, first_bad_line, rollbacks;
     json_t *run;      /* run.json, or NULL */
+    char src_name[REPORT_SOURCES][64]; /* a mixture's sources, in the order first seen */
+    int n_src;
 } run_data;
 
 static void run_data_free(run_data *d) {
@@ -74,11 +83,31 @@ static void run_data_free(run_data *d) {
 }
 
 static int push_row(double **rows, size_t *n, size_t *cap, const double *row) {
-    /* The array's elements are rows of NF doubles. */
-    if (wf_grow_((void **)rows, cap, *n + 1, NF * sizeof **rows, 256) != WF_OK) return 0;
-    memcpy(*rows + *n * NF, row, NF * sizeof *row);
+    /* The array's elements are rows of ROW doubles. */
+    if (wf_grow_((void **)rows, cap, *n + 1, ROW * sizeof **rows, 256) != WF_OK) return 0;
+    memcpy(*rows + *n * ROW, row, ROW * sizeof *row);
     (*n)++;
     return 1;
+}
+
+/* A line's "sources" object into the row's source columns. */
+static void read_sources(run_data *d, json_t *src, double *row) {
+    const char *name;
+    json_t *v;
+    json_object_foreach(src, name, v) {
+        int k = 0;
+        while (k < d->n_src && strcmp(d->src_name[k], name) != 0) k++;
+        if (k == d->n_src) {
+            if (k == REPORT_SOURCES || strlen(name) >= sizeof d->src_name[0]) continue;
+            snprintf(d->src_name[k], sizeof d->src_name[k], "%s", name);
+            d->n_src++;
+        }
+        const char *keys[S_COLS] = {"loss", "tokens_seen", "val_loss"};
+        for (int c = 0; c < S_COLS; c++) {
+            json_t *x = json_object_get(v, keys[c]);
+            row[SRC_COL(k, c)] = json_is_number(x) ? json_number_value(x) : NAN;
+        }
+    }
 }
 
 static wf_status read_metrics(run_data *d, const char *path) {
@@ -98,13 +127,15 @@ static wf_status read_metrics(run_data *d, const char *path) {
         d->lines++;
         json_error_t err;
         json_t *o = json_loads(line, 0, &err);
-        double row[NF];
+        double row[ROW];
         int ok = json_is_object(o) && json_is_number(json_object_get(o, "step"));
         if (ok) {
             for (int f = 0; f < NF; f++) {
                 json_t *v = json_object_get(o, field_key[f]);
                 row[f] = json_is_number(v) ? json_number_value(v) : json_is_boolean(v) ? (double)json_is_true(v) : NAN;
             }
+            for (int f = NF; f < ROW; f++) row[f] = NAN;
+            read_sources(d, json_object_get(o, "sources"), row);
         }
         json_decref(o);
         if (!ok) {
@@ -112,9 +143,9 @@ static wf_status read_metrics(run_data *d, const char *path) {
             d->bad_lines++;
             continue;
         }
-        if (d->n && row[F_step] <= d->rows[(d->n - 1) * NF + F_step]) {
+        if (d->n && row[F_step] <= d->rows[(d->n - 1) * ROW + F_step]) {
             d->rollbacks++;
-            while (d->n && d->rows[(d->n - 1) * NF + F_step] >= row[F_step]) d->n--;
+            while (d->n && d->rows[(d->n - 1) * ROW + F_step] >= row[F_step]) d->n--;
         }
         if (!push_row(&d->rows, &d->n, &d->cap, row) ||
             (row[F_spike] == 1 && !push_row(&d->spikes, &d->n_spikes, &d->cap_spikes, row)))
@@ -493,7 +524,7 @@ static const char *CSS =
 static double *column(const run_data *d, int f, double scale) {
     double *y = malloc((d->n ? d->n : 1) * sizeof *y);
     if (!y) return NULL;
-    for (size_t i = 0; i < d->n; i++) y[i] = d->rows[i * NF + f] * scale;
+    for (size_t i = 0; i < d->n; i++) y[i] = d->rows[i * ROW + f] * scale;
     return y;
 }
 
@@ -507,7 +538,7 @@ static double median_of(const run_data *d, int f, size_t from) {
     double *v = malloc((d->n ? d->n : 1) * sizeof *v);
     if (!v) return NAN;
     for (size_t i = from; i < d->n; i++)
-        if (isfinite(d->rows[i * NF + f])) v[m++] = d->rows[i * NF + f];
+        if (isfinite(d->rows[i * ROW + f])) v[m++] = d->rows[i * ROW + f];
     double r = NAN;
     if (m) {
         qsort(v, m, sizeof *v, cmp_double);
@@ -520,7 +551,7 @@ static double median_of(const run_data *d, int f, size_t from) {
 static double max_of(const run_data *d, int f) {
     double m = NAN;
     for (size_t i = 0; i < d->n; i++) {
-        double v = d->rows[i * NF + f];
+        double v = d->rows[i * ROW + f];
         if (isfinite(v) && !(v <= m)) m = v;
     }
     return m;
@@ -551,7 +582,7 @@ static void kv_row(wf_buf *b, const char *k, const char *v) {
 
 static void summary(wf_buf *b, const run_data *d) {
     char v[64], l[96];
-    const double *last = d->rows + (d->n - 1) * NF;
+    const double *last = d->rows + (d->n - 1) * ROW;
     PUT(b, "<section id=\"summary\"><div class=\"cards\">");
     snprintf(v, sizeof v, "%.0f", last[F_step]);
     snprintf(l, sizeof l, "last step (%zu logged)", d->n);
@@ -560,7 +591,7 @@ static void summary(wf_buf *b, const run_data *d) {
     card(b, v, "last loss");
     double best_val = NAN;
     for (size_t i = 0; i < d->n; i++) {
-        double x = d->rows[i * NF + F_val_loss];
+        double x = d->rows[i * ROW + F_val_loss];
         if (isfinite(x) && !(x >= best_val)) best_val = x;
     }
     if (isfinite(best_val)) {
@@ -616,7 +647,7 @@ static void spikes_table(wf_buf *b, const run_data *d) {
     PUT(b, "<table><tr><th>step</th><th>data position (micro-batch)</th><th>loss</th><th>loss z</th>"
            "<th>grad norm</th><th>grad norm z</th></tr>");
     for (size_t i = 0; i < d->n_spikes; i++) {
-        const double *r = d->spikes + i * NF;
+        const double *r = d->spikes + i * ROW;
         char a[32], c[32], e[32], f[32], g[32];
         fmt_num(a, sizeof a, r[F_data_pos]);
         snprintf(c, sizeof c, "%.4f", r[F_loss]);
@@ -772,9 +803,9 @@ static wf_status list_ranks(const char *ranks_dir, int **out, size_t *n) {
 static size_t missing_steps(const run_data *ref, const run_data *d) {
     size_t miss = 0, j = 0;
     for (size_t i = 0; i < ref->n; i++) {
-        double st = ref->rows[i * NF + F_step];
-        while (j < d->n && d->rows[j * NF + F_step] < st) j++;
-        if (j == d->n || d->rows[j * NF + F_step] != st) miss++;
+        double st = ref->rows[i * ROW + F_step];
+        while (j < d->n && d->rows[j * ROW + F_step] < st) j++;
+        if (j == d->n || d->rows[j * ROW + F_step] != st) miss++;
     }
     return miss;
 }
@@ -959,7 +990,7 @@ static wf_status ranks_plots(wf_buf *b, const ranks_data *rd) {
     /* the steps of every drawn rank, ascending, once */
     size_t nx = 0;
     for (size_t k = 0; k < ns; k++)
-        for (size_t i = 0; i < rd->r[sel[k]].d->n; i++) x[nx++] = rd->r[sel[k]].d->rows[i * NF + F_step];
+        for (size_t i = 0; i < rd->r[sel[k]].d->n; i++) x[nx++] = rd->r[sel[k]].d->rows[i * ROW + F_step];
     qsort(x, nx, sizeof *x, cmp_double);
     size_t u = 0;
     for (size_t i = 0; i < nx; i++)
@@ -988,8 +1019,8 @@ static wf_status ranks_plots(wf_buf *b, const ranks_data *rd) {
             double *yy = y + ((size_t)g * ns + k) * nx;
             size_t j = 0;
             for (size_t i = 0; i < nx; i++) {
-                while (j < d->n && d->rows[j * NF + F_step] < x[i]) j++;
-                yy[i] = j < d->n && d->rows[j * NF + F_step] == x[i] ? d->rows[j * NF + fields[g]] * scale[g] : NAN;
+                while (j < d->n && d->rows[j * ROW + F_step] < x[i]) j++;
+                yy[i] = j < d->n && d->rows[j * ROW + F_step] == x[i] ? d->rows[j * ROW + fields[g]] * scale[g] : NAN;
             }
             snprintf(names[k], sizeof names[k], ns <= 4 ? "rank %d" : "r%d", rd->r[sel[k]].rank);
             p[g].s[k] = (series){names[k], rank_color[k], yy, 0};
@@ -1227,6 +1258,37 @@ static wf_status eval_section(wf_buf *b, const eval_data *ev) {
     return WF_OK;
 }
 
+/* A mixture's sources: each one's training loss (its validation loss as
+ * dots) and the tokens read from it. */
+static wf_status source_plots(wf_buf *b, const run_data *d, const double *x) {
+    static const char *const color[REPORT_SOURCES] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                                      "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+    double *col[REPORT_SOURCES * S_COLS] = {0};
+    char label[REPORT_SOURCES][80];
+    wf_status s = WF_OK;
+    for (int k = 0; k < d->n_src * S_COLS && s == WF_OK; k++)
+        if (!(col[k] = column(d, NF + k, 1))) s = wf_error(WF_ERR_NOMEM, "out of memory drawing the report");
+    if (s == WF_OK) {
+        plot pl = {"source_loss", "Training loss per source", "nats/token", x, d->n, {{0}}, 0, 0, 0, NULL, NULL, 0,
+                   "A dataset mixture (data.sources): each source's mean loss over its sequences of the step; dots: "
+                   "its validation loss."};
+        plot pt = {"source_tokens", "Tokens per source", "tokens", x, d->n, {{0}}, 0, 0, 0, NULL, NULL, 0,
+                   "Tokens read from each source so far; the slopes follow the weights (data.weight_schedule)."};
+        for (int k = 0; k < d->n_src; k++) {
+            pl.s[pl.ns++] = (series){d->src_name[k], color[k], col[k * S_COLS + S_LOSS], 0};
+            pt.s[pt.ns++] = (series){d->src_name[k], color[k], col[k * S_COLS + S_SEEN], 0};
+        }
+        for (int k = 0; k < d->n_src && pl.ns < MAX_SERIES; k++) {
+            snprintf(label[k], sizeof label[k], "%s validation", d->src_name[k]);
+            pl.s[pl.ns++] = (series){label[k], color[k], col[k * S_COLS + S_VAL], 1};
+        }
+        svg_plot(b, &pl);
+        svg_plot(b, &pt);
+    }
+    for (int k = 0; k < d->n_src * S_COLS; k++) free(col[k]);
+    return s;
+}
+
 static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ranks_data *rd,
                         const eval_data *ev) {
     PUT(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -1293,9 +1355,9 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
         tother[i] = isfinite(rest) && rest > 0 ? rest : 0;
     }
     for (size_t i = 0; i < d->n_spikes; i++) {
-        mk_x[i] = d->spikes[i * NF + F_step];
-        mk_loss[i] = d->spikes[i * NF + F_loss];
-        mk_gn[i] = d->spikes[i * NF + F_grad_norm];
+        mk_x[i] = d->spikes[i * ROW + F_step];
+        mk_loss[i] = d->spikes[i * ROW + F_loss];
+        mk_gn[i] = d->spikes[i * ROW + F_grad_norm];
     }
     /* A gradient norm spanning decades reads better on a log axis. */
     double gmin = INFINITY, gmax = 0;
@@ -1332,6 +1394,10 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
         p_loss.note = loss_note;
     }
     svg_plot(b, &p_loss);
+    if (d->n_src) {
+        s = source_plots(b, d, x);
+        if (s != WF_OK) goto done;
+    }
     plot p_lr = {"lr", "Learning rate", "", x, n, {{"lr", "#2ca02c", lr, 0}}, 1, 0, 0, NULL, NULL, 0, NULL};
     svg_plot(b, &p_lr);
     plot p_gn = {"grad_norm", "Gradient norm (before clipping)", glog ? "log scale" : "", x, n,

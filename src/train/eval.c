@@ -409,11 +409,29 @@ wf_status wf_eval_load(wf_evaluator *e, wf_ckpt *c) {
     wf_status s = wf_ckpt_get_model_config(c, &mc);
     if (s != WF_OK) return s;
     if (e->n_data == 0) {
-        /* No dataset given: the one the run trained on, its validation split. */
-        const char *dir = NULL;
-        if (wf_ckpt_get_str(c, "data.dir", &dir) != WF_OK || !dir || !*dir)
-            return wf_error(WF_ERR_CONFIG, "%s records no dataset (data.dir): give --data DIR", wf_ckpt_path(c));
-        s = add_dataset(e, dir);
+        /* No dataset given: the one the run trained on, its validation
+         * split; a mixture's sources, each as NAME=DIR (mix.dirs). */
+        const char *dir = NULL, *mix = NULL;
+        if (wf_ckpt_get_str(c, "data.dir", &dir) != WF_OK || !dir || !*dir) {
+            if (wf_ckpt_get_str(c, "mix.dirs", &mix) != WF_OK || !mix || !*mix)
+                return wf_error(WF_ERR_CONFIG, "%s records no dataset (data.dir): give --data DIR", wf_ckpt_path(c));
+            wf_error_clear();
+            for (const char *p = mix; *p;) {
+                size_t len = strcspn(p, "\n");
+                char *spec = strndup(p, len);
+                s = spec ? add_dataset(e, spec) : wf_error(WF_ERR_NOMEM, "out of memory");
+                free(spec);
+                if (s != WF_OK) {
+                    wf_status r = wf_error_wrap(WF_ERR_CONFIG, "the run's own sources (mix.dirs of %s): ",
+                                                wf_ckpt_path(c));
+                    drop_last_dataset(e);
+                    return r;
+                }
+                p += len;
+                if (*p) p++;
+            }
+        }
+        if (!mix) s = add_dataset(e, dir);
         if (s != WF_OK) {
             wf_status r = wf_error_wrap(WF_ERR_CONFIG, "the run's own dataset (data.dir of %s): ", wf_ckpt_path(c));
             drop_last_dataset(e);

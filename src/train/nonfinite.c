@@ -220,7 +220,7 @@ wf_status wf__train_nonfinite_stop(trainer *t, int64_t done, const step_outcome 
          * first micro-batch and the tokens trained to before it, so that
          * the checkpoint is exactly the state before it: a resume with
          * another config reads the same batch. */
-        WF_TRY(wf_loader_set_state(t->train, wf__train_data_cursor(t, o->data_pos)));
+        WF_TRY(wf__train_data_rewind(t, o->data_pos));
         t->tokens_done = o->tokens_before;
         WF_TRY(wf__train_save(t, done - 1));
     }

@@ -104,11 +104,13 @@ static wf_status make_meta(trainer *t, wf_ckpt_meta **out) {
     wf_status s = wf_ckpt_meta_set_str(m, "config", t->config_text);
     if (s == WF_OK) s = wf_ckpt_meta_set_model_config(m, &t->mc);
     if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "optimizer.steps", wf_adamw_steps(t->opt));
-    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "loader.epoch", ls.epoch);
-    if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "loader.sample", ls.sample);
+    /* The data's cursor: one dataset's {epoch, sample}, or the mixture's mix.* keys. */
+    if (s == WF_OK && !t->mix.n) s = wf_ckpt_meta_set_u64(m, "loader.epoch", ls.epoch);
+    if (s == WF_OK && !t->mix.n) s = wf_ckpt_meta_set_u64(m, "loader.sample", ls.sample);
+    if (s == WF_OK && !t->mix.n) s = wf_ckpt_meta_set_str(m, "data.dir", tc->data_dir);
+    if (s == WF_OK) s = wf__train_mix_put(t, m);
     if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "rng.init_seed", (uint64_t)tc->seed);
     if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "rng.data_seed", (uint64_t)tc->data_seed);
-    if (s == WF_OK) s = wf_ckpt_meta_set_str(m, "data.dir", tc->data_dir);
     if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.seq_len", (uint64_t)t->T);
     if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "data.global_batch", (uint64_t)t->B * (uint64_t)t->accum);
     /* The tokens trained: with the cursor, all a batch-size ramp needs (its

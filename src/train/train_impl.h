@@ -11,6 +11,9 @@
  *   train_resume.c  resume, restore and the spike rollback
  *   train_observe.c MFU peak, run.json, metrics sinks, tracer, the step's
  *                   record and console line
+ *   train_mix.c     a dataset mixture (data.sources): its config, the
+ *                   sources' tokenizer check, loaders, weight schedule,
+ *                   per-source accounting, validation and checkpoint keys
  *   nonfinite.c     the non-finite guard: its report, skip or stop
  *   replica.c       the replicas' hash check (several ranks)
  *   spike.c, mem_watchdog.c, train_config.c: the judges and the config
@@ -30,10 +33,25 @@
 #include "weft/loader.h"
 #include "weft/metrics.h"
 #include "weft/mfu.h"
+#include "weft/mixture.h"
 #include "weft/optim.h"
 #include "weft/progress.h"
 #include "weft/runctl.h"
 #include "weft/train.h"
+
+/* A dataset mixture (data.sources; train_mix.c). n is 0 for one dataset. */
+typedef struct {
+    int n;                      /* sources */
+    wf_mix_spec spec;           /* data.sources and data.weight_schedule, read */
+    wf_mix_weights cur;         /* the weights the loader draws with now */
+    wf_mix_state step_start;    /* the cursor of the current step's first micro-batch */
+    int64_t seg_step;           /* the 1-based step whose batch first used `cur` (0: the run's first, or unknown) */
+    wf_loader **val;            /* (n) each source's validation loader, NULL without a val split */
+    int n_val;                  /* sources with one */
+    double *val_loss;           /* (n) each source's last validation loss, NaN before the first */
+    int loss_act;               /* the model activation holding the per-token losses */
+    wf_metrics_source *rec;     /* (n) the step's per-source record */
+} train_mix;
 
 typedef struct {
     const wf_train_config *tc;
@@ -63,6 +81,7 @@ typedef struct {
     wf_model *model;
     wf_adamw *opt;
     wf_loader *train, *val;
+    train_mix mix;             /* data.sources: the mixture (mix.n 0: data.dir alone) */
     int32_t *inputs, *targets; /* (Bl, T) each */
     /* checkpoints */
     char root[4096];           /* RUN_DIR/checkpoints */
@@ -111,6 +130,8 @@ typedef struct {
     double data_s, fwd_bwd_s, optim_s;
     double comm_s;             /* several ranks: blocked in the gradient's collectives; NaN with one */
     wf_spike_result spike;
+    int64_t src_seqs[WF_MIX_MAX_SOURCES];  /* a mixture: the step's sequences from each source (all ranks) */
+    double src_loss[WF_MIX_MAX_SOURCES];   /* ... the sum of their per-token losses, then (after the step) the mean */
     int skipped;               /* the update was not applied */
     int nonfinite;             /* WF__NONFINITE_* bits: what went NaN or Inf */
 } step_outcome;
@@ -149,6 +170,10 @@ enum {
 /* train_setup.c */
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc);
 void wf__train_free(trainer *t);
+/* A validation loader of split "val" of `dir` (val_tokens long): lo's
+ * options, in order, in batches that fit B and split over the ranks. */
+wf_status wf__train_val_loader(trainer *t, const wf_loader_opts *lo, const char *dir, uint64_t val_tokens,
+                               wf_loader **out);
 /* Splits a loader batch (B, T+1) into inputs (B, T) and targets (B, T). */
 void wf__train_split_batch(const wf_batch *b, int32_t *inputs, int32_t *targets);
 /* The learning-rate schedule of a run that continues after step `start`
@@ -165,8 +190,45 @@ wf_status wf__train_schedule(trainer *t, int64_t start);
  * none for a spike that is skipped or rolled back. Adds the step's tokens to
  * t->tokens_done. */
 wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o);
-/* Mean loss over the first eval_batches batches of the validation split. */
+/* Mean loss over the first eval_batches batches of the validation split
+ * (a mixture: the mean of its sources' validation losses). */
 wf_status wf__train_evaluate(trainer *t, double *loss);
+/* The same over one validation loader (collective with several ranks). */
+wf_status wf__train_eval_loader(trainer *t, wf_loader *l, double *loss);
+
+/* train_mix.c */
+/* data.sources and data.weight_schedule read and checked (names, weights,
+ * steps), naming the key; nothing opened yet. */
+wf_status wf__train_mix_config(trainer *t);
+/* The sources' dataset.json files: one vocabulary and one tokenizer (by
+ * fingerprint, and data.tokenizer's if given). *vocab gets it, *tokenizer
+ * the tokenizer file the first source records (owned by the caller). */
+wf_status wf__train_mix_check_data(trainer *t, uint32_t *vocab, char **tokenizer);
+/* The mixture's training loader (lo without dir) and each source's
+ * validation loader (vo: the options of a validation loader but the dir). */
+wf_status wf__train_mix_loaders(trainer *t, const wf_loader_opts *lo, const wf_loader_opts *vo);
+void wf__train_mix_free(trainer *t);
+/* Before step `step` (0-based): the weights data.weight_schedule gives it;
+ * when they differ from the loader's, a new segment starts at the step's
+ * first micro-batch (the batches read ahead are dropped). */
+wf_status wf__train_mix_begin_step(trainer *t, int64_t step);
+/* After a micro-batch's forward: its sequences and loss sums per source. */
+void wf__train_mix_account(trainer *t, const wf_batch *b, step_outcome *o);
+/* After the step's micro-batches: the loss sums summed over ranks and
+ * turned into means (collective with several ranks). */
+wf_status wf__train_mix_finish_step(trainer *t, step_outcome *o);
+/* The validation loss of every source with a val split, and their mean. */
+wf_status wf__train_mix_evaluate(trainer *t, double *loss);
+/* The mixture's keys of a checkpoint (mix.*). */
+wf_status wf__train_mix_put(const trainer *t, wf_ckpt_meta *m);
+/* Restores the mixture's cursor from a checkpoint (its mix.* keys, or a
+ * fresh mixture for a checkpoint of one dataset) for the run going on
+ * after step `start`. */
+wf_status wf__train_mix_restore(trainer *t, const wf_ckpt *c, int64_t start);
+/* The step's per-source record (t->mix.rec) into r. */
+void wf__train_mix_record(trainer *t, const step_outcome *o, int eval, wf_metrics_step *r);
+/* The plan's lines: the sources, weights, schedule and bound. */
+void wf__train_mix_log_plan(const trainer *t);
 
 /* train_control.c */
 /* Catches SIGTERM and SIGUSR1 (and ignores SIGXFSZ) while the run lasts,
@@ -241,6 +303,9 @@ wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int mi
 /* A loader cursor as micro-batches from the run's first epoch, and back. */
 int64_t wf__train_data_position(const trainer *t, wf_loader_state s);
 wf_loader_state wf__train_data_cursor(const trainer *t, int64_t pos);
+/* The data back to the first micro-batch of the step just run (at `pos`):
+ * one dataset's cursor there, or a mixture's saved at the step's start. */
+wf_status wf__train_data_rewind(trainer *t, int64_t pos);
 
 /* train_observe.c */
 wf_status wf__train_setup_obs(trainer *t, int64_t start);

@@ -193,6 +193,7 @@ void wf__train_log_plan(const trainer *t, int64_t start) {
             t->B, t->T, t->accum, t->accum == 1 ? "" : "es", (long long)t->accum * t->B * t->T,
             wf_batch_ramp_active(&t->ramp) ? " after the ramp" : "", (long long)tc->steps, wf_kern_threads());
     if (wf_batch_ramp_active(&t->ramp)) log_ramp(t, start);
+    wf__train_mix_log_plan(t);
     if (t->sched_tokens)
         WF_INFO("learning rate: counted in tokens (optim.schedule_unit): warmup %llu tokens, %s to %llu tokens",
                 (unsigned long long)t->sched.warmup, wf_lr_kind_name(t->sched.kind),
@@ -254,6 +255,7 @@ wf_status wf__train_observe(trainer *t, int64_t done, const step_outcome *o, con
     r.spike = o->spike.spike;
     r.data_pos = o->data_pos;
     r.comm_s = o->comm_s;
+    wf__train_mix_record(t, o, eval, &r);
     wf_metrics_step_derive(&r, t->flops_per_token, t->world, t->peak.tflops);
     if (r.mfu_pct > 100 && t->peak.source != WF_PEAK_CONFIG && !t->peak_rechecked) {
         recheck_peak(t, done, r.tflops);

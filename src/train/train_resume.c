@@ -17,9 +17,29 @@ static int is_set(const char *s) { return s && *s; }
 
 /* Where a loader cursor lies in the data order, in micro-batches from the
  * start of the run's first epoch (the loader's global batch is one
- * micro-batch, B samples). */
+ * micro-batch, B samples); a mixture's cursor is {0, the slots served}. */
 int64_t wf__train_data_position(const trainer *t, wf_loader_state s) {
+    if (t->mix.n) return (int64_t)(s.sample / (uint64_t)t->B);
     return (int64_t)(s.epoch * wf_loader_batches_per_epoch(t->train) + s.sample / (uint64_t)t->B);
+}
+
+wf_status wf__train_data_rewind(trainer *t, int64_t pos) {
+    if (!t->mix.n) return wf_loader_set_state(t->train, wf__train_data_cursor(t, pos));
+    WF_CHECK(t->mix.step_start.slot == (uint64_t)pos * (uint64_t)t->B,
+             "the mixture's cursor of the step (slot %llu) is not at micro-batch %lld",
+             (unsigned long long)t->mix.step_start.slot, (long long)pos);
+    return wf_loader_set_mix(t->train, &t->mix.step_start);
+}
+
+/* Moves the data to micro-batch `pos` of the order: a mixture goes on from
+ * its cursor (pos is not before it) with the weights it has. */
+static wf_status data_skip_to(trainer *t, int64_t pos) {
+    if (!t->mix.n) return wf_loader_set_state(t->train, wf__train_data_cursor(t, pos));
+    wf_mix_state st;
+    WF_TRY(wf_loader_get_mix(t->train, &st));
+    uint64_t target = (uint64_t)pos * (uint64_t)t->B;
+    if (target > st.slot) WF_TRY(wf_mix_advance(&st, target - st.slot));
+    return wf_loader_set_mix(t->train, &st);
 }
 
 wf_loader_state wf__train_data_cursor(const trainer *t, int64_t pos) {
@@ -153,12 +173,20 @@ static wf_status restore(trainer *t, wf_ckpt *c, int64_t *start) {
     WF_TRY(check_model_config(dir, &saved, &t->mc));
     uint64_t opt_steps, epoch, sample, seq_len = 0, gb = 0, data_seed = 0, init_seed = 0;
     WF_TRY(wf_ckpt_get_u64(c, "optimizer.steps", &opt_steps));
-    WF_TRY(wf_ckpt_get_u64(c, "loader.epoch", &epoch));
-    WF_TRY(wf_ckpt_get_u64(c, "loader.sample", &sample));
+    /* One dataset's cursor; a checkpoint of a mixture has mix.* instead. */
+    int has_cursor = !t->mix.n;
+    if (has_cursor && wf_ckpt_get_u64(c, "loader.epoch", &epoch) != WF_OK) {
+        const char *mix;
+        if (wf_ckpt_get_str(c, "mix.sources", &mix) != WF_OK) return wf_ckpt_get_u64(c, "loader.epoch", &epoch);
+        has_cursor = 0; /* wf__train_mix_restore says so */
+    }
+    if (has_cursor) WF_TRY(wf_ckpt_get_u64(c, "loader.sample", &sample));
     WF_TRY(wf_ckpt_load_rank(c, t->state, t->n_state, t->rank));
     wf_adamw_set_steps(t->opt, opt_steps);
-    wf_status s = wf_loader_set_state(t->train, (wf_loader_state){.epoch = epoch, .sample = sample});
+    wf_status s = has_cursor ? wf_loader_set_state(t->train, (wf_loader_state){.epoch = epoch, .sample = sample})
+                             : wf__train_mix_restore(t, c, (int64_t)wf_ckpt_step(c));
     if (s != WF_OK) return wf_error_wrap(s, "%s: ", dir);
+    if (!has_cursor && !t->mix.n) WF_TRY(wf_loader_set_state(t->train, (wf_loader_state){0, 0}));
     /* What changes the data the resumed run reads: warn, it is allowed. */
     if (wf_ckpt_get_u64(c, "data.seq_len", &seq_len) == WF_OK && seq_len != (uint64_t)t->T)
         WF_WARN("%s was saved with data.seq_len = %" PRIu64 ", this run uses %d: the data order changes", dir,
@@ -264,7 +292,7 @@ wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int mi
     if (s != WF_OK) return wf_error_wrap(s, "rolling back for the spike at step %lld: ", (long long)step);
     int64_t from = wf__train_data_position(t, wf_loader_get_state(t->train));
     int64_t resume_at = spike_pos + micro_batches + t->tc->spike_skip_batches;
-    WF_TRY(wf_loader_set_state(t->train, wf__train_data_cursor(t, resume_at)));
+    WF_TRY(data_skip_to(t, resume_at));
     t->rb_count = to == t->rb_step ? t->rb_count + 1 : 1;
     t->rb_step = to;
     t->last_saved = to;

@@ -27,6 +27,7 @@ void wf__train_free(trainer *t) {
     free(t->config_text);
     wf_loader_destroy(t->val);
     wf_loader_destroy(t->train);
+    wf__train_mix_free(t);
     wf_adamw_destroy(t->opt);
     wf_model_destroy(t->model);
     wf_arena_destroy(t->arena);
@@ -44,8 +45,8 @@ void wf__train_split_batch(const wf_batch *b, int32_t *inputs, int32_t *targets)
 }
 
 /* Resolves the tokenizer: the config's, else the dataset's if it exists. */
-static wf_status resolve_tokenizer(trainer *t, const wf_dataset_info *info) {
-    const char *path = t->tc->tokenizer ? t->tc->tokenizer : info->tokenizer;
+static wf_status resolve_tokenizer(trainer *t, const char *dataset_tokenizer) {
+    const char *path = t->tc->tokenizer ? t->tc->tokenizer : dataset_tokenizer;
     if (!path) return WF_OK;
     if (!wf_path_exists(path)) {
         if (t->tc->tokenizer) return wf_error(WF_ERR_NOTFOUND, "data.tokenizer: %s does not exist", path);
@@ -159,9 +160,31 @@ wf_status wf__train_schedule(trainer *t, int64_t start) {
     return WF_OK;
 }
 
+wf_status wf__train_val_loader(trainer *t, const wf_loader_opts *lo, const char *dir, uint64_t val_tokens,
+                               wf_loader **out) {
+    wf_loader_opts vo = *lo;
+    vo.dir = dir;
+    vo.source_dirs = NULL;
+    vo.n_sources = 0;
+    vo.weights = NULL;
+    vo.split = "val";
+    vo.shuffle = 0;
+    vo.prefetch = 0;
+    vo.global_batch = 1;
+    while (vo.global_batch * 2 <= t->B && (uint64_t)(vo.global_batch * 2) * (uint64_t)t->T < val_tokens)
+        vo.global_batch *= 2;
+    /* Split over the ranks like training batches: a multiple of the world
+     * size (B is one, so this never passes B). */
+    if (vo.global_batch % t->world) vo.global_batch = t->world;
+    return wf_loader_create(out, &vo);
+}
+
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     t->tc = tc;
-    if (!tc->data_dir) return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR)");
+    WF_TRY(wf__train_mix_config(t));
+    if ((!tc->data_dir || !tc->data_dir[0]) && !t->mix.n)
+        return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR), or a mixture "
+                                       "of datasets in data.sources");
     if (wf_lr_parse_kind(tc->schedule) < 0)
         return wf_error(WF_ERR_CONFIG, "optim.schedule = '%s': use cosine, wsd or constant", tc->schedule);
     if (tc->min_lr > tc->lr)
@@ -192,17 +215,27 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     t->mem_limits = (wf_mem_limits){.max_used_frac = tc->memory_max_used_frac,
                                     .max_rss_frac = tc->memory_max_rss_frac,
                                     .max_rss_bytes = (int64_t)(tc->memory_max_rss_gib * 1073741824.0)};
-    wf_dataset_info info;
-    WF_TRY(wf_dataset_info_load(&info, tc->data_dir));
-    wf_status s = wf_train_model_config(tc, info.vocab_size, &t->mc, t->model_source, sizeof t->model_source);
+    uint32_t vocab = 0;
+    uint64_t val_tokens = 0;
+    char *data_tok = NULL;
+    if (t->mix.n) {
+        WF_TRY(wf__train_mix_check_data(t, &vocab, &data_tok));
+    } else {
+        wf_dataset_info info;
+        WF_TRY(wf_dataset_info_load(&info, tc->data_dir));
+        vocab = info.vocab_size;
+        for (size_t i = 0; i < info.n_splits; i++)
+            if (strcmp(info.splits[i].name, "val") == 0) val_tokens = info.splits[i].n_tokens;
+        data_tok = info.tokenizer;
+        info.tokenizer = NULL;
+        wf_dataset_info_free(&info);
+    }
+    wf_status s = wf_train_model_config(tc, vocab, &t->mc, t->model_source, sizeof t->model_source);
     if (s == WF_OK && tc->ckpt_init_from && *tc->ckpt_init_from)
         WF_INFO("model: the architecture of %s (ckpt.init_from); [model] sizes given here are checked against it",
                 t->model_source);
-    if (s == WF_OK) s = resolve_tokenizer(t, &info);
-    uint64_t val_tokens = 0;
-    for (size_t i = 0; i < info.n_splits; i++)
-        if (strcmp(info.splits[i].name, "val") == 0) val_tokens = info.splits[i].n_tokens;
-    wf_dataset_info_free(&info);
+    if (s == WF_OK) s = resolve_tokenizer(t, data_tok);
+    free(data_tok);
     WF_TRY(s);
 
     t->B = (int)tc->batch_size;
@@ -272,21 +305,16 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
                          .shuffle = 1,
                          .prefetch = WF_LOADER_DEFAULT_PREFETCH,
                          .verify = 1};
+    if (t->mix.n) {
+        WF_TRY(wf__train_mix_loaders(t, &lo, tc->eval_every > 0 ? &lo : NULL));
+        WF_TRY(open_data_dump(t));
+        return WF_OK;
+    }
     WF_TRY(wf_loader_create(&t->train, &lo));
     WF_TRY(open_data_dump(t));
     if (tc->eval_every > 0) {
         if (val_tokens > (uint64_t)t->T) {
-            wf_loader_opts vo = lo;
-            vo.split = "val";
-            vo.shuffle = 0;
-            vo.prefetch = 0;
-            vo.global_batch = 1;
-            while (vo.global_batch * 2 <= t->B && (uint64_t)(vo.global_batch * 2) * (uint64_t)t->T < val_tokens)
-                vo.global_batch *= 2;
-            /* Split over the ranks like training batches: a multiple of
-             * the world size (B is one, so this never passes B). */
-            if (vo.global_batch % t->world) vo.global_batch = t->world;
-            s = wf_loader_create(&t->val, &vo);
+            s = wf__train_val_loader(t, &lo, tc->data_dir, val_tokens, &t->val);
             if (s != WF_OK) return wf_error_wrap(s, "validation split: ");
         } else {
             WF_WARN("the dataset has no validation split longer than one sequence (%" PRIu64

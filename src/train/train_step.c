@@ -72,6 +72,7 @@ static wf_status forward_backward(trainer *t, int64_t step, step_outcome *o) {
         wf__train_split_batch(b, t->inputs, t->targets);
         if (t->data_dump) dump_batch(t, step, k, b);
         if (k == 0) o->data_pos = wf__train_data_position(t, b->state);
+        if (k == 0 && t->mix.n) t->mix.step_start = *b->mix; /* for a rewind (nonfinite.c) */
         double tb = wf_time_now();
         o->data_s += tb - ta;
         float l = 0;
@@ -79,6 +80,7 @@ static wf_status forward_backward(trainer *t, int64_t step, step_outcome *o) {
         s = wf_model_forward(t->model, t->inputs, t->targets, t->Bl, t->T, &l);
         wf_trace_end(span);
         WF_TRY(s);
+        wf__train_mix_account(t, b, o); /* a mixture: the rows' sources and losses */
         span = wf_trace_begin(WF_TRACE_REGION, "backward");
         /* The last micro-batch's backward finishes the gradients: buckets
          * start reducing as it goes (DDP's overlap). */
@@ -184,9 +186,11 @@ wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o) {
     o->batch_seqs = wf_batch_ramp_seqs(&t->ramp, t->tokens_done);
     o->accum = (int)(o->batch_seqs / t->B);
     o->tokens = o->batch_seqs * t->T;
+    WF_TRY(wf__train_mix_begin_step(t, step)); /* a mixture: this step's weights */
     WF_TRY(forward_backward(t, step, o));
     t->tokens_done += (uint64_t)o->tokens; /* read: they count, whatever the judgement */
     WF_TRY(reduce_gradients(t, step, o));
+    WF_TRY(wf__train_mix_finish_step(t, o));
     double t0 = wf_time_now();
     o->lr = t->sched_tokens ? wf_lr_at_units(&t->sched, o->tokens_before, (uint64_t)o->tokens)
                             : wf_lr_at(&t->sched, (uint64_t)step);
@@ -207,15 +211,15 @@ wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o) {
 }
 
 /* Always the same batches, so that evaluations are comparable. */
-wf_status wf__train_evaluate(trainer *t, double *loss) {
+wf_status wf__train_eval_loader(trainer *t, wf_loader *val, double *loss) {
     wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, "eval");
     double sum = 0;
     int n = 0;
-    uint64_t per_epoch = wf_loader_batches_per_epoch(t->val);
-    wf_status s = wf_loader_set_state(t->val, (wf_loader_state){.epoch = 0, .sample = 0});
+    uint64_t per_epoch = wf_loader_batches_per_epoch(val);
+    wf_status s = wf_loader_set_state(val, (wf_loader_state){.epoch = 0, .sample = 0});
     for (int64_t i = 0; s == WF_OK && i < t->tc->eval_batches && (uint64_t)i < per_epoch; i++) {
         const wf_batch *b;
-        s = wf_loader_next(t->val, &b);
+        s = wf_loader_next(val, &b);
         if (s != WF_OK) break;
         wf__train_split_batch(b, t->inputs, t->targets);
         float l;
@@ -228,4 +232,9 @@ wf_status wf__train_evaluate(trainer *t, double *loss) {
     /* Each rank's mean over equal parts: their average is the global mean. */
     if (s == WF_OK && t->world > 1) s = wf_comm_all_reduce_f64(t->comm, loss, 1, WF_COMM_AVG, "val loss");
     return s;
+}
+
+wf_status wf__train_evaluate(trainer *t, double *loss) {
+    if (t->mix.n) return wf__train_mix_evaluate(t, loss);
+    return wf__train_eval_loader(t, t->val, loss);
 }

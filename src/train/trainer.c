@@ -40,7 +40,7 @@
 /* Evaluate after this step? */
 static int eval_due(const trainer *t, int64_t done) {
     int64_t every = t->tc->eval_every;
-    return t->val && every > 0 && (done % every == 0 || done == t->tc->steps);
+    return (t->val || t->mix.n_val) && every > 0 && (done % every == 0 || done == t->tc->steps);
 }
 
 /* Save after this step? On schedule, at the end, and when run control

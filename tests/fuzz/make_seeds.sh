@@ -20,7 +20,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 rm -rf "$C"
 for t in config tokenizer_json shard dataset_json ckpt_manifest ckpt_roundtrip safetensors hf_config warc html \
-         docs_jsonl trace_json; do mkdir -p "$C/$t"; done
+         docs_jsonl trace_json mix_spec; do mkdir -p "$C/$t"; done
 PY=python3
 
 # ---- config: the repository's configs, the effective config a run records,
@@ -99,6 +99,12 @@ open(f"{c}/docs_jsonl/docs.jsonl", "w").write("\n".join(json.dumps(d) for d in d
 open(f"{c}/docs_jsonl/ascii.jsonl", "w").write("\n".join(json.dumps(d, ensure_ascii=False) for d in docs) + "\n")
 PYEOF
 if command -v zstd >/dev/null; then zstd -q -c "$C/warc/crawl.warc" > "$C/warc/crawl.warc.zst"; fi
+
+# ---- mixture spec: data.sources items, then data.weight_schedule items (tests/fuzz/fuzz_mix_spec.c).
+printf '\001pp:0.7\0emma:0.3\0006: 0.2 0.8\0009: 0.5 0.5' > "$C/mix_spec/two-sources"
+printf '\004web=data/web:0.5\0books=data/books/:0.3\0code=x=y/z:0.125\0d:2\0e:0.000001\000100: 1 0 0 0 0' \
+  > "$C/mix_spec/five-sources"
+printf '\000a:1\0007: 1' > "$C/mix_spec/one-source"
 
 # ---- trace JSON: the real tracer's output (tests/tools/trace_gen).
 $B/tests/tools/trace_gen "$TMP/tr" 0 1 hta >/dev/null

@@ -61,7 +61,9 @@ static void write_dataset(const char *dir, uint32_t vocab, uint64_t shard_tokens
     }
     int32_t *doc = malloc(max_len * sizeof *doc);
     wf_dataset_writer *w;
-    wf_dataset_writer_opts o = {dir, vocab, shard_tokens, "tok.json"};
+    wf_dataset_writer_opts o = {.dir = dir, .vocab_size = vocab, .shard_tokens = shard_tokens,
+                                .tokenizer_path = "tok.json", .tokenizer_fingerprint = 0x0123456789abcdefull,
+                                .has_fingerprint = 1};
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
     for (uint64_t d = 0; d < n_docs; d++) {
         size_t n = make_doc(d, vocab, max_len, doc);
@@ -181,6 +183,7 @@ WF_TEST(roundtrip_uint16_multi_shard) {
     WF_CHECK_EQ(info.vocab_size, 1000);
     WF_CHECK_EQ(info.token_bytes, 2);
     WF_CHECK_STREQ(info.tokenizer, "tok.json");
+    WF_CHECK_TRUE(info.has_fingerprint && info.tokenizer_fingerprint == 0x0123456789abcdefull);
     WF_CHECK_EQ(info.n_splits, 2);
     WF_CHECK_STREQ(info.splits[0].name, "train");
     WF_CHECK_STREQ(info.splits[0].shards[0].file, "train-00000.wfs");
@@ -242,7 +245,7 @@ WF_TEST(reads_span_shard_boundaries) {
 WF_TEST(long_document_gets_its_own_shard) {
     const char *dir = tpath("ds");
     wf_dataset_writer *w;
-    wf_dataset_writer_opts o = {dir, 100, 10, NULL};
+    wf_dataset_writer_opts o = {.dir = dir, .vocab_size = 100, .shard_tokens = 10};
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
     int32_t doc[25];
     for (int i = 0; i < 25; i++) doc[i] = i % 100;
@@ -261,13 +264,14 @@ WF_TEST(long_document_gets_its_own_shard) {
     wf_dataset_info info;
     WF_CHECK_OK(wf_dataset_info_load(&info, dir));
     WF_CHECK_TRUE(info.tokenizer == NULL);
+    WF_CHECK_TRUE(!info.has_fingerprint); /* none given: none recorded */
     wf_dataset_info_free(&info);
 }
 
 WF_TEST(bad_token_is_refused_and_writer_stays_usable) {
     const char *dir = tpath("ds");
     wf_dataset_writer *w;
-    wf_dataset_writer_opts o = {dir, 100, 1000, NULL};
+    wf_dataset_writer_opts o = {.dir = dir, .vocab_size = 100, .shard_tokens = 1000};
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
     int32_t bad[3] = {1, 100, 2}, neg[1] = {-1}, good[2] = {5, 99};
     WF_CHECK_ERR(wf_dataset_writer_add(w, 0, bad, 3), WF_ERR_RANGE, "outside the vocabulary");
@@ -300,7 +304,7 @@ WF_TEST(rewriting_replaces_the_old_dataset) {
 WF_TEST(unfinished_writer_leaves_no_dataset) {
     const char *dir = tpath("ds");
     wf_dataset_writer *w;
-    wf_dataset_writer_opts o = {dir, 100, 5, NULL};
+    wf_dataset_writer_opts o = {.dir = dir, .vocab_size = 100, .shard_tokens = 5};
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
     int32_t doc[4] = {1, 2, 3, 4};
     for (int i = 0; i < 6; i++) WF_CHECK_OK(wf_dataset_writer_add(w, 0, doc, 4));
@@ -317,7 +321,7 @@ WF_TEST(unfinished_writer_leaves_no_dataset) {
 WF_TEST(empty_dataset_is_an_error) {
     const char *dir = tpath("empty");
     wf_dataset_writer *w;
-    wf_dataset_writer_opts o = {dir, 100, 5, NULL};
+    wf_dataset_writer_opts o = {.dir = dir, .vocab_size = 100, .shard_tokens = 5};
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
     WF_CHECK_ERR(wf_dataset_writer_finish(w), WF_ERR_EMPTY, dir);
     wf_dataset_writer_destroy(w);
@@ -335,7 +339,7 @@ WF_TEST(empty_dataset_is_an_error) {
 WF_TEST(empty_split_is_an_error_on_open) {
     const char *dir = tpath("ds");
     wf_dataset_writer *w;
-    wf_dataset_writer_opts o = {dir, 100, 5, NULL};
+    wf_dataset_writer_opts o = {.dir = dir, .vocab_size = 100, .shard_tokens = 5};
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
     int32_t doc[2] = {1, 2};
     WF_CHECK_OK(wf_dataset_writer_add(w, 0, doc, 2));
@@ -532,6 +536,11 @@ WF_TEST(malformed_dataset_json) {
                        "\"shards\": []}}}";
     wf_test_write_file(json, sums, strlen(sums));
     WF_CHECK_ERR(wf_dataset_open(&d, dir, "train", 0), WF_ERR_FORMAT, "dataset.json: split 'train' says 5 tokens");
+    const char *fp = "{\"format\": \"weft-token-dataset\", \"version\": 1, \"vocab_size\": 10, "
+                     "\"dtype\": \"uint16\", \"tokenizer_fingerprint\": \"0123\", \"splits\": {}}";
+    wf_test_write_file(json, fp, strlen(fp));
+    WF_CHECK_ERR(wf_dataset_open(&d, dir, "train", 0), WF_ERR_FORMAT,
+                 "dataset.json: dataset: 'tokenizer_fingerprint' is missing or not 16 lowercase hex digits");
     const char *v2 = "{\"format\": \"weft-token-dataset\", \"version\": 2}";
     wf_test_write_file(json, v2, strlen(v2));
     WF_CHECK_ERR(wf_dataset_open(&d, dir, "train", 0), WF_ERR_UNSUPPORTED, "dataset.json: dataset version");
