@@ -400,8 +400,9 @@ wf_status wf_loader_create(wf_loader **out, const wf_loader_opts *o) {
         l->slots[i].tokens = (int32_t *)(void *)((char *)l->mem + (size_t)i * stride);
     if (l->n_src) {
         /* Per slot: src (B ints), src_pos (B u64), counts (n_src u32). */
-        const size_t mstride = (size_t)l->batch * (sizeof(int) + sizeof(uint64_t)) +
-                               (size_t)l->n_src * sizeof(uint32_t) + 16;
+        /* Rounded to 16 bytes, so that every slot's src_pos is aligned. */
+        const size_t mstride = ((size_t)l->batch * (sizeof(int) + sizeof(uint64_t)) +
+                                (size_t)l->n_src * sizeof(uint32_t) + 16 + 15) & ~(size_t)15;
         l->meta = calloc((size_t)l->n_slots, mstride);
         if (!l->meta) {
             s = wf_error(WF_ERR_NOMEM, "loader: out of memory for the mixture's batch records");
