@@ -14,7 +14,12 @@ delay instead of Slurm's 120 s: `cred_expire`):
   the time limit), requeued and resumed: the losses of one process within
   test_train_dist's tolerance, one log file per rank and attempt, the
   threads from --cpus-per-task (SRUN_CPUS_PER_TASK); and a failing doctor
-  (rank 1 cannot write the run directory) stops the job before it trains;
+  (rank 1 cannot write the run directory) stops the job before it trains.
+  Both give --signal=B:USR1@30 with --time=5: the script's own @600 is
+  longer than the limit, so the signal would be due at once and come at
+  Slurm's first time-limit pass (every 30 s) in an attempt, which then
+  saves and requeues once more (an attempt slowed by a loaded machine
+  spans a pass often enough: Restarts = 2);
 - train-chain.sbatch as --array=1-4%1: task 1 is stopped by the signal
   before its time limit, task 2 resumes from its checkpoint, and a STOP
   file then stops task 2 and cancels tasks 3 and 4, which never run.
@@ -102,6 +107,15 @@ def read(p):
     return p.read_text(errors="replace") if p.exists() else ""
 
 
+def job_logs(out, run, prefix):
+    """For failure messages: the job's output and the end of every per-rank
+    log of every attempt (RUN_DIR/logs/PREFIX-N/rank-R.log)."""
+    parts = [f"--- job output:\n{out}"]
+    for f in sorted((run / "logs").glob(f"{prefix}-*/rank-*.log")):
+        parts.append(f"--- {f.relative_to(run)} (last 3000 characters):\n{read(f)[-3000:]}")
+    return "\n".join(parts)
+
+
 def train_args(dataset, steps):  # noqa: F811
     return ["--data", dataset / "data", "--preset", "tiny", "--steps", steps, "--batch-size", 4, "--seq-len", 32,
             "--lr", 0.01, "--optim.warmup_steps=2", "--train.eval_every=0", "--threads", 1,
@@ -163,24 +177,26 @@ def test_multi_node_recipe_runs_doctor_then_trains_and_requeues(cluster, dataset
     i = a.index("--threads")
     a = a[:i] + a[i + 2:] + ["--ckpt.stop_at=3"]  # threads from --cpus-per-task
     job = sbatch(cluster, "train-multi-node.sbatch", run, a,
-                 ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=2", "--time=5",
+                 ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=2", "--time=5", "--signal=B:USR1@30",
                   f"--output={tmp_path}/job-%j.out"],
                  env={"WEFT_DOCTOR_OPTS": "--gemm-size 128 --mem-mb 8 --file-mb 1 --slow-factor 0"})
     (rec,) = wait_ended(cluster, job, 300)
     out = read(tmp_path / f"job-{job}.out")
-    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", (rec, out)
+    logs = job_logs(out, run, f"job-{job}")
+    assert "SIGUSR1" not in out, logs  # the time limit is 4 minutes away from every attempt
+    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", (rec, logs)
     # the doctor's table, once per attempt, before training
-    assert out.count("weft doctor: 2 ranks on 1 host (openmpi)") == 2, out
-    assert out.count("weft doctor: every rank passed") == 2, out
-    assert out.index("weft doctor: every rank passed") < out.index("training on 2 rank(s), 2 thread(s) each")
-    assert "weft saved a checkpoint and exited 75: requeueing the job" in out
-    logs = {(att, r): read(run / "logs" / f"job-{job}-{att}" / f"rank-{r}.log") for att in (0, 1) for r in (0, 1)}
-    assert "ckpt.stop_at: stopped after step 3 of 6" in logs[0, 0]
-    assert "steps on 2 threads" in logs[0, 0]
-    assert f"resumed from {run}/checkpoints/step-0000003" in logs[1, 0]
+    assert out.count("weft doctor: 2 ranks on 1 host (openmpi)") == 2, logs
+    assert out.count("weft doctor: every rank passed") == 2, logs
+    assert out.index("weft doctor: every rank passed") < out.index("training on 2 rank(s), 2 thread(s) each"), logs
+    assert "weft saved a checkpoint and exited 75: requeueing the job" in out, logs
+    rank = {(att, r): read(run / "logs" / f"job-{job}-{att}" / f"rank-{r}.log") for att in (0, 1) for r in (0, 1)}
+    assert "ckpt.stop_at: stopped after step 3 of 6" in rank[0, 0], logs
+    assert "steps on 2 threads" in rank[0, 0], logs
+    assert f"resumed from {run}/checkpoints/step-0000003" in rank[1, 0], logs
     for att in (0, 1):  # rank 1's own file holds rank 1's lines only
-        assert "[weft r1 " in logs[att, 1] and "[weft r0 " not in logs[att, 1], logs[att, 1][-2000:]
-    close(losses(logs[0, 0]) + losses(logs[1, 0]), losses(out1))
+        assert "[weft r1 " in rank[att, 1] and "[weft r0 " not in rank[att, 1], logs
+    close(losses(rank[0, 0]) + losses(rank[1, 0]), losses(out1))
     assert (run / "model.safetensors").exists()
 
 
@@ -188,7 +204,7 @@ def test_multi_node_recipe_stops_when_doctor_fails(cluster, dataset, tmp_path): 
     run = tmp_path / "run"
     (run / "doctor-rank-00001.tmp").mkdir(parents=True)  # rank 1 cannot write its probe file
     job = sbatch(cluster, "train-multi-node.sbatch", run, train_args(dataset, 5),
-                 ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=5",
+                 ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=5", "--signal=B:USR1@30",
                   f"--output={tmp_path}/job-%j.out"],
                  env={"WEFT_DOCTOR_OPTS": "--gemm-size 128 --mem-mb 8 --file-mb 1 --slow-factor 0"})
     (rec,) = wait_ended(cluster, job, 120)
