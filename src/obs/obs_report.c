@@ -38,6 +38,7 @@
 
 #include "obs/obs_impl.h"
 #include "weft/fileio.h"
+#include "weft/lines.h"
 #include "weft/log.h"
 #include "weft/weft.h"
 
@@ -114,19 +115,13 @@ static wf_status read_metrics(run_data *d, const char *path) {
     char *text;
     size_t len;
     WF_TRY(wf_file_read(path, &text, &len));
-    size_t lineno = 0;
     wf_status s = WF_OK;
-    for (char *p = text; p && *p && s == WF_OK;) {
-        char *nl = strchr(p, '\n');
-        if (nl) *nl = '\0';
-        lineno++;
-        char *line = p;
-        p = nl ? nl + 1 : NULL;
-        while (*line == ' ' || *line == '\t' || *line == '\r') line++;
-        if (!*line) continue;
+    wf_lines it;
+    wf_lines_init(&it, text, len);
+    json_t *o;
+    while (s == WF_OK && wf_lines_next_json(&it, &o)) {
+        size_t lineno = it.lineno;
         d->lines++;
-        json_error_t err;
-        json_t *o = json_loads(line, 0, &err);
         double row[ROW];
         int ok = json_is_object(o) && json_is_number(json_object_get(o, "step"));
         if (ok) {
@@ -1127,18 +1122,13 @@ static wf_status read_eval(eval_data *ev, const char *path) {
     size_t len;
     WF_TRY(wf_file_read(path, &text, &len));
     ev->present = 1;
-    size_t lineno = 0;
     wf_status s = WF_OK;
-    for (char *p = text; p && *p && s == WF_OK;) {
-        char *nl = strchr(p, '\n');
-        if (nl) *nl = '\0';
-        lineno++;
-        char *line = p;
-        p = nl ? nl + 1 : NULL;
-        if (!*line) continue;
+    wf_lines it;
+    wf_lines_init(&it, text, len);
+    json_t *o;
+    while (s == WF_OK && wf_lines_next_json(&it, &o)) {
+        size_t lineno = it.lineno;
         ev->lines++;
-        json_error_t err;
-        json_t *o = json_loads(line, 0, &err);
         const char *name = json_string_value(json_object_get(o, "dataset"));
         const char *split = json_string_value(json_object_get(o, "split"));
         double step = jnum(o, "step");

@@ -44,6 +44,7 @@
 #include "weft/fileio.h"
 #include "weft/json.h"
 #include "weft/kernels.h"
+#include "weft/lines.h"
 #include "weft/log.h"
 #include "weft/metrics.h"
 #include "weft/model.h"
@@ -643,23 +644,19 @@ static wf_status read_done(watch *w) {
             return wf_error(WF_ERR_IO, "%s: cannot remove its partial last line: %s", w->jsonl, strerror(errno));
         }
         text[keep] = '\0';
+        len = keep;
     }
-    size_t bad = 0, lineno = 0, first_bad = 0, held = 0;
+    size_t bad = 0, first_bad = 0, held = 0;
     wf_status s = WF_OK;
-    for (char *p = text; p && *p && s == WF_OK;) {
-        char *nl = strchr(p, '\n');
-        if (nl) *nl = '\0';
-        lineno++;
-        char *line = p;
-        p = nl ? nl + 1 : NULL;
-        if (!*line) continue;
-        json_error_t err;
-        json_t *o = json_loads(line, 0, &err);
+    wf_lines it;
+    wf_lines_init(&it, text, len);
+    json_t *o;
+    while (s == WF_OK && wf_lines_next_json(&it, &o)) {
         json_t *step = json_object_get(o, "step");
         const char *name = json_string_value(json_object_get(o, "dataset"));
         const char *split = json_string_value(json_object_get(o, "split"));
         if (!json_is_integer(step) || json_integer_value(step) < 0 || !name || !split) {
-            if (!bad++) first_bad = lineno;
+            if (!bad++) first_bad = it.lineno;
         } else {
             for (size_t i = 0; i < w->e->n_data; i++)
                 if (strcmp(w->e->data[i].name, name) == 0 && strcmp(w->e->data[i].split, split) == 0) {

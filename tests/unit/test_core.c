@@ -1,7 +1,9 @@
 /* Unit tests for src/core: config (TOML + overrides + errors), arena
  * counters, the Philox RNG against the published known-answer vectors,
- * the permutation, atomic files, error messages and the directory lock. */
+ * the permutation, atomic files, error messages, the directory lock and
+ * the lines of JSON Lines texts. */
 #include <fcntl.h>
+#include <jansson.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 
 #include "harness.h"
 #include "weft/json.h"
+#include "weft/lines.h"
 #include "weft/weft.h"
 
 /* ------------------------------------------------------------ config */
@@ -756,6 +759,57 @@ WF_TEST(json_escape_long) {
     WF_CHECK_TRUE(n == b.len && memcmp(got, b.data, n) == 0);
     free(got);
     wf_buf_free(&b);
+}
+
+/* ------------------------------------------------------------ lines */
+
+/* Lines end at '\n' and only there; blank ones are skipped but counted;
+ * the last needs no newline; nothing past len is read (no NUL needed). */
+WF_TEST(lines_split_skip_blank_and_count) {
+    const char text[] = "a\n\n  \t\r\nbb\r\n\n  x y \nlastXYZ";
+    wf_lines it;
+    wf_lines_init(&it, text, sizeof text - 1 - 3);
+    const char *line;
+    size_t n;
+    const char *want[] = {"a", "bb\r", "  x y ", "last"};
+    const size_t want_no[] = {1, 4, 6, 7};
+    for (int i = 0; i < 4; i++) {
+        WF_CHECK_TRUE(wf_lines_next(&it, &line, &n));
+        WF_CHECK_EQ(n, strlen(want[i]));
+        WF_CHECK_TRUE(memcmp(line, want[i], n) == 0);
+        WF_CHECK_EQ(it.lineno, want_no[i]);
+    }
+    WF_CHECK_TRUE(!wf_lines_next(&it, &line, &n));
+    WF_CHECK_TRUE(!wf_lines_next(&it, &line, &n)); /* and stays at the end */
+    WF_CHECK_EQ(it.lineno, 7);
+    /* nothing, or nothing but blank lines */
+    wf_lines_init(&it, "", 0);
+    WF_CHECK_TRUE(!wf_lines_next(&it, &line, &n));
+    WF_CHECK_EQ(it.lineno, 0);
+    wf_lines_init(&it, "\n \n\r\n", 5);
+    WF_CHECK_TRUE(!wf_lines_next(&it, &line, &n));
+    WF_CHECK_EQ(it.lineno, 3);
+}
+
+/* JSON Lines: each line parsed alone; one that is not a JSON object or
+ * array gives NULL at its own line number and the next goes on; a NUL
+ * byte ends nothing but its line. */
+WF_TEST(lines_json_values_and_bad_lines) {
+    const char text[] = "{\"step\": 1}\n\nnot json\n[1, 2]\n{\"a\": 1} trailing\n\0\n  {\"step\": 2}  \r\n";
+    wf_lines it;
+    wf_lines_init(&it, text, sizeof text - 1);
+    json_t *v;
+    const size_t want_no[] = {1, 3, 4, 5, 6, 7};
+    const int want_ok[] = {1, 0, 1, 0, 0, 1};
+    for (int i = 0; i < 6; i++) {
+        WF_CHECK_TRUE(wf_lines_next_json(&it, &v));
+        WF_CHECK_EQ(it.lineno, want_no[i]);
+        WF_CHECK_EQ(v != NULL, want_ok[i]);
+        if (i == 0 || i == 5) WF_CHECK_EQ(json_integer_value(json_object_get(v, "step")), i == 0 ? 1 : 2);
+        if (i == 2) WF_CHECK_EQ(json_array_size(v), 2);
+        json_decref(v);
+    }
+    WF_CHECK_TRUE(!wf_lines_next_json(&it, &v));
 }
 
 WF_TEST(buf_append_printf_and_failure) {
