@@ -70,6 +70,17 @@ int wf_tool_parse(const wf_cmd_spec *spec, void *opts, int argc, char **argv, wf
     return 0;
 }
 
+int wf_tool_run(const wf_cmd_spec *spec, void *opts, size_t opts_size, int argc, char **argv, wf_tool_body body) {
+    memset(opts, 0, opts_size);
+    wf_strs pos = {0};
+    int done;
+    int rc = wf_tool_parse(spec, opts, argc, argv, &pos, &done);
+    if (!done) rc = body(opts, &pos);
+    wf_opts_free(spec, opts);
+    wf_opts_free_positional(&pos);
+    return rc;
+}
+
 int wf_tool_fail(const char *cmd) {
     wf_log_line("weft %s: error: %s", cmd, wf_error_msg()); /* whole, beside other ranks' lines */
     return 1;

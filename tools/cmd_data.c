@@ -92,31 +92,27 @@ static void print_inspect_json(const char *dir, const wf_dataset_info *info, int
     printf("}}\n");
 }
 
-int wf_cmd_data_inspect(int argc, char **argv) {
-    inspect_opts o;
-    memset(&o, 0, sizeof o);
-    wf_strs pos = {0};
-    int done = 0;
-    int rc = wf_tool_parse(&inspect_spec, &o, argc, argv, &pos, &done);
-    if (done) {
-        wf_opts_free_positional(&pos);
-        return rc;
-    }
-    const char *dir = pos.items[0];
+static int inspect_main(void *opts, const wf_strs *pos) {
+    const inspect_opts *o = opts;
+    const char *dir = pos->items[0];
     wf_dataset_info info;
     wf_status s = wf_dataset_info_load(&info, dir);
-    if (s == WF_OK && o.verify)
+    if (s == WF_OK && o->verify)
         for (size_t i = 0; i < info.n_splits && s == WF_OK; i++) s = verify_split(dir, &info.splits[i]);
+    int rc = 0;
     if (s != WF_OK) {
         rc = wf_tool_fail(inspect_spec.name);
     } else {
-        if (o.json) print_inspect_json(dir, &info, o.verify);
-        else print_inspect_text(dir, &info, o.verify);
+        if (o->json) print_inspect_json(dir, &info, o->verify);
+        else print_inspect_text(dir, &info, o->verify);
     }
     wf_dataset_info_free(&info);
-    wf_opts_free(&inspect_spec, &o);
-    wf_opts_free_positional(&pos);
     return rc;
+}
+
+int wf_cmd_data_inspect(int argc, char **argv) {
+    inspect_opts o;
+    return wf_tool_run(&inspect_spec, &o, sizeof o, argc, argv, inspect_main);
 }
 
 /* ------------------------------------------------------------------- dump */
@@ -191,14 +187,11 @@ static wf_status run_dump(const dump_opts *o, const char *dir) {
     return s;
 }
 
+static int dump_main(void *opts, const wf_strs *pos) {
+    return run_dump(opts, pos->items[0]) == WF_OK ? 0 : wf_tool_fail(dump_spec.name);
+}
+
 int wf_cmd_data_dump(int argc, char **argv) {
     dump_opts o;
-    memset(&o, 0, sizeof o);
-    wf_strs pos = {0};
-    int done = 0;
-    int rc = wf_tool_parse(&dump_spec, &o, argc, argv, &pos, &done);
-    if (!done && run_dump(&o, pos.items[0]) != WF_OK) rc = wf_tool_fail(dump_spec.name);
-    wf_opts_free(&dump_spec, &o);
-    wf_opts_free_positional(&pos);
-    return rc;
+    return wf_tool_run(&dump_spec, &o, sizeof o, argc, argv, dump_main);
 }

@@ -760,24 +760,19 @@ static int run_doctor(const doctor_opts *o, wf_comm *c) {
     return bad ? 1 : 0;
 }
 
+static int doctor_main(void *opts, const wf_strs *pos) {
+    (void)pos; /* the doctor takes none */
+    const doctor_opts *o = opts;
+    wf_comm_options co = wf_comm_options_default();
+    co.timeout_first_s = co.timeout_s = o->timeout;
+    wf_comm *c = NULL;
+    if (wf_comm_create(&c, &co) != WF_OK) return wf_tool_fail("doctor");
+    int rc = run_doctor(o, c);
+    wf_comm_destroy(c);
+    return rc;
+}
+
 int wf_cmd_doctor(int argc, char **argv) {
     doctor_opts o;
-    memset(&o, 0, sizeof o);
-    wf_strs pos = {0};
-    int done;
-    int rc = wf_tool_parse(&doctor_spec, &o, argc, argv, &pos, &done);
-    if (!done) {
-        wf_comm_options co = wf_comm_options_default();
-        co.timeout_first_s = co.timeout_s = o.timeout;
-        wf_comm *c = NULL;
-        if (wf_comm_create(&c, &co) != WF_OK) {
-            rc = wf_tool_fail("doctor");
-        } else {
-            rc = run_doctor(&o, c);
-            wf_comm_destroy(c);
-        }
-    }
-    wf_opts_free(&doctor_spec, &o);
-    wf_opts_free_positional(&pos);
-    return rc;
+    return wf_tool_run(&doctor_spec, &o, sizeof o, argc, argv, doctor_main);
 }

@@ -145,14 +145,11 @@ static wf_status run_eval(const eval_opts *o, const wf_strs *pos) {
     return s;
 }
 
+static int eval_main(void *opts, const wf_strs *pos) {
+    return run_eval(opts, pos) == WF_OK ? 0 : wf_tool_fail(eval_spec.name);
+}
+
 int wf_cmd_eval(int argc, char **argv) {
     eval_opts o;
-    memset(&o, 0, sizeof o);
-    wf_strs pos = {0};
-    int done;
-    int rc = wf_tool_parse(&eval_spec, &o, argc, argv, &pos, &done);
-    if (!done) rc = run_eval(&o, &pos) == WF_OK ? 0 : wf_tool_fail(eval_spec.name);
-    wf_opts_free(&eval_spec, &o);
-    wf_opts_free_positional(&pos);
-    return rc;
+    return wf_tool_run(&eval_spec, &o, sizeof o, argc, argv, eval_main);
 }

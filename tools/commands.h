@@ -11,6 +11,17 @@
 int wf_tool_parse(const wf_cmd_spec *spec, void *opts, int argc, char **argv, wf_strs *pos,
                   int *done);
 
+/* What a command does once its options are parsed: runs with them (the
+ * command's own struct) and the positional arguments, and returns the
+ * process exit status (wf_tool_fail's 1 on an error). */
+typedef int (*wf_tool_body)(void *opts, const wf_strs *pos);
+
+/* A whole command: zeroes opts (opts_size bytes), parses argv by spec,
+ * runs body unless --help was asked (printed: 0) or the command line was
+ * wrong (printed: 1), then frees the options and positional arguments.
+ * Returns the exit status. */
+int wf_tool_run(const wf_cmd_spec *spec, void *opts, size_t opts_size, int argc, char **argv, wf_tool_body body);
+
 /* Prints "weft <cmd>: error: <this thread's message>" and returns 1. */
 int wf_tool_fail(const char *cmd);
 
