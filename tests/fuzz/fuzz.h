@@ -93,6 +93,32 @@ static inline char *fz_read(const char *path, size_t *len) {
     return b;
 }
 
+/* The input as the file dir/name (replacing it), for targets whose parser
+ * reads a file that sits beside others the target made once. */
+static inline void fz_write_in(const char *dir, const char *name, const uint8_t *data, size_t size) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    fz_write(path, data, size);
+}
+
+/* With WEFT_FUZZ_SEED_OUT=FILE, copies dir/name, the file as the target's
+ * setup wrote it before any input replaced it, to FILE
+ * (tests/fuzz/make_seeds.sh takes the target's seed from there). */
+static inline void fz_seed_out(const char *dir, const char *name) {
+    const char *seed_out = getenv("WEFT_FUZZ_SEED_OUT");
+    if (!seed_out) return;
+    char path[4400];
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *text = fz_read(path, &len);
+    if (!text) {
+        fprintf(stderr, "weft fuzz: %s: cannot read the seed\n", path);
+        abort();
+    }
+    fz_write(seed_out, text, len);
+    free(text);
+}
+
 /* A round trip that does not give back what it wrote is a bug: report it
  * the way a sanitizer would, so that libFuzzer keeps the input. */
 #define FZ_CHECK(cond, ...)                                                   \

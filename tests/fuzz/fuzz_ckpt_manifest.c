@@ -37,16 +37,7 @@ static const char *ckpt_dir(void) {
     FZ_CHECK(wf_ckpt_save(w, dir_, 7, m, NULL) == WF_OK, "%s", wf_error_msg());
     wf_ckpt_meta_destroy(m);
     wf_ckpt_writer_destroy(w);
-    const char *seed_out = getenv("WEFT_FUZZ_SEED_OUT");
-    if (seed_out) {
-        char path[4300];
-        size_t len;
-        snprintf(path, sizeof path, "%s/" WF_CKPT_MANIFEST, dir_);
-        char *text = fz_read(path, &len);
-        FZ_CHECK(text, "%s: cannot read", path);
-        fz_write(seed_out, text, len);
-        free(text);
-    }
+    fz_seed_out(dir_, WF_CKPT_MANIFEST);
     return dir_;
 }
 
@@ -57,9 +48,7 @@ static void report(void *ctx, const char *problem) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *dir = ckpt_dir();
-    char path[4300];
-    snprintf(path, sizeof path, "%s/" WF_CKPT_MANIFEST, dir);
-    fz_write(path, data, size);
+    fz_write_in(dir, WF_CKPT_MANIFEST, data, size);
     wf_ckpt *c = NULL;
     if (wf_ckpt_open(&c, dir) == WF_OK) {
         (void)wf_ckpt_step(c);

@@ -22,24 +22,13 @@ static const char *dataset_dir(void) {
     for (int d = 0; d < 4; d++) FZ_CHECK(wf_dataset_writer_add(w, d == 3, ids, 5 + (size_t)d) == WF_OK, "%s", wf_error_msg());
     FZ_CHECK(wf_dataset_writer_finish(w) == WF_OK, "%s", wf_error_msg());
     wf_dataset_writer_destroy(w);
-    const char *seed_out = getenv("WEFT_FUZZ_SEED_OUT");
-    if (seed_out) {
-        char path[4300];
-        size_t len;
-        snprintf(path, sizeof path, "%s/dataset.json", dir_);
-        char *text = fz_read(path, &len);
-        FZ_CHECK(text, "%s: cannot read", path);
-        fz_write(seed_out, text, len);
-        free(text);
-    }
+    fz_seed_out(dir_, "dataset.json");
     return dir_;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *dir = dataset_dir();
-    char path[4300];
-    snprintf(path, sizeof path, "%s/dataset.json", dir);
-    fz_write(path, data, size);
+    fz_write_in(dir, "dataset.json", data, size);
 
     wf_dataset_info info;
     memset(&info, 0, sizeof info);

@@ -28,23 +28,12 @@ static void setup(void) {
     FZ_CHECK(wf_model_create(&model_, &cfg, arena) == WF_OK, "%s", wf_error_msg());
     fz_path(dir_, sizeof dir_, "hf");
     FZ_CHECK(wf_hf_export(model_, dir_, 0, NULL) == WF_OK, "%s", wf_error_msg());
-    const char *seed_out = getenv("WEFT_FUZZ_SEED_OUT");
-    if (seed_out) {
-        char path[4300];
-        size_t len;
-        snprintf(path, sizeof path, "%s/config.json", dir_);
-        char *text = fz_read(path, &len);
-        FZ_CHECK(text, "%s: cannot read", path);
-        fz_write(seed_out, text, len);
-        free(text);
-    }
+    fz_seed_out(dir_, "config.json");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!model_) setup();
-    char path[4300];
-    snprintf(path, sizeof path, "%s/config.json", dir_);
-    fz_write(path, data, size);
+    fz_write_in(dir_, "config.json", data, size);
     wf_model_config cfg;
     char source[4400];
     if (wf_hf_read_config(dir_, &cfg, source, sizeof source) == WF_OK)
