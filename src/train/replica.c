@@ -20,22 +20,38 @@
 
 /* WEFT_TEST_FLIP_BIT=RANK:STEP:TENSOR:INDEX:BIT flips one bit of element
  * INDEX of parameter TENSOR on rank RANK after step STEP: the test hook
- * behind the flip-a-bit tests (as a cosmic ray or a bad DIMM would). */
-static void maybe_flip(trainer *t, int64_t done) {
+ * behind the flip-a-bit tests (as a cosmic ray or a bad DIMM would). Read
+ * once here; every rank checks it, so that a wrong value fails them all. */
+wf_status wf__train_flip_setup(trainer *t) {
+    t->flip.step = -1;
     const char *env = getenv("WEFT_TEST_FLIP_BIT");
-    if (!env) return;
-    int rank, bit;
+    if (!env) return WF_OK;
+    int rank, bit, end = 0;
     long long step;
     size_t index;
     char name[256];
-    if (sscanf(env, "%d:%lld:%255[^:]:%zu:%d", &rank, &step, name, &index, &bit) != 5) return;
-    if (rank != t->rank || step != done || bit < 0 || bit > 31) return;
+    if (sscanf(env, "%d:%lld:%255[^:]:%zu:%d%n", &rank, &step, name, &index, &bit, &end) != 5 || env[end] ||
+        rank < 0 || step < 0 || bit < 0 || bit > 31)
+        return wf_error(WF_ERR_CONFIG,
+                        "WEFT_TEST_FLIP_BIT=%s: expected RANK:STEP:TENSOR:INDEX:BIT, BIT 0 to 31 (a test hook)", env);
     const wf_tensor_info *ti = wf_model_find_tensor(t->model, name);
-    if (!ti || index >= ti->numel) return;
-    uint32_t *w = (uint32_t *)(void *)(wf_model_params(t->model) + ti->offset + index);
-    *w ^= 1u << bit;
-    WF_WARN("WEFT_TEST_FLIP_BIT: flipped bit %d of %s[%zu] on rank %d after step %lld", bit, name, index, rank,
-            step);
+    if (!ti) return wf_error(WF_ERR_CONFIG, "WEFT_TEST_FLIP_BIT=%s: the model has no tensor %s", env, name);
+    if (index >= ti->numel)
+        return wf_error(WF_ERR_CONFIG, "WEFT_TEST_FLIP_BIT=%s: %s has %zu elements", env, name, (size_t)ti->numel);
+    if (rank != t->rank) return WF_OK;
+    t->flip.step = step;
+    t->flip.elem = ti->offset + index;
+    t->flip.bit = bit;
+    snprintf(t->flip.what, sizeof t->flip.what, "%s[%zu]", name, index);
+    return WF_OK;
+}
+
+static void maybe_flip(trainer *t, int64_t done) {
+    if (done != t->flip.step) return;
+    uint32_t *w = (uint32_t *)(void *)(wf_model_params(t->model) + t->flip.elem);
+    *w ^= 1u << t->flip.bit;
+    WF_WARN("WEFT_TEST_FLIP_BIT: flipped bit %d of %s on rank %d after step %lld", t->flip.bit, t->flip.what, t->rank,
+            (long long)done);
 }
 
 /* The replicated entries of the checkpoint state: the parameters, and

@@ -117,6 +117,15 @@ typedef struct {
     wf_progress bar;           /* rank 0's progress bar */
     double t_run;              /* when the loop started */
     double val_loss;           /* the last validation loss, NaN before the first */
+    /* WEFT_TEST_FLIP_BIT (replica.c), read once at setup: after step
+       flip.step this rank flips bit flip.bit of parameter element
+       flip.elem (flip.what names it for the warning); -1: never */
+    struct {
+        int64_t step;
+        size_t elem;
+        int bit;
+        char what[300];
+    } flip;
 } trainer;
 
 /* What one step measured and decided. */
@@ -288,6 +297,9 @@ wf_status wf__train_nonfinite(trainer *t, int64_t done, const step_outcome *o, i
 wf_status wf__train_nonfinite_stop(trainer *t, int64_t done, const step_outcome *o);
 
 /* replica.c */
+/* Reads the test hook WEFT_TEST_FLIP_BIT into t->flip (the model must
+ * exist); a value that does not parse or names no element is an error. */
+wf_status wf__train_flip_setup(trainer *t);
 /* With several ranks, every guard.replica_every steps (collective): the
  * replicated state's hashes compared across ranks; a divergence is an
  * error on every rank, after the majority's state is copied and saved. */

@@ -271,6 +271,7 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     WF_TRY(wf_arena_create(&t->arena, 0));
     WF_TRY(wf_model_create(&t->model, &t->mc, t->arena));
     WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
+    WF_TRY(wf__train_flip_setup(t));
     wf_model_init(t->model, (uint64_t)tc->seed);
     wf_adamw_config ac = {.beta1 = tc->beta1,
                           .beta2 = tc->beta2,

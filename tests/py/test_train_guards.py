@@ -413,3 +413,15 @@ def test_two_ranks_that_differ_have_no_majority_and_save_nothing(dataset, tmp_pa
 def test_no_check_when_turned_off(dataset, tmp_path):
     r = _mpi(dataset, tmp_path / "run", 3, "--guard.replica_every=0", env={"WEFT_TEST_FLIP_BIT": f"1:4:{FLIP}:7:20"})
     assert r.returncode == 0 and "diverged" not in r.stderr
+
+
+@pytest.mark.parametrize("value,why", [("1:4:" + FLIP + ":7", "expected RANK:STEP:TENSOR:INDEX:BIT"),
+                                       ("1:4:" + FLIP + ":7:32", "expected RANK:STEP:TENSOR:INDEX:BIT"),
+                                       ("1:4:" + FLIP + ":7:20x", "expected RANK:STEP:TENSOR:INDEX:BIT"),
+                                       ("1:4:model.nothing:7:20", "the model has no tensor model.nothing"),
+                                       ("1:4:" + FLIP + ":99999999:20", f"{FLIP} has ")])
+def test_a_wrong_flip_hook_is_refused_at_setup(dataset, tmp_path, value, why):
+    # read once, when the run sets up (on every rank, one process here)
+    r = run_weft_cmd(train_args(dataset, tmp_path / "run", steps=2), check=False, env={"WEFT_TEST_FLIP_BIT": value})
+    assert r.returncode != 0 and f"WEFT_TEST_FLIP_BIT={value}: " in r.stderr and why in r.stderr, r.stderr[-2000:]
+    assert "step 1/2" not in r.stdout
