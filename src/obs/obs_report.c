@@ -155,6 +155,9 @@ static wf_status read_metrics(run_data *d, const char *path) {
 
 /* ------------------------------------------------------------ html text */
 
+/* Text for an element's content or a quoted attribute's value: a name
+ * read from a file (a mixture's source in metrics.jsonl) is shown as it
+ * is and can never become markup. */
 static void html_esc(wf_buf *b, const char *s) {
     for (; s && *s; s++) {
         switch (*s) {
@@ -162,6 +165,7 @@ static void html_esc(wf_buf *b, const char *s) {
         case '>': PUT(b, "&gt;"); break;
         case '&': PUT(b, "&amp;"); break;
         case '"': PUT(b, "&quot;"); break;
+        case '\'': PUT(b, "&#39;"); break;
         default: wf_buf_append(b, s, 1);
         }
     }
@@ -309,7 +313,9 @@ static size_t draw_line(wf_buf *b, const frame *f, const double *x, const double
             continue;
         }
         if (!open) {
-            wf_buf_printf(b, "<polyline class=\"series\" data-series=\"%s\" stroke=\"%s\" points=\"", name, color);
+            PUT(b, "<polyline class=\"series\" data-series=\"");
+            html_esc(b, name);
+            wf_buf_printf(b, "\" stroke=\"%s\" points=\"", color);
             open = 1;
             col = -1;
         }
@@ -327,9 +333,12 @@ static size_t draw_line(wf_buf *b, const frame *f, const double *x, const double
 #undef FLUSH_COL_
     if (dots) {
         for (size_t i = 0; i < n; i++)
-            if (isfinite(y[i]) && (!f->logy || y[i] > 0))
-                wf_buf_printf(b, "<circle class=\"dot\" data-series=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>",
-                               name, px_x(f, x[i]), px_y(f, y[i]), color);
+            if (isfinite(y[i]) && (!f->logy || y[i] > 0)) {
+                PUT(b, "<circle class=\"dot\" data-series=\"");
+                html_esc(b, name);
+                wf_buf_printf(b, "\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>", px_x(f, x[i]), px_y(f, y[i]),
+                              color);
+            }
     }
     return drawn;
 }
@@ -338,7 +347,9 @@ static size_t draw_line(wf_buf *b, const frame *f, const double *x, const double
 static size_t draw_stacked(wf_buf *b, const frame *f, const plot *p, double **cum, double *cx, size_t nc) {
     (void)f;
     for (int k = p->ns - 1; k >= 0; k--) {
-        wf_buf_printf(b, "<path class=\"area\" data-series=\"%s\" fill=\"%s\" d=\"", p->s[k].name, p->s[k].color);
+        PUT(b, "<path class=\"area\" data-series=\"");
+        html_esc(b, p->s[k].name);
+        wf_buf_printf(b, "\" fill=\"%s\" d=\"", p->s[k].color);
         for (size_t i = 0; i < nc; i++)
             wf_buf_printf(b, "%s%.1f,%.1f ", i ? "L" : "M", px_x(f, cx[i]), px_y(f, cum[k][i]));
         for (size_t i = nc; i-- > 0;)
@@ -431,8 +442,10 @@ static void svg_plot(wf_buf *b, const plot *p) {
         double w = 14 + 6.8 * (double)strlen(p->s[k].name);
         lx -= w;
         wf_buf_printf(b, "<rect x=\"%.1f\" y=\"9\" width=\"10\" height=\"10\" fill=\"%s\"/>"
-                          "<text class=\"legend\" x=\"%.1f\" y=\"18\">%s</text>",
-                       lx, p->s[k].color, lx + 13, p->s[k].name);
+                          "<text class=\"legend\" x=\"%.1f\" y=\"18\">",
+                       lx, p->s[k].color, lx + 13);
+        html_esc(b, p->s[k].name);
+        PUT(b, "</text>");
         lx -= 8;
     }
     if (n_values == 0 || !(hi >= lo)) {

@@ -315,6 +315,59 @@ def test_report_ranks_damaged_files(ranks_run, run_weft, tmp_path):
 
 # ------------------------------------------------------------ evaluation
 
+ODD = "a<odd-tag>&\"'c"  # every character HTML gives a meaning to
+
+
+def test_report_escapes_series_names(report, run_weft, tmp_path):
+    """A mixture's source names come from metrics.jsonl: in the legends and
+    the data-series attributes they must stay text, read back unchanged by
+    an HTML parser (Python's html.parser, not weft's code)."""
+    from html.parser import HTMLParser
+    run = tmp_path / "run"
+    shutil.copytree(report, run)
+    lines = []
+    for i, line in enumerate((report / "metrics.jsonl").read_text().splitlines()):
+        r = json.loads(line)
+        r["sources"] = {"plain": {"weight": 0.5, "tokens": 64, "tokens_seen": 64 * (i + 1), "loss": r["loss"]},
+                        ODD: {"weight": 0.5, "tokens": 64, "tokens_seen": 64 * (i + 1), "loss": r["loss"] + 0.1}}
+        lines.append(json.dumps(r))
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "r.html"
+    run_weft(["report", run, "--output", out])
+    html = out.read_text()
+
+    class Page(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.series, self.legends, self.tags, self._legend = [], [], set(), None
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            self.tags.add(tag)
+            if "data-series" in a:
+                self.series.append(a["data-series"])
+            if tag == "text" and a.get("class") == "legend":
+                self._legend = ""
+
+        def handle_data(self, data):
+            if self._legend is not None:
+                self._legend += data
+
+        def handle_endtag(self, tag):
+            if tag == "text" and self._legend is not None:
+                self.legends.append(self._legend)
+                self._legend = None
+
+    page = Page()
+    page.feed(html)
+    page.close()
+    assert "odd-tag" not in page.tags, "a source's name became markup"
+    assert ODD in page.legends and "plain" in page.legends, page.legends
+    assert f"{ODD} validation" in page.legends, page.legends  # the loss plot's per-source validation series
+    assert page.series.count(ODD) >= 2 and "plain" in page.series, sorted(set(page.series))
+    assert ODD not in html  # never raw in the file
+
+
 def test_report_evaluation_section(report, run_weft, tmp_path):
     """RUN_DIR/eval.jsonl (docs/formats/eval-jsonl.md, as `weft eval
     --watch` writes it) written here: two datasets, a step evaluated twice
