@@ -765,6 +765,7 @@ static int doctor_main(void *opts, const wf_strs *pos) {
     const doctor_opts *o = opts;
     wf_comm_options co = wf_comm_options_default();
     co.timeout_first_s = co.timeout_s = o->timeout;
+    co.timeout_first_name = co.timeout_name = "--timeout";
     wf_comm *c = NULL;
     if (wf_comm_create(&c, &co) != WF_OK) return wf_tool_fail("doctor");
     int rc = run_doctor(o, c);

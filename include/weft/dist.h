@@ -56,6 +56,13 @@ typedef struct {
     double timeout_first_s;  /* default 600 */
     double timeout_s;        /* default 300 */
     int64_t first_steps;     /* default 2: steps 0 and 1 get timeout_first_s */
+    /* The option the timeout's report tells the user to raise, for each
+     * phase, as the caller's user knows it (weft train:
+     * "dist.timeout_first_s" and "dist.timeout_s"; weft doctor:
+     * "--timeout"). NULL: "timeout_first_s" and "timeout_s", these
+     * fields' names. Copied (up to 63 bytes). */
+    const char *timeout_first_name;
+    const char *timeout_name;
     int recorder_size;       /* flight recorder entries, default 64 (>= 4) */
     int timeout_exit_code;   /* the process's exit status on a timeout, default 3 */
     /* When set, the watchdog also writes its report to the file

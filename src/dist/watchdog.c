@@ -69,6 +69,7 @@ struct wf_watchdog {
 
     /* Immutable after create. */
     double timeout_first, timeout;
+    char timeout_first_name[64], timeout_name[64]; /* the options to name in the report */
     int64_t first_steps;
     int exit_code, rank, world;
     char *report_path;
@@ -174,7 +175,7 @@ static void build_report(wf_watchdog *w, double now, double limit) {
            w->rank, w->world, now - w->blocked_since, (unsigned long long)b->seq, b->kind, b->tag,
            bytes, (long long)w->blocked_step, limit,
            first ? "the first steps" : "steps after the first ones", w->exit_code,
-           first ? "timeout_first_s" : "timeout_s");
+           first ? w->timeout_first_name : w->timeout_name);
     dump_locked(w, w->report + len, len < WD_REPORT_CAP ? WD_REPORT_CAP - len : 0, now);
 }
 
@@ -295,6 +296,9 @@ wf_status wf__dist_watchdog_create(wf_watchdog **out, const wf_comm_options *o, 
     w->ring_size = o->recorder_size;
     w->timeout_first = o->timeout_first_s;
     w->timeout = o->timeout_s;
+    copy_str(w->timeout_first_name, sizeof w->timeout_first_name,
+             o->timeout_first_name ? o->timeout_first_name : "timeout_first_s");
+    copy_str(w->timeout_name, sizeof w->timeout_name, o->timeout_name ? o->timeout_name : "timeout_s");
     double shortest = 0;
     if (w->timeout_first > 0) shortest = w->timeout_first;
     if (w->timeout > 0 && (shortest <= 0 || w->timeout < shortest)) shortest = w->timeout;

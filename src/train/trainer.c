@@ -193,6 +193,8 @@ wf_status wf_train_comm_create(const wf_train_config *tc, wf_comm **out) {
     wf_comm_options co = wf_comm_options_default();
     co.timeout_first_s = tc->dist_timeout_first_s;
     co.timeout_s = tc->dist_timeout_s;
+    co.timeout_first_name = "dist.timeout_first_s";
+    co.timeout_name = "dist.timeout_s";
     co.first_steps = tc->dist_first_steps;
     co.report_dir = tc->run_dir;
     if (tc->run_dir) WF_TRY(wf_mkdirs(tc->run_dir));

@@ -227,4 +227,7 @@ def test_hung_rank_ends_the_job_after_the_timeout(launchers, tmp_path):
     assert r.returncode == 3, (r.returncode, r.stderr[-3000:])
     assert re.search(r'collective watchdog: rank 0 of 2 has waited 3\.\d+ s in collective #4 barrier "doctor after '
                      r'sgemm"', r.stderr), r.stderr[-3000:]
+    # the option to raise is the doctor's own, not a training key
+    assert "Raise the timeout (--timeout) if ranks are just slow" in r.stderr, r.stderr[-3000:]
+    assert "dist.timeout" not in r.stderr
     assert "weft doctor:" not in r.stdout  # no table: rank 0 never got the reports

@@ -430,6 +430,39 @@ WF_TEST(watchdog_fires_on_a_blocked_collective) {
     wf__dist_watchdog_destroy(w);
 }
 
+/* The report names the option the caller says sets each phase's timeout
+ * (weft doctor's --timeout is no training key); without one, the field. */
+WF_TEST(watchdog_names_the_callers_option) {
+    const char *names[][2] = {{"dist.timeout_first_s", "dist.timeout_s"}, {"--timeout", "--timeout"}, {NULL, NULL}};
+    const char *want[][2] = {{"dist.timeout_first_s", "dist.timeout_s"}, {"--timeout", "--timeout"},
+                             {"timeout_first_s", "timeout_s"}};
+    for (int k = 0; k < 3; k++)
+        for (int later = 0; later < 2; later++) {
+            fire_box box;
+            pthread_mutex_init(&box.mu, NULL);
+            pthread_cond_init(&box.cv, NULL);
+            box.fired = 0;
+            box.report[0] = '\0';
+            wf_comm_options o = wf_comm_options_default();
+            o.timeout_first_s = o.timeout_s = 0.05;
+            o.first_steps = 2;
+            o.recorder_size = 8;
+            o.timeout_first_name = names[k][0];
+            o.timeout_name = names[k][1];
+            o.on_timeout = on_fire;
+            o.on_timeout_ctx = &box;
+            wf_watchdog *w = NULL;
+            WF_CHECK_OK(wf__dist_watchdog_create(&w, &o, 0, 2));
+            wf__dist_watchdog_set_step(w, later ? 5 : 0);
+            wf__dist_watchdog_begin(w, "barrier", "x", 0, 1);
+            WF_CHECK_EQ(wait_fired(&box, 30), 1);
+            char raise[128];
+            snprintf(raise, sizeof raise, "Raise the timeout (%s) if", want[k][later]);
+            if (!strstr(box.report, raise)) wf_test_fail(__FILE__, __LINE__, "no '%s' in: %s", raise, box.report);
+            wf__dist_watchdog_destroy(w);
+        }
+}
+
 WF_TEST(watchdog_ignores_collectives_not_waited_on) {
     fire_box box;
     wf_watchdog *w = make_watchdog(&box, 0.05, 0.05, 0);
