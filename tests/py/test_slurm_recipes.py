@@ -184,7 +184,7 @@ def test_multi_node_recipe_runs_doctor_then_trains_and_requeues(cluster, dataset
     out = read(tmp_path / f"job-{job}.out")
     logs = job_logs(out, run, f"job-{job}")
     assert "SIGUSR1" not in out, logs  # the time limit is 4 minutes away from every attempt
-    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", (rec, logs)
+    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", f"{rec}\n{logs}"
     # the doctor's table, once per attempt, before training
     assert out.count("weft doctor: 2 ranks on 1 host (openmpi)") == 2, logs
     assert out.count("weft doctor: every rank passed") == 2, logs
