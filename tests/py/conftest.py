@@ -18,7 +18,10 @@ BUILD = ROOT / os.environ.get("WEFT_BUILD", "build")
 # CLI runs against a sanitizer build (WEFT_BUILD=build-address-undefined).
 os.environ.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
 os.environ.setdefault("ASAN_OPTIONS", "detect_leaks=1")
-os.environ.setdefault("TSAN_OPTIONS", "halt_on_error=1:second_deadlock_stack=1")
+# OpenBLAS threads on libgomp, which TSan cannot see: tests/tsan.supp says why.
+os.environ.setdefault(
+    "TSAN_OPTIONS",
+    f"halt_on_error=1:second_deadlock_stack=1:suppressions={ROOT / 'tests' / 'tsan.supp'}")
 # `weft train` caches its measured sgemm peak (MFU) in $XDG_CACHE_HOME/weft:
 # keep tests out of the user's ~/.cache; the build folder keeps it between runs.
 os.environ.setdefault("XDG_CACHE_HOME", str(BUILD / "test-cache"))

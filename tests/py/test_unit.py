@@ -36,7 +36,6 @@ def test_c_unit(exe, name, tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path), WEFT_ROOT=str(ROOT))
     env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
     env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
-    env.setdefault("TSAN_OPTIONS", "halt_on_error=1:second_deadlock_stack=1")
     p = subprocess.run([str(exe), name], capture_output=True, text=True, env=env, timeout=600,
                        cwd=str(ROOT))
     assert p.returncode == 0, f"{exe.name} {name} exited {p.returncode}\n{p.stdout}\n{p.stderr}"
