@@ -98,10 +98,10 @@ static void print_json(const plan_opts *o, const wf_plan_input *in, int own_shar
         for (int c = 0; c < WF_PLAN_N_RECOMPUTES; c++) {
             const wf_plan_memory *m = &r->mem[s][c];
             printf("%s{\"shard\": \"%s\", \"recompute\": \"%s\", \"params\": %zu, \"grads\": %zu, "
-                   "\"optimizer\": %zu, \"gather\": %zu, \"activations\": %zu, \"logits\": %zu, \"batch\": %zu, "
+                   "\"optimizer\": %zu, \"buckets\": %zu, \"gather\": %zu, \"activations\": %zu, \"logits\": %zu, \"batch\": %zu, "
                    "\"total\": %zu",
                    s || c ? ", " : "", wf_plan_shard_name((wf_plan_shard)s),
-                   wf_plan_recompute_name((wf_plan_recompute)c), m->params, m->grads, m->optimizer, m->gather,
+                   wf_plan_recompute_name((wf_plan_recompute)c), m->params, m->grads, m->optimizer, m->buckets, m->gather,
                    m->activations, m->logits, m->batch, m->total);
             if (has_budget)
                 printf(", \"max_micro_batch_per_rank\": %d, \"max_batch_size\": %lld", r->max_micro[s][c],
@@ -122,7 +122,7 @@ static void print_json(const plan_opts *o, const wf_plan_input *in, int own_shar
 static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_shard, int own_rec, int has_budget,
                          size_t budget, const plan_result *r) {
     const wf_model_config *mc = &in->model;
-    char b[8][32];
+    char b[9][32];
     printf("model: %zu parameters (dim %d, %d layers, %d heads, %d kv heads, vocab %d, ffn %d%s)\n",
            wf_model_config_num_params(mc), mc->dim, mc->n_layers, mc->n_heads, mc->n_kv_heads, mc->vocab_size,
            wf_model_config_hidden_dim(mc), mc->tied_embeddings ? ", tied" : "");
@@ -133,17 +133,18 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
     if (in->world == 1) printf("one rank: nothing to shard, every mode is planned as ddp\n");
     printf("\nmemory per rank (the training arena)%s%s:\n", has_budget ? ", budget " : "",
            has_budget ? fmt_bytes(b[0], sizeof b[0], (double)budget) : "");
-    printf("  %-6s %-9s %10s %10s %10s %10s %11s %10s %10s %10s", "shard", "recompute", "params", "grads", "optimizer",
-           "gather", "activations", "logits", "batch", "total");
+    printf("  %-6s %-9s %10s %10s %10s %10s %10s %11s %10s %10s %10s", "shard", "recompute", "params", "grads",
+           "optimizer", "buckets", "gather", "activations", "logits", "batch", "total");
     if (has_budget) printf(" %12s %12s", "max B/rank", "max batch");
     printf("\n");
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++)
         for (int c = 0; c < WF_PLAN_N_RECOMPUTES; c++) {
             const wf_plan_memory *m = &r->mem[s][c];
-            printf("%c %-6s %-9s %10s %10s %10s %10s %11s %10s %10s %10s", s == own_shard && c == own_rec ? '*' : ' ',
-                   wf_plan_shard_name((wf_plan_shard)s), wf_plan_recompute_name((wf_plan_recompute)c),
-                   fmt_bytes(b[0], 32, (double)m->params), fmt_bytes(b[1], 32, (double)m->grads),
-                   fmt_bytes(b[2], 32, (double)m->optimizer), fmt_bytes(b[3], 32, (double)m->gather),
+            printf("%c %-6s %-9s %10s %10s %10s %10s %10s %11s %10s %10s %10s",
+                   s == own_shard && c == own_rec ? '*' : ' ', wf_plan_shard_name((wf_plan_shard)s),
+                   wf_plan_recompute_name((wf_plan_recompute)c), fmt_bytes(b[0], 32, (double)m->params),
+                   fmt_bytes(b[1], 32, (double)m->grads), fmt_bytes(b[2], 32, (double)m->optimizer),
+                   fmt_bytes(b[8], 32, (double)m->buckets), fmt_bytes(b[3], 32, (double)m->gather),
                    fmt_bytes(b[4], 32, (double)m->activations), fmt_bytes(b[5], 32, (double)m->logits),
                    fmt_bytes(b[6], 32, (double)m->batch), fmt_bytes(b[7], 32, (double)m->total));
             if (has_budget) {

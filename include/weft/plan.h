@@ -68,7 +68,8 @@ typedef struct {
     size_t params;      /* parameters: all of them, or fsdp's shard of every unit */
     size_t grads;       /* gradients: the full buffer and/or the rank's shard (zero1's shard counts here) */
     size_t optimizer;   /* AdamW's two moments (8 bytes a parameter held) */
-    size_t gather;      /* fsdp: the gathered units in flight and their gradient buffer; zero2: its buckets */
+    size_t buckets;     /* zero2: the gradient buckets the backward fills before their reduce-scatter */
+    size_t gather;      /* fsdp: the gathered units in flight and the gradient buffer of one */
     size_t activations; /* the model's planned activations and backward scratch, without the logits */
     size_t logits;      /* the logits (B, T, V), reused for their gradient */
     size_t batch;       /* the trainer's input and target token buffers */

@@ -146,10 +146,11 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
     }
     case WF_PLAN_ZERO2: {
         size_t S = zero1_shard(d.P, W);
-        size_t bucket = in->bucket_bytes < P4 ? in->bucket_bytes : P4;
+        size_t bucket = in->bucket_bytes;
         out->params = block_(P4);
         out->grads = block_(4 * S);
-        out->gather = 2 * block_(bucket); /* the bucket the backward fills, the one in flight */
+        /* the bucket the backward fills and the one in flight, never more than the gradient */
+        out->buckets = block_(2 * bucket < P4 ? 2 * bucket : P4);
         out->optimizer = 2 * block_(4 * S);
         break;
     }
@@ -170,8 +171,8 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
     out->activations = 4 * act;
     out->logits = 4 * logits;
     out->batch = 2 * block_(4 * N);
-    out->total = out->params + out->grads + out->optimizer + out->gather + out->activations + out->logits +
-                 out->batch;
+    out->total = out->params + out->grads + out->optimizer + out->buckets + out->gather + out->activations +
+                 out->logits + out->batch;
     return WF_OK;
 }
 

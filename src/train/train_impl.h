@@ -78,6 +78,7 @@ typedef struct {
     char *tokenizer_path;
     char model_source[4200];   /* where the architecture came from (run.json's model_source) */
     wf_arena *arena;
+    wf_run_arena arena_use;    /* the arena's blocks after setup, measured (run.json's "arena") */
     wf_model *model;
     wf_adamw *opt;
     wf_loader *train, *val;

@@ -59,7 +59,8 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
                          .flops_per_token = t->flops_per_token,
                          .n_params = (int64_t)np,
                          .model_source = t->model_source,
-                         .dist = &dist};
+                         .dist = &dist,
+                         .arena = &t->arena_use};
     if (t->rank == 0) WF_TRY(wf_run_record_write(tc->run_dir, &rec));
 
     /* Rank 0 records into the run directory; with metrics.all_ranks every

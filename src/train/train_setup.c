@@ -66,6 +66,18 @@ static wf_status resolve_tokenizer(trainer *t, const char *dataset_tokenizer) {
     return t->tokenizer_path ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
 }
 
+/* Records what the arena's in_use grew by since the last mark, as block
+ * `name` of run.json's "arena" (`weft plan` predicts these). */
+static void arena_mark(trainer *t, const char *name) {
+    wf_run_arena *a = &t->arena_use;
+    wf_arena_stats st = wf_arena_get_stats(t->arena);
+    if (a->n < WF_RUN_ARENA_MAX) {
+        a->names[a->n] = name;
+        a->bytes[a->n++] = (int64_t)st.in_use - a->in_use;
+    }
+    a->in_use = (int64_t)st.in_use, a->peak = (int64_t)st.peak, a->reserved = (int64_t)st.reserved;
+}
+
 /* The gradient buckets over the model's tensors (in buffer order): DDP
  * all-reduces them; ZeRO-1 (make_zero1 first) reduce-scatters each into
  * this rank's gradient shard. */
@@ -102,8 +114,10 @@ static wf_status make_zero1(trainer *t, const wf_adamw_config *ac) {
     WF_TRY(wf_zero1_plan_init(&t->zplan, np, t->world, 16));
     size_t lo = t->zplan.offsets[t->rank], count = t->zplan.counts[t->rank];
     WF_TRY(wf_adamw_create_shard(&t->opt, ac, t->model, lo, lo + count, t->arena));
+    arena_mark(t, "optimizer");
     t->gshard = wf_arena_alloc(t->arena, (count ? count : 1) * sizeof(float), 64);
     if (!t->gshard) return wf_error(WF_ERR_NOMEM, "ZeRO-1: out of memory for the gradient shard (%zu floats)", count);
+    arena_mark(t, "grad_shard");
     wf_zero1_memory zm = wf_zero1_plan_memory(&t->zplan, 0, 2);
     if (t->rank == 0) {
         WF_INFO("ZeRO-1: %d ranks (%s), shards of %zu of the %zu parameters: gradients reduce-scattered in buckets "
@@ -270,7 +284,9 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
 
     WF_TRY(wf_arena_create(&t->arena, 0));
     WF_TRY(wf_model_create(&t->model, &t->mc, t->arena));
+    arena_mark(t, "model");
     WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
+    arena_mark(t, "activations");
     wf_model_init(t->model, (uint64_t)tc->seed);
     wf_adamw_config ac = {.beta1 = tc->beta1,
                           .beta2 = tc->beta2,
@@ -286,12 +302,14 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
         WF_TRY(make_reducer(t));
     } else {
         WF_TRY(wf_adamw_create(&t->opt, &ac, t->model, t->arena));
+        arena_mark(t, "optimizer");
         if (t->world > 1) WF_TRY(make_reducer(t));
     }
     size_t local = (size_t)t->Bl * (size_t)t->T;
     t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
     t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
     if (!t->inputs || !t->targets) return WF_ERR_NOMEM;
+    arena_mark(t, "batch");
 
     /* Every rank reads the same global order; rank r gets its part of each
      * micro-batch, so any rank count sees the same global batches. */

@@ -90,7 +90,7 @@ static void check_against_arena(const wf_plan_input *in) {
                          "(params %zu, grads %zu, activations %zu + logits %zu, optimizer %zu)",
                          wf_plan_shard_name((wf_plan_shard)mode), in->world, in->micro_batch, in->seq_len, total,
                          model_bytes, acts, optim, p.total, p.params, p.grads, p.activations, p.logits, p.optimizer);
-        WF_CHECK_EQ(p.params + p.grads + p.optimizer + p.gather + p.activations + p.logits + p.batch, p.total);
+        WF_CHECK_EQ(p.params + p.grads + p.optimizer + p.buckets + p.gather + p.activations + p.logits + p.batch, p.total);
     }
 }
 
