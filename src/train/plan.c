@@ -85,19 +85,103 @@ static size_t activation_floats(const dims_ *d, size_t B, size_t T, int threads,
     return f;
 }
 
-/* FSDP's units: the embedding, each block, the final norm with an untied
- * head (a tied head is the embedding's unit: its weight is that tensor).
- * Sets the sum of the per-rank shards (each unit's ceil(n / W) rounded up
- * to 16 floats) and the largest unit. */
-static void fsdp_units(const dims_ *d, int tied, size_t W, size_t *shard_sum, size_t *largest) {
-    size_t units[3] = {d->V * d->C, layer_params(d), d->C + (tied ? 0 : d->V * d->C)};
-    size_t counts[3] = {1, d->L, 1};
-    *shard_sum = 0, *largest = 0;
-    for (int i = 0; i < 3; i++) {
-        if (!counts[i]) continue;
-        *shard_sum += counts[i] * carve_((units[i] + W - 1) / W);
-        if (units[i] > *largest) *largest = units[i];
+/* The sharding units of ZeRO-2 and FSDP (wf_model_num_units on branch
+ * is17-fsdp): the embedding, each block, the final norm with an untied
+ * head (a tied head is the embedding's tensor, unit 0). Per unit: its
+ * length, FSDP's piece (ceil(n / W) rounded up to 16 floats), and rank 0's
+ * part under FSDP (min(piece, n)) and under ZeRO-2 (the unit's overlap
+ * with rank 0's ZeRO-1 shard [0, S)). Rank 0 holds the largest parts. */
+typedef struct {
+    int n, tied;
+    size_t *len, *off, *piece, *fsdp_part, *zero2_part;
+    size_t max_len;  /* the largest unit but a tied embedding (the rotating buffers) */
+    size_t pieces;   /* sum of the pieces: FSDP's flat shard */
+} units_;
+
+static void units_free(units_ *u) {
+    free(u->len), free(u->off), free(u->piece), free(u->fsdp_part), free(u->zero2_part);
+}
+
+static wf_status units_make(const dims_ *d, int tied, size_t W, units_ *u) {
+    memset(u, 0, sizeof *u);
+    u->n = (int)d->L + 2, u->tied = tied;
+    size_t n = (size_t)u->n;
+    u->len = calloc(n, sizeof *u->len), u->off = calloc(n, sizeof *u->off);
+    u->piece = calloc(n, sizeof *u->piece), u->fsdp_part = calloc(n, sizeof *u->fsdp_part);
+    u->zero2_part = calloc(n, sizeof *u->zero2_part);
+    if (!u->len || !u->off || !u->piece || !u->fsdp_part || !u->zero2_part) {
+        units_free(u);
+        return wf_error(WF_ERR_NOMEM, "plan: out of memory for %zu units", n);
     }
+    size_t S = (d->P + W - 1) / W;
+    S = carve_(S) < d->P ? carve_(S) : d->P;
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        u->len[i] = i == 0 ? d->V * d->C : i + 1 < n ? layer_params(d) : d->C + (tied ? 0 : d->V * d->C);
+        u->off[i] = off;
+        u->piece[i] = carve_((u->len[i] + W - 1) / W);
+        u->fsdp_part[i] = u->piece[i] < u->len[i] ? u->piece[i] : u->len[i];
+        size_t a = off, b = off + u->len[i];
+        u->zero2_part[i] = a < S ? (b < S ? b : S) - a : 0;
+        u->pieces += u->piece[i];
+        if (!(i == 0 && tied) && u->len[i] > u->max_len) u->max_len = u->len[i];
+        off += u->len[i];
+    }
+    return WF_OK;
+}
+
+static size_t max_of(const size_t *v, int n) {
+    size_t m = 0;
+    for (int i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* FSDP's all-gathers in one optimizer step of `accum` micro-batches, as
+ * the trainer's two rotating gather buffers serve them (src/train/
+ * train_shard.c): a unit is gathered before its forward and its backward
+ * unless one of the two buffers still holds it; at each unit the next one
+ * (forward) or the previous one (backward) is prefetched into the other
+ * buffer; a tied embedding has a buffer of its own, gathered once a step.
+ * Adds to *bytes rank 0's sent bytes (W - 1 times its piece, per gather)
+ * and returns the number of gathers. */
+static int fsdp_gathers(const units_ *u, size_t W, int accum, double *bytes) {
+    int holds[2] = {-1, -1}, in_use = -1, e_valid = 0, gathers = 0;
+#define GATHER_(x) (gathers++, *bytes += 4.0 * (double)(W - 1) * (double)u->fsdp_part[x])
+#define SLOT_(x) (holds[0] == (x) ? 0 : holds[1] == (x) ? 1 : -1)
+#define ACQUIRE_(x)                                                 \
+    do {                                                            \
+        if ((x) == 0 && u->tied) {                                  \
+            if (!e_valid) GATHER_(0), e_valid = 1;                  \
+            break;                                                  \
+        }                                                           \
+        int k_ = SLOT_(x);                                          \
+        if (k_ < 0) k_ = in_use == 0 ? 1 : 0, holds[k_] = (x), GATHER_(x); \
+        in_use = k_;                                                \
+    } while (0)
+#define PREFETCH_(x)                                                                        \
+    do {                                                                                    \
+        if ((x) < 0 || (x) >= u->n || ((x) == 0 && u->tied) || SLOT_(x) >= 0) break;        \
+        int k_ = in_use == 0 ? 1 : 0;                                                       \
+        holds[k_] = (x), GATHER_(x);                                                        \
+    } while (0)
+    for (int a = 0; a < accum; a++) {
+        for (int i = 0; i < u->n; i++) {
+            ACQUIRE_(i);
+            PREFETCH_(i + 1);
+            in_use = -1;
+        }
+        for (int i = u->n - 1; i >= 0; i--) {
+            if (i == u->n - 1 && u->tied) ACQUIRE_(0);
+            ACQUIRE_(i);
+            PREFETCH_(i - 1);
+            in_use = -1;
+        }
+    }
+#undef GATHER_
+#undef SLOT_
+#undef ACQUIRE_
+#undef PREFETCH_
+    return gathers;
 }
 
 static wf_status check_input(const wf_plan_input *in) {
@@ -129,8 +213,10 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
         return wf_error(WF_ERR_INVALID, "plan: unknown mode %d/%d", (int)s, (int)r);
     dims_ d = dims_of(&in->model);
     size_t W = (size_t)in->world, B = (size_t)in->micro_batch, T = (size_t)in->seq_len, N = B * T;
-    if (W == 1) s = WF_PLAN_DDP;
+    if (W == 1 && s == WF_PLAN_ZERO1) s = WF_PLAN_DDP; /* the trainer's choice too; zero2 and fsdp run as they are */
     size_t P4 = 4 * d.P;
+    units_ u = {0};
+    if (s == WF_PLAN_ZERO2 || s == WF_PLAN_FSDP) WF_TRY(units_make(&d, in->model.tied_embeddings, W, &u));
     switch (s) {
     case WF_PLAN_DDP:
         out->params = block_(P4);
@@ -145,27 +231,36 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
         break;
     }
     case WF_PLAN_ZERO2: {
-        size_t S = zero1_shard(d.P, W);
-        size_t bucket = in->bucket_bytes;
+        /* the parameters whole, no full gradient: ZeRO-1's shard of the
+         * gradient and of the moments, and the unit gradient buffers (two
+         * rotating ones of the largest unit, a tied embedding's own) each
+         * with a receive buffer of the largest part */
+        size_t S = zero1_shard(d.P, W), part = max_of(u.zero2_part, u.n);
         out->params = block_(P4);
         out->grads = block_(4 * S);
-        /* the bucket the backward fills and the one in flight, never more than the gradient */
-        out->buckets = block_(2 * bucket < P4 ? 2 * bucket : P4);
         out->optimizer = 2 * block_(4 * S);
+        out->buckets = 2 * (block_(4 * u.max_len) + block_(4 * part)) +
+                       (u.tied ? block_(4 * u.len[0]) + block_(4 * part) : 0);
         break;
     }
     case WF_PLAN_FSDP: {
-        size_t shard, largest;
-        fsdp_units(&d, in->model.tied_embeddings, W, &shard, &largest);
-        out->params = block_(4 * shard);
-        out->grads = block_(4 * shard);
-        out->optimizer = 2 * block_(4 * shard);
-        out->gather = 2 * block_(4 * largest) + block_(4 * largest); /* unit in use + prefetch, its gradient */
+        /* every unit's piece of parameters, gradient and moments (one
+         * optimizer per unit), two rotating gather buffers of the largest
+         * unit and a tied embedding's own, and the gradient buffers as
+         * ZeRO-2's with FSDP's parts */
+        size_t part = max_of(u.fsdp_part, u.n);
+        out->params = block_(4 * u.pieces);
+        out->grads = block_(4 * u.pieces);
+        for (int i = 0; i < u.n; i++) out->optimizer += 2 * block_(4 * u.fsdp_part[i]);
+        out->gather = 2 * block_(4 * u.max_len) + (u.tied ? block_(4 * u.len[0]) : 0);
+        out->buckets = 2 * (block_(4 * u.max_len) + block_(4 * part)) +
+                       (u.tied ? block_(4 * u.len[0]) + block_(4 * part) : 0);
         break;
     }
     default:
         break;
     }
+    units_free(&u);
     size_t act = activation_floats(&d, B, T, in->threads, r);
     size_t logits = carve_(N * d.V);
     out->activations = 4 * act;
@@ -218,20 +313,25 @@ wf_status wf_plan_comm_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_comm
         out->all_gather = (W - 1) * shard_bytes;
         out->collectives_per_step = buckets + 1;
         break;
-    case WF_PLAN_ZERO2: /* no full gradient to accumulate into: every micro-batch reduce-scatters */
+    case WF_PLAN_ZERO2:
+        /* no full gradient to accumulate into: every micro-batch
+         * reduce-scatters each unit's gradient into the shards */
         out->reduce_scatter = A * (W - 1) * shard_bytes;
         out->all_gather = (W - 1) * shard_bytes;
-        out->collectives_per_step = (int)A * buckets + 1;
+        out->collectives_per_step = (int)A * ((int)d.L + 2) + 1;
         break;
     case WF_PLAN_FSDP: {
-        /* per micro-batch: every unit gathered for the forward and again
-         * for the backward, its gradient reduce-scattered */
-        size_t shard, largest;
-        fsdp_units(&d, in->model.tied_embeddings, (size_t)in->world, &shard, &largest);
-        double unit_shards = 4.0 * (double)shard;
-        out->all_gather = A * 2.0 * (W - 1) * unit_shards;
-        out->reduce_scatter = A * (W - 1) * unit_shards;
-        out->collectives_per_step = (int)A * 3 * (int)(d.L + 2 - (in->model.tied_embeddings ? 1 : 0));
+        /* per micro-batch each unit's gradient reduce-scattered; the
+         * units all-gathered for the forward and again for the backward
+         * (fsdp_gathers: what the two buffers still hold is not) */
+        units_ u;
+        WF_TRY(units_make(&d, in->model.tied_embeddings, (size_t)in->world, &u));
+        double pieces = 0;
+        for (int i = 0; i < u.n; i++) pieces += 4.0 * (double)u.fsdp_part[i];
+        out->reduce_scatter = A * (W - 1) * pieces;
+        int gathers = fsdp_gathers(&u, (size_t)in->world, in->accum, &out->all_gather);
+        out->collectives_per_step = (int)A * u.n + gathers;
+        units_free(&u);
         break;
     }
     default:

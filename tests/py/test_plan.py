@@ -162,11 +162,11 @@ def test_table_and_modes(dataset, tmp_path):
     comm = {c["shard"]: c for c in p["comm"]}
     assert comm["ddp"]["all_reduce_bytes"] == 4 * n  # 2 (W-1)/W x 4n at W = 2
     assert comm["zero1"]["reduce_scatter_bytes"] == comm["zero1"]["all_gather_bytes"] >= 2 * n
-    assert comm["fsdp"]["all_gather_bytes"] == 2 * comm["fsdp"]["reduce_scatter_bytes"]
-    # one rank: nothing is sent, every mode is planned as DDP
+    assert comm["fsdp"]["reduce_scatter_bytes"] >= 2 * n and comm["fsdp"]["all_gather_bytes"] > 0
+    # one rank: nothing is sent, zero1 is planned as DDP (the trainer ignores it)
     p1 = plan(a, 1)
     assert all(c["total_bytes"] == 0 for c in p1["comm"])
-    assert len({m["total"] for m in p1["memory"] if m["recompute"] == "none"}) == 1
+    assert entry(p1, "zero1")["total"] == entry(p1, "ddp")["total"]
 
 
 def test_errors(dataset, tmp_path):

@@ -131,8 +131,12 @@ WF_TEST(sharded_modes_shrink_with_the_world) {
     wf_plan_memory one[WF_PLAN_N_SHARDS], four[WF_PLAN_N_SHARDS];
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++)
         WF_CHECK_OK(wf_plan_memory_of(&in, (wf_plan_shard)s, WF_PLAN_RECOMPUTE_NONE, &one[s]));
-    for (int s = 1; s < WF_PLAN_N_SHARDS; s++) /* one rank: every mode is ddp */
-        WF_CHECK_TRUE(memcmp(&one[s], &one[WF_PLAN_DDP], sizeof one[s]) == 0);
+    /* one rank: zero1 is ddp (the trainer's choice); zero2 and fsdp run
+     * their unit engine all the same, with the whole model as the shard */
+    WF_CHECK_TRUE(memcmp(&one[WF_PLAN_ZERO1], &one[WF_PLAN_DDP], sizeof one[0]) == 0);
+    WF_CHECK_EQ(one[WF_PLAN_ZERO2].grads, one[WF_PLAN_DDP].grads);
+    WF_CHECK_EQ(one[WF_PLAN_FSDP].params, one[WF_PLAN_DDP].params);
+    WF_CHECK_TRUE(one[WF_PLAN_FSDP].gather > 0);
     in.world = 4;
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++)
         WF_CHECK_OK(wf_plan_memory_of(&in, (wf_plan_shard)s, WF_PLAN_RECOMPUTE_NONE, &four[s]));
@@ -144,14 +148,21 @@ WF_TEST(sharded_modes_shrink_with_the_world) {
     WF_CHECK_TRUE(four[WF_PLAN_ZERO2].grads < four[WF_PLAN_ZERO1].grads / 4);
     WF_CHECK_EQ(four[WF_PLAN_ZERO2].params, four[WF_PLAN_DDP].params);
     /* fsdp: params, grads and moments near 1/W of ddp's (units padded to
-     * 16 floats), plus gather buffers of the largest unit (here the final
-     * norm with the untied head, 96 + 2000 x 96 floats): two for
-     * parameters, one for its gradient */
+     * 16 floats), plus two rotating gather buffers of the largest unit
+     * (here the final norm with the untied head, 96 + 2000 x 96 floats),
+     * and two gradient buffers of it with their receive buffers (a
+     * quarter of it each) */
     double ratio = (double)four[WF_PLAN_FSDP].params / (double)four[WF_PLAN_DDP].params;
     WF_CHECK_TRUE(ratio > 0.25 && ratio < 0.26);
     WF_CHECK_EQ(four[WF_PLAN_FSDP].grads, four[WF_PLAN_FSDP].params);
     WF_CHECK_EQ(four[WF_PLAN_FSDP].optimizer, 2 * four[WF_PLAN_FSDP].params);
-    WF_CHECK_EQ(four[WF_PLAN_FSDP].gather, 3 * 4 * (96 + 2000 * 96));
+    WF_CHECK_EQ(four[WF_PLAN_FSDP].gather, 2 * 4 * (96 + 2000 * 96));
+    WF_CHECK_EQ(four[WF_PLAN_FSDP].buckets, 2 * 4 * ((96 + 2000 * 96) + (96 + 2000 * 96) / 4 + 8));
+    /* a tied embedding has its own gather and gradient buffers */
+    in.model.tied_embeddings = 1;
+    wf_plan_memory tied;
+    WF_CHECK_OK(wf_plan_memory_of(&in, WF_PLAN_FSDP, WF_PLAN_RECOMPUTE_NONE, &tied));
+    WF_CHECK_EQ(tied.gather, 2 * 4 * 110784 + 4 * 2000 * 96); /* blocks are now the largest rotating unit */
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++) {
         WF_CHECK_EQ(four[s].activations, one[s].activations);
         WF_CHECK_EQ(four[s].logits, one[s].logits);
@@ -239,9 +250,30 @@ WF_TEST(communication_volumes) {
     WF_CHECK_OK(wf_plan_comm_of(&in, WF_PLAN_ZERO2, &z2)); /* a reduce-scatter per micro-batch */
     WF_CHECK_TRUE(z2.reduce_scatter == 3 * k.reduce_scatter && z2.all_gather == k.all_gather);
     wf_plan_comm f;
-    WF_CHECK_OK(wf_plan_comm_of(&in, WF_PLAN_FSDP, &f)); /* two gathers and one reduce-scatter a micro-batch */
-    WF_CHECK_TRUE(f.all_gather == 2 * f.reduce_scatter);
-    WF_CHECK_TRUE(f.reduce_scatter >= 3 * 3 * P && f.reduce_scatter < 3 * 3 * (P + 16 * 4));
+    WF_CHECK_OK(wf_plan_comm_of(&in, WF_PLAN_FSDP, &f)); /* each unit's gradient reduce-scattered a micro-batch */
+    WF_CHECK_TRUE(f.reduce_scatter >= 3 * 3 * P && f.reduce_scatter < 3 * 3 * (P + 16 * 4 * 4));
+    /* tied, 3 micro-batches: 5 gathers, then 2 a micro-batch (units 1 and 2
+     * are still held from the backward before; the embedding all step) */
+    WF_CHECK_EQ(f.collectives_per_step, 3 * 4 + 5 + 2 + 2);
+    WF_CHECK_TRUE(f.all_gather > 0 && f.all_gather < f.reduce_scatter);
+    /* The gathers of the trainer's two rotating buffers, 4 units (2
+     * blocks), one micro-batch. Tied: forward 4 (the embedding into its
+     * own buffer), backward 1 (the last two units are still held, block
+     * 1's is prefetched, the embedding is held for the step): 4
+     * reduce-scatters + 5 gathers. */
+    in.world = 2, in.accum = 1;
+    WF_CHECK_OK(wf_plan_comm_of(&in, WF_PLAN_FSDP, &f));
+    WF_CHECK_EQ(f.collectives_per_step, 9);
+    /* Untied: forward 4, backward 2; a second micro-batch finds units 0
+     * and 1 held: 2 more each way. */
+    in.model.tied_embeddings = 0;
+    WF_CHECK_OK(wf_plan_comm_of(&in, WF_PLAN_FSDP, &f));
+    WF_CHECK_EQ(f.collectives_per_step, 4 + 6);
+    in.accum = 2;
+    WF_CHECK_OK(wf_plan_comm_of(&in, WF_PLAN_FSDP, &f));
+    WF_CHECK_EQ(f.collectives_per_step, 8 + 10);
+    WF_CHECK_OK(wf_plan_comm_of(&in, WF_PLAN_ZERO2, &f)); /* every unit a micro-batch, one all-gather a step */
+    WF_CHECK_EQ(f.collectives_per_step, 8 + 1);
 }
 
 WF_TEST(parse_bytes) {
