@@ -20,6 +20,7 @@ dist.shard / train.recompute, and are skipped until then, saying so.
 
 Every launcher run has a timeout and its process group is killed."""
 import json
+import re
 import subprocess
 
 import pytest
@@ -197,22 +198,39 @@ needs_recompute = pytest.mark.skipif(not _train_knows("--train.recompute"),
                                      reason="waiting for branch is17-recompute: weft train has no train.recompute yet")
 
 
-def check_peak(p, shard, recompute, run, tol=0.03):
+def check_peak(p, shard, recompute, run):
+    """The measured peak against the plan: as ddp's and zero1's, within the
+    last block's padding (far inside the "few percent" the issue asks)."""
     _, peak = measured(run)
     want = entry(p, shard, recompute)["total"]
-    assert abs(want - peak) <= tol * peak, (shard, recompute, want, peak)
+    assert 0 <= want - peak < PAD, (shard, recompute, want, peak)
+
+
+UNIT_LOG = re.compile(r"(ZeRO-2|FSDP): (\d+) unit reduce-scatters, .*?; (\d+) parameter all-gathers")
 
 
 @needs_shard
 @pytest.mark.parametrize("shard", ["zero2", "fsdp"])
 @pytest.mark.parametrize("model", ["tiny-b4-t32", "untied-b8-t64"])
 def test_sharded_modes_match_the_arena(dataset, tmp_path, shard, model):
+    """The arena's peak, and the collectives of the first step as the
+    trainer counts them (two micro-batches a step: FSDP's gathers depend
+    on what its two buffers still hold from the micro-batch before)."""
     extra, batch, seq = MODELS[model]
-    a = train_args(dataset, tmp_path / "run", *extra, f"--dist.shard={shard}", batch=batch, seq=seq)
+    a = train_args(dataset, tmp_path / "run", *extra, f"--dist.shard={shard}",
+                   f"--data.global_batch_tokens={2 * batch * seq}", batch=batch, seq=seq)
     p = plan(a, 2)
-    assert p["config"]["shard"] == shard
-    ok("openmpi", 2, a)
+    assert p["config"]["shard"] == shard and p["accum"] == 2
+    r = ok("openmpi", 2, a)
     check_peak(p, shard, "none", tmp_path / "run")
+    m = UNIT_LOG.search(r.stderr)
+    assert m, r.stderr[-3000:]
+    scatters, gathers = int(m.group(2)), int(m.group(3))
+    units = p["model"]["n_layers"] + 2
+    assert scatters == 2 * units
+    comm = {c["shard"]: c for c in p["comm"]}[shard]
+    # zero2: the units' reduce-scatters and the parameters' one all-gather after the update
+    assert comm["collectives"] == scatters + (gathers if shard == "fsdp" else 1), (comm, scatters, gathers)
 
 
 @needs_recompute
@@ -225,3 +243,15 @@ def test_recompute_matches_the_arena(dataset, tmp_path, recompute, model):
     assert p["config"]["recompute"] == recompute
     ok(None, 1, a)
     check_peak(p, "ddp", recompute, tmp_path / "run")
+
+
+@needs_recompute
+@pytest.mark.parametrize("recompute", ["block", "selective"])
+def test_recompute_with_zero1_at_two_ranks(dataset, tmp_path, recompute):
+    extra, batch, seq = MODELS["untied-b8-t64"]
+    a = train_args(dataset, tmp_path / "run", *extra, "--dist.zero1=true", f"--train.recompute={recompute}",
+                   batch=batch, seq=seq)
+    p = plan(a, 2)
+    assert p["config"] == {"shard": "zero1", "recompute": recompute}
+    ok("openmpi", 2, a)
+    check_peak(p, "zero1", recompute, tmp_path / "run")
