@@ -106,7 +106,9 @@ wf_status wf_plan_max_micro_batch(const wf_plan_input *in, wf_plan_shard s, wf_p
  * T, the accumulation of data.global_batch_tokens, train.threads (0:
  * WEFT_THREADS or every CPU, as the trainer; 1 without OpenMP) and
  * dist.bucket_mb. `shard`/`recompute` get the config's own modes
- * (dist.zero1 gives zero1; recomputation: none) and may be NULL. */
+ * (dist.shard, or zero1 for dist.zero1, ddp for zero1 at one rank;
+ * train.recompute; ddp and none where `weft train` lacks those keys) and
+ * may be NULL. */
 wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_plan_input *out, int *shard,
                                     int *recompute);
 

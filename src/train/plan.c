@@ -365,6 +365,17 @@ wf_status wf_plan_max_micro_batch(const wf_plan_input *in, wf_plan_shard s, wf_p
     return WF_OK;
 }
 
+/* A string key of the training config by its name, NULL when the option
+ * table has no such key: dist.shard and train.recompute are read this way,
+ * so the planner takes them as soon as `weft train` has them. */
+static const char *train_key_str(const wf_train_config *tc, const char *key) {
+    const wf_cmd_spec *sp = wf_train_spec();
+    for (size_t i = 0; i < sp->n_opts; i++)
+        if (strcmp(sp->opts[i].key, key) == 0 && sp->opts[i].type == WF_OPT_STR)
+            return *(char *const *)(const void *)((const char *)tc + sp->opts[i].offset);
+    return NULL;
+}
+
 wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_plan_input *out, int *shard,
                                     int *recompute) {
     memset(out, 0, sizeof *out);
@@ -402,8 +413,20 @@ wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_pla
     out->threads = wf_kern_threads();
     out->bucket_bytes = (size_t)(tc->dist_bucket_mb * 1e6);
     if (!out->bucket_bytes) out->bucket_bytes = 1;
-    if (shard) *shard = tc->dist_zero1 && world > 1 ? WF_PLAN_ZERO1 : WF_PLAN_DDP;
-    if (recompute) *recompute = WF_PLAN_RECOMPUTE_NONE;
+    if (shard) {
+        /* dist.shard, with dist.zero1 as its alias; zero1 at one rank is
+         * ddp (the trainer's choice) */
+        const char *name = train_key_str(tc, "dist.shard");
+        *shard = tc->dist_zero1 ? WF_PLAN_ZERO1 : wf_plan_shard_parse(name ? name : "ddp");
+        if (*shard < 0) return wf_error(WF_ERR_CONFIG, "dist.shard = '%s': use ddp, zero1, zero2 or fsdp", name);
+        if (*shard == WF_PLAN_ZERO1 && world == 1) *shard = WF_PLAN_DDP;
+    }
+    if (recompute) {
+        const char *name = train_key_str(tc, "train.recompute");
+        *recompute = wf_plan_recompute_parse(name ? name : "none");
+        if (*recompute < 0)
+            return wf_error(WF_ERR_CONFIG, "train.recompute = '%s': use none, block or selective", name);
+    }
     return WF_OK;
 }
 
