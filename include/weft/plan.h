@@ -104,7 +104,8 @@ wf_status wf_plan_max_micro_batch(const wf_plan_input *in, wf_plan_shard s, wf_p
  * and data.dir is set; a model.vocab_size of 0 with no dataset is an
  * error that says to give one), B / W sequences per rank (B must divide),
  * T, the accumulation of data.global_batch_tokens, train.threads (0:
- * WEFT_THREADS or every CPU, as the trainer; 1 without OpenMP) and
+ * WEFT_THREADS or every CPU; set as the kernels' thread count, as the
+ * trainer does; 1 without OpenMP) and
  * dist.bucket_mb. `shard`/`recompute` get the config's own modes
  * (dist.shard, or zero1 for dist.zero1, ddp for zero1 at one rank;
  * train.recompute; ddp and none where `weft train` lacks those keys) and

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "weft/dist.h"
 #include "weft/kernels.h"
 #include "weft/shard.h"
 #include "weft/thread.h"
@@ -85,6 +84,12 @@ static size_t activation_floats(const dims_ *d, size_t B, size_t T, int threads,
     return f;
 }
 
+/* The largest rank's shard of n floats (wf_zero1_plan_init(n, W, 16): rank 0's). */
+static size_t zero1_shard(size_t n, size_t W) {
+    size_t s = carve_((n + W - 1) / W);
+    return s < n ? s : n;
+}
+
 /* The sharding units of ZeRO-2 and FSDP (wf_model_num_units on branch
  * is17-fsdp): the embedding, each block, the final norm with an untied
  * head (a tied head is the embedding's tensor, unit 0). Per unit: its
@@ -113,8 +118,7 @@ static wf_status units_make(const dims_ *d, int tied, size_t W, units_ *u) {
         units_free(u);
         return wf_error(WF_ERR_NOMEM, "plan: out of memory for %zu units", n);
     }
-    size_t S = (d->P + W - 1) / W;
-    S = carve_(S) < d->P ? carve_(S) : d->P;
+    size_t S = zero1_shard(d->P, W);
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
         u->len[i] = i == 0 ? d->V * d->C : i + 1 < n ? layer_params(d) : d->C + (tied ? 0 : d->V * d->C);
@@ -198,12 +202,6 @@ static wf_status check_input(const wf_plan_input *in) {
         return wf_error(WF_ERR_RANGE, "plan: %d x %d rows per rank is more than the model plans", in->micro_batch,
                         in->seq_len);
     return WF_OK;
-}
-
-/* The largest rank's shard of n floats (wf_zero1_plan_init(n, W, 16): rank 0's). */
-static size_t zero1_shard(size_t n, size_t W) {
-    size_t s = carve_((n + W - 1) / W);
-    return s < n ? s : n;
 }
 
 wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_recompute r, wf_plan_memory *out) {
