@@ -137,6 +137,28 @@ static wf_status check_ids(const int32_t *ids, int B, int T, int V, const char *
     return WF_OK;
 }
 
+/* Block l's forward on the last forward's B x T rows: res[l] -> res[l+1],
+ * keeping its intermediates in `a`. */
+static void block_fwd(wf_model *m, int l, const model_layer_acts_ *a) {
+    const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
+    const float eps = (float)m->cfg.norm_eps;
+    const model_layer_params_ *p = &m->lp[l];
+    TIMED_(fwd, WF_OP_RMSNORM, wf_kern_rmsnorm_fwd(a->xn1, a->rstd1, m->res[l], p->ln1, N, C, eps));
+    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->qkv, a->xn1, p->wqkv, N, C, QKV, 0));
+    TIMED_(fwd, WF_OP_ROPE,
+           wf_kern_rope_fwd(a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
+    TIMED_(fwd, WF_OP_ATTENTION,
+           wf_kern_attention_fwd(a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->HD,
+                                 m->attn_scratch, m->n_threads));
+    TIMED_(fwd, WF_OP_COPY, memcpy(a->mid, m->res[l], (size_t)N * C * sizeof(float)));
+    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->mid, a->att, p->wo, N, C, C, 1));
+    TIMED_(fwd, WF_OP_RMSNORM, wf_kern_rmsnorm_fwd(a->xn2, a->rstd2, a->mid, p->ln2, N, C, eps));
+    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->h13, a->xn2, p->w13, N, C, 2 * H, 0));
+    TIMED_(fwd, WF_OP_SWIGLU, wf_kern_swiglu_fwd(a->g, a->h13, N, H));
+    TIMED_(fwd, WF_OP_COPY, memcpy(m->res[l + 1], a->mid, (size_t)N * C * sizeof(float)));
+    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->res[l + 1], a->g, p->w2, N, H, C, 1));
+}
+
 wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                            float *loss) {
     if (!m->plan_B)
@@ -150,7 +172,7 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
     if (targets)
         WF_TRY(check_ids(targets, B, T, m->V, "targets", 1));
 
-    const int N = B * T, C = m->C, H = m->H, QKV = m->QKV;
+    const int N = B * T, C = m->C;
     const float eps = (float)m->cfg.norm_eps;
     m->B = B, m->T = T;
     m->has_targets = 0;
@@ -158,27 +180,8 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
     memcpy(m->tokens, tokens, (size_t)N * sizeof *tokens);
 
     TIMED_(fwd, WF_OP_EMBEDDING, wf_kern_embedding_fwd(m->res[0], tokens, m->wte, N, C));
-    for (int l = 0; l < m->L; l++) {
-        const model_layer_params_ *p = &m->lp[l];
-        const model_layer_acts_ *a = &m->la[l];
-        TIMED_(fwd, WF_OP_RMSNORM,
-               wf_kern_rmsnorm_fwd(a->xn1, a->rstd1, m->res[l], p->ln1, N, C, eps));
-        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->qkv, a->xn1, p->wqkv, N, C, QKV, 0));
-        TIMED_(
-            fwd, WF_OP_ROPE,
-            wf_kern_rope_fwd(a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
-        TIMED_(fwd, WF_OP_ATTENTION,
-               wf_kern_attention_fwd(a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->HD,
-                                     m->attn_scratch, m->n_threads));
-        TIMED_(fwd, WF_OP_COPY, memcpy(a->mid, m->res[l], (size_t)N * C * sizeof(float)));
-        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->mid, a->att, p->wo, N, C, C, 1));
-        TIMED_(fwd, WF_OP_RMSNORM,
-               wf_kern_rmsnorm_fwd(a->xn2, a->rstd2, a->mid, p->ln2, N, C, eps));
-        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->h13, a->xn2, p->w13, N, C, 2 * H, 0));
-        TIMED_(fwd, WF_OP_SWIGLU, wf_kern_swiglu_fwd(a->g, a->h13, N, H));
-        TIMED_(fwd, WF_OP_COPY, memcpy(m->res[l + 1], a->mid, (size_t)N * C * sizeof(float)));
-        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->res[l + 1], a->g, p->w2, N, H, C, 1));
-    }
+    for (int l = 0; l < m->L; l++)
+        block_fwd(m, l, &m->la[l]);
     TIMED_(fwd, WF_OP_RMSNORM,
            wf_kern_rmsnorm_fwd(m->xf, m->rstdf, m->res[m->L], m->norm_f, N, C, eps));
     TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->logits, m->xf, m->lm_head, N, C, m->V, 0));
@@ -219,12 +222,51 @@ static void grad_done_(const wf_model *m, const float *p, size_t numel) {
     if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, (size_t)(p - m->params), numel);
 }
 
+/* Block l's backward from its intermediates `a`: takes the gradient of
+ * res[l+1] in dres and leaves that of res[l] there; adds to the block's
+ * parameter gradients and reports each to the grad hook. */
+static void block_bwd(wf_model *m, int l, const model_layer_acts_ *a) {
+    const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
+    const model_layer_params_ *p = &m->lp[l];
+    /* res[l+1] = mid + g @ w2^T: dres reaches mid unchanged and g through w2. */
+    TIMED_(bwd, WF_OP_MATMUL,
+           wf_kern_matmul_bwd(m->dg, model_grad_of_(m, p->w2), m->dres, a->g, p->w2, N, H, C, 0));
+    grad_done_(m, p->w2, (size_t)C * H);
+    TIMED_(bwd, WF_OP_SWIGLU, wf_kern_swiglu_bwd(m->dh13, m->dg, a->h13, N, H));
+    TIMED_(bwd, WF_OP_MATMUL,
+           wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->w13), m->dh13, a->xn2, p->w13, N, C,
+                              2 * H, 0));
+    grad_done_(m, p->w13, (size_t)2 * H * C);
+    TIMED_(bwd, WF_OP_RMSNORM,
+           wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln2), m->dxn, a->mid, p->ln2,
+                               a->rstd2, N, C));
+    grad_done_(m, p->ln2, (size_t)C);
+    /* mid = res[l] + att @ wo^T */
+    TIMED_(bwd, WF_OP_MATMUL,
+           wf_kern_matmul_bwd(m->datt, model_grad_of_(m, p->wo), m->dres, a->att, p->wo, N, C, C,
+                              0));
+    grad_done_(m, p->wo, (size_t)C * C);
+    TIMED_(bwd, WF_OP_ATTENTION,
+           wf_kern_attention_bwd(m->dqkv, m->datt, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
+                                 m->HD, m->attn_scratch, m->n_threads));
+    TIMED_(bwd, WF_OP_ROPE,
+           wf_kern_rope_bwd(m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
+    TIMED_(bwd, WF_OP_MATMUL,
+           wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->wqkv), m->dqkv, a->xn1, p->wqkv, N, C,
+                              QKV, 0));
+    grad_done_(m, p->wqkv, (size_t)QKV * C);
+    TIMED_(bwd, WF_OP_RMSNORM,
+           wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln1), m->dxn, m->res[l], p->ln1,
+                               a->rstd1, N, C));
+    grad_done_(m, p->ln1, (size_t)C);
+}
+
 wf_status wf_model_backward(wf_model *m, float loss_scale) {
     if (!m->has_targets)
         return wf_error(WF_ERR_INVALID,
                         "model: backward needs a forward with targets just before it%s",
                         m->logits_are_grads ? " (this forward's backward already ran)" : "");
-    const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
+    const int N = m->B * m->T, C = m->C;
     float dloss = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
 
     TIMED_(bwd, WF_OP_CROSSENTROPY,
@@ -240,43 +282,8 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
            wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, m->norm_f), m->dxn, m->res[m->L],
                                m->norm_f, m->rstdf, N, C));
     grad_done_(m, m->norm_f, (size_t)C);
-    for (int l = m->L - 1; l >= 0; l--) {
-        const model_layer_params_ *p = &m->lp[l];
-        const model_layer_acts_ *a = &m->la[l];
-        /* res[l+1] = mid + g @ w2^T: dres reaches mid unchanged and g through w2. */
-        TIMED_(
-            bwd, WF_OP_MATMUL,
-            wf_kern_matmul_bwd(m->dg, model_grad_of_(m, p->w2), m->dres, a->g, p->w2, N, H, C, 0));
-        grad_done_(m, p->w2, (size_t)C * H);
-        TIMED_(bwd, WF_OP_SWIGLU, wf_kern_swiglu_bwd(m->dh13, m->dg, a->h13, N, H));
-        TIMED_(bwd, WF_OP_MATMUL,
-               wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->w13), m->dh13, a->xn2, p->w13, N, C,
-                                  2 * H, 0));
-        grad_done_(m, p->w13, (size_t)2 * H * C);
-        TIMED_(bwd, WF_OP_RMSNORM,
-               wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln2), m->dxn, a->mid, p->ln2,
-                                   a->rstd2, N, C));
-        grad_done_(m, p->ln2, (size_t)C);
-        /* mid = res[l] + att @ wo^T */
-        TIMED_(bwd, WF_OP_MATMUL,
-               wf_kern_matmul_bwd(m->datt, model_grad_of_(m, p->wo), m->dres, a->att, p->wo, N, C,
-                                  C, 0));
-        grad_done_(m, p->wo, (size_t)C * C);
-        TIMED_(bwd, WF_OP_ATTENTION,
-               wf_kern_attention_bwd(m->dqkv, m->datt, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
-                                     m->HD, m->attn_scratch, m->n_threads));
-        TIMED_(
-            bwd, WF_OP_ROPE,
-            wf_kern_rope_bwd(m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
-        TIMED_(bwd, WF_OP_MATMUL,
-               wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->wqkv), m->dqkv, a->xn1, p->wqkv, N,
-                                  C, QKV, 0));
-        grad_done_(m, p->wqkv, (size_t)QKV * C);
-        TIMED_(bwd, WF_OP_RMSNORM,
-               wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln1), m->dxn, m->res[l], p->ln1,
-                                   a->rstd1, N, C));
-        grad_done_(m, p->ln1, (size_t)C);
-    }
+    for (int l = m->L - 1; l >= 0; l--)
+        block_bwd(m, l, &m->la[l]);
     TIMED_(bwd, WF_OP_EMBEDDING,
            wf_kern_embedding_bwd(model_grad_of_(m, m->wte), m->dres, m->tokens, N, C));
     grad_done_(m, m->wte, (size_t)m->V * C);
