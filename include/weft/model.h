@@ -105,9 +105,52 @@ void wf_model_init(wf_model *m, uint64_t seed);
 /* Sets every gradient to zero. */
 void wf_model_zero_grad(wf_model *m);
 
+/* Activation recomputation: what the forward keeps for the backward and
+ * what the backward recomputes (docs/model.md, "Activation recomputation",
+ * has the memory formulas).
+ *   NONE       every block's intermediates are kept (the default).
+ *   BLOCK      only each block's input (the residual stream) is kept, plus
+ *              one set of intermediates shared by all blocks; the backward
+ *              re-runs block l's forward (without its output) from its
+ *              input just before block l's backward (the last block's is
+ *              still there from the forward and is not re-run).
+ *   SELECTIVE  the matmul and attention outputs are kept per block (q/k/v
+ *              after RoPE, the attention output and its log-sum-exp, the
+ *              residual after attention, gate|up); the element-wise
+ *              results (both RMSNorm outputs and their 1/rms, the SwiGLU
+ *              product) are shared by all blocks and recomputed in the
+ *              backward. RoPE is applied in place to the kept q/k, so it is
+ *              not recomputed (keeping q/k before RoPE would cost as much).
+ * Recomputation repeats the same kernels on the same inputs with the same
+ * thread count, so gradients, losses and logits are bit-identical to NONE. */
+typedef enum {
+    WF_RECOMPUTE_NONE = 0,
+    WF_RECOMPUTE_BLOCK,
+    WF_RECOMPUTE_SELECTIVE,
+} wf_model_recompute;
+
+/* "none", "block", "selective"; parse returns -1 for any other name. */
+const char *wf_model_recompute_name(wf_model_recompute mode);
+int wf_model_recompute_parse(const char *name);
+
+/* Chooses the recompute mode; call before wf_model_plan (afterwards the
+ * memory is laid out: WF_ERR_INVALID, unless `mode` is the planned one). */
+wf_status wf_model_set_recompute(wf_model *m, wf_model_recompute mode);
+wf_model_recompute wf_model_get_recompute(const wf_model *m);
+
 /* Plans the activations for batches of up to B x T tokens (T <= max_seq_len)
- * from the model's arena, once. A second call with a larger shape fails. */
+ * from the model's arena, once, for the model's recompute mode and the
+ * kernels' current thread count (attention's scratch is per thread). A
+ * second call with a larger shape fails. */
 wf_status wf_model_plan(wf_model *m, int B, int T);
+
+/* The bytes wf_model_plan(B, T) would take from the arena for a model of
+ * `cfg` in `mode` with `n_threads` kernel threads (the arena may add up to
+ * 63 bytes of alignment): wf_model_get_memory's activation_bytes, without
+ * creating the model. For memory planners. WF_ERR_CONFIG for an invalid
+ * cfg, WF_ERR_INVALID for a bad shape or thread count. */
+wf_status wf_model_plan_bytes(const wf_model_config *cfg, int B, int T, int n_threads,
+                              wf_model_recompute mode, size_t *bytes);
 
 /* Forward pass on tokens (B, T), with B and T at most the planned shape.
  * With targets (B, T) it also computes the mean cross-entropy over the
@@ -141,7 +184,8 @@ void wf_model_set_grad_hook(wf_model *m, wf_model_grad_hook fn, void *ctx);
  * backward, summed since the model was created or the last reset. Kept by
  * every forward and backward (two clock reads per kernel call); for
  * benchmarks and profiles. "copy" is the residual copies and the clearing
- * of gradient buffers. */
+ * of gradient buffers. With recomputation, the forward ops the backward
+ * re-runs are counted in `rec` (trace spans "rec <op>"), not in `bwd`. */
 #define WF_MODEL_OPS(X)                   \
     X(WF_OP_EMBEDDING, "embedding")       \
     X(WF_OP_RMSNORM, "rmsnorm")           \
@@ -160,18 +204,24 @@ typedef enum {
 const char *wf_model_op_name(wf_model_op op);
 typedef struct {
     double fwd[WF_OP_COUNT], bwd[WF_OP_COUNT]; /* seconds */
+    double rec[WF_OP_COUNT]; /* forward ops re-run by the backward (recompute) */
 } wf_model_op_times;
 wf_model_op_times wf_model_get_op_times(const wf_model *m);
 void wf_model_reset_op_times(wf_model *m);
 
-/* The activations of the last forward, in the order the forward makes
- * them, for diagnostics (the trainer's non-finite guard): the embedding
- * output; per block its input norm, q/k/v (q and k after RoPE), the
- * attention output before o_proj, the residual after attention, the
- * second norm, gate|up, the SwiGLU product and the block's output; the
+/* The activations of the last forward that the model holds, in the order
+ * the forward makes them, for diagnostics (the trainer's non-finite guard):
+ * the embedding output; per block its input norm, q/k/v (q and k after
+ * RoPE), the attention output before o_proj, the residual after attention,
+ * the second norm, gate|up, the SwiGLU product and the block's output; the
  * final norm, the logits and the per-token losses. Each covers the last
  * forward's B*T rows. After wf_model_backward the logits' buffer holds
- * their gradient: it is named "lm_head.grad" then. 0 before any forward. */
+ * their gradient: it is named "lm_head.grad" then. 0 before any forward.
+ * With recomputation only what is held is listed: every block's output,
+ * and (SELECTIVE) every block's kept matmul outputs; the shared
+ * intermediates belong to one block, whose entries are listed complete:
+ * the last block after a forward, block 0 after a backward (which
+ * recomputed them last). The values are the same as without recompute. */
 typedef struct {
     char name[96];    /* e.g. "model.layers.3.mlp.gate_up_proj" */
     const float *data;
@@ -181,7 +231,7 @@ int wf_model_num_activations(const wf_model *m);
 void wf_model_get_activation(const wf_model *m, int i, wf_model_activation *out); /* i in [0, num) */
 
 /* Bytes of the model's planned buffers: parameters, gradients, activations
- * (with the backward's scratch). */
+ * (with the backward's scratch; smaller with recomputation). */
 typedef struct {
     size_t param_bytes, grad_bytes, activation_bytes;
 } wf_model_memory;

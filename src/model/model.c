@@ -20,6 +20,47 @@
 #include "weft/thread.h"
 #include "weft/trace.h"
 
+/* Which buffers of a block's activations a carve assigns. */
+enum { ACTS_ELEMENTWISE = 1, ACTS_MATMUL = 2, ACTS_ALL = 3 };
+
+/* The element-wise ones (xn1, rstd1, xn2, rstd2, g: recomputed by
+ * selective) and the matmul and attention outputs (qkv, att, lse, mid,
+ * h13: kept by selective). */
+static void carve_acts(const wf_model *m, wf__model_carver *cv, model_layer_acts_ *a, int which) {
+    size_t B = (size_t)m->plan_B, T = (size_t)m->plan_T, N = B * T;
+    size_t C = (size_t)m->C, H = (size_t)m->H, QKV = (size_t)m->QKV;
+    if (which & ACTS_ELEMENTWISE) {
+        a->xn1 = wf__model_carve(cv, N * C);
+        a->rstd1 = wf__model_carve(cv, N);
+        a->xn2 = wf__model_carve(cv, N * C);
+        a->rstd2 = wf__model_carve(cv, N);
+        a->g = wf__model_carve(cv, N * H);
+    }
+    if (which & ACTS_MATMUL) {
+        a->qkv = wf__model_carve(cv, N * QKV);
+        a->att = wf__model_carve(cv, N * C);
+        a->lse = wf__model_carve(cv, B * (size_t)m->NH * T);
+        a->mid = wf__model_carve(cv, N * C);
+        a->h13 = wf__model_carve(cv, N * 2 * H);
+    }
+}
+
+/* The activation memory, in floats (r(x) = x rounded up to a multiple of
+ * 16: every buffer starts on a 64-byte boundary); N = B*T, C, H, QKV,
+ * L, V, NH, HD as in model_impl.h, S = wf_kern_attention_scratch(T,
+ * threads):
+ *   fixed = 2 r(T HD/2) + r(S) + (L+1) r(N C) + r(N C) + 5 r(N) + r(N V)
+ *           + 3 r(N C) + r(N QKV) + r(2 N H) + r(N H)
+ *     (RoPE tables, attention scratch, the residual stream before each
+ *      block and after the last, final norm, its 1/rms, the losses, the
+ *      cross-entropy's lse, tokens, targets, logits, the backward's dres,
+ *      dxn, datt, dqkv, dh13, dg)
+ *   E = 2 r(N C) + 2 r(N) + r(N H)                 element-wise: xn1, xn2, rstd1, rstd2, g
+ *   M = r(N QKV) + 2 r(N C) + r(B NH T) + r(2 N H)  matmul outputs: qkv, att, mid, lse, h13
+ *   none:      fixed + L (E + M)
+ *   block:     fixed + (E + M)     one shared set
+ *   selective: fixed + L M + E     M per block, E shared
+ * docs/model.md has the same formulas; wf_model_plan_bytes evaluates them. */
 static void plan_layout(wf_model *m, wf__model_carver *cv) {
     size_t B = (size_t)m->plan_B, T = (size_t)m->plan_T, N = B * T;
     size_t C = (size_t)m->C, H = (size_t)m->H, V = (size_t)m->V, QKV = (size_t)m->QKV;
@@ -28,18 +69,13 @@ static void plan_layout(wf_model *m, wf__model_carver *cv) {
     m->attn_scratch = wf__model_carve(cv, wf_kern_attention_scratch(m->plan_T, m->n_threads));
     for (int l = 0; l <= m->L; l++)
         m->res[l] = wf__model_carve(cv, N * C);
+    model_layer_acts_ shared = {0};
+    if (m->recompute == WF_RECOMPUTE_BLOCK) carve_acts(m, cv, &shared, ACTS_ALL);
+    if (m->recompute == WF_RECOMPUTE_SELECTIVE) carve_acts(m, cv, &shared, ACTS_ELEMENTWISE);
     for (int l = 0; l < m->L; l++) {
-        model_layer_acts_ *a = &m->la[l];
-        a->xn1 = wf__model_carve(cv, N * C);
-        a->rstd1 = wf__model_carve(cv, N);
-        a->qkv = wf__model_carve(cv, N * QKV);
-        a->att = wf__model_carve(cv, N * C);
-        a->lse = wf__model_carve(cv, B * (size_t)m->NH * T);
-        a->mid = wf__model_carve(cv, N * C);
-        a->xn2 = wf__model_carve(cv, N * C);
-        a->rstd2 = wf__model_carve(cv, N);
-        a->h13 = wf__model_carve(cv, N * 2 * H);
-        a->g = wf__model_carve(cv, N * H);
+        m->la[l] = shared;
+        if (m->recompute == WF_RECOMPUTE_NONE) carve_acts(m, cv, &m->la[l], ACTS_ALL);
+        if (m->recompute == WF_RECOMPUTE_SELECTIVE) carve_acts(m, cv, &m->la[l], ACTS_MATMUL);
     }
     m->xf = wf__model_carve(cv, N * C);
     m->rstdf = wf__model_carve(cv, N);
@@ -62,16 +98,23 @@ static void plan_layout(wf_model *m, wf__model_carver *cv) {
  * spans are the calling thread's. */
 #define TRACE_NAME_FWD_(name, str) "fwd " str,
 #define TRACE_NAME_BWD_(name, str) "bwd " str,
+#define TRACE_NAME_REC_(name, str) "rec " str,
 static const char *const op_span_fwd_[] = {WF_MODEL_OPS(TRACE_NAME_FWD_)};
 static const char *const op_span_bwd_[] = {WF_MODEL_OPS(TRACE_NAME_BWD_)};
-#define TIMED_(dir, op, ...)                                                     \
-    do {                                                                         \
-        uint64_t t0_ = wf_trace_now();                                           \
-        __VA_ARGS__;                                                             \
-        uint64_t t1_ = wf_trace_now();                                           \
-        m->times.dir[op] += (double)(t1_ - t0_) * 1e-9;                          \
-        if (atomic_load_explicit(&wf_trace_on_, memory_order_relaxed))           \
-            wf_trace_record(WF_TRACE_COMPUTE, op_span_##dir##_[op], t0_, t1_, -1); \
+static const char *const op_span_rec_[] = {WF_MODEL_OPS(TRACE_NAME_REC_)};
+/* Forward ops re-run by the backward count as "rec" (m->recomputing). */
+#define TIMES_fwd_ (m->recomputing ? m->times.rec : m->times.fwd)
+#define TIMES_bwd_ m->times.bwd
+#define SPANS_fwd_ (m->recomputing ? op_span_rec_ : op_span_fwd_)
+#define SPANS_bwd_ op_span_bwd_
+#define TIMED_(dir, op, ...)                                                   \
+    do {                                                                       \
+        uint64_t t0_ = wf_trace_now();                                         \
+        __VA_ARGS__;                                                           \
+        uint64_t t1_ = wf_trace_now();                                         \
+        TIMES_##dir##_[op] += (double)(t1_ - t0_) * 1e-9;                      \
+        if (atomic_load_explicit(&wf_trace_on_, memory_order_relaxed))         \
+            wf_trace_record(WF_TRACE_COMPUTE, SPANS_##dir##_[op], t0_, t1_, -1); \
     } while (0)
 
 static wf_status check_seq_len(const wf_model *m, int T) {
@@ -81,6 +124,61 @@ static wf_status check_seq_len(const wf_model *m, int T) {
                         "(positions past max_seq_len were never planned or trained); use "
                         "sequences of at most %d tokens or raise model.max_seq_len",
                         T, m->cfg.max_seq_len, m->cfg.max_seq_len);
+    return WF_OK;
+}
+
+static const char *const recompute_names_[] = {"none", "block", "selective"};
+
+const char *wf_model_recompute_name(wf_model_recompute mode) {
+    return mode >= WF_RECOMPUTE_NONE && mode <= WF_RECOMPUTE_SELECTIVE ? recompute_names_[mode] : "?";
+}
+
+int wf_model_recompute_parse(const char *name) {
+    for (int i = 0; name && i <= (int)WF_RECOMPUTE_SELECTIVE; i++)
+        if (strcmp(name, recompute_names_[i]) == 0) return i;
+    return -1;
+}
+
+wf_status wf_model_set_recompute(wf_model *m, wf_model_recompute mode) {
+    if (mode < WF_RECOMPUTE_NONE || mode > WF_RECOMPUTE_SELECTIVE)
+        return wf_error(WF_ERR_INVALID, "model: unknown recompute mode %d", (int)mode);
+    if (m->plan_B && mode != m->recompute)
+        return wf_error(WF_ERR_INVALID,
+                        "model: cannot switch recompute from %s to %s after wf_model_plan (the "
+                        "activations are laid out for it): set it before planning",
+                        wf_model_recompute_name(m->recompute), wf_model_recompute_name(mode));
+    m->recompute = mode;
+    return WF_OK;
+}
+
+wf_model_recompute wf_model_get_recompute(const wf_model *m) { return m->recompute; }
+
+wf_status wf_model_plan_bytes(const wf_model_config *cfg, int B, int T, int n_threads,
+                              wf_model_recompute mode, size_t *bytes) {
+    *bytes = 0;
+    WF_TRY(wf_model_config_validate(cfg));
+    if (B < 1 || T < 1 || T > cfg->max_seq_len || n_threads < 1 ||
+        (size_t)B * (size_t)T > (size_t)INT32_MAX / 2)
+        return wf_error(WF_ERR_INVALID,
+                        "model: cannot size a plan for B x T = %d x %d (max_seq_len %d) on %d "
+                        "threads",
+                        B, T, cfg->max_seq_len, n_threads);
+    if (mode < WF_RECOMPUTE_NONE || mode > WF_RECOMPUTE_SELECTIVE)
+        return wf_error(WF_ERR_INVALID, "model: unknown recompute mode %d", (int)mode);
+    wf_model m = {.cfg = *cfg, .recompute = mode, .plan_B = B, .plan_T = T, .n_threads = n_threads};
+    wf__model_set_dims(&m);
+    m.res = calloc((size_t)m.L + 1, sizeof *m.res);
+    m.la = calloc((size_t)m.L, sizeof *m.la);
+    if (!m.res || !m.la) {
+        free(m.res);
+        free(m.la);
+        return wf_error(WF_ERR_NOMEM, "model: cannot allocate the activation table");
+    }
+    wf__model_carver cv = {NULL, 0};
+    plan_layout(&m, &cv);
+    free(m.res);
+    free(m.la);
+    *bytes = cv.used * sizeof(float);
     return WF_OK;
 }
 
@@ -137,9 +235,9 @@ static wf_status check_ids(const int32_t *ids, int B, int T, int V, const char *
     return WF_OK;
 }
 
-/* Block l's forward on the last forward's B x T rows: res[l] -> res[l+1],
- * keeping its intermediates in `a`. */
-static void block_fwd(wf_model *m, int l, const model_layer_acts_ *a) {
+/* Block l's intermediates `a` from its input res[l], on the last forward's
+ * B x T rows: everything of its forward but the output. */
+static void block_fwd_acts(wf_model *m, int l, const model_layer_acts_ *a) {
     const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
     const float eps = (float)m->cfg.norm_eps;
     const model_layer_params_ *p = &m->lp[l];
@@ -155,6 +253,14 @@ static void block_fwd(wf_model *m, int l, const model_layer_acts_ *a) {
     TIMED_(fwd, WF_OP_RMSNORM, wf_kern_rmsnorm_fwd(a->xn2, a->rstd2, a->mid, p->ln2, N, C, eps));
     TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->h13, a->xn2, p->w13, N, C, 2 * H, 0));
     TIMED_(fwd, WF_OP_SWIGLU, wf_kern_swiglu_fwd(a->g, a->h13, N, H));
+}
+
+/* Block l's forward: res[l] -> res[l+1], keeping its intermediates in `a`. */
+static void block_fwd(wf_model *m, int l, const model_layer_acts_ *a) {
+    const int N = m->B * m->T, C = m->C, H = m->H;
+    const model_layer_params_ *p = &m->lp[l];
+    block_fwd_acts(m, l, a);
+    m->held_layer = l;
     TIMED_(fwd, WF_OP_COPY, memcpy(m->res[l + 1], a->mid, (size_t)N * C * sizeof(float)));
     TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->res[l + 1], a->g, p->w2, N, H, C, 1));
 }
@@ -222,6 +328,31 @@ static void grad_done_(const wf_model *m, const float *p, size_t numel) {
     if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, (size_t)(p - m->params), numel);
 }
 
+/* Recomputation (wf_model_set_recompute): refills the shared buffers of
+ * block l's intermediates for its backward, with the forward's own kernels
+ * on the same inputs, so bit for bit what the forward had. Nothing to do
+ * when they still hold block l's (the last block, right after the
+ * forward). Runs after anything that must precede block l's backward
+ * (it reads block l's parameters). */
+static void block_recompute(wf_model *m, int l) {
+    if (m->recompute == WF_RECOMPUTE_NONE || m->held_layer == l) return;
+    const int N = m->B * m->T, C = m->C, H = m->H;
+    const float eps = (float)m->cfg.norm_eps;
+    const model_layer_params_ *p = &m->lp[l];
+    const model_layer_acts_ *a = &m->la[l];
+    m->recomputing = 1;
+    if (m->recompute == WF_RECOMPUTE_BLOCK) {
+        block_fwd_acts(m, l, a);
+    } else { /* selective: mid and h13 are kept */
+        TIMED_(fwd, WF_OP_RMSNORM,
+               wf_kern_rmsnorm_fwd(a->xn1, a->rstd1, m->res[l], p->ln1, N, C, eps));
+        TIMED_(fwd, WF_OP_RMSNORM, wf_kern_rmsnorm_fwd(a->xn2, a->rstd2, a->mid, p->ln2, N, C, eps));
+        TIMED_(fwd, WF_OP_SWIGLU, wf_kern_swiglu_fwd(a->g, a->h13, N, H));
+    }
+    m->recomputing = 0;
+    m->held_layer = l;
+}
+
 /* Block l's backward from its intermediates `a`: takes the gradient of
  * res[l+1] in dres and leaves that of res[l] there; adds to the block's
  * parameter gradients and reports each to the grad hook. */
@@ -282,8 +413,10 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
            wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, m->norm_f), m->dxn, m->res[m->L],
                                m->norm_f, m->rstdf, N, C));
     grad_done_(m, m->norm_f, (size_t)C);
-    for (int l = m->L - 1; l >= 0; l--)
+    for (int l = m->L - 1; l >= 0; l--) {
+        block_recompute(m, l);
         block_bwd(m, l, &m->la[l]);
+    }
     TIMED_(bwd, WF_OP_EMBEDDING,
            wf_kern_embedding_bwd(model_grad_of_(m, m->wte), m->dres, m->tokens, N, C));
     grad_done_(m, m->wte, (size_t)m->V * C);
@@ -301,51 +434,51 @@ wf_model_memory wf_model_get_memory(const wf_model *m) {
 /* The activations per block, after the embedding's one. */
 enum { ACTS_PER_LAYER = 8 };
 
-int wf_model_num_activations(const wf_model *m) {
-    return m->B > 0 ? 1 + ACTS_PER_LAYER * m->L + 3 : 0;
-}
-
-void wf_model_get_activation(const wf_model *m, int i, wf_model_activation *out) {
+/* Walks the activations the model holds (wf_model_num_activations), in
+ * forward order; fills *out with the one numbered `want` (if any) and
+ * returns how many there are. A block's intermediates are held when they
+ * are its own buffers, or when the shared set holds that block's; with
+ * selective recompute the kept matmul outputs are always there. */
+static int activations_walk(const wf_model *m, int want, wf_model_activation *out) {
+    if (m->B <= 0) return 0;
     size_t N = (size_t)m->B * (size_t)m->T, C = (size_t)m->C;
-    memset(out, 0, sizeof *out);
-    if (i == 0) {
-        snprintf(out->name, sizeof out->name, "model.embed_tokens");
-        out->data = m->res[0];
-        out->numel = N * C;
-        return;
-    }
-    int k = i - 1;
-    if (k < ACTS_PER_LAYER * m->L) {
-        int l = k / ACTS_PER_LAYER;
+    int n = 0;
+#define ACT_(cond, data_, numel_, ...)                                       \
+    do {                                                                     \
+        if (!(cond)) break;                                                  \
+        if (n++ != want) break;                                              \
+        snprintf(out->name, sizeof out->name, __VA_ARGS__);                  \
+        out->data = (data_);                                                 \
+        out->numel = (numel_);                                               \
+    } while (0)
+    ACT_(1, m->res[0], N * C, "model.embed_tokens");
+    static const char *const names[ACTS_PER_LAYER] = {
+        "input_layernorm", "self_attn.qkv_proj", "self_attn.attn", "self_attn.residual",
+        "post_attention_layernorm", "mlp.gate_up_proj", "mlp.act", "output"};
+    for (int l = 0; l < m->L; l++) {
         const model_layer_acts_ *a = &m->la[l];
-        static const char *const names[ACTS_PER_LAYER] = {
-            "input_layernorm", "self_attn.qkv_proj", "self_attn.attn", "self_attn.residual",
-            "post_attention_layernorm", "mlp.gate_up_proj", "mlp.act", "output"};
         const float *data[ACTS_PER_LAYER] = {a->xn1, a->qkv, a->att, a->mid, a->xn2, a->h13, a->g, m->res[l + 1]};
         size_t width[ACTS_PER_LAYER] = {C, (size_t)m->QKV, C, C, C, 2 * (size_t)m->H, (size_t)m->H, C};
-        int j = k % ACTS_PER_LAYER;
-        snprintf(out->name, sizeof out->name, "model.layers.%d.%s", l, names[j]);
-        out->data = data[j];
-        out->numel = N * width[j];
-        return;
+        /* which entries survive without the shared set: bit j for entry j */
+        unsigned kept = m->recompute == WF_RECOMPUTE_NONE        ? 0xffu
+                        : m->recompute == WF_RECOMPUTE_SELECTIVE ? 0xaeu /* qkv att mid h13 out */
+                                                                 : 0x80u; /* the output */
+        if (m->held_layer == l) kept = 0xffu;
+        for (int j = 0; j < ACTS_PER_LAYER; j++)
+            ACT_(kept >> j & 1u, data[j], N * width[j], "model.layers.%d.%s", l, names[j]);
     }
-    switch (k - ACTS_PER_LAYER * m->L) {
-    case 0:
-        snprintf(out->name, sizeof out->name, "model.norm");
-        out->data = m->xf;
-        out->numel = N * C;
-        break;
-    case 1:
-        snprintf(out->name, sizeof out->name, "%s", m->logits_are_grads ? "lm_head.grad" : "lm_head");
-        out->data = m->logits;
-        out->numel = N * (size_t)m->V;
-        break;
-    default:
-        snprintf(out->name, sizeof out->name, "loss_per_token");
-        out->data = m->losses;
-        out->numel = m->has_targets ? N : 0;
-        break;
-    }
+    ACT_(1, m->xf, N * C, "model.norm");
+    ACT_(1, m->logits, N * (size_t)m->V, "%s", m->logits_are_grads ? "lm_head.grad" : "lm_head");
+    ACT_(1, m->losses, m->has_targets ? N : 0, "loss_per_token");
+#undef ACT_
+    return n;
+}
+
+int wf_model_num_activations(const wf_model *m) { return activations_walk(m, -1, NULL); }
+
+void wf_model_get_activation(const wf_model *m, int i, wf_model_activation *out) {
+    memset(out, 0, sizeof *out);
+    activations_walk(m, i, out);
 }
 
 static const char *const model_op_names_[] = {

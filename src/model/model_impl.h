@@ -17,7 +17,9 @@ typedef struct {
     float *w2;   /* (C, H)    down_proj */
 } model_layer_params_;
 
-/* Saved activations of one block, for up to the planned N = B*T rows. */
+/* Saved activations of one block, for up to the planned N = B*T rows.
+ * With recomputation some or all of them point into one set shared by all
+ * blocks (model.c, plan_layout). */
 typedef struct {
     float *xn1;   /* (N, C)        rmsnorm(input) */
     float *rstd1; /* (N) */
@@ -46,6 +48,7 @@ struct wf_model {
     model_layer_params_ *lp; /* (L) */
 
     /* The plan (wf_model_plan). */
+    wf_model_recompute recompute; /* wf_model_set_recompute */
     int plan_B, plan_T, n_threads;
     size_t act_floats;
     float *rope_cos, *rope_sin; /* (plan_T, HD/2) */
@@ -62,6 +65,8 @@ struct wf_model {
 
     /* The last forward. */
     int B, T, has_targets, logits_are_grads;
+    int held_layer;  /* with recompute: the block whose intermediates the shared set holds (-1: none) */
+    int recomputing; /* 1 while the backward re-runs forward ops: they count as times.rec */
     size_t n_valid;
 
     /* wf_model_set_grad_hook */
@@ -82,6 +87,9 @@ static inline float *wf__model_carve(wf__model_carver *cv, size_t n) {
     cv->used += (n + 15) & ~(size_t)15;
     return p;
 }
+
+/* Sets the sizes C, L, NH, NKV, HD, H, V, QKV from m->cfg (valid). */
+void wf__model_set_dims(struct wf_model *m);
 
 /* Gradient pointer for a parameter pointer. */
 static inline float *model_grad_of_(const struct wf_model *m, const float *p) {

@@ -58,6 +58,13 @@ static void layout(wf_model *m) {
     m->n_params = cur;
 }
 
+void wf__model_set_dims(wf_model *m) {
+    const wf_model_config *c = &m->cfg;
+    m->C = c->dim, m->L = c->n_layers, m->NH = c->n_heads, m->NKV = c->n_kv_heads;
+    m->HD = c->dim / c->n_heads, m->H = wf_model_config_hidden_dim(c);
+    m->V = c->vocab_size, m->QKV = (m->NH + 2 * m->NKV) * m->HD;
+}
+
 wf_status wf_model_create(wf_model **out, const wf_model_config *cfg, wf_arena *arena) {
     *out = NULL;
     WF_TRY(wf_model_config_validate(cfg));
@@ -65,9 +72,7 @@ wf_status wf_model_create(wf_model **out, const wf_model_config *cfg, wf_arena *
     if (!m) return wf_error(WF_ERR_NOMEM, "model: cannot allocate the model header");
     m->cfg = *cfg;
     m->arena = arena;
-    m->C = cfg->dim, m->L = cfg->n_layers, m->NH = cfg->n_heads, m->NKV = cfg->n_kv_heads;
-    m->HD = cfg->dim / cfg->n_heads, m->H = wf_model_config_hidden_dim(cfg);
-    m->V = cfg->vocab_size, m->QKV = (m->NH + 2 * m->NKV) * m->HD;
+    wf__model_set_dims(m);
 
     layout(m); /* counting pass */
     m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
