@@ -135,6 +135,10 @@
       "print a step line every N steps") \
     X(threads, WF_OPT_INT, "train.threads", "threads", "0", (0, 4096), \
       "compute threads for OpenMP and OpenBLAS together (0: WEFT_THREADS or every CPU)") \
+    X(recompute, WF_OPT_STR, "train.recompute", "recompute", "none", (WF_NO_RANGE), \
+      "activation recomputation, trading compute for memory: none (keep every block's activations), block " \
+      "(keep each block's input, re-run its forward in the backward) or selective (keep the matmul outputs, " \
+      "recompute norms and SwiGLU); the same results bit for bit (docs/model.md)") \
     X(lock_stale_s, WF_OPT_FLOAT, "train.lock_stale_s", NULL, "600", (1, 1e9), \
       "the run directory's lock (one job per run) left by a job on another host whose heartbeat is older than " \
       "this many seconds is taken over (on this host a dead pid is enough)") \

@@ -203,9 +203,11 @@ void wf__train_log_plan(const trainer *t, int64_t start) {
                 t->world, t->Bl, t->B, t->rank);
     size_t opt_lo, opt_hi;
     wf_adamw_range(t->opt, &opt_lo, &opt_hi);
-    WF_INFO("memory: parameters %.1f MB, gradients %.1f MB, optimizer %.1f MB%s, activations %.1f MB",
+    WF_INFO("memory: parameters %.1f MB, gradients %.1f MB, optimizer %.1f MB%s, activations %.1f MB "
+            "(%zu bytes, train.recompute = %s)",
             mem.param_bytes / 1e6, mem.grad_bytes / 1e6, 8.0 * (double)(opt_hi - opt_lo) / 1e6,
-            t->zero1 ? " (this rank's shard)" : "", mem.activation_bytes / 1e6);
+            t->zero1 ? " (this rank's shard)" : "", mem.activation_bytes / 1e6, mem.activation_bytes,
+            wf_model_recompute_name(wf_model_get_recompute(t->model)));
     WF_INFO("FLOPs: %.4g per token (docs/train.md), %.4g per step%s", t->flops_per_token,
             t->flops_per_token * (double)t->accum * t->B * t->T,
             wf_batch_ramp_active(&t->ramp) ? " at the final batch" : "");

@@ -207,6 +207,10 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
         return wf_error(WF_ERR_CONFIG, "guard.nonfinite = '%s': use stop or skip",
                         tc->guard_nonfinite ? tc->guard_nonfinite : "");
     t->nonfinite_stop = strcmp(tc->guard_nonfinite, "stop") == 0;
+    int recompute = wf_model_recompute_parse(tc->recompute);
+    if (recompute < 0)
+        return wf_error(WF_ERR_CONFIG, "train.recompute = '%s': use none, block or selective",
+                        tc->recompute ? tc->recompute : "");
     wf_spike_config sc = {.window = (int)tc->spike_window,
                           .z = tc->spike_z,
                           .warmup = (int)tc->spike_warmup,
@@ -270,6 +274,7 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
 
     WF_TRY(wf_arena_create(&t->arena, 0));
     WF_TRY(wf_model_create(&t->model, &t->mc, t->arena));
+    WF_TRY(wf_model_set_recompute(t->model, (wf_model_recompute)recompute));
     WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
     wf_model_init(t->model, (uint64_t)tc->seed);
     wf_adamw_config ac = {.beta1 = tc->beta1,
