@@ -9,7 +9,11 @@
  * The residual adds ride on sgemm (beta = 1 over a copy of the input).
  * The backward walks the same steps in reverse with one set of gradient
  * buffers shared by all blocks; dres carries the residual stream's
- * gradient, to which each RMSNorm backward adds. */
+ * gradient, to which each RMSNorm backward adds. With recomputation
+ * (wf_model_set_recompute) some or all of a block's intermediates live in
+ * one set shared by all blocks, which block_recompute refills from the
+ * kept ones just before the block's backward (plan_layout has the memory
+ * formulas). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
