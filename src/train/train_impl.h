@@ -256,6 +256,8 @@ wf_status wf__train_units_update(trainer *t, double lr, double norm);
 void wf__train_units_set_steps(trainer *t, uint64_t steps);
 /* fsdp: every unit all-gathered into full (num_params floats; collective). */
 wf_status wf__train_units_gather_all(trainer *t, float *full);
+/* fsdp: ckpt.init_from's weights (read whole, this rank's pieces kept). */
+wf_status wf__train_units_import(trainer *t, const char *path);
 /* fsdp: the sum of squares of this rank's parameters. */
 double wf__train_units_local_sumsq(const trainer *t);
 

@@ -250,7 +250,8 @@ wf_status wf__train_resume_or_init(trainer *t, int64_t *start) {
         return s;
     }
     if (is_set(tc->ckpt_init_from)) {
-        WF_TRY(wf_hf_import(t->model, tc->ckpt_init_from));
+        if (t->shard == WF__SHARD_FSDP) WF_TRY(wf__train_units_import(t, tc->ckpt_init_from));
+        else WF_TRY(wf_hf_import(t->model, tc->ckpt_init_from));
         WF_INFO("initialised the weights from %s", tc->ckpt_init_from);
     }
     return WF_OK;

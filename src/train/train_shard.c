@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "train/train_impl.h"
+#include "weft/ckpt.h"
 #include "weft/kernels.h"
 #include "weft/log.h"
 #include "weft/trace.h"
@@ -265,6 +266,25 @@ wf_status wf__train_units_init(trainer *t, uint64_t seed) {
     }
     wf__train_units_invalidate(t);
     return WF_OK;
+}
+
+wf_status wf__train_units_import(trainer *t, const char *path) {
+    train_units *su = t->units;
+    wf_arena *a = NULL;
+    wf_model *full = NULL;
+    wf_status s = wf_arena_create(&a, 0);
+    if (s == WF_OK) s = wf_model_create_ex(&full, &t->mc, a, WF_MODEL_NO_GRADS);
+    if (s == WF_OK) s = wf_hf_import(full, path);
+    for (int u = 0; s == WF_OK && u < su->n; u++) {
+        size_t cnt = su->rcount[u];
+        if (cnt)
+            memcpy(su->pshard + su->loc[u], wf_model_params(full) + su->off[u] + (size_t)t->rank * su->piece[u],
+                   cnt * sizeof(float));
+    }
+    wf_model_destroy(full);
+    wf_arena_destroy(a);
+    wf__train_units_invalidate(t);
+    return s;
 }
 
 double wf__train_units_local_sumsq(const trainer *t) {
