@@ -116,7 +116,8 @@ static wf_status parse_shard(trainer *t) {
         shard = WF__SHARD_ZERO1;
     }
     if (shard == WF__SHARD_ZERO1 && t->world == 1) {
-        WF_INFO("dist.shard = zero1 with one process: nothing to shard, the optimizer is the usual one");
+        WF_INFO("%s with one process: nothing to shard, the optimizer is the usual one",
+                tc->dist_zero1 ? "dist.zero1 = true" : "dist.shard = zero1");
         shard = WF__SHARD_DDP;
     }
     t->shard = shard;
