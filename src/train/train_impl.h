@@ -91,6 +91,7 @@ typedef struct {
     int in_use;                /* the rotating slot of the unit between BEGIN and END, or -1 */
     char **ag_tag, **rs_tag;   /* (n) collective tags */
     uint64_t gathers, prefetched, scatters;
+    int no_prefetch;           /* WEFT_TEST_NO_PREFETCH (benchmarks) */
     wf_status status;
 } train_units;
 

@@ -83,7 +83,7 @@ static wf_status acquire_params(trainer *t, train_units *su, int u, float **out)
 /* Starts unit u's all-gather into the slot not in use, unless it is held
  * already (or is the tied embedding, which has its own buffer). */
 static wf_status prefetch(trainer *t, train_units *su, int u) {
-    if (u < 0 || u >= su->n || (u == 0 && su->tied) || slot_of(su, u) >= 0) return WF_OK;
+    if (su->no_prefetch || u < 0 || u >= su->n || (u == 0 && su->tied) || slot_of(su, u) >= 0) return WF_OK;
     int k = su->in_use == 0 ? 1 : 0;
     WF_TRY(wf_comm_wait(t->comm, &su->preq[k]));
     su->pholds[k] = u;
@@ -316,6 +316,11 @@ wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
     if (!su->off || !su->len || !su->piece || !su->loc || !su->dst || !su->rcount || !su->counts || !su->gcur ||
         !su->gchan || !su->opt || !su->ag_tag || !su->rs_tag)
         return wf_error(WF_ERR_NOMEM, "out of memory for the unit table");
+    /* WEFT_TEST_NO_PREFETCH=1: every gather started only when its unit
+     * needs it (the benchmark's measure of what prefetching hides). */
+    const char *np = getenv("WEFT_TEST_NO_PREFETCH");
+    su->no_prefetch = np && *np && strcmp(np, "0") != 0;
+    if (su->no_prefetch && r == 0) WF_WARN("WEFT_TEST_NO_PREFETCH: FSDP gathers are not prefetched");
     su->pholds[0] = su->pholds[1] = -1;
     su->gholds[0] = su->gholds[1] = su->gholds[2] = -1;
     su->in_use = -1;
