@@ -86,6 +86,14 @@ typedef struct wf_model wf_model;
 wf_status wf_model_create(wf_model **out, const wf_model_config *cfg, wf_arena *arena);
 void wf_model_destroy(wf_model *m); /* accepts NULL */
 
+/* wf_model_create without the model's own parameter buffer
+ * (WF_MODEL_NO_PARAMS), gradient buffer (WF_MODEL_NO_GRADS), or both: the
+ * caller binds each unit's floats (wf_model_bind_unit) before the unit's
+ * forward or backward needs them (ZeRO-2: no gradient buffer; FSDP:
+ * neither). wf_model_params / wf_model_grads are then NULL. */
+enum { WF_MODEL_NO_PARAMS = 1, WF_MODEL_NO_GRADS = 2 };
+wf_status wf_model_create_ex(wf_model **out, const wf_model_config *cfg, wf_arena *arena, int flags);
+
 const wf_model_config *wf_model_get_config(const wf_model *m);
 size_t wf_model_num_params(const wf_model *m);
 int wf_model_num_tensors(const wf_model *m);
@@ -102,9 +110,42 @@ float *wf_model_grads(wf_model *m);  /* (num_params), same layout */
  * shape: not on thread count or on the other tensors. */
 void wf_model_init(wf_model *m, uint64_t seed);
 
-/* Sets every gradient to zero. */
+/* Initialises one unit's parameters (where it is bound) as wf_model_init
+ * would: the same bits, unit by unit. */
+void wf_model_init_unit(wf_model *m, int unit, uint64_t seed);
+
+/* Sets every gradient to zero (nothing without a gradient buffer). */
 void wf_model_zero_grad(wf_model *m);
 
+/* ---- Units: the sharding units of FSDP (docs/distributed.md) ----------
+ * The flat layout is n_layers + 2 contiguous units, in order: unit 0 the
+ * token embedding, unit 1 + l block l (its 9 tensors), unit n_layers + 1
+ * the final norm and, untied, lm_head (tied, the output projection is
+ * unit 0's tensor). A unit's parameters and gradients can be bound
+ * anywhere (by default into the model's buffers); the unit hook is called
+ * before and after each unit's forward and backward, so that a caller can
+ * gather a unit's parameters just in time and reduce its gradients as soon
+ * as they are final. Backward calls its BWD events in reverse order
+ * (n_layers + 1 first, 0 last); the final unit's backward also writes the
+ * tied embedding's gradient (unit 0's, which must then stay bound).
+ * With recomputation (wf_model_set_recompute) a block's re-run forward
+ * happens inside its backward's BEGIN..END: after BWD_BEGIN, so the
+ * block's parameters must be bound from then on, as for the backward. */
+int wf_model_num_units(const wf_model *m);
+void wf_model_unit_range(const wf_model *m, int unit, size_t *offset, size_t *numel);
+/* Unit `unit`'s parameters are at params, its gradients at grads (numel
+ * floats each, same layout as the flat buffer's range; either may be
+ * NULL: unbound). */
+void wf_model_bind_unit(wf_model *m, int unit, float *params, float *grads);
+typedef enum {
+    WF_UNIT_FWD_BEGIN = 0,
+    WF_UNIT_FWD_END,
+    WF_UNIT_BWD_BEGIN,
+    WF_UNIT_BWD_END
+} wf_model_unit_event;
+/* An error from the hook ends the forward or backward with it. */
+typedef wf_status (*wf_model_unit_hook)(void *ctx, int unit, wf_model_unit_event ev);
+void wf_model_set_unit_hook(wf_model *m, wf_model_unit_hook fn, void *ctx);
 /* Activation recomputation: what the forward keeps for the backward and
  * what the backward recomputes (docs/model.md, "Activation recomputation",
  * has the memory formulas).

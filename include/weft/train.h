@@ -225,7 +225,9 @@
     X(dist_bucket_mb, WF_OPT_FLOAT, "dist.bucket_mb", NULL, "25", (0.001, 1e6), \
       "several ranks: MB of gradients per all-reduce bucket") \
     X(dist_zero1, WF_OPT_BOOL, "dist.zero1", NULL, "false", (WF_NO_RANGE), \
-      "several ranks: ZeRO-1, each rank keeps the AdamW moments of its 1/W of the parameters (reduce-scatter " "the gradients, update the shard, all-gather the parameters) instead of DDP's all-reduce; one process " "ignores it") \
+      "several ranks: ZeRO-1, each rank keeps the AdamW moments of its 1/W of the parameters (reduce-scatter " "the gradients, update the shard, all-gather the parameters) instead of DDP's all-reduce; one process " "ignores it; the same as dist.shard = zero1") \
+    X(dist_shard, WF_OPT_STR, "dist.shard", NULL, "ddp", (WF_NO_RANGE), \
+      "what is sharded over the ranks: ddp (nothing: every rank holds the whole model, gradients and optimizer " "state), zero1 (the optimizer state), zero2 (optimizer state and gradients: reduce-scattered per unit " "during the backward), fsdp (also the parameters: each unit all-gathered just before its forward and " "backward, prefetched); docs/distributed.md") \
     /* [trace] */ \
     X(trace_dir, WF_OPT_STR, "trace.dir", NULL, NULL, (WF_NO_RANGE), \
       "where trace captures go, one folder per capture (default: RUN_DIR/traces)") \

@@ -121,6 +121,10 @@ static const char *const op_span_rec_[] = {WF_MODEL_OPS(TRACE_NAME_REC_)};
             wf_trace_record(WF_TRACE_COMPUTE, SPANS_##dir##_[op], t0_, t1_, -1); \
     } while (0)
 
+/* The unit hook (wf_model_set_unit_hook) around unit u's forward or backward. */
+#define UNIT_EVENT_(u, ev) \
+    WF_TRY(m->unit_hook ? m->unit_hook(m->unit_hook_ctx, (u), (ev)) : WF_OK)
+
 static wf_status check_seq_len(const wf_model *m, int T) {
     if (T > m->cfg.max_seq_len)
         return wf_error(WF_ERR_CONFIG,
@@ -289,12 +293,19 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
     m->logits_are_grads = 0;
     memcpy(m->tokens, tokens, (size_t)N * sizeof *tokens);
 
+    UNIT_EVENT_(0, WF_UNIT_FWD_BEGIN);
     TIMED_(fwd, WF_OP_EMBEDDING, wf_kern_embedding_fwd(m->res[0], tokens, m->wte, N, C));
-    for (int l = 0; l < m->L; l++)
+    UNIT_EVENT_(0, WF_UNIT_FWD_END);
+    for (int l = 0; l < m->L; l++) {
+        UNIT_EVENT_(1 + l, WF_UNIT_FWD_BEGIN);
         block_fwd(m, l, &m->la[l]);
+        UNIT_EVENT_(1 + l, WF_UNIT_FWD_END);
+    }
+    UNIT_EVENT_(m->L + 1, WF_UNIT_FWD_BEGIN);
     TIMED_(fwd, WF_OP_RMSNORM,
            wf_kern_rmsnorm_fwd(m->xf, m->rstdf, m->res[m->L], m->norm_f, N, C, eps));
     TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->logits, m->xf, m->lm_head, N, C, m->V, 0));
+    UNIT_EVENT_(m->L + 1, WF_UNIT_FWD_END);
 
     if (!targets) {
         if (loss)
@@ -329,7 +340,9 @@ void wf_model_set_grad_hook(wf_model *m, wf_model_grad_hook fn, void *ctx) {
 
 /* The gradient of parameters [p, p + numel) is final: tell the hook. */
 static void grad_done_(const wf_model *m, const float *p, size_t numel) {
-    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, (size_t)(p - m->params), numel);
+    if (!m->grad_hook) return;
+    int u = model_unit_of_(m, p);
+    m->grad_hook(m->grad_hook_ctx, m->units[u].off + (size_t)(p - m->units[u].p), numel);
 }
 
 /* Recomputation (wf_model_set_recompute): refills the shared buffers of
@@ -408,6 +421,7 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
            wf_kern_crossentropy_bwd(m->logits, m->ce_lse, m->targets, N, m->V, dloss));
     m->has_targets = 0;
     m->logits_are_grads = 1;
+    UNIT_EVENT_(m->L + 1, WF_UNIT_BWD_BEGIN);
     TIMED_(bwd, WF_OP_MATMUL,
            wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, m->lm_head), m->logits, m->xf, m->lm_head,
                               N, C, m->V, 0));
@@ -417,20 +431,25 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
            wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, m->norm_f), m->dxn, m->res[m->L],
                                m->norm_f, m->rstdf, N, C));
     grad_done_(m, m->norm_f, (size_t)C);
+    UNIT_EVENT_(m->L + 1, WF_UNIT_BWD_END);
     for (int l = m->L - 1; l >= 0; l--) {
-        block_recompute(m, l);
+        UNIT_EVENT_(1 + l, WF_UNIT_BWD_BEGIN); /* FSDP gathers block l's parameters */
+        block_recompute(m, l);                 /* which the recompute reads */
         block_bwd(m, l, &m->la[l]);
+        UNIT_EVENT_(1 + l, WF_UNIT_BWD_END);
     }
+    UNIT_EVENT_(0, WF_UNIT_BWD_BEGIN);
     TIMED_(bwd, WF_OP_EMBEDDING,
            wf_kern_embedding_bwd(model_grad_of_(m, m->wte), m->dres, m->tokens, N, C));
     grad_done_(m, m->wte, (size_t)m->V * C);
+    UNIT_EVENT_(0, WF_UNIT_BWD_END);
     return WF_OK;
 }
 
 wf_model_memory wf_model_get_memory(const wf_model *m) {
     wf_model_memory r;
-    r.param_bytes = m->n_params * sizeof(float);
-    r.grad_bytes = r.param_bytes;
+    r.param_bytes = m->params ? m->n_params * sizeof(float) : 0;
+    r.grad_bytes = m->grads ? m->n_params * sizeof(float) : 0;
     r.activation_bytes = m->act_floats * sizeof(float);
     return r;
 }

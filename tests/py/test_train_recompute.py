@@ -125,3 +125,25 @@ def test_the_nonfinite_report_lists_what_the_mode_holds(dataset, tmp_path, mode,
     assert len(held0) == 8  # layer 0's, recomputed last by the backward
     assert len(held1) == (5 if mode == "selective" else 1)
     assert names[0] == "model.embed_tokens" and names[-3:] == ["model.norm", "lm_head.grad", "loss_per_token"]
+
+
+@pytest.mark.parametrize("shard", ["zero2", "fsdp"])
+def test_recompute_under_sharding_at_two_ranks(dataset, tmp_path, shard):
+    """FSDP gathers a block's parameters at the start of its backward; the
+    recomputation reads them, so it must run after that gather. Under fsdp
+    and zero2 at 2 ranks every mode gives none's losses and weights bit for
+    bit."""
+    from test_train_dist import args as dist_args, losses, ok, val_losses
+    from test_train_zero1 import same_weights
+    runs = {}
+    for mode in MODES:
+        run = tmp_path / mode
+        r = ok("openmpi", 2, dist_args(dataset, run, f"--dist.shard={shard}", f"--train.recompute={mode}"))
+        m = MEM.search(r.stderr)
+        assert m and m.group(2) == mode, r.stderr[-3000:]
+        runs[mode] = (losses(r.stdout), val_losses(r.stdout), run)
+    ref = runs["none"]
+    assert len(ref[0]) == 6
+    for mode in MODES[1:]:
+        assert runs[mode][:2] == ref[:2], mode
+        assert same_weights(runs[mode][2], ref[2]), mode
