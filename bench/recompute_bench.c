@@ -3,7 +3,7 @@
  * none, its peer, in the same run.
  *
  *   recompute_bench [--preset NAME] [--batch B] [--seq T] [--rounds R]
- *                   [--threads N]
+ *                   [--threads N] [--plan-only]
  *
  * Defaults: stories15M, B x T = 8 x 256, 5 rounds, the kernels' default
  * thread count. One model per mode (same seed, same batch), each warmed up
@@ -17,7 +17,9 @@
  * forward / backward / recompute seconds (op times; the backward's include
  * the recompute), and whether the step's loss, gradients and updated
  * weights equal none's bit for bit.
- * Not a test: it prints numbers and asserts nothing; it exits non-zero only
+ * --plan-only prints only the activation bytes of each mode
+ * (wf_model_plan_bytes), without creating a model: for sizes this machine
+ * cannot step. Not a test: it prints numbers and asserts nothing; it exits non-zero only
  * when a mode cannot be set up or stepped.
  */
 #include <stdio.h>
@@ -91,7 +93,7 @@ static int step(bench_mode_ *b, const int32_t *tok, const int32_t *tgt, int B, i
 
 int main(int argc, char **argv) {
     const char *preset = "stories15M";
-    int B = 8, T = 256, rounds = 5, threads = 0;
+    int B = 8, T = 256, rounds = 5, threads = 0, plan_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--preset") && v) preset = v, i++;
@@ -99,9 +101,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seq") && v) T = atoi(v), i++;
         else if (!strcmp(argv[i], "--rounds") && v) rounds = atoi(v), i++;
         else if (!strcmp(argv[i], "--threads") && v) threads = atoi(v), i++;
+        else if (!strcmp(argv[i], "--plan-only")) plan_only = 1;
         else {
             fprintf(stderr, "usage: recompute_bench [--preset NAME] [--batch B] [--seq T] "
-                            "[--rounds R] [--threads N]\n");
+                            "[--rounds R] [--threads N] [--plan-only]\n");
             return 2;
         }
     }
@@ -113,6 +116,21 @@ int main(int argc, char **argv) {
     if (wf_model_config_preset(&cfg, preset) != WF_OK) {
         fprintf(stderr, "recompute_bench: %s\n", wf_error_msg());
         return 2;
+    }
+    if (plan_only) {
+        size_t bytes[N_MODES_];
+        for (int k = 0; k < N_MODES_; k++)
+            if (wf_model_plan_bytes(&cfg, B, T, threads, (wf_model_recompute)k, &bytes[k]) != WF_OK) {
+                fprintf(stderr, "recompute_bench: %s\n", wf_error_msg());
+                return 1;
+            }
+        printf("recompute_bench --plan-only: %s, B x T = %d x %d, %d threads\n", preset, B, T,
+               threads);
+        for (int k = 0; k < N_MODES_; k++)
+            printf("  %-9s %14zu bytes  %5.1f%% of none's\n",
+                   wf_model_recompute_name((wf_model_recompute)k), bytes[k],
+                   100.0 * (double)bytes[k] / (double)bytes[0]);
+        return 0;
     }
     size_t N = (size_t)B * (size_t)T;
     int32_t *tok = malloc(N * sizeof *tok), *tgt = malloc(N * sizeof *tgt);
