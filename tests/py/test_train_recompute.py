@@ -147,3 +147,24 @@ def test_recompute_under_sharding_at_two_ranks(dataset, tmp_path, shard):
     for mode in MODES[1:]:
         assert runs[mode][:2] == ref[:2], mode
         assert same_weights(runs[mode][2], ref[2]), mode
+
+
+@pytest.mark.parametrize("mode,rec", [("none", set()), ("selective", {"rec rmsnorm", "rec swiglu"}),
+                                      ("block", {"rec rmsnorm", "rec matmul", "rec rope", "rec attention",
+                                                 "rec swiglu", "rec copy"})])
+def test_a_trace_shows_the_recomputed_ops(dataset, tmp_path, mode, rec):
+    """The forward ops the backward re-runs are spans "rec <op>" inside the
+    backward region (docs/tracing.md), which `weft trace analyze` counts."""
+    run = tmp_path / "run"
+    run_mode(dataset, run, mode, "--trace.active=1", "--trace.warmup=0", steps=2)
+    (path,) = (run / "traces").glob("step-*/rank-00000.trace.json")
+    ev = json.loads(path.read_text())["traceEvents"]
+    names = {e.get("name") for e in ev}
+    assert {n for n in names if n and n.startswith("rec ")} == rec, names
+    a = json.loads(run_weft_cmd(["trace", "analyze", run, "--json", "--top", "0"]).stdout)
+    ops = {o["name"]: o for o in a["ranks"][0]["ops"]}
+    # per micro-batch: one block of the two is re-run (the last is still held)
+    for n in rec:
+        assert ops[n]["kind"] == "COMPUTATION"
+    if mode == "block":
+        assert ops["rec attention"]["count"] * 2 == ops["fwd attention"]["count"]
