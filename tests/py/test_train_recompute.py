@@ -6,7 +6,9 @@ and on two threads and with gradient accumulation; a run saved in one mode
 resumes in another and ends where a run in one mode ends; the activation
 memory reported at the start shrinks (block < selective < none) by what the
 arena's measured peak shrinks; the non-finite guard reports what each mode
-holds. tests/unit/test_recompute.c checks the memory formulas and the
+holds; zero2 and fsdp at two ranks give none's bits in every mode (the
+recompute runs after FSDP's gather); traces show the re-run ops.
+tests/unit/test_recompute.c checks the memory formulas and the
 model-level bits; tests/py/test_model_vs_torch.py each mode against
 PyTorch."""
 import json
