@@ -31,7 +31,7 @@ static void maybe_flip(trainer *t, int64_t done) {
     if (sscanf(env, "%d:%lld:%255[^:]:%zu:%d", &rank, &step, name, &index, &bit) != 5) return;
     if (rank != t->rank || step != done || bit < 0 || bit > 31) return;
     const wf_tensor_info *ti = wf_model_find_tensor(t->model, name);
-    if (!ti || index >= ti->numel) return;
+    if (!ti || index >= ti->numel || !wf_model_params(t->model)) return;
     uint32_t *w = (uint32_t *)(void *)(wf_model_params(t->model) + ti->offset + index);
     *w ^= 1u << bit;
     WF_WARN("WEFT_TEST_FLIP_BIT: flipped bit %d of %s[%zu] on rank %d after step %lld", bit, name, index, rank,
@@ -40,7 +40,7 @@ static void maybe_flip(trainer *t, int64_t done) {
 
 /* The replicated entries of the checkpoint state: the parameters, and
  * under DDP the moments. */
-static size_t replicated(const trainer *t) {
+static size_t replicated(const trainer *t) { /* zero2: as zero1 */
     size_t nt = (size_t)wf_model_num_tensors(t->model);
     return t->zero1 ? nt : t->n_state;
 }
@@ -60,6 +60,9 @@ wf_status wf__train_check_replicas(trainer *t, int64_t done) {
     int64_t every = t->tc->guard_replica_every;
     if (t->world == 1) return WF_OK;
     maybe_flip(t, done);
+    /* fsdp: every rank holds other pieces, nothing is replicated to
+     * compare (train_setup.c says so once). */
+    if (t->shard == WF__SHARD_FSDP) return WF_OK;
     if (every <= 0 || done % every != 0) return WF_OK;
     size_t n = replicated(t), W = (size_t)t->world;
     uint64_t *mine = malloc(n * sizeof *mine), *all = malloc(n * W * sizeof *all);

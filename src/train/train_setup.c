@@ -28,6 +28,7 @@ void wf__train_free(trainer *t) {
     wf_loader_destroy(t->val);
     wf_loader_destroy(t->train);
     wf__train_mix_free(t);
+    if (t->units) wf__train_units_free(t); /* fsdp: its optimizers, t->opt among them */
     wf_adamw_destroy(t->opt);
     wf_model_destroy(t->model);
     wf_arena_destroy(t->arena);
@@ -105,6 +106,34 @@ static wf_status make_reducer(trainer *t) {
                 wf_reducer_num_buckets(t->reducer), wf_reducer_num_buckets(t->reducer) == 1 ? "" : "s",
                 t->tc->dist_bucket_mb);
     return s;
+}
+
+/* dist.shard, with dist.zero1 as an alias of zero1 (a conflicting pair is
+ * an error). ZeRO-1 with one process is DDP's optimizer (nothing to shard);
+ * zero2 and fsdp run their unit engine with any number of ranks. */
+static wf_status parse_shard(trainer *t) {
+    const wf_train_config *tc = t->tc;
+    const char *name = tc->dist_shard ? tc->dist_shard : "ddp";
+    int shard = -1;
+    for (int k = WF__SHARD_DDP; k <= WF__SHARD_FSDP; k++)
+        if (strcmp(name, wf__train_shard_name(k)) == 0) shard = k;
+    if (shard < 0)
+        return wf_error(WF_ERR_CONFIG, "dist.shard = '%s': use ddp, zero1, zero2 or fsdp", name);
+    if (tc->dist_zero1) {
+        if (wf_opts_given(wf_train_spec(), tc, "dist.shard") && shard != WF__SHARD_ZERO1)
+            return wf_error(WF_ERR_CONFIG,
+                            "dist.zero1 = true and dist.shard = %s contradict each other: dist.zero1 is the old "
+                            "name of dist.shard = zero1; give one of them",
+                            name);
+        shard = WF__SHARD_ZERO1;
+    }
+    if (shard == WF__SHARD_ZERO1 && t->world == 1) {
+        WF_INFO("%s with one process: nothing to shard, the optimizer is the usual one",
+                tc->dist_zero1 ? "dist.zero1 = true" : "dist.shard = zero1");
+        shard = WF__SHARD_DDP;
+    }
+    t->shard = shard;
+    return WF_OK;
 }
 
 /* ZeRO-1: the shards (16-float aligned), this rank's optimizer of its
@@ -221,6 +250,10 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
         return wf_error(WF_ERR_CONFIG, "guard.nonfinite = '%s': use stop or skip",
                         tc->guard_nonfinite ? tc->guard_nonfinite : "");
     t->nonfinite_stop = strcmp(tc->guard_nonfinite, "stop") == 0;
+    int recompute = wf_model_recompute_parse(tc->recompute);
+    if (recompute < 0)
+        return wf_error(WF_ERR_CONFIG, "train.recompute = '%s': use none, block or selective",
+                        tc->recompute ? tc->recompute : "");
     wf_spike_config sc = {.window = (int)tc->spike_window,
                           .z = tc->spike_z,
                           .warmup = (int)tc->spike_warmup,
@@ -282,22 +315,31 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     char blas_msg[256];
     if (wf_kern_blas_check(blas_msg, sizeof blas_msg)) WF_WARN("%s", blas_msg);
 
+    WF_TRY(parse_shard(t));
     WF_TRY(wf_arena_create(&t->arena, 0));
-    WF_TRY(wf_model_create(&t->model, &t->mc, t->arena));
+    /* ZeRO-2 keeps no full gradient, FSDP neither the parameters. */
+    int flags = t->shard == WF__SHARD_ZERO2 ? WF_MODEL_NO_GRADS
+              : t->shard == WF__SHARD_FSDP ? WF_MODEL_NO_GRADS | WF_MODEL_NO_PARAMS : 0;
+    WF_TRY(wf_model_create_ex(&t->model, &t->mc, t->arena, flags));
     arena_mark(t, "model");
+    WF_TRY(wf_model_set_recompute(t->model, (wf_model_recompute)recompute));
     WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
     arena_mark(t, "activations");
-    wf_model_init(t->model, (uint64_t)tc->seed);
     wf_adamw_config ac = {.beta1 = tc->beta1,
                           .beta2 = tc->beta2,
                           .eps = tc->eps,
                           .weight_decay = tc->weight_decay,
                           .decay_embeddings = tc->decay_embeddings,
                           .grad_clip = tc->grad_clip};
-    t->zero1 = tc->dist_zero1 && t->world > 1;
-    if (tc->dist_zero1 && t->world == 1)
-        WF_INFO("dist.zero1 = true with one process: nothing to shard, the optimizer is the usual one");
-    if (t->zero1) {
+    t->zero1 = t->shard == WF__SHARD_ZERO1 || t->shard == WF__SHARD_ZERO2;
+    if (t->shard == WF__SHARD_ZERO2) {
+        WF_TRY(make_zero1(t, &ac));
+        WF_TRY(wf__train_units_setup(t, &ac));
+        arena_mark(t, "units");
+    } else if (t->shard == WF__SHARD_FSDP) {
+        WF_TRY(wf__train_units_setup(t, &ac));
+        arena_mark(t, "units");
+    } else if (t->zero1) {
         WF_TRY(make_zero1(t, &ac));
         WF_TRY(make_reducer(t));
     } else {
@@ -305,6 +347,8 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
         arena_mark(t, "optimizer");
         if (t->world > 1) WF_TRY(make_reducer(t));
     }
+    if (t->units) WF_TRY(wf__train_units_init(t, (uint64_t)tc->seed));
+    else wf_model_init(t->model, (uint64_t)tc->seed);
     size_t local = (size_t)t->Bl * (size_t)t->T;
     t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
     t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
