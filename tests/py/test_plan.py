@@ -14,9 +14,11 @@ by less than 64 (its padding is counted in the block before it); nothing
 more. A formula that forgets a buffer, or counts one twice, is off by
 kilobytes at least.
 
-zero2, fsdp and train.recompute are being built on other branches
-(is17-fsdp, is17-recompute): their tests run once `weft train --help` knows
-dist.shard / train.recompute, and are skipped until then, saying so.
+zero2, fsdp (dist.shard) and train.recompute: the measured peak against
+the plan in the same way, and zero2's and fsdp's collectives of the first
+step against the trainer's own count. They are skipped, saying so, by a
+`weft train` without those keys (a build of a branch before they were
+merged).
 
 Every launcher run has a timeout and its process group is killed."""
 import json
