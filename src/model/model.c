@@ -480,7 +480,8 @@ static int activations_walk(const wf_model *m, int want, wf_model_activation *ou
         "post_attention_layernorm", "mlp.gate_up_proj", "mlp.act", "output"};
     for (int l = 0; l < m->L; l++) {
         const model_layer_acts_ *a = &m->la[l];
-        const float *data[ACTS_PER_LAYER] = {a->xn1, a->qkv, a->att, a->mid, a->xn2, a->h13, a->g, m->res[l + 1]};
+        const float *data[ACTS_PER_LAYER] = {a->xn1, a->qkv, a->att, a->mid,
+                                             a->xn2, a->h13, a->g,   m->res[l + 1]};
         size_t width[ACTS_PER_LAYER] = {C, (size_t)m->QKV, C, C, C, 2 * (size_t)m->H, (size_t)m->H, C};
         /* which entries survive without the shared set: bit j for entry j */
         unsigned kept = m->recompute == WF_RECOMPUTE_NONE        ? 0xffu

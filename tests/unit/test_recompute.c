@@ -95,7 +95,8 @@ WF_TEST(every_mode_gives_the_same_bits_as_none) {
                 int B = shapes[si][0], T = shapes[si][1] < c->max_seq_len ? shapes[si][1] : c->max_seq_len;
                 int N = B * T, V = c->vocab_size;
                 wf_kern_set_threads(threads[ti]);
-                int32_t *tok = malloc(2 * (size_t)N * sizeof *tok), *tgt = malloc(2 * (size_t)N * sizeof *tgt);
+                int32_t *tok = malloc(2 * (size_t)N * sizeof *tok);
+                int32_t *tgt = malloc(2 * (size_t)N * sizeof *tgt);
                 batch(tok, tgt, 2 * N, V, 100 + ci * 10 + si);
                 fixture f[N_MODES];
                 float loss[N_MODES][2];
