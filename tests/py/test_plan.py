@@ -183,6 +183,13 @@ def test_errors(dataset, tmp_path):
     r = subprocess.run([str(WEFT), "plan", "--preset", "tiny", "--model.vocab_size=512", "--json"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and json.loads(r.stdout)["model"]["vocab_size"] == 512
+    if _train_knows("--dist.shard") and _train_knows("--train.recompute"):
+        r = plan(a, 2, "--dist.shard=zero9", check=False)
+        assert r.returncode == 1 and "dist.shard = 'zero9': use ddp, zero1, zero2 or fsdp" in r.stderr, r.stderr
+        r = plan(a, 2, "--train.recompute=all", check=False)
+        assert r.returncode == 1 and "train.recompute = 'all'" in r.stderr, r.stderr
+        p = plan(a, 2, "--dist.shard=fsdp", "--train.recompute=block")
+        assert p["config"] == {"shard": "fsdp", "recompute": "block"}
     r = subprocess.run([str(WEFT), "plan", "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--world-size" in r.stdout and "--budget" in r.stdout and "--model.dim" in r.stdout
 
