@@ -51,9 +51,10 @@ static const wf_cmd_spec *make_spec(void) {
         "block, selective); with --budget, the largest micro-batch per rank (and data.batch_size) that fits; and "
         "the bytes each rank sends per optimizer step in each mode. The model, batch, sequence length, "
         "accumulation, threads and buckets are the config's, resolved as `weft train` resolves them (the "
-        "vocabulary from data.dir when model.vocab_size is 0). The config's own mode is marked with *. ddp and "
-        "zero1 match the arena `weft train` measures (run.json's arena); the formulas are in "
-        "docs/distributed.md, \"Planning memory: weft plan\".",
+        "vocabulary from data.dir when model.vocab_size is 0). The config's own mode (dist.shard, "
+        "train.recompute) is marked with *. The figures equal the arena `weft train` measures (run.json's "
+        "arena, metrics.jsonl's arena_peak) to the alignment padding; the loader, MPI and checkpoint staging "
+        "live outside the arena. The formulas are in docs/distributed.md, \"Planning memory: weft plan\".",
         plan_table,
         k + n,
         0,

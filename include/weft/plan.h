@@ -7,8 +7,10 @@
  * the largest micro-batch that fits a memory budget, and the bytes each rank
  * sends per optimizer step. The formulas, and which of them are checked
  * against a real run's arena, are in docs/distributed.md ("Planning memory:
- * weft plan"); ddp and zero1 follow what src/train/train_setup.c allocates
- * byte for byte (every block rounded up to the arena's 64-byte alignment).
+ * weft plan"); every mode follows what the trainer allocates
+ * (src/train/train_setup.c, train_shard.c, the model's plan) block for
+ * block, each rounded up to the arena's 64-byte alignment, and equals the
+ * arena a real run measures within that padding (tests/py/test_plan.py).
  *
  * Pure arithmetic: nothing is allocated but what wf_plan_from_train_config
  * reads (the dataset's vocabulary), and no MPI is needed.
