@@ -139,6 +139,14 @@ def test_fsdp_at_four_resumes_as_ddp_at_one_and_back(dataset, single, tmp_path):
     assert data_positions(b) == data_positions(run1)
     assert weight_diff(b, run1) <= WEIGHT_TOL
 
+    c = tmp_path / "c"  # and directly: one DDP process at step 3, fsdp at 4 ranks after it
+    ok(None, 1, args(dataset, c, "--ckpt.stop_at=3"), codes=(75,))
+    r = ok("openmpi", 4, args(dataset, c, shard("fsdp")))
+    assert "resumed from" in r.stderr
+    close(losses(r.stdout), ref[3:])
+    assert data_positions(c) == data_positions(run1)
+    assert weight_diff(c, run1) <= WEIGHT_TOL
+
 
 def test_config_names_the_mode_and_refuses_contradictions(dataset, tmp_path):
     h = run_weft_cmd(["train", "--help"])
