@@ -213,7 +213,7 @@ void wf_host_mem_parse(const char *status_text, const char *meminfo_text, wf_hos
 typedef struct {
     int world_size;                  /* ranks */
     const char *backend;             /* the communicator's: "single", "openmpi", "mpich", ... */
-    const char *mode;                /* "single" (one process), "ddp" or "zero1" */
+    const char *mode;                /* "single" (one process), "ddp", "zero1", "zero2" or "fsdp" */
     int64_t optim_bytes;             /* optimizer state on rank 0 (zero1: its moments' shard plus the
                                         gradient shard of the reduce-scatter; wf_zero1_plan_memory) */
     int64_t optim_unsharded_bytes;   /* the same unsharded (AdamW's two moments, 8 bytes a parameter) */
