@@ -3,7 +3,10 @@ per-rank arena peak at W = 1, 2, 4, the step time against DDP at W = 2,
 and the fraction of FSDP's all-gather time that prefetching hides.
 
     .venv/bin/python bench/train_shard_bench.py [--steps 12] [--warmup 4]
-        [--impl openmpi|mpich] [--json FILE] [--keep DIR]
+        [--impl openmpi|mpich] [--json FILE] [--keep DIR] [--quick]
+
+--quick: the tiny preset's sizes (dim 64, 2 layers, vocab 512), batch
+4 x 32, 5 steps: a smoke test (tests/py/test_bench_shard.py), no figures.
 
 The model: configs/austen-small.toml's sizes (dim 192, 4 layers, 6 heads,
 2 kv heads) with an untied output projection over a 2048-id tokenizer
@@ -39,7 +42,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WEFT = ROOT / "build" / "weft"
-DIM, LAYERS, HEADS, KV, VOCAB, T, B = 192, 4, 6, 2, 2048, 256, 8
+SIZES = {"full": dict(DIM=192, LAYERS=4, HEADS=6, KV=2, VOCAB=2048, T=256, B=8),
+         "quick": dict(DIM=64, LAYERS=2, HEADS=4, KV=2, VOCAB=512, T=32, B=4)}
 
 
 def launcher(impl, np_):
@@ -104,7 +108,12 @@ def main():
     ap.add_argument("--impl", default="openmpi")
     ap.add_argument("--json")
     ap.add_argument("--keep")
+    ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
+    z = SIZES["quick" if a.quick else "full"]
+    DIM, LAYERS, HEADS, KV, VOCAB, T, B = (z[k] for k in ("DIM", "LAYERS", "HEADS", "KV", "VOCAB", "T", "B"))
+    if a.quick:
+        a.steps, a.warmup = 5, 1
     tmp = Path(a.keep or tempfile.mkdtemp(prefix="weft-shard-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
     data = tmp / "data"
@@ -117,6 +126,8 @@ def main():
     def train(mode, W, name, *extra, env=None):
         rd = tmp / name
         args = ["train", "--config", ROOT / "configs" / "austen-small.toml", "--data", data, "--run-dir", rd,
+                "--model.dim", DIM, "--model.n_layers", LAYERS, "--model.n_heads", HEADS, "--model.n_kv_heads", KV,
+                "--model.max_seq_len", T,
                 "--no-resume", "--steps", a.steps, "--batch-size", B, "--seq-len", T, "--threads", 1,
                 "--model.tied=false", "--model.vocab_size", VOCAB, "--train.eval_every=0", "--ckpt.every=0",
                 "--train.log_every=1", "--metrics.peak_tflops=1", f"--dist.shard={mode}"] + list(extra)
@@ -173,7 +184,8 @@ def main():
         s = res[(mode, 2)]["step_s"]
         print(f"| {mode} | {s * 1e3:.1f} ms | {s / d2:.2f}x DDP |")
 
-    tr_args = ["--trace.active=4", f"--trace.skip_first={a.warmup}", "--trace.warmup=0"]
+    nt = 2 if a.quick else 4
+    tr_args = [f"--trace.active={nt}", f"--trace.skip_first={a.warmup}", "--trace.warmup=0"]
     with_pf = train("fsdp", 2, "fsdp-trace", *tr_args)
     no_pf = train("fsdp", 2, "fsdp-trace-nopf", *tr_args, env={"WEFT_TEST_NO_PREFETCH": "1"})
 
@@ -186,15 +198,15 @@ def main():
     c1, w1, p1, _ = exposed(with_pf)
     c0, w0, p0, _ = exposed(no_pf)
     hidden = 1 - (c1 + w1) / (c0 + w0) if c0 + w0 > 0 else float("nan")
-    print(f"\nFSDP at W = 2, 4 traced steps, rank 0: all-gather exposed {1e3 * (c1 + w1) / 4:.2f} ms/step with "
-          f"prefetch (calls {1e3 * c1 / 4:.2f}, waits {1e3 * w1 / 4:.2f}), {1e3 * (c0 + w0) / 4:.2f} ms/step "
-          f"without (calls {1e3 * c0 / 4:.2f}, waits {1e3 * w0 / 4:.2f}); progress tests {1e3 * p1 / 4:.2f} / "
-          f"{1e3 * p0 / 4:.2f} ms/step; hidden by prefetching: {100 * hidden:.0f}%")
+    print(f"\nFSDP at W = 2, {nt} traced steps, rank 0: all-gather exposed {1e3 * (c1 + w1) / nt:.2f} ms/step with "
+          f"prefetch (calls {1e3 * c1 / nt:.2f}, waits {1e3 * w1 / nt:.2f}), {1e3 * (c0 + w0) / nt:.2f} ms/step "
+          f"without (calls {1e3 * c0 / nt:.2f}, waits {1e3 * w0 / nt:.2f}); progress tests {1e3 * p1 / nt:.2f} / "
+          f"{1e3 * p0 / nt:.2f} ms/step; hidden by prefetching: {100 * hidden:.0f}%")
     print(f"step with prefetch {with_pf['step_s'] * 1e3:.1f} ms, without {no_pf['step_s'] * 1e3:.1f} ms")
     if a.json:
         Path(a.json).write_text(json.dumps({"P": P, "units": units, "table": table, "hidden": hidden,
-                                            "exposed_prefetch_s": (c1 + w1) / 4,
-                                            "exposed_no_prefetch_s": (c0 + w0) / 4}, indent=1))
+                                            "exposed_prefetch_s": (c1 + w1) / nt,
+                                            "exposed_no_prefetch_s": (c0 + w0) / nt}, indent=1))
 
 
 if __name__ == "__main__":

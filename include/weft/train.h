@@ -223,7 +223,7 @@
     X(dist_first_steps, WF_OPT_INT, "dist.first_steps", NULL, "2", (0, 1e12), \
       "steps that get dist.timeout_first_s (startup and the first steps are slower)") \
     X(dist_bucket_mb, WF_OPT_FLOAT, "dist.bucket_mb", NULL, "25", (0.001, 1e6), \
-      "several ranks: MB of gradients per all-reduce bucket") \
+      "several ranks: MB of gradients per all-reduce bucket (ddp, zero1; zero2 and fsdp reduce per unit)") \
     X(dist_zero1, WF_OPT_BOOL, "dist.zero1", NULL, "false", (WF_NO_RANGE), \
       "several ranks: ZeRO-1, each rank keeps the AdamW moments of its 1/W of the parameters (reduce-scatter " "the gradients, update the shard, all-gather the parameters) instead of DDP's all-reduce; one process " "ignores it; the same as dist.shard = zero1") \
     X(dist_shard, WF_OPT_STR, "dist.shard", NULL, "ddp", (WF_NO_RANGE), \

@@ -6,7 +6,7 @@ and on two threads and with gradient accumulation; a run saved in one mode
 resumes in another and ends where a run in one mode ends; the activation
 memory reported at the start shrinks (block < selective < none) by what the
 arena's measured peak shrinks; the non-finite guard reports what each mode
-holds; zero2 and fsdp at two ranks give none's bits in every mode (the
+holds; ddp, zero2 and fsdp at two ranks give none's bits in every mode (the
 recompute runs after FSDP's gather); traces show the re-run ops.
 tests/unit/test_recompute.c checks the memory formulas and the
 model-level bits; tests/py/test_model_vs_torch.py each mode against
@@ -129,12 +129,13 @@ def test_the_nonfinite_report_lists_what_the_mode_holds(dataset, tmp_path, mode,
     assert names[0] == "model.embed_tokens" and names[-3:] == ["model.norm", "lm_head.grad", "loss_per_token"]
 
 
-@pytest.mark.parametrize("shard", ["zero2", "fsdp"])
+@pytest.mark.parametrize("shard", ["ddp", "zero2", "fsdp"])
 def test_recompute_under_sharding_at_two_ranks(dataset, tmp_path, shard):
     """FSDP gathers a block's parameters at the start of its backward; the
-    recomputation reads them, so it must run after that gather. Under fsdp
-    and zero2 at 2 ranks every mode gives none's losses and weights bit for
-    bit."""
+    recomputation reads them, so it must run after that gather. DDP's
+    buckets and ZeRO-2's reduce-scatters start from the gradient hooks
+    during the backward. Under each at 2 ranks every mode gives none's
+    losses and weights bit for bit."""
     from test_train_dist import args as dist_args, losses, ok, val_losses
     from test_train_zero1 import same_weights
     runs = {}

@@ -139,6 +139,14 @@ def test_fsdp_at_four_resumes_as_ddp_at_one_and_back(dataset, single, tmp_path):
     assert data_positions(b) == data_positions(run1)
     assert weight_diff(b, run1) <= WEIGHT_TOL
 
+    c = tmp_path / "c"  # and directly: one DDP process at step 3, fsdp at 4 ranks after it
+    ok(None, 1, args(dataset, c, "--ckpt.stop_at=3"), codes=(75,))
+    r = ok("openmpi", 4, args(dataset, c, shard("fsdp")))
+    assert "resumed from" in r.stderr
+    close(losses(r.stdout), ref[3:])
+    assert data_positions(c) == data_positions(run1)
+    assert weight_diff(c, run1) <= WEIGHT_TOL
+
 
 def test_config_names_the_mode_and_refuses_contradictions(dataset, tmp_path):
     h = run_weft_cmd(["train", "--help"])
@@ -175,15 +183,24 @@ def test_spikes_skip_and_rollback_as_ddp(dataset, tmp_path, mode):
         assert rs.stdout.count(f"spike ({word})") == rd.stdout.count(f"spike ({word})") > 0, rs.stdout
 
 
-def test_stop_file_and_signal_stop_every_rank_in_fsdp(dataset, tmp_path):
+@pytest.mark.parametrize("mode", ["zero2", "fsdp"])
+def test_save_stop_files_and_signal_act_on_every_rank(dataset, tmp_path, mode):
+    # a SAVE file at step 3 saves on every rank and training goes on; a
+    # STOP file later (or SIGUSR1 to rank 1 alone) stops both ranks after
+    # the same step with a checkpoint
     for how in ("STOP", "SIGUSR1"):
         run = tmp_path / how
-        cmd = mpi_launch.command(WEFT, "openmpi", 2, args(dataset, run, shard("fsdp"), "--train.log_every=1",
+        cmd = mpi_launch.command(WEFT, "openmpi", 2, args(dataset, run, shard(mode), "--train.log_every=1",
                                                           "--train.eval_every=0", "--ckpt.every=0", steps=5000))
+        saved_at = None
         with mpi_launch.started(cmd) as p:
             t0 = time.monotonic()
             for line in p.stdout:
-                if line.startswith("step") and int(STEP.match(line).group(1)) >= 3:
+                m = STEP.match(line)
+                if m and int(m.group(1)) >= 3 and saved_at is None and how == "STOP":
+                    (run / "SAVE").write_text("")
+                    saved_at = int(m.group(1))
+                elif m and int(m.group(1)) >= 8:
                     if how == "STOP":
                         (run / "STOP").write_text("")
                     else:  # rank 1 only: the agreement stops rank 0 too
@@ -199,30 +216,38 @@ def test_stop_file_and_signal_stop_every_rank_in_fsdp(dataset, tmp_path):
         assert sorted(r for r, _ in stopped) == ["0", "1"], err[-3000:]
         assert stopped[0][1] == stopped[1][1]
         step = int(stopped[0][1])
-        assert (run / "checkpoints" / f"step-{step:07d}").is_dir()
+        ckpts = sorted(int(d.name.split("-")[1]) for d in (run / "checkpoints").glob("step-*"))
+        assert step in ckpts
+        if how == "STOP":
+            assert any(saved_at <= c < step for c in ckpts), (saved_at, ckpts)
+            assert run_weft_cmd(["ckpt", "verify", run / "checkpoints" / f"step-{step:07d}"]).returncode == 0
 
 
-def test_watchdog_reports_a_stalled_rank_in_fsdp(dataset, tmp_path):
+@pytest.mark.parametrize("mode", ["zero2", "fsdp"])
+def test_watchdog_reports_a_stalled_rank(dataset, tmp_path, mode):
     run = tmp_path / "run"
-    r = mpi_launch.launch(WEFT, "openmpi", 2, args(dataset, run, shard("fsdp"), "--dist.timeout_s=2",
+    r = mpi_launch.launch(WEFT, "openmpi", 2, args(dataset, run, shard(mode), "--dist.timeout_s=2",
                                                     "--dist.first_steps=1", steps=50),
                           env={"WEFT_TEST_STALL_COLLECTIVE": "1:3"}, timeout=90)
     assert r.returncode == 3, r.stderr[-3000:]
     assert "collective watchdog: rank 0 of 2 has waited" in r.stderr
     # the flight recorder lists the units' collectives
-    assert re.search(r"iall_gather \"unit \d+/4 all-gather\"", r.stderr), r.stderr[-3000:]
+    if mode == "fsdp":
+        assert re.search(r"iall_gather \"unit \d+/4 all-gather\"", r.stderr), r.stderr[-3000:]
     assert re.search(r"ireduce_scatter \"unit \d+/4 reduce-scatter\"", r.stderr), r.stderr[-3000:]
 
 
-def test_traces_show_the_unit_collectives(dataset, tmp_path):
+@pytest.mark.parametrize("mode", ["zero2", "fsdp"])
+def test_traces_show_the_unit_collectives(dataset, tmp_path, mode):
     run = tmp_path / "tr"
-    ok("openmpi", 2, args(dataset, run, shard("fsdp"), "--trace.active=2", "--trace.warmup=0", steps=3))
+    ok("openmpi", 2, args(dataset, run, shard(mode), "--trace.active=2", "--trace.warmup=0", steps=3))
     caps = sorted((run / "traces").iterdir())
     assert caps
     for rank in (0, 1):
         tr = json.loads((caps[0] / f"rank-{rank:05d}.trace.json").read_text())
         names = {e.get("name", "") for e in tr["traceEvents"]}
-        assert "iall_gather" in names and "ireduce_scatter" in names, sorted(names)[:60]
+        assert "ireduce_scatter" in names, sorted(names)[:60]
+        assert ("iall_gather" in names) == (mode == "fsdp"), sorted(names)[:60]
     rep = json.loads(run_weft_cmd(["trace", "analyze", "--json", caps[0]]).stdout)
     assert "COMMUNICATION" in json.dumps(rep)
 
