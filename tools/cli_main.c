@@ -36,6 +36,7 @@ static const tool_cmd commands[] = {
     {"data dump", wf_cmd_data_dump, "print one document of a tokenized dataset"},
     {"data batch", wf_cmd_data_batch, "print a batch as the data loader serves it"},
     {"train", wf_cmd_train, "train a Llama-style model on a tokenized dataset"},
+    {"plan", wf_cmd_plan, "per-rank memory of a training config in every sharding and recompute mode, the largest batch for a budget, bytes sent per step"},
     {"sample", wf_cmd_sample, "generate text from a trained model"},
     {"eval", wf_cmd_eval, "loss and bits per byte of checkpoints on datasets; --watch follows a training run"},
     {"trace request", wf_cmd_trace_request, "ask a running job to capture its next steps"},

@@ -39,6 +39,7 @@ int wf_cmd_ckpt_inspect(int argc, char **argv);
 int wf_cmd_export(int argc, char **argv);       /* tools/cmd_export.c */
 int wf_cmd_report(int argc, char **argv);     /* tools/cmd_report.c */
 int wf_cmd_doctor(int argc, char **argv);     /* tools/cmd_doctor.c */
+int wf_cmd_plan(int argc, char **argv);       /* tools/cmd_plan.c */
 
 /* tools/cmd_tokenizer.c */
 int wf_cmd_tokenizer_train(int argc, char **argv);

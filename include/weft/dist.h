@@ -179,6 +179,14 @@ wf_status wf_comm_iall_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, c
  * once; `send` and `recv` must stay untouched until completion. */
 wf_status wf_comm_ireduce_scatter(wf_comm *c, const float *send, float *recv, const size_t *counts,
                                   wf_comm_op op, const char *tag, wf_comm_request *req);
+/* Non-blocking all-gather in place: as wf_comm_all_gather (buf holds
+ * sum(counts) floats, this rank's part at its offset is sent, the others
+ * are overwritten), completed by test or wait like the others (watchdog,
+ * flight recorder, trace spans `iall_gather` / `wait iall_gather`); FSDP's
+ * parameter prefetch. `counts` is copied; `buf` must stay untouched until
+ * completion. */
+wf_status wf_comm_iall_gather(wf_comm *c, float *buf, const size_t *counts, const char *tag,
+                              wf_comm_request *req);
 /* *done = 1 once complete (then req->slot is -1 and the buffer holds the
  * result, averaged for AVG). */
 wf_status wf_comm_test(wf_comm *c, wf_comm_request *req, int *done);

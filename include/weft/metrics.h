@@ -213,12 +213,25 @@ void wf_host_mem_parse(const char *status_text, const char *meminfo_text, wf_hos
 typedef struct {
     int world_size;                  /* ranks */
     const char *backend;             /* the communicator's: "single", "openmpi", "mpich", ... */
-    const char *mode;                /* "single" (one process), "ddp" or "zero1" */
+    const char *mode;                /* "single" (one process), "ddp", "zero1", "zero2" or "fsdp" */
     int64_t optim_bytes;             /* optimizer state on rank 0 (zero1: its moments' shard plus the
                                         gradient shard of the reduce-scatter; wf_zero1_plan_memory) */
     int64_t optim_unsharded_bytes;   /* the same unsharded (AdamW's two moments, 8 bytes a parameter) */
     int64_t zero1_shard_floats;      /* zero1: parameters per shard; 0 otherwise */
 } wf_run_dist;
+
+/* What the training arena holds after setup (run.json's "arena"),
+ * measured from the arena's in_use counter around each of the trainer's
+ * allocations: named blocks in allocation order (each includes the
+ * alignment padding before it), and the counters then. `weft plan`
+ * (weft/plan.h) predicts the same figures. */
+#define WF_RUN_ARENA_MAX 8
+typedef struct {
+    int n;
+    const char *names[WF_RUN_ARENA_MAX]; /* "model" (parameters and gradients), "activations", ... */
+    int64_t bytes[WF_RUN_ARENA_MAX];
+    int64_t in_use, peak, reserved;      /* wf_arena_stats after setup */
+} wf_run_arena;
 
 typedef struct {
     const char *config_toml;  /* the effective configuration, or NULL */
@@ -230,6 +243,7 @@ typedef struct {
     const char *source_dir;   /* git checkout to describe; NULL: where weft was built */
     const wf_run_dist *dist;  /* or NULL: "dist" is null */
     const char *model_source; /* where the model's architecture came from, or NULL */
+    const wf_run_arena *arena; /* or NULL: "arena" is null */
 } wf_run_record;
 
 /* One line saying how this weft was built: compiler and version, the flags

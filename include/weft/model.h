@@ -86,6 +86,14 @@ typedef struct wf_model wf_model;
 wf_status wf_model_create(wf_model **out, const wf_model_config *cfg, wf_arena *arena);
 void wf_model_destroy(wf_model *m); /* accepts NULL */
 
+/* wf_model_create without the model's own parameter buffer
+ * (WF_MODEL_NO_PARAMS), gradient buffer (WF_MODEL_NO_GRADS), or both: the
+ * caller binds each unit's floats (wf_model_bind_unit) before the unit's
+ * forward or backward needs them (ZeRO-2: no gradient buffer; FSDP:
+ * neither). wf_model_params / wf_model_grads are then NULL. */
+enum { WF_MODEL_NO_PARAMS = 1, WF_MODEL_NO_GRADS = 2 };
+wf_status wf_model_create_ex(wf_model **out, const wf_model_config *cfg, wf_arena *arena, int flags);
+
 const wf_model_config *wf_model_get_config(const wf_model *m);
 size_t wf_model_num_params(const wf_model *m);
 int wf_model_num_tensors(const wf_model *m);
@@ -102,12 +110,88 @@ float *wf_model_grads(wf_model *m);  /* (num_params), same layout */
  * shape: not on thread count or on the other tensors. */
 void wf_model_init(wf_model *m, uint64_t seed);
 
-/* Sets every gradient to zero. */
+/* Initialises one unit's parameters (where it is bound) as wf_model_init
+ * would: the same bits, unit by unit. */
+void wf_model_init_unit(wf_model *m, int unit, uint64_t seed);
+
+/* Sets every gradient to zero (nothing without a gradient buffer). */
 void wf_model_zero_grad(wf_model *m);
 
+/* ---- Units: the sharding units of FSDP (docs/distributed.md) ----------
+ * The flat layout is n_layers + 2 contiguous units, in order: unit 0 the
+ * token embedding, unit 1 + l block l (its 9 tensors), unit n_layers + 1
+ * the final norm and, untied, lm_head (tied, the output projection is
+ * unit 0's tensor). A unit's parameters and gradients can be bound
+ * anywhere (by default into the model's buffers); the unit hook is called
+ * before and after each unit's forward and backward, so that a caller can
+ * gather a unit's parameters just in time and reduce its gradients as soon
+ * as they are final. Backward calls its BWD events in reverse order
+ * (n_layers + 1 first, 0 last); the final unit's backward also writes the
+ * tied embedding's gradient (unit 0's, which must then stay bound).
+ * With recomputation (wf_model_set_recompute) a block's re-run forward
+ * happens inside its backward's BEGIN..END: after BWD_BEGIN, so the
+ * block's parameters must be bound from then on, as for the backward. */
+int wf_model_num_units(const wf_model *m);
+void wf_model_unit_range(const wf_model *m, int unit, size_t *offset, size_t *numel);
+/* Unit `unit`'s parameters are at params, its gradients at grads (numel
+ * floats each, same layout as the flat buffer's range; either may be
+ * NULL: unbound). */
+void wf_model_bind_unit(wf_model *m, int unit, float *params, float *grads);
+typedef enum {
+    WF_UNIT_FWD_BEGIN = 0,
+    WF_UNIT_FWD_END,
+    WF_UNIT_BWD_BEGIN,
+    WF_UNIT_BWD_END
+} wf_model_unit_event;
+/* An error from the hook ends the forward or backward with it. */
+typedef wf_status (*wf_model_unit_hook)(void *ctx, int unit, wf_model_unit_event ev);
+void wf_model_set_unit_hook(wf_model *m, wf_model_unit_hook fn, void *ctx);
+/* Activation recomputation: what the forward keeps for the backward and
+ * what the backward recomputes (docs/model.md, "Activation recomputation",
+ * has the memory formulas).
+ *   NONE       every block's intermediates are kept (the default).
+ *   BLOCK      only each block's input (the residual stream) is kept, plus
+ *              one set of intermediates shared by all blocks; the backward
+ *              re-runs block l's forward (without its output) from its
+ *              input just before block l's backward (the last block's is
+ *              still there from the forward and is not re-run).
+ *   SELECTIVE  the matmul and attention outputs are kept per block (q/k/v
+ *              after RoPE, the attention output and its log-sum-exp, the
+ *              residual after attention, gate|up); the element-wise
+ *              results (both RMSNorm outputs and their 1/rms, the SwiGLU
+ *              product) are shared by all blocks and recomputed in the
+ *              backward. RoPE is applied in place to the kept q/k, so it is
+ *              not recomputed (keeping q/k before RoPE would cost as much).
+ * Recomputation repeats the same kernels on the same inputs with the same
+ * thread count, so gradients, losses and logits are bit-identical to NONE. */
+typedef enum {
+    WF_RECOMPUTE_NONE = 0,
+    WF_RECOMPUTE_BLOCK,
+    WF_RECOMPUTE_SELECTIVE,
+} wf_model_recompute;
+
+/* "none", "block", "selective"; parse returns -1 for any other name. */
+const char *wf_model_recompute_name(wf_model_recompute mode);
+int wf_model_recompute_parse(const char *name);
+
+/* Chooses the recompute mode; call before wf_model_plan (afterwards the
+ * memory is laid out: WF_ERR_INVALID, unless `mode` is the planned one). */
+wf_status wf_model_set_recompute(wf_model *m, wf_model_recompute mode);
+wf_model_recompute wf_model_get_recompute(const wf_model *m);
+
 /* Plans the activations for batches of up to B x T tokens (T <= max_seq_len)
- * from the model's arena, once. A second call with a larger shape fails. */
+ * from the model's arena, once, for the model's recompute mode and the
+ * kernels' current thread count (attention's scratch is per thread). A
+ * second call with a larger shape fails. */
 wf_status wf_model_plan(wf_model *m, int B, int T);
+
+/* The bytes wf_model_plan(B, T) would take from the arena for a model of
+ * `cfg` in `mode` with `n_threads` kernel threads (the arena may add up to
+ * 63 bytes of alignment): wf_model_get_memory's activation_bytes, without
+ * creating the model. For memory planners. WF_ERR_CONFIG for an invalid
+ * cfg, WF_ERR_INVALID for a bad shape or thread count. */
+wf_status wf_model_plan_bytes(const wf_model_config *cfg, int B, int T, int n_threads,
+                              wf_model_recompute mode, size_t *bytes);
 
 /* Forward pass on tokens (B, T), with B and T at most the planned shape.
  * With targets (B, T) it also computes the mean cross-entropy over the
@@ -141,7 +225,8 @@ void wf_model_set_grad_hook(wf_model *m, wf_model_grad_hook fn, void *ctx);
  * backward, summed since the model was created or the last reset. Kept by
  * every forward and backward (two clock reads per kernel call); for
  * benchmarks and profiles. "copy" is the residual copies and the clearing
- * of gradient buffers. */
+ * of gradient buffers. With recomputation, the forward ops the backward
+ * re-runs are counted in `rec` (trace spans "rec <op>"), not in `bwd`. */
 #define WF_MODEL_OPS(X)                   \
     X(WF_OP_EMBEDDING, "embedding")       \
     X(WF_OP_RMSNORM, "rmsnorm")           \
@@ -160,18 +245,24 @@ typedef enum {
 const char *wf_model_op_name(wf_model_op op);
 typedef struct {
     double fwd[WF_OP_COUNT], bwd[WF_OP_COUNT]; /* seconds */
+    double rec[WF_OP_COUNT]; /* forward ops re-run by the backward (recompute) */
 } wf_model_op_times;
 wf_model_op_times wf_model_get_op_times(const wf_model *m);
 void wf_model_reset_op_times(wf_model *m);
 
-/* The activations of the last forward, in the order the forward makes
- * them, for diagnostics (the trainer's non-finite guard): the embedding
- * output; per block its input norm, q/k/v (q and k after RoPE), the
- * attention output before o_proj, the residual after attention, the
- * second norm, gate|up, the SwiGLU product and the block's output; the
+/* The activations of the last forward that the model holds, in the order
+ * the forward makes them, for diagnostics (the trainer's non-finite guard):
+ * the embedding output; per block its input norm, q/k/v (q and k after
+ * RoPE), the attention output before o_proj, the residual after attention,
+ * the second norm, gate|up, the SwiGLU product and the block's output; the
  * final norm, the logits and the per-token losses. Each covers the last
  * forward's B*T rows. After wf_model_backward the logits' buffer holds
- * their gradient: it is named "lm_head.grad" then. 0 before any forward. */
+ * their gradient: it is named "lm_head.grad" then. 0 before any forward.
+ * With recomputation only what is held is listed: every block's output,
+ * and (SELECTIVE) every block's kept matmul outputs; the shared
+ * intermediates belong to one block, whose entries are listed complete:
+ * the last block after a forward, block 0 after a backward (which
+ * recomputed them last). The values are the same as without recompute. */
 typedef struct {
     char name[96];    /* e.g. "model.layers.3.mlp.gate_up_proj" */
     const float *data;
@@ -181,7 +272,7 @@ int wf_model_num_activations(const wf_model *m);
 void wf_model_get_activation(const wf_model *m, int i, wf_model_activation *out); /* i in [0, num) */
 
 /* Bytes of the model's planned buffers: parameters, gradients, activations
- * (with the backward's scratch). */
+ * (with the backward's scratch; smaller with recomputation). */
 typedef struct {
     size_t param_bytes, grad_bytes, activation_bytes;
 } wf_model_memory;

@@ -89,6 +89,10 @@ wf_status wf_adamw_create_shard(wf_adamw **out, const wf_adamw_config *cfg, wf_m
  * changes nothing. */
 wf_status wf_adamw_step_shard(wf_adamw *o, double lr, const float *grad, double grad_norm);
 
+/* The range's parameters live at `params` ((end - begin) floats, element
+ * i is parameter begin + i) instead of in the model's buffer: FSDP's local
+ * shard, for a model created without parameters. NULL: the model's. */
+void wf_adamw_set_params(wf_adamw *o, float *params);
 /* The element range [*begin, *end) of the parameter buffer it updates. */
 void wf_adamw_range(const wf_adamw *o, size_t *begin, size_t *end);
 

@@ -135,6 +135,10 @@
       "print a step line every N steps") \
     X(threads, WF_OPT_INT, "train.threads", "threads", "0", (0, 4096), \
       "compute threads for OpenMP and OpenBLAS together (0: WEFT_THREADS or every CPU)") \
+    X(recompute, WF_OPT_STR, "train.recompute", "recompute", "none", (WF_NO_RANGE), \
+      "activation recomputation, trading compute for memory: none (keep every block's activations), block " \
+      "(keep each block's input, re-run its forward in the backward) or selective (keep the matmul outputs, " \
+      "recompute norms and SwiGLU); the same results bit for bit (docs/model.md)") \
     X(lock_stale_s, WF_OPT_FLOAT, "train.lock_stale_s", NULL, "600", (1, 1e9), \
       "the run directory's lock (one job per run) left by a job on another host whose heartbeat is older than " \
       "this many seconds is taken over (on this host a dead pid is enough)") \
@@ -219,9 +223,11 @@
     X(dist_first_steps, WF_OPT_INT, "dist.first_steps", NULL, "2", (0, 1e12), \
       "steps that get dist.timeout_first_s (startup and the first steps are slower)") \
     X(dist_bucket_mb, WF_OPT_FLOAT, "dist.bucket_mb", NULL, "25", (0.001, 1e6), \
-      "several ranks: MB of gradients per all-reduce bucket") \
+      "several ranks: MB of gradients per all-reduce bucket (ddp, zero1; zero2 and fsdp reduce per unit)") \
     X(dist_zero1, WF_OPT_BOOL, "dist.zero1", NULL, "false", (WF_NO_RANGE), \
-      "several ranks: ZeRO-1, each rank keeps the AdamW moments of its 1/W of the parameters (reduce-scatter " "the gradients, update the shard, all-gather the parameters) instead of DDP's all-reduce; one process " "ignores it") \
+      "several ranks: ZeRO-1, each rank keeps the AdamW moments of its 1/W of the parameters (reduce-scatter " "the gradients, update the shard, all-gather the parameters) instead of DDP's all-reduce; one process " "ignores it; the same as dist.shard = zero1") \
+    X(dist_shard, WF_OPT_STR, "dist.shard", NULL, "ddp", (WF_NO_RANGE), \
+      "what is sharded over the ranks: ddp (nothing: every rank holds the whole model, gradients and optimizer " "state), zero1 (the optimizer state), zero2 (optimizer state and gradients: reduce-scattered per unit " "during the backward), fsdp (also the parameters: each unit all-gathered just before its forward and " "backward, prefetched); docs/distributed.md") \
     /* [trace] */ \
     X(trace_dir, WF_OPT_STR, "trace.dir", NULL, NULL, (WF_NO_RANGE), \
       "where trace captures go, one folder per capture (default: RUN_DIR/traces)") \

@@ -735,6 +735,32 @@ wf_status wf_comm_ireduce_scatter(wf_comm *c, const float *send, float *recv, co
     return WF_OK;
 }
 
+wf_status wf_comm_iall_gather(wf_comm *c, float *buf, const size_t *counts, const char *tag,
+                              wf_comm_request *req) {
+    size_t total;
+    if (!req) return wf_error(WF_ERR_INVALID, "dist: iall_gather \"%s\": NULL request", tag ? tag : "");
+    req->slot = -1;
+    req->seq = 0;
+    WF_TRY(check_counts(c, counts, "iall_gather", tag, &total));
+    if (total && !buf) return wf_error(WF_ERR_INVALID, "dist: iall_gather \"%s\": NULL buffer", tag ? tag : "");
+    int slot = free_slot(c);
+    if (slot < 0) return no_slot(c, "iall_gather", tag);
+    uint64_t seq = wf__dist_watchdog_begin(c->wd, "iall_gather", tag, total * sizeof(float), 0);
+    wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "iall_gather", (int64_t)(total * sizeof(float)));
+    int rc = c->be->iall_gather(c->st, slot, buf, counts);
+    wf_trace_end(span);
+    if (rc != 0) {
+        wf__dist_watchdog_end(c->wd, seq, 0);
+        return comm_fail(c, "iall_gather", tag);
+    }
+    c->reqs[slot] = (comm_req){.used = 1, .buf = buf, .n = total, .avg = 0, .seq = seq,
+                               .wait_name = "wait iall_gather"};
+    c->n_out++;
+    req->slot = slot;
+    req->seq = seq;
+    return WF_OK;
+}
+
 wf_status wf_comm_test(wf_comm *c, wf_comm_request *req, int *done) {
     WF_TRY(check_req(c, req, "test"));
     *done = 1;

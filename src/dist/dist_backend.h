@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-#define WF_DIST_ABI 2
+#define WF_DIST_ABI 3
 #define WF_DIST_BACKEND_SYMBOL "wf_dist_backend_v1"
 
 typedef enum { WF_DT_F32 = 0, WF_DT_F64, WF_DT_I32, WF_DT_BYTE } wf_dist_dtype;
@@ -63,6 +63,10 @@ typedef struct wf_dist_backend {
     /* Every rank's `bytes` bytes of `mine`, in rank order, into out
      * (size x bytes); bytes <= WF_DIST_MAX_COUNT. */
     int (*all_gather_bytes)(void *state, const void *mine, void *out, size_t bytes);
+    /* Non-blocking all-gather in place into request slot `slot`, counts as
+     * all_gather's (the backend keeps its own copy of counts and
+     * displacements until the request completes). (ABI 3) */
+    int (*iall_gather)(void *state, int slot, float *buf, const size_t *counts);
     int (*broadcast)(void *state, void *buf, size_t bytes, int root);
     int (*barrier)(void *state);
     int max_requests;

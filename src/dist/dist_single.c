@@ -53,6 +53,8 @@ static int single_ireduce_scatter(void *state, int slot, const float *send, floa
 }
 
 static int single_all_gather(void *state, float *buf, const size_t *counts) { return 0; }
+/* Completes at once: one rank's part is the whole buffer. */
+static int single_iall_gather(void *state, int slot, float *buf, const size_t *counts) { return 0; }
 static int single_all_gather_bytes(void *state, const void *mine, void *out, size_t bytes) {
     if (bytes && out != mine) memmove(out, mine, bytes);
     return 0;
@@ -77,6 +79,7 @@ const wf_dist_backend *wf__dist_single_backend(void) {
         .all_gather = single_all_gather,
         .ireduce_scatter = single_ireduce_scatter,
         .all_gather_bytes = single_all_gather_bytes,
+        .iall_gather = single_iall_gather,
         .broadcast = single_broadcast,
         .barrier = single_barrier,
         .max_requests = 1 << 30,

@@ -9,7 +9,11 @@
  * The residual adds ride on sgemm (beta = 1 over a copy of the input).
  * The backward walks the same steps in reverse with one set of gradient
  * buffers shared by all blocks; dres carries the residual stream's
- * gradient, to which each RMSNorm backward adds. */
+ * gradient, to which each RMSNorm backward adds. With recomputation
+ * (wf_model_set_recompute) some or all of a block's intermediates live in
+ * one set shared by all blocks, which block_recompute refills from the
+ * kept ones just before the block's backward (plan_layout has the memory
+ * formulas). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +24,47 @@
 #include "weft/thread.h"
 #include "weft/trace.h"
 
+/* Which buffers of a block's activations a carve assigns. */
+enum { ACTS_ELEMENTWISE = 1, ACTS_MATMUL = 2, ACTS_ALL = 3 };
+
+/* The element-wise ones (xn1, rstd1, xn2, rstd2, g: recomputed by
+ * selective) and the matmul and attention outputs (qkv, att, lse, mid,
+ * h13: kept by selective). */
+static void carve_acts(const wf_model *m, wf__model_carver *cv, model_layer_acts_ *a, int which) {
+    size_t B = (size_t)m->plan_B, T = (size_t)m->plan_T, N = B * T;
+    size_t C = (size_t)m->C, H = (size_t)m->H, QKV = (size_t)m->QKV;
+    if (which & ACTS_ELEMENTWISE) {
+        a->xn1 = wf__model_carve(cv, N * C);
+        a->rstd1 = wf__model_carve(cv, N);
+        a->xn2 = wf__model_carve(cv, N * C);
+        a->rstd2 = wf__model_carve(cv, N);
+        a->g = wf__model_carve(cv, N * H);
+    }
+    if (which & ACTS_MATMUL) {
+        a->qkv = wf__model_carve(cv, N * QKV);
+        a->att = wf__model_carve(cv, N * C);
+        a->lse = wf__model_carve(cv, B * (size_t)m->NH * T);
+        a->mid = wf__model_carve(cv, N * C);
+        a->h13 = wf__model_carve(cv, N * 2 * H);
+    }
+}
+
+/* The activation memory, in floats (r(x) = x rounded up to a multiple of
+ * 16: every buffer starts on a 64-byte boundary); N = B*T, C, H, QKV,
+ * L, V, NH, HD as in model_impl.h, S = wf_kern_attention_scratch(T,
+ * threads):
+ *   fixed = 2 r(T HD/2) + r(S) + (L+1) r(N C) + r(N C) + 5 r(N) + r(N V)
+ *           + 3 r(N C) + r(N QKV) + r(2 N H) + r(N H)
+ *     (RoPE tables, attention scratch, the residual stream before each
+ *      block and after the last, final norm, its 1/rms, the losses, the
+ *      cross-entropy's lse, tokens, targets, logits, the backward's dres,
+ *      dxn, datt, dqkv, dh13, dg)
+ *   E = 2 r(N C) + 2 r(N) + r(N H)                 element-wise: xn1, xn2, rstd1, rstd2, g
+ *   M = r(N QKV) + 2 r(N C) + r(B NH T) + r(2 N H)  matmul outputs: qkv, att, mid, lse, h13
+ *   none:      fixed + L (E + M)
+ *   block:     fixed + (E + M)     one shared set
+ *   selective: fixed + L M + E     M per block, E shared
+ * docs/model.md has the same formulas; wf_model_plan_bytes evaluates them. */
 static void plan_layout(wf_model *m, wf__model_carver *cv) {
     size_t B = (size_t)m->plan_B, T = (size_t)m->plan_T, N = B * T;
     size_t C = (size_t)m->C, H = (size_t)m->H, V = (size_t)m->V, QKV = (size_t)m->QKV;
@@ -28,18 +73,13 @@ static void plan_layout(wf_model *m, wf__model_carver *cv) {
     m->attn_scratch = wf__model_carve(cv, wf_kern_attention_scratch(m->plan_T, m->n_threads));
     for (int l = 0; l <= m->L; l++)
         m->res[l] = wf__model_carve(cv, N * C);
+    model_layer_acts_ shared = {0};
+    if (m->recompute == WF_RECOMPUTE_BLOCK) carve_acts(m, cv, &shared, ACTS_ALL);
+    if (m->recompute == WF_RECOMPUTE_SELECTIVE) carve_acts(m, cv, &shared, ACTS_ELEMENTWISE);
     for (int l = 0; l < m->L; l++) {
-        model_layer_acts_ *a = &m->la[l];
-        a->xn1 = wf__model_carve(cv, N * C);
-        a->rstd1 = wf__model_carve(cv, N);
-        a->qkv = wf__model_carve(cv, N * QKV);
-        a->att = wf__model_carve(cv, N * C);
-        a->lse = wf__model_carve(cv, B * (size_t)m->NH * T);
-        a->mid = wf__model_carve(cv, N * C);
-        a->xn2 = wf__model_carve(cv, N * C);
-        a->rstd2 = wf__model_carve(cv, N);
-        a->h13 = wf__model_carve(cv, N * 2 * H);
-        a->g = wf__model_carve(cv, N * H);
+        m->la[l] = shared;
+        if (m->recompute == WF_RECOMPUTE_NONE) carve_acts(m, cv, &m->la[l], ACTS_ALL);
+        if (m->recompute == WF_RECOMPUTE_SELECTIVE) carve_acts(m, cv, &m->la[l], ACTS_MATMUL);
     }
     m->xf = wf__model_carve(cv, N * C);
     m->rstdf = wf__model_carve(cv, N);
@@ -62,17 +102,28 @@ static void plan_layout(wf_model *m, wf__model_carver *cv) {
  * spans are the calling thread's. */
 #define TRACE_NAME_FWD_(name, str) "fwd " str,
 #define TRACE_NAME_BWD_(name, str) "bwd " str,
+#define TRACE_NAME_REC_(name, str) "rec " str,
 static const char *const op_span_fwd_[] = {WF_MODEL_OPS(TRACE_NAME_FWD_)};
 static const char *const op_span_bwd_[] = {WF_MODEL_OPS(TRACE_NAME_BWD_)};
-#define TIMED_(dir, op, ...)                                                     \
-    do {                                                                         \
-        uint64_t t0_ = wf_trace_now();                                           \
-        __VA_ARGS__;                                                             \
-        uint64_t t1_ = wf_trace_now();                                           \
-        m->times.dir[op] += (double)(t1_ - t0_) * 1e-9;                          \
-        if (atomic_load_explicit(&wf_trace_on_, memory_order_relaxed))           \
-            wf_trace_record(WF_TRACE_COMPUTE, op_span_##dir##_[op], t0_, t1_, -1); \
+static const char *const op_span_rec_[] = {WF_MODEL_OPS(TRACE_NAME_REC_)};
+/* Forward ops re-run by the backward count as "rec" (m->recomputing). */
+#define TIMES_fwd_ (m->recomputing ? m->times.rec : m->times.fwd)
+#define TIMES_bwd_ m->times.bwd
+#define SPANS_fwd_ (m->recomputing ? op_span_rec_ : op_span_fwd_)
+#define SPANS_bwd_ op_span_bwd_
+#define TIMED_(dir, op, ...)                                                   \
+    do {                                                                       \
+        uint64_t t0_ = wf_trace_now();                                         \
+        __VA_ARGS__;                                                           \
+        uint64_t t1_ = wf_trace_now();                                         \
+        TIMES_##dir##_[op] += (double)(t1_ - t0_) * 1e-9;                      \
+        if (atomic_load_explicit(&wf_trace_on_, memory_order_relaxed))         \
+            wf_trace_record(WF_TRACE_COMPUTE, SPANS_##dir##_[op], t0_, t1_, -1); \
     } while (0)
+
+/* The unit hook (wf_model_set_unit_hook) around unit u's forward or backward. */
+#define UNIT_EVENT_(u, ev) \
+    WF_TRY(m->unit_hook ? m->unit_hook(m->unit_hook_ctx, (u), (ev)) : WF_OK)
 
 static wf_status check_seq_len(const wf_model *m, int T) {
     if (T > m->cfg.max_seq_len)
@@ -81,6 +132,61 @@ static wf_status check_seq_len(const wf_model *m, int T) {
                         "(positions past max_seq_len were never planned or trained); use "
                         "sequences of at most %d tokens or raise model.max_seq_len",
                         T, m->cfg.max_seq_len, m->cfg.max_seq_len);
+    return WF_OK;
+}
+
+static const char *const recompute_names_[] = {"none", "block", "selective"};
+
+const char *wf_model_recompute_name(wf_model_recompute mode) {
+    return mode >= WF_RECOMPUTE_NONE && mode <= WF_RECOMPUTE_SELECTIVE ? recompute_names_[mode] : "?";
+}
+
+int wf_model_recompute_parse(const char *name) {
+    for (int i = 0; name && i <= (int)WF_RECOMPUTE_SELECTIVE; i++)
+        if (strcmp(name, recompute_names_[i]) == 0) return i;
+    return -1;
+}
+
+wf_status wf_model_set_recompute(wf_model *m, wf_model_recompute mode) {
+    if (mode < WF_RECOMPUTE_NONE || mode > WF_RECOMPUTE_SELECTIVE)
+        return wf_error(WF_ERR_INVALID, "model: unknown recompute mode %d", (int)mode);
+    if (m->plan_B && mode != m->recompute)
+        return wf_error(WF_ERR_INVALID,
+                        "model: cannot switch recompute from %s to %s after wf_model_plan (the "
+                        "activations are laid out for it): set it before planning",
+                        wf_model_recompute_name(m->recompute), wf_model_recompute_name(mode));
+    m->recompute = mode;
+    return WF_OK;
+}
+
+wf_model_recompute wf_model_get_recompute(const wf_model *m) { return m->recompute; }
+
+wf_status wf_model_plan_bytes(const wf_model_config *cfg, int B, int T, int n_threads,
+                              wf_model_recompute mode, size_t *bytes) {
+    *bytes = 0;
+    WF_TRY(wf_model_config_validate(cfg));
+    if (B < 1 || T < 1 || T > cfg->max_seq_len || n_threads < 1 ||
+        (size_t)B * (size_t)T > (size_t)INT32_MAX / 2)
+        return wf_error(WF_ERR_INVALID,
+                        "model: cannot size a plan for B x T = %d x %d (max_seq_len %d) on %d "
+                        "threads",
+                        B, T, cfg->max_seq_len, n_threads);
+    if (mode < WF_RECOMPUTE_NONE || mode > WF_RECOMPUTE_SELECTIVE)
+        return wf_error(WF_ERR_INVALID, "model: unknown recompute mode %d", (int)mode);
+    wf_model m = {.cfg = *cfg, .recompute = mode, .plan_B = B, .plan_T = T, .n_threads = n_threads};
+    wf__model_set_dims(&m);
+    m.res = calloc((size_t)m.L + 1, sizeof *m.res);
+    m.la = calloc((size_t)m.L, sizeof *m.la);
+    if (!m.res || !m.la) {
+        free(m.res);
+        free(m.la);
+        return wf_error(WF_ERR_NOMEM, "model: cannot allocate the activation table");
+    }
+    wf__model_carver cv = {NULL, 0};
+    plan_layout(&m, &cv);
+    free(m.res);
+    free(m.la);
+    *bytes = cv.used * sizeof(float);
     return WF_OK;
 }
 
@@ -137,6 +243,36 @@ static wf_status check_ids(const int32_t *ids, int B, int T, int V, const char *
     return WF_OK;
 }
 
+/* Block l's intermediates `a` from its input res[l], on the last forward's
+ * B x T rows: everything of its forward but the output. */
+static void block_fwd_acts(wf_model *m, int l, const model_layer_acts_ *a) {
+    const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
+    const float eps = (float)m->cfg.norm_eps;
+    const model_layer_params_ *p = &m->lp[l];
+    TIMED_(fwd, WF_OP_RMSNORM, wf_kern_rmsnorm_fwd(a->xn1, a->rstd1, m->res[l], p->ln1, N, C, eps));
+    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->qkv, a->xn1, p->wqkv, N, C, QKV, 0));
+    TIMED_(fwd, WF_OP_ROPE,
+           wf_kern_rope_fwd(a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
+    TIMED_(fwd, WF_OP_ATTENTION,
+           wf_kern_attention_fwd(a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->HD,
+                                 m->attn_scratch, m->n_threads));
+    TIMED_(fwd, WF_OP_COPY, memcpy(a->mid, m->res[l], (size_t)N * C * sizeof(float)));
+    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->mid, a->att, p->wo, N, C, C, 1));
+    TIMED_(fwd, WF_OP_RMSNORM, wf_kern_rmsnorm_fwd(a->xn2, a->rstd2, a->mid, p->ln2, N, C, eps));
+    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->h13, a->xn2, p->w13, N, C, 2 * H, 0));
+    TIMED_(fwd, WF_OP_SWIGLU, wf_kern_swiglu_fwd(a->g, a->h13, N, H));
+}
+
+/* Block l's forward: res[l] -> res[l+1], keeping its intermediates in `a`. */
+static void block_fwd(wf_model *m, int l, const model_layer_acts_ *a) {
+    const int N = m->B * m->T, C = m->C, H = m->H;
+    const model_layer_params_ *p = &m->lp[l];
+    block_fwd_acts(m, l, a);
+    m->held_layer = l;
+    TIMED_(fwd, WF_OP_COPY, memcpy(m->res[l + 1], a->mid, (size_t)N * C * sizeof(float)));
+    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->res[l + 1], a->g, p->w2, N, H, C, 1));
+}
+
 wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                            float *loss) {
     if (!m->plan_B)
@@ -150,38 +286,26 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
     if (targets)
         WF_TRY(check_ids(targets, B, T, m->V, "targets", 1));
 
-    const int N = B * T, C = m->C, H = m->H, QKV = m->QKV;
+    const int N = B * T, C = m->C;
     const float eps = (float)m->cfg.norm_eps;
     m->B = B, m->T = T;
     m->has_targets = 0;
     m->logits_are_grads = 0;
     memcpy(m->tokens, tokens, (size_t)N * sizeof *tokens);
 
+    UNIT_EVENT_(0, WF_UNIT_FWD_BEGIN);
     TIMED_(fwd, WF_OP_EMBEDDING, wf_kern_embedding_fwd(m->res[0], tokens, m->wte, N, C));
+    UNIT_EVENT_(0, WF_UNIT_FWD_END);
     for (int l = 0; l < m->L; l++) {
-        const model_layer_params_ *p = &m->lp[l];
-        const model_layer_acts_ *a = &m->la[l];
-        TIMED_(fwd, WF_OP_RMSNORM,
-               wf_kern_rmsnorm_fwd(a->xn1, a->rstd1, m->res[l], p->ln1, N, C, eps));
-        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->qkv, a->xn1, p->wqkv, N, C, QKV, 0));
-        TIMED_(
-            fwd, WF_OP_ROPE,
-            wf_kern_rope_fwd(a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
-        TIMED_(fwd, WF_OP_ATTENTION,
-               wf_kern_attention_fwd(a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->HD,
-                                     m->attn_scratch, m->n_threads));
-        TIMED_(fwd, WF_OP_COPY, memcpy(a->mid, m->res[l], (size_t)N * C * sizeof(float)));
-        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->mid, a->att, p->wo, N, C, C, 1));
-        TIMED_(fwd, WF_OP_RMSNORM,
-               wf_kern_rmsnorm_fwd(a->xn2, a->rstd2, a->mid, p->ln2, N, C, eps));
-        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->h13, a->xn2, p->w13, N, C, 2 * H, 0));
-        TIMED_(fwd, WF_OP_SWIGLU, wf_kern_swiglu_fwd(a->g, a->h13, N, H));
-        TIMED_(fwd, WF_OP_COPY, memcpy(m->res[l + 1], a->mid, (size_t)N * C * sizeof(float)));
-        TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->res[l + 1], a->g, p->w2, N, H, C, 1));
+        UNIT_EVENT_(1 + l, WF_UNIT_FWD_BEGIN);
+        block_fwd(m, l, &m->la[l]);
+        UNIT_EVENT_(1 + l, WF_UNIT_FWD_END);
     }
+    UNIT_EVENT_(m->L + 1, WF_UNIT_FWD_BEGIN);
     TIMED_(fwd, WF_OP_RMSNORM,
            wf_kern_rmsnorm_fwd(m->xf, m->rstdf, m->res[m->L], m->norm_f, N, C, eps));
     TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->logits, m->xf, m->lm_head, N, C, m->V, 0));
+    UNIT_EVENT_(m->L + 1, WF_UNIT_FWD_END);
 
     if (!targets) {
         if (loss)
@@ -216,7 +340,73 @@ void wf_model_set_grad_hook(wf_model *m, wf_model_grad_hook fn, void *ctx) {
 
 /* The gradient of parameters [p, p + numel) is final: tell the hook. */
 static void grad_done_(const wf_model *m, const float *p, size_t numel) {
-    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, (size_t)(p - m->params), numel);
+    if (!m->grad_hook) return;
+    int u = model_unit_of_(m, p);
+    m->grad_hook(m->grad_hook_ctx, m->units[u].off + (size_t)(p - m->units[u].p), numel);
+}
+
+/* Recomputation (wf_model_set_recompute): refills the shared buffers of
+ * block l's intermediates for its backward, with the forward's own kernels
+ * on the same inputs, so bit for bit what the forward had. Nothing to do
+ * when they still hold block l's (the last block, right after the
+ * forward). Runs after anything that must precede block l's backward
+ * (it reads block l's parameters). */
+static void block_recompute(wf_model *m, int l) {
+    if (m->recompute == WF_RECOMPUTE_NONE || m->held_layer == l) return;
+    const int N = m->B * m->T, C = m->C, H = m->H;
+    const float eps = (float)m->cfg.norm_eps;
+    const model_layer_params_ *p = &m->lp[l];
+    const model_layer_acts_ *a = &m->la[l];
+    m->recomputing = 1;
+    if (m->recompute == WF_RECOMPUTE_BLOCK) {
+        block_fwd_acts(m, l, a);
+    } else { /* selective: mid and h13 are kept */
+        TIMED_(fwd, WF_OP_RMSNORM,
+               wf_kern_rmsnorm_fwd(a->xn1, a->rstd1, m->res[l], p->ln1, N, C, eps));
+        TIMED_(fwd, WF_OP_RMSNORM, wf_kern_rmsnorm_fwd(a->xn2, a->rstd2, a->mid, p->ln2, N, C, eps));
+        TIMED_(fwd, WF_OP_SWIGLU, wf_kern_swiglu_fwd(a->g, a->h13, N, H));
+    }
+    m->recomputing = 0;
+    m->held_layer = l;
+}
+
+/* Block l's backward from its intermediates `a`: takes the gradient of
+ * res[l+1] in dres and leaves that of res[l] there; adds to the block's
+ * parameter gradients and reports each to the grad hook. */
+static void block_bwd(wf_model *m, int l, const model_layer_acts_ *a) {
+    const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
+    const model_layer_params_ *p = &m->lp[l];
+    /* res[l+1] = mid + g @ w2^T: dres reaches mid unchanged and g through w2. */
+    TIMED_(bwd, WF_OP_MATMUL,
+           wf_kern_matmul_bwd(m->dg, model_grad_of_(m, p->w2), m->dres, a->g, p->w2, N, H, C, 0));
+    grad_done_(m, p->w2, (size_t)C * H);
+    TIMED_(bwd, WF_OP_SWIGLU, wf_kern_swiglu_bwd(m->dh13, m->dg, a->h13, N, H));
+    TIMED_(bwd, WF_OP_MATMUL,
+           wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->w13), m->dh13, a->xn2, p->w13, N, C,
+                              2 * H, 0));
+    grad_done_(m, p->w13, (size_t)2 * H * C);
+    TIMED_(bwd, WF_OP_RMSNORM,
+           wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln2), m->dxn, a->mid, p->ln2,
+                               a->rstd2, N, C));
+    grad_done_(m, p->ln2, (size_t)C);
+    /* mid = res[l] + att @ wo^T */
+    TIMED_(bwd, WF_OP_MATMUL,
+           wf_kern_matmul_bwd(m->datt, model_grad_of_(m, p->wo), m->dres, a->att, p->wo, N, C, C,
+                              0));
+    grad_done_(m, p->wo, (size_t)C * C);
+    TIMED_(bwd, WF_OP_ATTENTION,
+           wf_kern_attention_bwd(m->dqkv, m->datt, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
+                                 m->HD, m->attn_scratch, m->n_threads));
+    TIMED_(bwd, WF_OP_ROPE,
+           wf_kern_rope_bwd(m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
+    TIMED_(bwd, WF_OP_MATMUL,
+           wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->wqkv), m->dqkv, a->xn1, p->wqkv, N, C,
+                              QKV, 0));
+    grad_done_(m, p->wqkv, (size_t)QKV * C);
+    TIMED_(bwd, WF_OP_RMSNORM,
+           wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln1), m->dxn, m->res[l], p->ln1,
+                               a->rstd1, N, C));
+    grad_done_(m, p->ln1, (size_t)C);
 }
 
 wf_status wf_model_backward(wf_model *m, float loss_scale) {
@@ -224,13 +414,14 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
         return wf_error(WF_ERR_INVALID,
                         "model: backward needs a forward with targets just before it%s",
                         m->logits_are_grads ? " (this forward's backward already ran)" : "");
-    const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
+    const int N = m->B * m->T, C = m->C;
     float dloss = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
 
     TIMED_(bwd, WF_OP_CROSSENTROPY,
            wf_kern_crossentropy_bwd(m->logits, m->ce_lse, m->targets, N, m->V, dloss));
     m->has_targets = 0;
     m->logits_are_grads = 1;
+    UNIT_EVENT_(m->L + 1, WF_UNIT_BWD_BEGIN);
     TIMED_(bwd, WF_OP_MATMUL,
            wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, m->lm_head), m->logits, m->xf, m->lm_head,
                               N, C, m->V, 0));
@@ -240,53 +431,25 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
            wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, m->norm_f), m->dxn, m->res[m->L],
                                m->norm_f, m->rstdf, N, C));
     grad_done_(m, m->norm_f, (size_t)C);
+    UNIT_EVENT_(m->L + 1, WF_UNIT_BWD_END);
     for (int l = m->L - 1; l >= 0; l--) {
-        const model_layer_params_ *p = &m->lp[l];
-        const model_layer_acts_ *a = &m->la[l];
-        /* res[l+1] = mid + g @ w2^T: dres reaches mid unchanged and g through w2. */
-        TIMED_(
-            bwd, WF_OP_MATMUL,
-            wf_kern_matmul_bwd(m->dg, model_grad_of_(m, p->w2), m->dres, a->g, p->w2, N, H, C, 0));
-        grad_done_(m, p->w2, (size_t)C * H);
-        TIMED_(bwd, WF_OP_SWIGLU, wf_kern_swiglu_bwd(m->dh13, m->dg, a->h13, N, H));
-        TIMED_(bwd, WF_OP_MATMUL,
-               wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->w13), m->dh13, a->xn2, p->w13, N, C,
-                                  2 * H, 0));
-        grad_done_(m, p->w13, (size_t)2 * H * C);
-        TIMED_(bwd, WF_OP_RMSNORM,
-               wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln2), m->dxn, a->mid, p->ln2,
-                                   a->rstd2, N, C));
-        grad_done_(m, p->ln2, (size_t)C);
-        /* mid = res[l] + att @ wo^T */
-        TIMED_(bwd, WF_OP_MATMUL,
-               wf_kern_matmul_bwd(m->datt, model_grad_of_(m, p->wo), m->dres, a->att, p->wo, N, C,
-                                  C, 0));
-        grad_done_(m, p->wo, (size_t)C * C);
-        TIMED_(bwd, WF_OP_ATTENTION,
-               wf_kern_attention_bwd(m->dqkv, m->datt, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
-                                     m->HD, m->attn_scratch, m->n_threads));
-        TIMED_(
-            bwd, WF_OP_ROPE,
-            wf_kern_rope_bwd(m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
-        TIMED_(bwd, WF_OP_MATMUL,
-               wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->wqkv), m->dqkv, a->xn1, p->wqkv, N,
-                                  C, QKV, 0));
-        grad_done_(m, p->wqkv, (size_t)QKV * C);
-        TIMED_(bwd, WF_OP_RMSNORM,
-               wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln1), m->dxn, m->res[l], p->ln1,
-                                   a->rstd1, N, C));
-        grad_done_(m, p->ln1, (size_t)C);
+        UNIT_EVENT_(1 + l, WF_UNIT_BWD_BEGIN); /* FSDP gathers block l's parameters */
+        block_recompute(m, l);                 /* which the recompute reads */
+        block_bwd(m, l, &m->la[l]);
+        UNIT_EVENT_(1 + l, WF_UNIT_BWD_END);
     }
+    UNIT_EVENT_(0, WF_UNIT_BWD_BEGIN);
     TIMED_(bwd, WF_OP_EMBEDDING,
            wf_kern_embedding_bwd(model_grad_of_(m, m->wte), m->dres, m->tokens, N, C));
     grad_done_(m, m->wte, (size_t)m->V * C);
+    UNIT_EVENT_(0, WF_UNIT_BWD_END);
     return WF_OK;
 }
 
 wf_model_memory wf_model_get_memory(const wf_model *m) {
     wf_model_memory r;
-    r.param_bytes = m->n_params * sizeof(float);
-    r.grad_bytes = r.param_bytes;
+    r.param_bytes = m->params ? m->n_params * sizeof(float) : 0;
+    r.grad_bytes = m->grads ? m->n_params * sizeof(float) : 0;
     r.activation_bytes = m->act_floats * sizeof(float);
     return r;
 }
@@ -294,51 +457,52 @@ wf_model_memory wf_model_get_memory(const wf_model *m) {
 /* The activations per block, after the embedding's one. */
 enum { ACTS_PER_LAYER = 8 };
 
-int wf_model_num_activations(const wf_model *m) {
-    return m->B > 0 ? 1 + ACTS_PER_LAYER * m->L + 3 : 0;
+/* Walks the activations the model holds (wf_model_num_activations), in
+ * forward order; fills *out with the one numbered `want` (if any) and
+ * returns how many there are. A block's intermediates are held when they
+ * are its own buffers, or when the shared set holds that block's; with
+ * selective recompute the kept matmul outputs are always there. */
+static int activations_walk(const wf_model *m, int want, wf_model_activation *out) {
+    if (m->B <= 0) return 0;
+    size_t N = (size_t)m->B * (size_t)m->T, C = (size_t)m->C;
+    int n = 0;
+#define ACT_(cond, data_, numel_, ...)                                       \
+    do {                                                                     \
+        if (!(cond)) break;                                                  \
+        if (n++ != want) break;                                              \
+        snprintf(out->name, sizeof out->name, __VA_ARGS__);                  \
+        out->data = (data_);                                                 \
+        out->numel = (numel_);                                               \
+    } while (0)
+    ACT_(1, m->res[0], N * C, "model.embed_tokens");
+    static const char *const names[ACTS_PER_LAYER] = {
+        "input_layernorm", "self_attn.qkv_proj", "self_attn.attn", "self_attn.residual",
+        "post_attention_layernorm", "mlp.gate_up_proj", "mlp.act", "output"};
+    for (int l = 0; l < m->L; l++) {
+        const model_layer_acts_ *a = &m->la[l];
+        const float *data[ACTS_PER_LAYER] = {a->xn1, a->qkv, a->att, a->mid,
+                                             a->xn2, a->h13, a->g,   m->res[l + 1]};
+        size_t width[ACTS_PER_LAYER] = {C, (size_t)m->QKV, C, C, C, 2 * (size_t)m->H, (size_t)m->H, C};
+        /* which entries survive without the shared set: bit j for entry j */
+        unsigned kept = m->recompute == WF_RECOMPUTE_NONE        ? 0xffu
+                        : m->recompute == WF_RECOMPUTE_SELECTIVE ? 0xaeu /* qkv att mid h13 out */
+                                                                 : 0x80u; /* the output */
+        if (m->held_layer == l) kept = 0xffu;
+        for (int j = 0; j < ACTS_PER_LAYER; j++)
+            ACT_(kept >> j & 1u, data[j], N * width[j], "model.layers.%d.%s", l, names[j]);
+    }
+    ACT_(1, m->xf, N * C, "model.norm");
+    ACT_(1, m->logits, N * (size_t)m->V, "%s", m->logits_are_grads ? "lm_head.grad" : "lm_head");
+    ACT_(1, m->losses, m->has_targets ? N : 0, "loss_per_token");
+#undef ACT_
+    return n;
 }
 
+int wf_model_num_activations(const wf_model *m) { return activations_walk(m, -1, NULL); }
+
 void wf_model_get_activation(const wf_model *m, int i, wf_model_activation *out) {
-    size_t N = (size_t)m->B * (size_t)m->T, C = (size_t)m->C;
     memset(out, 0, sizeof *out);
-    if (i == 0) {
-        snprintf(out->name, sizeof out->name, "model.embed_tokens");
-        out->data = m->res[0];
-        out->numel = N * C;
-        return;
-    }
-    int k = i - 1;
-    if (k < ACTS_PER_LAYER * m->L) {
-        int l = k / ACTS_PER_LAYER;
-        const model_layer_acts_ *a = &m->la[l];
-        static const char *const names[ACTS_PER_LAYER] = {
-            "input_layernorm", "self_attn.qkv_proj", "self_attn.attn", "self_attn.residual",
-            "post_attention_layernorm", "mlp.gate_up_proj", "mlp.act", "output"};
-        const float *data[ACTS_PER_LAYER] = {a->xn1, a->qkv, a->att, a->mid, a->xn2, a->h13, a->g, m->res[l + 1]};
-        size_t width[ACTS_PER_LAYER] = {C, (size_t)m->QKV, C, C, C, 2 * (size_t)m->H, (size_t)m->H, C};
-        int j = k % ACTS_PER_LAYER;
-        snprintf(out->name, sizeof out->name, "model.layers.%d.%s", l, names[j]);
-        out->data = data[j];
-        out->numel = N * width[j];
-        return;
-    }
-    switch (k - ACTS_PER_LAYER * m->L) {
-    case 0:
-        snprintf(out->name, sizeof out->name, "model.norm");
-        out->data = m->xf;
-        out->numel = N * C;
-        break;
-    case 1:
-        snprintf(out->name, sizeof out->name, "%s", m->logits_are_grads ? "lm_head.grad" : "lm_head");
-        out->data = m->logits;
-        out->numel = N * (size_t)m->V;
-        break;
-    default:
-        snprintf(out->name, sizeof out->name, "loss_per_token");
-        out->data = m->losses;
-        out->numel = m->has_targets ? N : 0;
-        break;
-    }
+    activations_walk(m, i, out);
 }
 
 static const char *const model_op_names_[] = {

@@ -3,6 +3,7 @@
 #define WEFT_MODEL_IMPL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "weft/model.h"
 
@@ -17,7 +18,9 @@ typedef struct {
     float *w2;   /* (C, H)    down_proj */
 } model_layer_params_;
 
-/* Saved activations of one block, for up to the planned N = B*T rows. */
+/* Saved activations of one block, for up to the planned N = B*T rows.
+ * With recomputation some or all of them point into one set shared by all
+ * blocks (model.c, plan_layout). */
 typedef struct {
     float *xn1;   /* (N, C)        rmsnorm(input) */
     float *rstd1; /* (N) */
@@ -30,6 +33,13 @@ typedef struct {
     float *h13;   /* (N, 2H)       w1 x | w3 x */
     float *g;     /* (N, H)        silu(w1 x) * w3 x */
 } model_layer_acts_;
+
+/* One sharding unit (wf_model_num_units): its range of the flat layout and
+ * where its parameters and gradients are bound now (NULL: nowhere). */
+typedef struct {
+    size_t off, n;
+    float *p, *g;
+} model_unit_;
 
 struct wf_model {
     wf_model_config cfg;
@@ -46,6 +56,7 @@ struct wf_model {
     model_layer_params_ *lp; /* (L) */
 
     /* The plan (wf_model_plan). */
+    wf_model_recompute recompute; /* wf_model_set_recompute */
     int plan_B, plan_T, n_threads;
     size_t act_floats;
     float *rope_cos, *rope_sin; /* (plan_T, HD/2) */
@@ -62,7 +73,15 @@ struct wf_model {
 
     /* The last forward. */
     int B, T, has_targets, logits_are_grads;
+    int held_layer;  /* with recompute: the block whose intermediates the shared set holds (-1: none) */
+    int recomputing; /* 1 while the backward re-runs forward ops: they count as times.rec */
     size_t n_valid;
+
+    /* Units: the embedding, each block, the final norm (+ untied lm_head). */
+    model_unit_ *units;
+    int n_units;
+    wf_model_unit_hook unit_hook;
+    void *unit_hook_ctx;
 
     /* wf_model_set_grad_hook */
     wf_model_grad_hook grad_hook;
@@ -83,9 +102,24 @@ static inline float *wf__model_carve(wf__model_carver *cv, size_t n) {
     return p;
 }
 
-/* Gradient pointer for a parameter pointer. */
+/* Sets the sizes C, L, NH, NKV, HD, H, V, QKV from m->cfg (valid). */
+void wf__model_set_dims(struct wf_model *m);
+
+/* The unit whose bound parameters hold p, or -1. */
+static inline int model_unit_of_(const struct wf_model *m, const float *p) {
+    uintptr_t x = (uintptr_t)p;
+    for (int u = 0; u < m->n_units; u++) {
+        uintptr_t a = (uintptr_t)m->units[u].p;
+        if (m->units[u].p && x >= a && x < a + m->units[u].n * sizeof(float)) return u;
+    }
+    return -1;
+}
+
+/* Gradient pointer for a parameter pointer: the same place in its unit's
+ * bound gradients. */
 static inline float *model_grad_of_(const struct wf_model *m, const float *p) {
-    return m->grads + (p - m->params);
+    int u = model_unit_of_(m, p);
+    return u >= 0 && m->units[u].g ? m->units[u].g + (p - m->units[u].p) : NULL;
 }
 
 #endif

@@ -58,16 +58,43 @@ static void layout(wf_model *m) {
     m->n_params = cur;
 }
 
+void wf__model_set_dims(wf_model *m) {
+    const wf_model_config *c = &m->cfg;
+    m->C = c->dim, m->L = c->n_layers, m->NH = c->n_heads, m->NKV = c->n_kv_heads;
+    m->HD = c->dim / c->n_heads, m->H = wf_model_config_hidden_dim(c);
+    m->V = c->vocab_size, m->QKV = (m->NH + 2 * m->NKV) * m->HD;
+}
+
+/* The units over the layout: [0, wte) the embedding, each block's 9
+ * tensors, then the final norm and an untied lm_head; each bound to the
+ * model's own buffers (NULL where it has none). */
+static wf_status make_units(wf_model *m) {
+    m->n_units = m->L + 2;
+    m->units = calloc((size_t)m->n_units, sizeof *m->units);
+    if (!m->units) return wf_error(WF_ERR_NOMEM, "model: cannot allocate the unit table");
+    for (int u = 0; u < m->n_units; u++) {
+        int first = u == 0 ? 0 : 1 + 9 * (u - 1); /* the unit's first tensor */
+        size_t off = m->tensors[first].offset;
+        size_t end = u + 1 < m->n_units ? m->tensors[1 + 9 * u].offset : m->n_params;
+        m->units[u].off = off;
+        m->units[u].n = end - off;
+        wf_model_bind_unit(m, u, m->params ? m->params + off : NULL, m->grads ? m->grads + off : NULL);
+    }
+    return WF_OK;
+}
+
 wf_status wf_model_create(wf_model **out, const wf_model_config *cfg, wf_arena *arena) {
+    return wf_model_create_ex(out, cfg, arena, 0);
+}
+
+wf_status wf_model_create_ex(wf_model **out, const wf_model_config *cfg, wf_arena *arena, int flags) {
     *out = NULL;
     WF_TRY(wf_model_config_validate(cfg));
     wf_model *m = calloc(1, sizeof *m);
     if (!m) return wf_error(WF_ERR_NOMEM, "model: cannot allocate the model header");
     m->cfg = *cfg;
     m->arena = arena;
-    m->C = cfg->dim, m->L = cfg->n_layers, m->NH = cfg->n_heads, m->NKV = cfg->n_kv_heads;
-    m->HD = cfg->dim / cfg->n_heads, m->H = wf_model_config_hidden_dim(cfg);
-    m->V = cfg->vocab_size, m->QKV = (m->NH + 2 * m->NKV) * m->HD;
+    wf__model_set_dims(m);
 
     layout(m); /* counting pass */
     m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
@@ -77,14 +104,19 @@ wf_status wf_model_create(wf_model **out, const wf_model_config *cfg, wf_arena *
         return wf_error(WF_ERR_NOMEM, "model: cannot allocate the tensor table");
     }
     size_t bytes = m->n_params * sizeof(float);
-    m->params = wf_arena_alloc(arena, bytes, 64);
-    m->grads = m->params ? wf_arena_alloc(arena, bytes, 64) : NULL;
-    if (!m->params || !m->grads) {
+    if (!(flags & WF_MODEL_NO_PARAMS)) m->params = wf_arena_alloc(arena, bytes, 64);
+    if (!(flags & WF_MODEL_NO_GRADS)) m->grads = wf_arena_alloc(arena, bytes, 64);
+    if ((!(flags & WF_MODEL_NO_PARAMS) && !m->params) || (!(flags & WF_MODEL_NO_GRADS) && !m->grads)) {
         wf_model_destroy(m);
         return wf_error_wrap(WF_ERR_NOMEM, "model: parameters and gradients (2 x %zu bytes): ",
                              bytes);
     }
-    layout(m); /* filling pass */
+    layout(m); /* filling pass (pointers NULL without a parameter buffer) */
+    wf_status s = make_units(m);
+    if (s != WF_OK) {
+        wf_model_destroy(m);
+        return s;
+    }
     *out = m;
     return WF_OK;
 }
@@ -93,6 +125,7 @@ void wf_model_destroy(wf_model *m) {
     if (!m) return;
     free(m->tensors);
     free(m->lp);
+    free(m->units);
     free(m->res);
     free(m->la);
     free(m);
@@ -112,7 +145,49 @@ const wf_tensor_info *wf_model_find_tensor(const wf_model *m, const char *name) 
 float *wf_model_params(wf_model *m) { return m->params; }
 float *wf_model_grads(wf_model *m) { return m->grads; }
 
-void wf_model_zero_grad(wf_model *m) { memset(m->grads, 0, m->n_params * sizeof *m->grads); }
+void wf_model_zero_grad(wf_model *m) {
+    if (m->grads) memset(m->grads, 0, m->n_params * sizeof *m->grads);
+}
+
+int wf_model_num_units(const wf_model *m) { return m->n_units; }
+
+void wf_model_unit_range(const wf_model *m, int unit, size_t *offset, size_t *numel) {
+    *offset = m->units[unit].off;
+    *numel = m->units[unit].n;
+}
+
+void wf_model_set_unit_hook(wf_model *m, wf_model_unit_hook fn, void *ctx) {
+    m->unit_hook = fn;
+    m->unit_hook_ctx = ctx;
+}
+
+/* The parameter pointer of tensor i when its unit's floats are at p. */
+static float *at_(const wf_model *m, int unit, float *p, int i) {
+    return p ? p + (m->tensors[i].offset - m->units[unit].off) : NULL;
+}
+
+void wf_model_bind_unit(wf_model *m, int unit, float *params, float *grads) {
+    model_unit_ *u = &m->units[unit];
+    u->p = params;
+    u->g = grads;
+    if (unit == 0) {
+        m->wte = params;
+        if (m->cfg.tied_embeddings) m->lm_head = params;
+    } else if (unit <= m->L) {
+        int i = 1 + 9 * (unit - 1);
+        model_layer_params_ *lp = &m->lp[unit - 1];
+        lp->ln1 = at_(m, unit, params, i);
+        lp->wqkv = at_(m, unit, params, i + 1);
+        lp->wo = at_(m, unit, params, i + 4);
+        lp->ln2 = at_(m, unit, params, i + 5);
+        lp->w13 = at_(m, unit, params, i + 6);
+        lp->w2 = at_(m, unit, params, i + 8);
+    } else {
+        int i = 1 + 9 * m->L;
+        m->norm_f = at_(m, unit, params, i);
+        if (!m->cfg.tied_embeddings) m->lm_head = at_(m, unit, params, i + 1);
+    }
+}
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -120,9 +195,15 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 void wf_model_init(wf_model *m, uint64_t seed) {
+    for (int u = 0; u < m->n_units; u++) wf_model_init_unit(m, u, seed);
+}
+
+void wf_model_init_unit(wf_model *m, int unit, uint64_t seed) {
+    const model_unit_ *un = &m->units[unit];
     for (int i = 0; i < m->n_tensors; i++) {
         const wf_tensor_info *t = &m->tensors[i];
-        float *p = m->params + t->offset;
+        if (t->offset < un->off || t->offset >= un->off + un->n) continue;
+        float *p = un->p + (t->offset - un->off);
         long long numel = (long long)t->numel;
         if (t->ndim == 1) { /* RMSNorm weights */
             for (long long j = 0; j < numel; j++) p[j] = 1.0f;

@@ -307,7 +307,7 @@ wf_status wf_run_record_write(const char *dir, const wf_run_record *r) {
     json_t *root = json_object();
     if (!root) return wf_error(WF_ERR_NOMEM, "out of memory");
     json_object_set_new(root, "format", json_string("weft-run"));
-    json_object_set_new(root, "version", json_integer(2));
+    json_object_set_new(root, "version", json_integer(3));
     json_object_set_new(root, "weft_version", json_string(WF_VERSION));
     double now = wf__obs_unix_now();
     time_t secs = (time_t)now;
@@ -361,6 +361,19 @@ wf_status wf_run_record_write(const char *dir, const wf_run_record *r) {
         json_object_set_new(root, "dist", dj);
     } else {
         json_object_set_new(root, "dist", json_null());
+    }
+
+    if (r->arena) {
+        json_t *aj = json_object(), *blocks = json_object();
+        for (int i = 0; i < r->arena->n && i < WF_RUN_ARENA_MAX; i++)
+            json_object_set_new(blocks, r->arena->names[i], json_integer(r->arena->bytes[i]));
+        json_object_set_new(aj, "blocks", blocks);
+        json_object_set_new(aj, "in_use", json_integer(r->arena->in_use));
+        json_object_set_new(aj, "peak", json_integer(r->arena->peak));
+        json_object_set_new(aj, "reserved", json_integer(r->arena->reserved));
+        json_object_set_new(root, "arena", aj);
+    } else {
+        json_object_set_new(root, "arena", json_null());
     }
 
 #ifdef WF_SOURCE_DIR

@@ -41,6 +41,7 @@ struct wf_adamw {
     size_t begin, end; /* the elements of the parameter buffer this optimizer updates */
     size_t n;          /* end - begin */
     float *m, *v;      /* (n) first and second moments of elements begin.., from the arena */
+    float *params;     /* NULL: the model's buffer; else the range's own (n) parameters (FSDP) */
     uint64_t t;   /* steps taken */
     int n_ranges;
     adamw_range_ *ranges;
@@ -229,7 +230,9 @@ static wf_status apply_step(wf_adamw *o, double lr, const float *g, double norm)
                      .eps = (float)c->eps,
                      .step = (float)(-lr / bc1)};
 
-    float *p = wf_model_params(o->model);
+    /* p + loc is element begin + loc's parameter: in the model's buffer,
+     * or in the range's own array. */
+    float *p = o->params ? o->params : wf_model_params(o->model) + o->begin;
     const adamw_range_ *r = o->ranges;
     int nr = o->n_ranges;
     size_t base = o->begin;
@@ -237,7 +240,7 @@ static wf_status apply_step(wf_adamw *o, double lr, const float *g, double norm)
 #pragma omp parallel if (o->n >= PARALLEL_MIN_)
     for (int i = 0; i < nr; i++) {
         size_t off = r[i].offset, loc = off - base; /* in the buffer; in the range's arrays */
-        update_range(p + off, g + loc, mm + loc, vv + loc, r[i].numel, k, r[i].decay);
+        update_range(p + loc, g + loc, mm + loc, vv + loc, r[i].numel, k, r[i].decay);
     }
     o->t = t;
     return WF_OK;
@@ -257,6 +260,8 @@ wf_status wf_adamw_step(wf_adamw *o, double lr, double *grad_norm) {
 wf_status wf_adamw_step_shard(wf_adamw *o, double lr, const float *grad, double grad_norm) {
     return apply_step(o, lr, grad, grad_norm);
 }
+
+void wf_adamw_set_params(wf_adamw *o, float *params) { o->params = params; }
 
 void wf_adamw_range(const wf_adamw *o, size_t *begin, size_t *end) {
     *begin = o->begin;

@@ -123,7 +123,10 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     fputs("],\n \"parameters\": [", fp);
     int nt = wf_model_num_tensors(m);
     const float *p = wf_model_params(m), *g = wf_model_grads(m);
-    for (int i = 0; i < nt; i++) {
+    /* zero2 keeps no full gradient and fsdp no full parameters either:
+     * their lists are empty (the guard's verdict comes from the norm and
+     * the loss, which every mode has). */
+    for (int i = 0; p && i < nt; i++) {
         const wf_tensor_info *ti = wf_model_tensor(m, i);
         tensor_stats st = stats_of(p + ti->offset, ti->numel);
         put_entry(fp, ti->name, ti->numel, &st, i == 0);
@@ -132,7 +135,7 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     /* Gradients: the first to go non-finite in the backward is the last
      * tensor of the forward that has one. */
     fputs("],\n \"gradients\": [", fp);
-    for (int i = 0; i < nt; i++) {
+    for (int i = 0; g && i < nt; i++) {
         const wf_tensor_info *ti = wf_model_tensor(m, i);
         tensor_stats st = stats_of(g + ti->offset, ti->numel);
         put_entry(fp, ti->name, ti->numel, &st, i == 0);

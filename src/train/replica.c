@@ -39,6 +39,9 @@ wf_status wf__train_flip_setup(trainer *t) {
     if (index >= ti->numel)
         return wf_error(WF_ERR_CONFIG, "WEFT_TEST_FLIP_BIT=%s: %s has %zu elements", env, name, (size_t)ti->numel);
     if (rank != t->rank) return WF_OK;
+    if (!wf_model_params(t->model))
+        return wf_error(WF_ERR_CONFIG,
+                        "WEFT_TEST_FLIP_BIT=%s: dist.shard = fsdp keeps no whole parameter buffer to flip a bit in", env);
     t->flip.step = step;
     t->flip.elem = ti->offset + index;
     t->flip.bit = bit;
@@ -56,7 +59,7 @@ static void maybe_flip(trainer *t, int64_t done) {
 
 /* The replicated entries of the checkpoint state: the parameters, and
  * under DDP the moments. */
-static size_t replicated(const trainer *t) {
+static size_t replicated(const trainer *t) { /* zero2: as zero1 */
     size_t nt = (size_t)wf_model_num_tensors(t->model);
     return t->zero1 ? nt : t->n_state;
 }
@@ -76,6 +79,9 @@ wf_status wf__train_check_replicas(trainer *t, int64_t done) {
     int64_t every = t->tc->guard_replica_every;
     if (t->world == 1) return WF_OK;
     maybe_flip(t, done);
+    /* fsdp: every rank holds other pieces, nothing is replicated to
+     * compare (train_setup.c says so once). */
+    if (t->shard == WF__SHARD_FSDP) return WF_OK;
     if (every <= 0 || done % every != 0) return WF_OK;
     size_t n = replicated(t), W = (size_t)t->world;
     uint64_t *mine = malloc(n * sizeof *mine), *all = malloc(n * W * sizeof *all);

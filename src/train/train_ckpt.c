@@ -54,8 +54,21 @@ static wf_status build_state(trainer *t) {
             e->ndim = ti->ndim;
             e->shape[0] = ti->shape[0];
             e->shape[1] = ti->shape[1];
-            e->data = bufs[k] + ti->offset;
-            if (k > 0 && t->zero1) {
+            e->data = bufs[k] ? bufs[k] + ti->offset : NULL;
+            if (t->shard == WF__SHARD_FSDP) {
+                /* Everything is sharded per unit: rank r holds elements
+                 * [r x piece, (r + 1) x piece) of the tensor's unit. */
+                const train_units *su = t->units;
+                int u = 0;
+                while (u + 1 < su->n && su->off[u + 1] <= ti->offset) u++;
+                float *base = k == 0 ? su->pshard + su->loc[u]
+                                     : k == 1 ? wf_adamw_m(su->opt[u]) : wf_adamw_v(su->opt[u]);
+                e->shard_size = (int64_t)su->piece[u];
+                e->shard_base = (int64_t)(ti->offset - su->off[u]);
+                int64_t b, end;
+                wf_ckpt_tensor_range(e, t->rank, &b, &end);
+                e->data = b < end ? base + (e->shard_base + b - (int64_t)t->rank * e->shard_size) : base;
+            } else if (k > 0 && t->zero1) {
                 /* This rank holds the moments of its shard only: it saves
                  * and loads that part of each tensor (the global names and
                  * shapes are DDP's, so the checkpoints are the same). */
@@ -310,16 +323,30 @@ wf_status wf__train_setup_checkpoints(trainer *t) {
 }
 
 wf_status wf__train_write_final_model(trainer *t, int64_t steps) {
-    if (t->rank != 0) return WF_OK;
+    if (t->rank != 0 && t->shard != WF__SHARD_FSDP) return WF_OK; /* fsdp: every rank gathers */
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", t->tc->run_dir);
     char steps_s[32];
     snprintf(steps_s, sizeof steps_s, "%lld", (long long)steps);
     wf_kv meta[2] = {{.key = "weft.step", .value = steps_s},
                      {.key = "weft.tokenizer", .value = t->tokenizer_path ? t->tokenizer_path : ""}};
-    WF_TRY(wf_safetensors_save(t->model, path, meta, t->tokenizer_path ? 2 : 1));
-    WF_INFO("wrote %s", path);
-    return WF_OK;
+    if (t->shard != WF__SHARD_FSDP) {
+        WF_TRY(wf_safetensors_save(t->model, path, meta, t->tokenizer_path ? 2 : 1));
+        WF_INFO("wrote %s", path);
+        return WF_OK;
+    }
+    /* fsdp: the whole model, gathered unit by unit into a model of its own
+     * (the end of the run: its memory is not the step's). */
+    wf_arena *a = NULL;
+    wf_model *full = NULL;
+    wf_status s = wf_arena_create(&a, 0);
+    if (s == WF_OK) s = wf_model_create_ex(&full, &t->mc, a, WF_MODEL_NO_GRADS);
+    if (s == WF_OK) s = wf__train_units_gather_all(t, wf_model_params(full));
+    if (s == WF_OK && t->rank == 0) s = wf_safetensors_save(full, path, meta, t->tokenizer_path ? 2 : 1);
+    if (s == WF_OK && t->rank == 0) WF_INFO("wrote %s (the whole model, gathered from the ranks' pieces)", path);
+    wf_model_destroy(full);
+    wf_arena_destroy(a);
+    return s;
 }
 
 wf_status wf__train_write_run_config(const wf_train_config *tc) {

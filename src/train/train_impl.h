@@ -3,6 +3,8 @@
  *   trainer.c       the loop: next batch, forward/backward, judge, update,
  *                   then the once-in-a-while blocks; wf_train_execute
  *   train_setup.c   planning: model, optimizer, DDP/ZeRO-1, loaders
+ *   train_shard.c   ZeRO-2 and FSDP: the model's units, their gathers,
+ *                   reduce-scatters and shards
  *   train_step.c    one optimizer step (one path: norm, judge, update or
  *                   skip) and the validation loss
  *   train_control.c run control: signals, SAVE/STOP files, the memory
@@ -53,6 +55,46 @@ typedef struct {
     wf_metrics_source *rec;     /* (n) the step's per-source record */
 } train_mix;
 
+/* dist.shard */
+enum { WF__SHARD_DDP = 0, WF__SHARD_ZERO1, WF__SHARD_ZERO2, WF__SHARD_FSDP };
+
+/* ZeRO-2 and FSDP over the model's units (train_shard.c). */
+typedef struct {
+    int n;                     /* units */
+    int fsdp;                  /* parameters sharded too (else zero2) */
+    int tied;                  /* unit 0 is also the output projection: own buffers, held for the step */
+    size_t *off, *len;         /* (n) each unit's range of the flat layout */
+    size_t *piece;             /* fsdp: (n) each rank's piece of the unit (ceil(len / W) rounded up to 16) */
+    size_t *loc;               /* fsdp: (n) where this rank's piece of unit u is in the local shard */
+    size_t *counts;            /* (n x W) rank q's part of unit u: counts[u * W + q] */
+    size_t *rcount;            /* (n) this rank's part */
+    size_t *dst;               /* (n) where this rank's part goes in gshard */
+    size_t local_n;            /* fsdp: the local shard's floats (sum of the pieces) */
+    size_t max_len;            /* the largest unit in the rotating buffers */
+    size_t buffer_bytes;       /* the arena bytes this engine allocated */
+    float *pshard;             /* fsdp: (local_n) this rank's parameters */
+    float *gshard;             /* this rank's gradient shard (zero2: the trainer's gshard) */
+    size_t gshard_n;
+    wf_adamw **opt;            /* fsdp: (n) the optimizer of each unit's piece */
+    float *pbuf[2];            /* fsdp: rotating gather buffers */
+    int pholds[2];             /* the unit each holds (-1: none) */
+    wf_comm_request preq[2];
+    float *pE;                 /* fsdp, tied: the embedding's gather buffer */
+    int e_valid;
+    wf_comm_request ereq;
+    float *gbuf[3], *rtmp[3];  /* gradient buffers (2 rotating, the tied embedding's) and receive buffers */
+    int gholds[3];
+    wf_comm_request greq[3];
+    int gnext;
+    float **gcur;              /* (n) where unit u's gradient is bound now */
+    int *gchan;                /* (n) its channel */
+    int in_use;                /* the rotating slot of the unit between BEGIN and END, or -1 */
+    char **ag_tag, **rs_tag;   /* (n) collective tags */
+    uint64_t gathers, prefetched, scatters;
+    int no_prefetch;           /* WEFT_TEST_NO_PREFETCH (benchmarks) */
+    wf_status status;
+} train_units;
+
 typedef struct {
     const wf_train_config *tc;
     wf_model_config mc;
@@ -70,7 +112,9 @@ typedef struct {
     wf_comm *comm;
     int rank, world;
     wf_reducer *reducer;       /* world > 1: DDP's buckets, or ZeRO-1's (reduce-scattered into gshard) */
-    int zero1;                 /* world > 1 and dist.zero1: ZeRO-1 instead of DDP */
+    int shard;                 /* WF__SHARD_*: dist.shard (zero1 with one process: ddp) */
+    int zero1;                 /* the optimizer state is ZeRO-1's flat shard: zero1 (world > 1) and zero2 */
+    train_units *units;        /* zero2, fsdp: the unit engine; NULL otherwise */
     wf_zero1_plan zplan;       /* zero1: the shards of the parameter buffer */
     float *gshard;             /* zero1: (zplan.counts[rank]) this rank's shard of the mean gradient */
     wf_status hook_status;     /* the first error of the gradient hook this step */
@@ -78,6 +122,7 @@ typedef struct {
     char *tokenizer_path;
     char model_source[4200];   /* where the architecture came from (run.json's model_source) */
     wf_arena *arena;
+    wf_run_arena arena_use;    /* the arena's blocks after setup, measured (run.json's "arena") */
     wf_model *model;
     wf_adamw *opt;
     wf_loader *train, *val;
@@ -204,6 +249,28 @@ wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o);
 wf_status wf__train_evaluate(trainer *t, double *loss);
 /* The same over one validation loader (collective with several ranks). */
 wf_status wf__train_eval_loader(trainer *t, wf_loader *l, double *loss);
+
+/* train_shard.c */
+const char *wf__train_shard_name(int shard);
+wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac);
+void wf__train_units_free(trainer *t);
+/* The model's initial parameters from the seed (fsdp: this rank's pieces). */
+wf_status wf__train_units_init(trainer *t, uint64_t seed);
+/* Before a step's micro-batches: the gradient shard zeroed, gathers invalid. */
+void wf__train_units_begin_step(trainer *t);
+/* The parameters changed (an update, a restore): gather again. */
+void wf__train_units_invalidate(trainer *t);
+/* After the backward: every reduce-scatter complete and added into the shard. */
+wf_status wf__train_units_finish(trainer *t);
+/* fsdp: AdamW on every unit's piece. */
+wf_status wf__train_units_update(trainer *t, double lr, double norm);
+void wf__train_units_set_steps(trainer *t, uint64_t steps);
+/* fsdp: every unit all-gathered into full (num_params floats; collective). */
+wf_status wf__train_units_gather_all(trainer *t, float *full);
+/* fsdp: ckpt.init_from's weights (read whole, this rank's pieces kept). */
+wf_status wf__train_units_import(trainer *t, const char *path);
+/* fsdp: the sum of squares of this rank's parameters. */
+double wf__train_units_local_sumsq(const trainer *t);
 
 /* train_mix.c */
 /* data.sources and data.weight_schedule read and checked (names, weights,

@@ -43,7 +43,8 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
     size_t np = wf_model_num_params(t->model);
     wf_run_dist dist = {.world_size = t->world,
                         .backend = t->comm ? wf_comm_backend(t->comm) : "single",
-                        .mode = t->zero1 ? "zero1" : t->world > 1 ? "ddp" : "single",
+                        .mode = t->shard != WF__SHARD_DDP ? wf__train_shard_name(t->shard)
+                                : t->world > 1 ? "ddp" : "single",
                         .optim_bytes = (int64_t)(8 * np),
                         .optim_unsharded_bytes = (int64_t)(8 * np)};
     if (t->zero1) {
@@ -52,6 +53,7 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
         dist.optim_unsharded_bytes = (int64_t)zm.unsharded_bytes;
         dist.zero1_shard_floats = (int64_t)t->zplan.shard_size;
     }
+    if (t->shard == WF__SHARD_FSDP) dist.optim_bytes = (int64_t)(8 * t->units->local_n);
     wf_run_record rec = {.config_toml = t->config_text,
                          .argc = tc->argc,
                          .argv = tc->argv,
@@ -59,7 +61,8 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
                          .flops_per_token = t->flops_per_token,
                          .n_params = (int64_t)np,
                          .model_source = t->model_source,
-                         .dist = &dist};
+                         .dist = &dist,
+                         .arena = &t->arena_use};
     if (t->rank == 0) WF_TRY(wf_run_record_write(tc->run_dir, &rec));
 
     /* Rank 0 records into the run directory; with metrics.all_ranks every
@@ -203,9 +206,23 @@ void wf__train_log_plan(const trainer *t, int64_t start) {
                 t->world, t->Bl, t->B, t->rank);
     size_t opt_lo, opt_hi;
     wf_adamw_range(t->opt, &opt_lo, &opt_hi);
-    WF_INFO("memory: parameters %.1f MB, gradients %.1f MB, optimizer %.1f MB%s, activations %.1f MB",
-            mem.param_bytes / 1e6, mem.grad_bytes / 1e6, 8.0 * (double)(opt_hi - opt_lo) / 1e6,
-            t->zero1 ? " (this rank's shard)" : "", mem.activation_bytes / 1e6);
+    double opt_mb = 8.0 * (double)(opt_hi - opt_lo) / 1e6;
+    char acts[96];
+    snprintf(acts, sizeof acts, "activations %.1f MB (%zu bytes, train.recompute = %s)",
+             mem.activation_bytes / 1e6, mem.activation_bytes,
+             wf_model_recompute_name(wf_model_get_recompute(t->model)));
+    if (t->shard == WF__SHARD_FSDP) {
+        const train_units *su = t->units;
+        WF_INFO("memory (fsdp, this rank): parameter pieces %.1f MB, gradient pieces %.1f MB, optimizer %.1f MB, "
+                "gather and gradient buffers %.1f MB in all (unit buffers), %s",
+                4.0 * (double)su->local_n / 1e6, 4.0 * (double)su->local_n / 1e6, 8.0 * (double)su->local_n / 1e6,
+                (double)su->buffer_bytes / 1e6, acts);
+    } else {
+        WF_INFO("memory: parameters %.1f MB, gradients %.1f MB%s, optimizer %.1f MB%s, %s",
+                mem.param_bytes / 1e6, t->units ? 4.0 * (double)t->units->gshard_n / 1e6 : mem.grad_bytes / 1e6,
+                t->units ? " (this rank's shard; plus the unit buffers)" : "", opt_mb,
+                t->zero1 ? " (this rank's shard)" : "", acts);
+    }
     WF_INFO("FLOPs: %.4g per token (docs/train.md), %.4g per step%s", t->flops_per_token,
             t->flops_per_token * (double)t->accum * t->B * t->T,
             wf_batch_ramp_active(&t->ramp) ? " at the final batch" : "");

@@ -28,6 +28,7 @@ void wf__train_free(trainer *t) {
     wf_loader_destroy(t->val);
     wf_loader_destroy(t->train);
     wf__train_mix_free(t);
+    if (t->units) wf__train_units_free(t); /* fsdp: its optimizers, t->opt among them */
     wf_adamw_destroy(t->opt);
     wf_model_destroy(t->model);
     wf_arena_destroy(t->arena);
@@ -66,6 +67,18 @@ static wf_status resolve_tokenizer(trainer *t, const char *dataset_tokenizer) {
     return t->tokenizer_path ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
 }
 
+/* Records what the arena's in_use grew by since the last mark, as block
+ * `name` of run.json's "arena" (`weft plan` predicts these). */
+static void arena_mark(trainer *t, const char *name) {
+    wf_run_arena *a = &t->arena_use;
+    wf_arena_stats st = wf_arena_get_stats(t->arena);
+    if (a->n < WF_RUN_ARENA_MAX) {
+        a->names[a->n] = name;
+        a->bytes[a->n++] = (int64_t)st.in_use - a->in_use;
+    }
+    a->in_use = (int64_t)st.in_use, a->peak = (int64_t)st.peak, a->reserved = (int64_t)st.reserved;
+}
+
 /* The gradient buckets over the model's tensors (in buffer order): DDP
  * all-reduces them; ZeRO-1 (make_zero1 first) reduce-scatters each into
  * this rank's gradient shard. */
@@ -95,6 +108,34 @@ static wf_status make_reducer(trainer *t) {
     return s;
 }
 
+/* dist.shard, with dist.zero1 as an alias of zero1 (a conflicting pair is
+ * an error). ZeRO-1 with one process is DDP's optimizer (nothing to shard);
+ * zero2 and fsdp run their unit engine with any number of ranks. */
+static wf_status parse_shard(trainer *t) {
+    const wf_train_config *tc = t->tc;
+    const char *name = tc->dist_shard ? tc->dist_shard : "ddp";
+    int shard = -1;
+    for (int k = WF__SHARD_DDP; k <= WF__SHARD_FSDP; k++)
+        if (strcmp(name, wf__train_shard_name(k)) == 0) shard = k;
+    if (shard < 0)
+        return wf_error(WF_ERR_CONFIG, "dist.shard = '%s': use ddp, zero1, zero2 or fsdp", name);
+    if (tc->dist_zero1) {
+        if (wf_opts_given(wf_train_spec(), tc, "dist.shard") && shard != WF__SHARD_ZERO1)
+            return wf_error(WF_ERR_CONFIG,
+                            "dist.zero1 = true and dist.shard = %s contradict each other: dist.zero1 is the old "
+                            "name of dist.shard = zero1; give one of them",
+                            name);
+        shard = WF__SHARD_ZERO1;
+    }
+    if (shard == WF__SHARD_ZERO1 && t->world == 1) {
+        WF_INFO("%s with one process: nothing to shard, the optimizer is the usual one",
+                tc->dist_zero1 ? "dist.zero1 = true" : "dist.shard = zero1");
+        shard = WF__SHARD_DDP;
+    }
+    t->shard = shard;
+    return WF_OK;
+}
+
 /* ZeRO-1: the shards (16-float aligned), this rank's optimizer of its
  * shard and the buffer the reduce-scatter writes its gradient shard into. */
 static wf_status make_zero1(trainer *t, const wf_adamw_config *ac) {
@@ -102,8 +143,10 @@ static wf_status make_zero1(trainer *t, const wf_adamw_config *ac) {
     WF_TRY(wf_zero1_plan_init(&t->zplan, np, t->world, 16));
     size_t lo = t->zplan.offsets[t->rank], count = t->zplan.counts[t->rank];
     WF_TRY(wf_adamw_create_shard(&t->opt, ac, t->model, lo, lo + count, t->arena));
+    arena_mark(t, "optimizer");
     t->gshard = wf_arena_alloc(t->arena, (count ? count : 1) * sizeof(float), 64);
     if (!t->gshard) return wf_error(WF_ERR_NOMEM, "ZeRO-1: out of memory for the gradient shard (%zu floats)", count);
+    arena_mark(t, "grad_shard");
     wf_zero1_memory zm = wf_zero1_plan_memory(&t->zplan, 0, 2);
     if (t->rank == 0) {
         WF_INFO("ZeRO-1: %d ranks (%s), shards of %zu of the %zu parameters: gradients reduce-scattered in buckets "
@@ -207,6 +250,10 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
         return wf_error(WF_ERR_CONFIG, "guard.nonfinite = '%s': use stop or skip",
                         tc->guard_nonfinite ? tc->guard_nonfinite : "");
     t->nonfinite_stop = strcmp(tc->guard_nonfinite, "stop") == 0;
+    int recompute = wf_model_recompute_parse(tc->recompute);
+    if (recompute < 0)
+        return wf_error(WF_ERR_CONFIG, "train.recompute = '%s': use none, block or selective",
+                        tc->recompute ? tc->recompute : "");
     wf_spike_config sc = {.window = (int)tc->spike_window,
                           .z = tc->spike_z,
                           .warmup = (int)tc->spike_warmup,
@@ -268,31 +315,46 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     char blas_msg[256];
     if (wf_kern_blas_check(blas_msg, sizeof blas_msg)) WF_WARN("%s", blas_msg);
 
+    WF_TRY(parse_shard(t));
     WF_TRY(wf_arena_create(&t->arena, 0));
-    WF_TRY(wf_model_create(&t->model, &t->mc, t->arena));
+    /* ZeRO-2 keeps no full gradient, FSDP neither the parameters. */
+    int flags = t->shard == WF__SHARD_ZERO2 ? WF_MODEL_NO_GRADS
+              : t->shard == WF__SHARD_FSDP ? WF_MODEL_NO_GRADS | WF_MODEL_NO_PARAMS : 0;
+    WF_TRY(wf_model_create_ex(&t->model, &t->mc, t->arena, flags));
+    arena_mark(t, "model");
+    WF_TRY(wf_model_set_recompute(t->model, (wf_model_recompute)recompute));
     WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
+    arena_mark(t, "activations");
     WF_TRY(wf__train_flip_setup(t));
-    wf_model_init(t->model, (uint64_t)tc->seed);
     wf_adamw_config ac = {.beta1 = tc->beta1,
                           .beta2 = tc->beta2,
                           .eps = tc->eps,
                           .weight_decay = tc->weight_decay,
                           .decay_embeddings = tc->decay_embeddings,
                           .grad_clip = tc->grad_clip};
-    t->zero1 = tc->dist_zero1 && t->world > 1;
-    if (tc->dist_zero1 && t->world == 1)
-        WF_INFO("dist.zero1 = true with one process: nothing to shard, the optimizer is the usual one");
-    if (t->zero1) {
+    t->zero1 = t->shard == WF__SHARD_ZERO1 || t->shard == WF__SHARD_ZERO2;
+    if (t->shard == WF__SHARD_ZERO2) {
+        WF_TRY(make_zero1(t, &ac));
+        WF_TRY(wf__train_units_setup(t, &ac));
+        arena_mark(t, "units");
+    } else if (t->shard == WF__SHARD_FSDP) {
+        WF_TRY(wf__train_units_setup(t, &ac));
+        arena_mark(t, "units");
+    } else if (t->zero1) {
         WF_TRY(make_zero1(t, &ac));
         WF_TRY(make_reducer(t));
     } else {
         WF_TRY(wf_adamw_create(&t->opt, &ac, t->model, t->arena));
+        arena_mark(t, "optimizer");
         if (t->world > 1) WF_TRY(make_reducer(t));
     }
+    if (t->units) WF_TRY(wf__train_units_init(t, (uint64_t)tc->seed));
+    else wf_model_init(t->model, (uint64_t)tc->seed);
     size_t local = (size_t)t->Bl * (size_t)t->T;
     t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
     t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
     if (!t->inputs || !t->targets) return WF_ERR_NOMEM;
+    arena_mark(t, "batch");
 
     /* Every rank reads the same global order; rank r gets its part of each
      * micro-batch, so any rank count sees the same global batches. */

@@ -52,6 +52,7 @@ static void dump_batch(trainer *t, int64_t step, int k, const wf_batch *b) {
  * 1 / (micro-batches x world). */
 static wf_status forward_backward(trainer *t, int64_t step, step_outcome *o) {
     wf_model_zero_grad(t->model);
+    wf__train_units_begin_step(t); /* zero2, fsdp: the gradient shard, where micro-batches accumulate */
     /* The mean over the global batch is the sum over ranks of each rank's
      * gradient scaled by 1 / world: the scale goes into the backward's (it
      * costs nothing there) and the ranks' gradients are summed, as PyTorch
@@ -103,7 +104,27 @@ static wf_status forward_backward(trainer *t, int64_t step, step_outcome *o) {
 }
 
 /* The gradient summed over ranks (nothing with one process). */
+static wf_status reduce_units(trainer *t, int64_t step, step_outcome *o) {
+    double tr = wf_time_now();
+    wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, "grad reduce-scatter");
+    wf_status s = wf__train_units_finish(t);
+    if (t->world > 1) o->comm_s += wf_time_now() - tr;
+    if (s == WF_OK && t->world > 1) s = wf_comm_all_reduce_f64(t->comm, &o->loss, 1, WF_COMM_AVG, "loss");
+    if (s == WF_OK && step == 0 && t->rank == 0) {
+        const train_units *su = t->units;
+        WF_INFO("%s: %llu unit reduce-scatters, every one started as its unit's backward ended; %llu parameter "
+                "all-gathers, %llu of them prefetched",
+                t->shard == WF__SHARD_FSDP ? "FSDP" : "ZeRO-2", (unsigned long long)su->scatters,
+                (unsigned long long)su->gathers, (unsigned long long)su->prefetched);
+    }
+    wf_trace_end(span);
+    WF_TRY(s);
+    o->fwd_bwd_s += wf_time_now() - tr;
+    return WF_OK;
+}
+
 static wf_status reduce_gradients(trainer *t, int64_t step, step_outcome *o) {
+    if (t->units) return reduce_units(t, step, o);
     if (t->world == 1) return WF_OK;
     /* Every rank's gradients become the sum over ranks of each rank's
      * mean over its equal part of the batch scaled by 1 / world: the
@@ -135,7 +156,8 @@ static wf_status reduce_gradients(trainer *t, int64_t step, step_outcome *o) {
 static wf_status grad_norm(trainer *t, double *norm) {
     wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "grad norm");
     wf_status s = WF_OK;
-    if (t->zero1) s = wf_zero1_grad_norm(t->comm, t->gshard, t->zplan.counts[t->rank], norm);
+    if (t->shard == WF__SHARD_FSDP) s = wf_zero1_grad_norm(t->comm, t->units->gshard, t->units->gshard_n, norm);
+    else if (t->zero1) s = wf_zero1_grad_norm(t->comm, t->gshard, t->zplan.counts[t->rank], norm);
     else *norm = wf_grad_norm(t->model);
     wf_trace_end(span);
     return s;
@@ -161,6 +183,13 @@ static void judge(trainer *t, step_outcome *o) {
  * is then all-gathered), clipped with the global norm. The same norm, loss
  * and lr on every rank: all update (or all refuse a non-finite norm). */
 static wf_status update(trainer *t, int64_t step, step_outcome *o) {
+    if (t->shard == WF__SHARD_FSDP) {
+        /* Each unit's piece; the next forward gathers the new values. */
+        wf_trace_span sp = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
+        wf_status s = wf__train_units_update(t, o->lr, o->grad_norm);
+        wf_trace_end(sp);
+        return s == WF_OK ? WF_OK : wf_error_wrap(s, "step %lld: ", (long long)step + 1);
+    }
     const float *grad = t->zero1 ? t->gshard : wf_model_grads(t->model);
     wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
     wf_status s = wf_adamw_step_shard(t->opt, o->lr, grad, o->grad_norm);
@@ -202,8 +231,15 @@ wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o) {
         /* The guard's last line: parameters the update made non-finite
          * (finite gradients make that all but impossible; a fault can).
          * The same bits on every rank, so the same verdict. */
-        if (s == WF_OK && !isfinite(wf_kern_sumsq(wf_model_params(t->model), wf_model_num_params(t->model))))
-            o->nonfinite |= WF__NONFINITE_PARAMS;
+        double ss = 0;
+        if (s == WF_OK && t->shard == WF__SHARD_FSDP) {
+            /* fsdp: each rank's pieces, summed over ranks: the same verdict everywhere. */
+            ss = wf__train_units_local_sumsq(t);
+            s = wf_comm_all_reduce_f64(t->comm, &ss, 1, WF_COMM_SUM, "param check");
+        } else if (s == WF_OK) {
+            ss = wf_kern_sumsq(wf_model_params(t->model), wf_model_num_params(t->model));
+        }
+        if (s == WF_OK && !isfinite(ss)) o->nonfinite |= WF__NONFINITE_PARAMS;
     }
     wf_trace_end(region);
     o->optim_s = wf_time_now() - t0;

@@ -111,7 +111,8 @@ COLLECTIVE_CHECKS = (
     + [f"all_reduce_same_bits_{n}" for n in (1, 1000, 12345, 1 << 20)]
     + ["all_reduce_f64_avg", "all_reduce_i32", "agree", "reduce_scatter_sum", "reduce_scatter_avg",
        "all_gather", "broadcast", "check_replicas", "all_gather_bytes", "iall_reduce",
-       "ireduce_scatter_sum", "ireduce_scatter_avg", "ireduce_scatter_uneven",
+       "ireduce_scatter_sum", "ireduce_scatter_avg", "ireduce_scatter_uneven", "iall_gather",
+       "iall_gather_uneven",
        "reducer_shards_sum", "reducer_shards_avg", "reducer_shards_refuses_other_plan"])
 
 

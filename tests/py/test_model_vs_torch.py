@@ -114,9 +114,14 @@ def _rel_err(x, ref):
         np.abs(x).max())
 
 
+RECOMPUTE = ["none", "block", "selective"]
+
+
+@pytest.mark.parametrize("recompute", RECOMPUTE)
 @pytest.mark.parametrize("cfg", ALL_CONFIGS, ids=[c["name"] for c in ALL_CONFIGS])
-def test_logits_loss_and_gradients_match_torch(tmp_path, cfg):
-    meta, tensors = read_dump(_dump(tmp_path, cfg))
+def test_logits_loss_and_gradients_match_torch(tmp_path, cfg, recompute):
+    """Each activation-recompute mode (train.recompute) against the reference."""
+    meta, tensors = read_dump(_dump(tmp_path, cfg, recompute=recompute))
     if (tensors["targets"] < 0).all():
         pytest.skip("every target ignored: torch's mean is NaN, weft's 0")
     ref64 = _reference(meta, tensors, torch.float64)
@@ -131,7 +136,7 @@ def test_logits_loss_and_gradients_match_torch(tmp_path, cfg):
         ref32 = _reference(meta, tensors, torch.float32)
         lines = [f"{k}: weft error {e:.2e} ({e / U:.0f} u) > {TOL:.0e}; torch fp32 error "
                  f"{_rel_err(ref32[k], ref64[k]):.2e}" for k, e in failures]
-        pytest.fail(f"{cfg['name']} ({meta}):\n" + "\n".join(lines))
+        pytest.fail(f"{cfg['name']}, recompute {recompute} ({meta}):\n" + "\n".join(lines))
     # logits, loss and one gradient per parameter tensor
     n_params = sum(1 for k in tensors if k.startswith("grad."))
     assert checked == 2 + n_params
@@ -149,3 +154,14 @@ def test_same_seed_is_bit_identical(tmp_path, threads):
     assert a == b
     c = _dump(tmp_path, cfg, "c.bin", threads=threads, seed=99).read_bytes()
     assert a != c
+
+
+@pytest.mark.parametrize("cfg", [CONFIGS[1], CONFIGS[3]], ids=lambda c: c["name"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_recompute_modes_are_bit_identical(tmp_path, cfg, threads):
+    """Recomputation repeats the same kernels on the same inputs: the whole
+    dump (logits, loss, every gradient) has the same bytes in every mode."""
+    ref = _dump(tmp_path, cfg, "none.bin", threads=threads, recompute="none").read_bytes()
+    for mode in RECOMPUTE[1:]:
+        got = _dump(tmp_path, cfg, f"{mode}.bin", threads=threads, recompute=mode).read_bytes()
+        assert got == ref, f"recompute {mode} differs from none"

@@ -389,6 +389,42 @@ static int cmd_collectives(wf_comm *c) {
     for (size_t i = 0; i < n; i++)
         if (full[i] != (float)i + 0.5f) ok = 0;
     report(c, "all_gather", ok);
+    /* Non-blocking all-gathers, two in flight (FSDP's prefetch): one over
+     * the shards, one with uneven counts (empty parts, as FSDP's last
+     * pieces), completed by tests alone and by a wait. */
+    {
+        size_t *cu = calloc((size_t)size_, sizeof *cu), tu = 0;
+        float *g2 = calloc(n, sizeof *g2);
+        if (!cu || !g2) return die("out of memory");
+        for (int r = 0; r < size_; r++) {
+            cu[r] = r % 2 ? 37 * (size_t)r + 5 : 0;
+            tu += cu[r];
+        }
+        for (size_t i = 0; i < n; i++) full[i] = -1;
+        for (size_t i = 0; i < p.counts[rank_]; i++)
+            full[p.offsets[rank_] + i] = (float)(p.offsets[rank_] + i) + 0.25f;
+        size_t off = 0;
+        for (int r = 0; r < rank_; r++) off += cu[r];
+        for (size_t i = 0; i < tu; i++) g2[i] = -1;
+        for (size_t i = 0; i < cu[rank_]; i++) g2[off + i] = (float)(off + i) * 2.0f;
+        wf_comm_request q1, q2;
+        if (wf_comm_iall_gather(c, full, p.counts, "iag shards", &q1) != WF_OK) return die("iall_gather");
+        if (wf_comm_iall_gather(c, g2, cu, "iag uneven", &q2) != WF_OK) return die("iall_gather");
+        int d1 = 0;
+        while (!d1)
+            if (wf_comm_test(c, &q1, &d1) != WF_OK) return die("test");
+        if (wf_comm_wait(c, &q2) != WF_OK) return die("wait");
+        int ok1 = 1, ok2 = 1;
+        for (size_t i = 0; i < n; i++)
+            if (full[i] != (float)i + 0.25f) ok1 = 0;
+        for (size_t i = 0; i < tu; i++)
+            if (g2[i] != (float)i * 2.0f) ok2 = 0;
+        if (tu < n && g2[tu] != 0) ok2 = 0; /* nothing written past the parts */
+        report(c, "iall_gather", ok1);
+        report(c, "iall_gather_uneven", ok2);
+        free(cu);
+        free(g2);
+    }
     wf_zero1_plan_deinit(&p);
     free(full);
     free(part);

@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
     wf_peak peak;
     if (s == WF_OK) s = wf_peak_get(&peak, &po);
     const char *config = "[model]\npreset = \"tiny\"\n[metrics]\npeak_tflops = 0.05\n";
-    wf_run_record rec = {config, argc, argv, &peak, fpt, (int64_t)wf_model_config_num_params(&mc), NULL, NULL, NULL};
+    wf_run_record rec = {config, argc, argv, &peak, fpt, (int64_t)wf_model_config_num_params(&mc), NULL, NULL, NULL, NULL};
     if (s == WF_OK) s = wf_run_record_write(dir, &rec);
     if (s == WF_OK) s = wf_arena_create(&arena, 1 << 20);
     if (s == WF_OK && !wf_arena_alloc(arena, 3 << 20, 64)) s = WF_ERR_NOMEM;

@@ -7,7 +7,8 @@
  * Keys: preset (default tiny), dim, n_layers, n_heads, n_kv_heads, vocab,
  * hidden (ffn_hidden_dim), max_seq_len, eps, theta, tied, B, T, seed
  * (parameters), data_seed (tokens and targets), ignore (a target is -1
- * with this probability), loss_scale, threads.
+ * with this probability), loss_scale, threads, recompute (none, block,
+ * selective: wf_model_set_recompute).
  *
  * OUT_FILE (a test artifact, little-endian): "WFTD", u32 version = 1, then
  * records until the end of the file:
@@ -30,13 +31,14 @@
 
 static int parse_kv(const char *arg, wf_model_config *c, long long *B, long long *T,
                     unsigned long long *seed, unsigned long long *data_seed, double *ignore,
-                    double *loss_scale, long long *threads) {
+                    double *loss_scale, long long *threads, int *recompute) {
     const char *eq = strchr(arg, '=');
     if (!eq) return -1;
     size_t klen = (size_t)(eq - arg);
     const char *v = eq + 1;
 #define KEY_(s) (klen == strlen(s) && strncmp(arg, s, klen) == 0)
     if (KEY_("preset")) return wf_model_config_preset(c, v) == WF_OK ? 0 : -1;
+    if (KEY_("recompute")) return (*recompute = wf_model_recompute_parse(v)) < 0 ? -1 : 0;
     char *end;
     double d = strtod(v, &end);
     if (*v == '\0' || *end != '\0') return -1;
@@ -72,8 +74,9 @@ int main(int argc, char **argv) {
     long long B = 2, T = 8, threads = 0;
     unsigned long long seed = 1, data_seed = 2;
     double ignore = 0.1, loss_scale = 1.0;
+    int recompute = WF_RECOMPUTE_NONE;
     for (int i = 2; i < argc; i++) {
-        if (parse_kv(argv[i], &cfg, &B, &T, &seed, &data_seed, &ignore, &loss_scale, &threads)) {
+        if (parse_kv(argv[i], &cfg, &B, &T, &seed, &data_seed, &ignore, &loss_scale, &threads, &recompute)) {
             fprintf(stderr, "model_dump: bad argument '%s' %s\n", argv[i], wf_error_msg());
             return 2;
         }
@@ -84,6 +87,7 @@ int main(int argc, char **argv) {
     wf_model *m = NULL;
     int rc = 1;
     if (wf_arena_create(&arena, 0) != WF_OK || wf_model_create(&m, &cfg, arena) != WF_OK ||
+        wf_model_set_recompute(m, (wf_model_recompute)recompute) != WF_OK ||
         wf_model_plan(m, (int)B, (int)T) != WF_OK) {
         fprintf(stderr, "model_dump: %s\n", wf_error_msg());
         goto done;

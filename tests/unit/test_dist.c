@@ -93,7 +93,16 @@ WF_TEST(single_backend_identity) {
     WF_CHECK_TRUE(memcmp(send, recv, sizeof send) == 0);
     WF_CHECK_OK(wf_comm_all_gather(c, recv, counts, "ag"));
     WF_CHECK_TRUE(memcmp(send, recv, sizeof send) == 0);
-    WF_CHECK_EQ(wf_comm_completed(c), 15);
+    /* The non-blocking all-gather completes at once and leaves the buffer. */
+    wf_comm_request q;
+    WF_CHECK_OK(wf_comm_iall_gather(c, recv, counts, "iag", &q));
+    int done = 0;
+    WF_CHECK_OK(wf_comm_test(c, &q, &done));
+    WF_CHECK_TRUE(done && q.slot == -1);
+    WF_CHECK_TRUE(memcmp(send, recv, sizeof send) == 0);
+    WF_CHECK_ERR(wf_comm_iall_gather(c, recv, counts, "iag", NULL), WF_ERR_INVALID, "NULL request");
+    WF_CHECK_ERR(wf_comm_iall_gather(c, NULL, counts, "iag", &q), WF_ERR_INVALID, "NULL buffer");
+    WF_CHECK_EQ(wf_comm_completed(c), 16);
     wf_comm_destroy(c);
 }
 

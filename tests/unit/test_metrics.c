@@ -567,14 +567,20 @@ WF_TEST(run_record_contents) {
     wf_peak pk;
     wf_peak_options po = {2.0, NULL, 0, 0, 0};
     WF_CHECK_OK(wf_peak_get(&pk, &po));
-    wf_run_record rec = {"[train]\nsteps = 3\n", 4, argv, &pk, 835584.0, 131392, NULL, NULL, NULL};
+    wf_run_arena ar = {2, {"model", "batch"}, {1000, 64}, 1064, 1064, 1 << 20};
+    wf_run_record rec = {"[train]\nsteps = 3\n", 4, argv, &pk, 835584.0, 131392, NULL, NULL, NULL, &ar};
     WF_CHECK_OK(wf_run_record_write(dir, &rec));
     json_error_t err;
     json_t *r = json_load_file(path_in_tmp("run.json"), 0, &err);
     WF_CHECK_TRUE(r != NULL);
     WF_CHECK_STREQ(json_string_value(json_object_get(r, "format")), "weft-run");
-    WF_CHECK_EQ(json_integer_value(json_object_get(r, "version")), 2);
+    WF_CHECK_EQ(json_integer_value(json_object_get(r, "version")), 3);
     WF_CHECK_TRUE(json_is_null(json_object_get(r, "model_source"))); /* none given */
+    json_t *arena = json_object_get(r, "arena"); /* version 3 */
+    WF_CHECK_EQ(json_integer_value(json_object_get(json_object_get(arena, "blocks"), "model")), 1000);
+    WF_CHECK_EQ(json_integer_value(json_object_get(json_object_get(arena, "blocks"), "batch")), 64);
+    WF_CHECK_EQ(json_integer_value(json_object_get(arena, "in_use")), 1064);
+    WF_CHECK_EQ(json_integer_value(json_object_get(arena, "reserved")), 1 << 20);
     WF_CHECK_STREQ(json_string_value(json_object_get(r, "config_toml")), "[train]\nsteps = 3\n");
     WF_CHECK_STREQ(json_string_value(json_array_get(json_object_get(r, "command"), 2)), "--config");
     json_t *env = json_object_get(r, "env");
@@ -620,7 +626,7 @@ WF_TEST(run_record_dirty_checkout) {
              "git -c user.name=t -c user.email=t@t commit -q -m init && echo two >> a.txt",
              repo, repo);
     WF_CHECK_EQ(system(cmd), 0);
-    wf_run_record rec = {NULL, 0, NULL, NULL, 0, -1, repo, NULL, NULL};
+    wf_run_record rec = {NULL, 0, NULL, NULL, 0, -1, repo, NULL, NULL, NULL};
     WF_CHECK_OK(wf_run_record_write(wf_test_tmpdir(), &rec));
     json_error_t err;
     json_t *r = json_load_file(path_in_tmp("run.json"), 0, &err);

@@ -411,3 +411,92 @@ WF_TEST(a_step_uses_one_thread_pool) {
                      extra, pool, pool - 1);
     free_model(&f);
 }
+
+/* ---------------------------------------------------------------- units */
+
+typedef struct {
+    wf_model *m;
+    int events[64][2];
+    int n;
+    float *p[8], *g[8]; /* each unit's own copies (a model without buffers) */
+} unit_log;
+
+static wf_status log_unit(void *ctx, int unit, wf_model_unit_event ev) {
+    unit_log *L = ctx;
+    if (L->n < 64) L->events[L->n][0] = unit, L->events[L->n][1] = (int)ev;
+    L->n++;
+    if (ev == WF_UNIT_FWD_BEGIN || ev == WF_UNIT_BWD_BEGIN) wf_model_bind_unit(L->m, unit, L->p[unit], L->g[unit]);
+    return WF_OK;
+}
+
+static wf_status fail_unit(void *ctx, int unit, wf_model_unit_event ev) {
+    (void)ctx;
+    return unit == 2 && ev == WF_UNIT_BWD_BEGIN ? wf_error(WF_ERR_IO, "unit hook: gather failed") : WF_OK;
+}
+
+/* A model without its own buffers, every unit bound to separate copies
+ * by the unit hook, computes the same loss and gradients bit for bit as
+ * the usual model; the hook sees every unit's forward in order and its
+ * backward in reverse; units tile the layout; init by unit is init. */
+static void units_match(int tied) {
+    wf_model_config c = tiny();
+    c.tied_embeddings = tied;
+    fixture f = make_model(&c, 9, 2, 8);
+    wf_arena *a;
+    WF_CHECK_OK(wf_arena_create(&a, 1 << 20));
+    wf_model *m;
+    WF_CHECK_OK(wf_model_create_ex(&m, &c, a, WF_MODEL_NO_PARAMS | WF_MODEL_NO_GRADS));
+    WF_CHECK_OK(wf_model_plan(m, 2, 8));
+    WF_CHECK_TRUE(wf_model_params(m) == NULL && wf_model_grads(m) == NULL);
+    int U = wf_model_num_units(m);
+    WF_CHECK_EQ(U, c.n_layers + 2);
+    unit_log L = {.m = m};
+    size_t end = 0;
+    for (int u = 0; u < U; u++) {
+        size_t off, n;
+        wf_model_unit_range(m, u, &off, &n);
+        WF_CHECK_EQ(off, end);
+        end = off + n;
+        L.p[u] = calloc(n, sizeof(float));
+        L.g[u] = calloc(n, sizeof(float));
+        wf_model_bind_unit(m, u, L.p[u], NULL);
+        wf_model_init_unit(m, u, 9);
+        WF_CHECK_TRUE(memcmp(L.p[u], wf_model_params(f.m) + off, n * sizeof(float)) == 0);
+    }
+    WF_CHECK_EQ(end, wf_model_num_params(m));
+    wf_model_set_unit_hook(m, log_unit, &L);
+    int32_t tok[16], tgt[16];
+    random_batch(tok, tgt, 16, c.vocab_size, 10);
+    float l1, l2;
+    WF_CHECK_OK(wf_model_forward(f.m, tok, tgt, 2, 8, &l1));
+    WF_CHECK_OK(wf_model_backward(f.m, 0.5f));
+    WF_CHECK_OK(wf_model_forward(m, tok, tgt, 2, 8, &l2));
+    WF_CHECK_TRUE(l1 == l2);
+    WF_CHECK_OK(wf_model_backward(m, 0.5f));
+    for (int u = 0; u < U; u++) {
+        size_t off, n;
+        wf_model_unit_range(m, u, &off, &n);
+        WF_CHECK_TRUE(memcmp(L.g[u], wf_model_grads(f.m) + off, n * sizeof(float)) == 0);
+    }
+    WF_CHECK_EQ(L.n, 4 * U);
+    for (int u = 0; u < U; u++) {
+        WF_CHECK_TRUE(L.events[2 * u][0] == u && L.events[2 * u][1] == WF_UNIT_FWD_BEGIN);
+        WF_CHECK_TRUE(L.events[2 * u + 1][0] == u && L.events[2 * u + 1][1] == WF_UNIT_FWD_END);
+        int b = 2 * U + 2 * (U - 1 - u);
+        WF_CHECK_TRUE(L.events[b][0] == u && L.events[b][1] == WF_UNIT_BWD_BEGIN);
+        WF_CHECK_TRUE(L.events[b + 1][0] == u && L.events[b + 1][1] == WF_UNIT_BWD_END);
+    }
+    /* A hook's error ends the backward with it. */
+    WF_CHECK_OK(wf_model_forward(m, tok, tgt, 2, 8, &l2));
+    wf_model_set_unit_hook(m, fail_unit, NULL);
+    WF_CHECK_ERR(wf_model_backward(m, 0.5f), WF_ERR_IO, "gather failed");
+    for (int u = 0; u < U; u++) free(L.p[u]), free(L.g[u]);
+    wf_model_destroy(m);
+    wf_arena_destroy(a);
+    free_model(&f);
+}
+
+WF_TEST(units_bound_elsewhere_compute_the_same_bits) {
+    units_match(1);
+    units_match(0);
+}

@@ -42,6 +42,7 @@ typedef struct {
     /* (MPI_BACKEND_MAX_REQUESTS x size) the counts of each slot's
      * non-blocking reduce-scatter: MPI reads them until it completes. */
     int *slot_counts;
+    int *slot_displs; /* iall_gather's displacements, per slot */
     float empty; /* the receive buffer of an empty part */
     MPI_Request reqs[MPI_BACKEND_MAX_REQUESTS];
     char err[1024];
@@ -113,7 +114,9 @@ static int mpi_init(void **state, int *rank, int *size, int *local_rank, char *v
     s->icounts = calloc((size_t)s->size, sizeof *s->icounts);
     s->idispls = calloc((size_t)s->size, sizeof *s->idispls);
     s->slot_counts = calloc((size_t)MPI_BACKEND_MAX_REQUESTS * (size_t)s->size, sizeof *s->slot_counts);
-    if (!s->icounts || !s->idispls || !s->slot_counts) {
+    s->slot_displs = calloc((size_t)MPI_BACKEND_MAX_REQUESTS * (size_t)s->size, sizeof *s->slot_displs);
+    if (!s->icounts || !s->idispls || !s->slot_counts || !s->slot_displs) {
+        free(s->slot_displs);
         free(s->icounts);
         free(s->idispls);
         free(s->slot_counts);
@@ -151,6 +154,7 @@ static void mpi_finalize(void *state) {
         free(s->icounts);
         free(s->idispls);
         free(s->slot_counts);
+        free(s->slot_displs);
         free(s);
     }
     int fin = 0;
@@ -227,6 +231,21 @@ static int mpi_all_gather(void *state, float *buf, const size_t *counts) {
     return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Allgatherv", rc);
 }
 
+static int mpi_iall_gather(void *state, int slot, float *buf, const size_t *counts) {
+    mpi_state *s = state;
+    int *ic = s->slot_counts + (size_t)slot * (size_t)s->size;
+    int *id = s->slot_displs + (size_t)slot * (size_t)s->size;
+    size_t off = 0;
+    for (int r = 0; r < s->size; r++) {
+        ic[r] = (int)counts[r];
+        id[r] = (int)off;
+        off += counts[r];
+    }
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, off ? buf : &s->empty, ic, id, MPI_FLOAT,
+                             s->comm, &s->reqs[slot]);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Iallgatherv", rc);
+}
+
 static int mpi_all_gather_bytes(void *state, const void *mine, void *out, size_t bytes) {
     mpi_state *s = state;
     int rc = MPI_Allgather(mine, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, s->comm);
@@ -263,6 +282,7 @@ const wf_dist_backend *wf_dist_backend_v1(void) {
         .all_gather = mpi_all_gather,
         .ireduce_scatter = mpi_ireduce_scatter,
         .all_gather_bytes = mpi_all_gather_bytes,
+        .iall_gather = mpi_iall_gather,
         .broadcast = mpi_broadcast,
         .barrier = mpi_barrier,
         .max_requests = MPI_BACKEND_MAX_REQUESTS,

@@ -1,0 +1,455 @@
+/* The memory and communication planner (weft/plan.h): the arena's blocks
+ * of a training run, per rank, for every sharding and recomputation mode,
+ * written from what src/train/train_setup.c, src/model (wf_model_create,
+ * wf_model_plan) and src/optim (wf_adamw_create_shard) allocate. It never
+ * builds a model: tests/unit/test_plan.c checks these sums against a real
+ * arena's counters, tests/py/test_plan.py against `weft train`'s run.json.
+ * The formulas are written out in docs/distributed.md, "Planning memory". */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft/kernels.h"
+#include "weft/shard.h"
+#include "weft/thread.h"
+#include "weft/plan.h"
+
+#define SHARD_NAME_(name, str) str,
+static const char *const shard_names_[] = {WF_PLAN_SHARDS(SHARD_NAME_)};
+static const char *const recompute_names_[] = {WF_PLAN_RECOMPUTES(SHARD_NAME_)};
+#undef SHARD_NAME_
+
+const char *wf_plan_shard_name(wf_plan_shard s) {
+    return (int)s >= 0 && s < WF_PLAN_N_SHARDS ? shard_names_[s] : NULL;
+}
+const char *wf_plan_recompute_name(wf_plan_recompute r) {
+    return (int)r >= 0 && r < WF_PLAN_N_RECOMPUTES ? recompute_names_[r] : NULL;
+}
+int wf_plan_shard_parse(const char *name) {
+    for (int i = 0; name && i < WF_PLAN_N_SHARDS; i++)
+        if (strcmp(name, shard_names_[i]) == 0) return i;
+    return -1;
+}
+int wf_plan_recompute_parse(const char *name) {
+    for (int i = 0; name && i < WF_PLAN_N_RECOMPUTES; i++)
+        if (strcmp(name, recompute_names_[i]) == 0) return i;
+    return -1;
+}
+
+/* An arena block of `bytes` (0 is handed out as 1), as in_use counts it
+ * when blocks follow each other at 64-byte alignment. */
+static size_t block_(size_t bytes) { return ((bytes ? bytes : 1) + 63) & ~(size_t)63; }
+/* One carve of wf_model_plan's activation buffer: floats rounded up to 16. */
+static size_t carve_(size_t floats) { return (floats + 15) & ~(size_t)15; }
+
+/* The model's sizes, as src/model names them. */
+typedef struct {
+    size_t C, L, NH, NKV, HD, H, V, QKV, KV, P;
+} dims_;
+
+static dims_ dims_of(const wf_model_config *c) {
+    dims_ d;
+    d.C = (size_t)c->dim, d.L = (size_t)c->n_layers, d.NH = (size_t)c->n_heads;
+    d.NKV = (size_t)c->n_kv_heads, d.HD = d.C / d.NH, d.H = (size_t)wf_model_config_hidden_dim(c);
+    d.V = (size_t)c->vocab_size, d.KV = d.NKV * d.HD, d.QKV = (d.NH + 2 * d.NKV) * d.HD;
+    d.P = wf_model_config_num_params(c);
+    return d;
+}
+
+/* Parameters of one transformer block. */
+static size_t layer_params(const dims_ *d) { return 2 * d->C + d->C * d->QKV + d->C * d->C + 3 * d->H * d->C; }
+
+/* wf_model_plan's activation buffer in floats, without the logits: the
+ * same carves as plan_layout (src/model/model.c), with the per-block
+ * intermediates kept per block (none), once for all blocks (block: each
+ * block's are recomputed from its input, res[l], in the backward), or the
+ * matmul outputs per block and the element-wise ones once (selective). */
+static size_t activation_floats(const dims_ *d, size_t B, size_t T, int threads, wf_plan_recompute r) {
+    size_t N = B * T, C = d->C, H = d->H, QKV = d->QKV;
+    size_t f = 2 * carve_(T * (d->HD / 2));                                   /* RoPE cos, sin */
+    f += carve_(wf_kern_attention_scratch((int)T, threads));                 /* attention scores */
+    f += (d->L + 1) * carve_(N * C);                                          /* res[0..L] */
+    size_t matmul_out = carve_(N * QKV) + carve_(N * C) /* att */ + carve_(B * d->NH * T) /* lse */ +
+                        carve_(N * C) /* mid */ + carve_(N * 2 * H);        /* h13 */
+    size_t elementwise = carve_(N * C) + carve_(N) /* xn1, rstd1 */ + carve_(N * C) + carve_(N) /* xn2, rstd2 */ +
+                         carve_(N * H);                                       /* g */
+    size_t sets_matmul = r == WF_PLAN_RECOMPUTE_NONE ? d->L : r == WF_PLAN_RECOMPUTE_BLOCK ? 1 : d->L;
+    size_t sets_elem = r == WF_PLAN_RECOMPUTE_NONE ? d->L : 1;
+    if (d->L == 0) sets_matmul = sets_elem = 0;
+    f += sets_matmul * matmul_out + sets_elem * elementwise;
+    f += carve_(N * C) + carve_(N);                                           /* xf, rstdf */
+    f += 4 * carve_(N);                                                       /* losses, ce_lse, tokens, targets */
+    f += 3 * carve_(N * C) + carve_(N * QKV) + carve_(N * 2 * H) + carve_(N * H); /* dres dxn datt dqkv dh13 dg */
+    return f;
+}
+
+/* The largest rank's shard of n floats (wf_zero1_plan_init(n, W, 16): rank 0's). */
+static size_t zero1_shard(size_t n, size_t W) {
+    size_t s = carve_((n + W - 1) / W);
+    return s < n ? s : n;
+}
+
+/* The sharding units of ZeRO-2 and FSDP (wf_model_num_units on branch
+ * is17-fsdp): the embedding, each block, the final norm with an untied
+ * head (a tied head is the embedding's tensor, unit 0). Per unit: its
+ * length, FSDP's piece (ceil(n / W) rounded up to 16 floats), and rank 0's
+ * part under FSDP (min(piece, n)) and under ZeRO-2 (the unit's overlap
+ * with rank 0's ZeRO-1 shard [0, S)). Rank 0 holds the largest parts. */
+typedef struct {
+    int n, tied;
+    size_t *len, *off, *piece, *fsdp_part, *zero2_part;
+    size_t max_len;  /* the largest unit but a tied embedding (the rotating buffers) */
+    size_t pieces;   /* sum of the pieces: FSDP's flat shard */
+} units_;
+
+static void units_free(units_ *u) {
+    free(u->len), free(u->off), free(u->piece), free(u->fsdp_part), free(u->zero2_part);
+}
+
+static wf_status units_make(const dims_ *d, int tied, size_t W, units_ *u) {
+    memset(u, 0, sizeof *u);
+    u->n = (int)d->L + 2, u->tied = tied;
+    size_t n = (size_t)u->n;
+    u->len = calloc(n, sizeof *u->len), u->off = calloc(n, sizeof *u->off);
+    u->piece = calloc(n, sizeof *u->piece), u->fsdp_part = calloc(n, sizeof *u->fsdp_part);
+    u->zero2_part = calloc(n, sizeof *u->zero2_part);
+    if (!u->len || !u->off || !u->piece || !u->fsdp_part || !u->zero2_part) {
+        units_free(u);
+        return wf_error(WF_ERR_NOMEM, "plan: out of memory for %zu units", n);
+    }
+    size_t S = zero1_shard(d->P, W);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        u->len[i] = i == 0 ? d->V * d->C : i + 1 < n ? layer_params(d) : d->C + (tied ? 0 : d->V * d->C);
+        u->off[i] = off;
+        u->piece[i] = carve_((u->len[i] + W - 1) / W);
+        u->fsdp_part[i] = u->piece[i] < u->len[i] ? u->piece[i] : u->len[i];
+        size_t a = off, b = off + u->len[i];
+        u->zero2_part[i] = a < S ? (b < S ? b : S) - a : 0;
+        u->pieces += u->piece[i];
+        if (!(i == 0 && tied) && u->len[i] > u->max_len) u->max_len = u->len[i];
+        off += u->len[i];
+    }
+    return WF_OK;
+}
+
+static size_t max_of(const size_t *v, int n) {
+    size_t m = 0;
+    for (int i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* FSDP's all-gathers in one optimizer step of `accum` micro-batches, as
+ * the trainer's two rotating gather buffers serve them (src/train/
+ * train_shard.c): a unit is gathered before its forward and its backward
+ * unless one of the two buffers still holds it; at each unit the next one
+ * (forward) or the previous one (backward) is prefetched into the other
+ * buffer; a tied embedding has a buffer of its own, gathered once a step.
+ * Adds to *bytes rank 0's sent bytes (W - 1 times its piece, per gather)
+ * and returns the number of gathers. */
+static int fsdp_gathers(const units_ *u, size_t W, int accum, double *bytes) {
+    int holds[2] = {-1, -1}, in_use = -1, e_valid = 0, gathers = 0;
+#define GATHER_(x) (gathers++, *bytes += 4.0 * (double)(W - 1) * (double)u->fsdp_part[x])
+#define SLOT_(x) (holds[0] == (x) ? 0 : holds[1] == (x) ? 1 : -1)
+#define ACQUIRE_(x)                                                 \
+    do {                                                            \
+        if ((x) == 0 && u->tied) {                                  \
+            if (!e_valid) GATHER_(0), e_valid = 1;                  \
+            break;                                                  \
+        }                                                           \
+        int k_ = SLOT_(x);                                          \
+        if (k_ < 0) k_ = in_use == 0 ? 1 : 0, holds[k_] = (x), GATHER_(x); \
+        in_use = k_;                                                \
+    } while (0)
+#define PREFETCH_(x)                                                                        \
+    do {                                                                                    \
+        if ((x) < 0 || (x) >= u->n || ((x) == 0 && u->tied) || SLOT_(x) >= 0) break;        \
+        int k_ = in_use == 0 ? 1 : 0;                                                       \
+        holds[k_] = (x), GATHER_(x);                                                        \
+    } while (0)
+    for (int a = 0; a < accum; a++) {
+        for (int i = 0; i < u->n; i++) {
+            ACQUIRE_(i);
+            PREFETCH_(i + 1);
+            in_use = -1;
+        }
+        for (int i = u->n - 1; i >= 0; i--) {
+            if (i == u->n - 1 && u->tied) ACQUIRE_(0);
+            ACQUIRE_(i);
+            PREFETCH_(i - 1);
+            in_use = -1;
+        }
+    }
+#undef GATHER_
+#undef SLOT_
+#undef ACQUIRE_
+#undef PREFETCH_
+    return gathers;
+}
+
+static wf_status check_input(const wf_plan_input *in) {
+    WF_TRY(wf_model_config_validate(&in->model));
+    if (in->world < 1) return wf_error(WF_ERR_INVALID, "plan: world size %d, need at least 1 rank", in->world);
+    if (in->micro_batch < 1)
+        return wf_error(WF_ERR_INVALID, "plan: %d sequences per rank, need at least 1", in->micro_batch);
+    if (in->seq_len < 1 || in->seq_len > in->model.max_seq_len)
+        return wf_error(WF_ERR_INVALID, "plan: sequence length %d is outside 1..model.max_seq_len = %d", in->seq_len,
+                        in->model.max_seq_len);
+    if (in->accum < 1) return wf_error(WF_ERR_INVALID, "plan: %d micro-batches per step, need at least 1", in->accum);
+    if (in->threads < 1) return wf_error(WF_ERR_INVALID, "plan: %d threads, need at least 1", in->threads);
+    if ((size_t)in->micro_batch * (size_t)in->seq_len > (size_t)INT32_MAX / 2)
+        return wf_error(WF_ERR_RANGE, "plan: %d x %d rows per rank is more than the model plans", in->micro_batch,
+                        in->seq_len);
+    return WF_OK;
+}
+
+wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_recompute r, wf_plan_memory *out) {
+    memset(out, 0, sizeof *out);
+    WF_TRY(check_input(in));
+    if (!wf_plan_shard_name(s) || !wf_plan_recompute_name(r))
+        return wf_error(WF_ERR_INVALID, "plan: unknown mode %d/%d", (int)s, (int)r);
+    dims_ d = dims_of(&in->model);
+    size_t W = (size_t)in->world, B = (size_t)in->micro_batch, T = (size_t)in->seq_len, N = B * T;
+    if (W == 1 && s == WF_PLAN_ZERO1) s = WF_PLAN_DDP; /* the trainer's choice too; zero2 and fsdp run as they are */
+    size_t P4 = 4 * d.P;
+    units_ u = {0};
+    if (s == WF_PLAN_ZERO2 || s == WF_PLAN_FSDP) WF_TRY(units_make(&d, in->model.tied_embeddings, W, &u));
+    switch (s) {
+    case WF_PLAN_DDP:
+        out->params = block_(P4);
+        out->grads = block_(P4);
+        out->optimizer = 2 * block_(P4);
+        break;
+    case WF_PLAN_ZERO1: {
+        size_t S = zero1_shard(d.P, W);
+        out->params = block_(P4);
+        out->grads = block_(P4) + block_(4 * S); /* the full gradient and the reduce-scatter's shard */
+        out->optimizer = 2 * block_(4 * S);
+        break;
+    }
+    case WF_PLAN_ZERO2: {
+        /* the parameters whole, no full gradient: ZeRO-1's shard of the
+         * gradient and of the moments, and the unit gradient buffers (two
+         * rotating ones of the largest unit, a tied embedding's own) each
+         * with a receive buffer of the largest part */
+        size_t S = zero1_shard(d.P, W), part = max_of(u.zero2_part, u.n);
+        out->params = block_(P4);
+        out->grads = block_(4 * S);
+        out->optimizer = 2 * block_(4 * S);
+        out->buckets = 2 * (block_(4 * u.max_len) + block_(4 * part)) +
+                       (u.tied ? block_(4 * u.len[0]) + block_(4 * part) : 0);
+        break;
+    }
+    case WF_PLAN_FSDP: {
+        /* every unit's piece of parameters, gradient and moments (one
+         * optimizer per unit), two rotating gather buffers of the largest
+         * unit and a tied embedding's own, and the gradient buffers as
+         * ZeRO-2's with FSDP's parts */
+        size_t part = max_of(u.fsdp_part, u.n);
+        out->params = block_(4 * u.pieces);
+        out->grads = block_(4 * u.pieces);
+        for (int i = 0; i < u.n; i++) out->optimizer += 2 * block_(4 * u.fsdp_part[i]);
+        out->gather = 2 * block_(4 * u.max_len) + (u.tied ? block_(4 * u.len[0]) : 0);
+        out->buckets = 2 * (block_(4 * u.max_len) + block_(4 * part)) +
+                       (u.tied ? block_(4 * u.len[0]) + block_(4 * part) : 0);
+        break;
+    }
+    default:
+        break;
+    }
+    units_free(&u);
+    size_t act = activation_floats(&d, B, T, in->threads, r);
+    size_t logits = carve_(N * d.V);
+    out->activations = 4 * act;
+    out->logits = 4 * logits;
+    out->batch = 2 * block_(4 * N);
+    out->total = out->params + out->grads + out->optimizer + out->buckets + out->gather + out->activations +
+                 out->logits + out->batch;
+    return WF_OK;
+}
+
+/* DDP's buckets (wf_reducer_create): the tensors from the last to the
+ * first, a bucket closed once it holds >= bucket_bytes. */
+static int count_buckets(const dims_ *d, int tied, size_t bucket_bytes) {
+    size_t sizes[9] = {d->H * d->C, d->H * d->C, d->H * d->C, d->C, d->C * d->C, d->KV * d->C, d->KV * d->C,
+                       d->C * d->C, d->C}; /* one block, last tensor first */
+    size_t cap = bucket_bytes ? bucket_bytes : 1, fill = 0;
+    int n = 0;
+#define ADD_(numel)                        \
+    do {                                   \
+        fill += 4 * (numel);               \
+        if (fill >= cap) n++, fill = 0;    \
+    } while (0)
+    if (!tied) ADD_(d->V * d->C);
+    ADD_(d->C);
+    for (size_t l = 0; l < d->L; l++)
+        for (int i = 0; i < 9; i++) ADD_(sizes[i]);
+    ADD_(d->V * d->C);
+#undef ADD_
+    return n + (fill > 0);
+}
+
+wf_status wf_plan_comm_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_comm *out) {
+    memset(out, 0, sizeof *out);
+    WF_TRY(check_input(in));
+    if (!wf_plan_shard_name(s)) return wf_error(WF_ERR_INVALID, "plan: unknown mode %d", (int)s);
+    if (in->world == 1) return WF_OK;
+    dims_ d = dims_of(&in->model);
+    double W = in->world, A = in->accum;
+    int buckets = count_buckets(&d, in->model.tied_embeddings, in->bucket_bytes);
+    /* A ring reduce-scatter or all-gather: W - 1 rounds, each sending one
+     * rank's part; with padded shards the largest part is the shard. */
+    double shard_bytes = 4.0 * (double)zero1_shard(d.P, (size_t)in->world);
+    switch (s) {
+    case WF_PLAN_DDP:
+        out->all_reduce = 2.0 * (W - 1) / W * 4.0 * (double)d.P;
+        out->collectives_per_step = buckets;
+        break;
+    case WF_PLAN_ZERO1:
+        out->reduce_scatter = (W - 1) * shard_bytes;
+        out->all_gather = (W - 1) * shard_bytes;
+        out->collectives_per_step = buckets + 1;
+        break;
+    case WF_PLAN_ZERO2:
+        /* no full gradient to accumulate into: every micro-batch
+         * reduce-scatters each unit's gradient into the shards */
+        out->reduce_scatter = A * (W - 1) * shard_bytes;
+        out->all_gather = (W - 1) * shard_bytes;
+        out->collectives_per_step = (int)A * ((int)d.L + 2) + 1;
+        break;
+    case WF_PLAN_FSDP: {
+        /* per micro-batch each unit's gradient reduce-scattered; the
+         * units all-gathered for the forward and again for the backward
+         * (fsdp_gathers: what the two buffers still hold is not) */
+        units_ u;
+        WF_TRY(units_make(&d, in->model.tied_embeddings, (size_t)in->world, &u));
+        double pieces = 0;
+        for (int i = 0; i < u.n; i++) pieces += 4.0 * (double)u.fsdp_part[i];
+        out->reduce_scatter = A * (W - 1) * pieces;
+        int gathers = fsdp_gathers(&u, (size_t)in->world, in->accum, &out->all_gather);
+        out->collectives_per_step = (int)A * u.n + gathers;
+        units_free(&u);
+        break;
+    }
+    default:
+        break;
+    }
+    out->total = out->all_reduce + out->reduce_scatter + out->all_gather;
+    return WF_OK;
+}
+
+wf_status wf_plan_max_micro_batch(const wf_plan_input *in, wf_plan_shard s, wf_plan_recompute r, size_t budget,
+                                  int max_micro, int *out) {
+    *out = 0;
+    wf_plan_input x = *in;
+    x.micro_batch = 1;
+    wf_plan_memory m;
+    WF_TRY(wf_plan_memory_of(&x, s, r, &m));
+    if (m.total > budget || max_micro < 1) return WF_OK;
+    /* The total grows with the batch: the largest fitting one by bisection
+     * over [lo fits, hi does not]. */
+    int lo = 1, hi = max_micro + 1;
+    int64_t rows_cap = (int64_t)INT32_MAX / 2 / x.seq_len;
+    if (hi > rows_cap + 1) hi = (int)rows_cap + 1;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        x.micro_batch = mid;
+        WF_TRY(wf_plan_memory_of(&x, s, r, &m));
+        if (m.total <= budget) lo = mid;
+        else hi = mid;
+    }
+    *out = lo;
+    return WF_OK;
+}
+
+/* A string key of the training config by its name, NULL when the option
+ * table has no such key: dist.shard and train.recompute are read this way,
+ * so the planner takes them as soon as `weft train` has them. */
+static const char *train_key_str(const wf_train_config *tc, const char *key) {
+    const wf_cmd_spec *sp = wf_train_spec();
+    for (size_t i = 0; i < sp->n_opts; i++)
+        if (strcmp(sp->opts[i].key, key) == 0 && sp->opts[i].type == WF_OPT_STR)
+            return *(char *const *)(const void *)((const char *)tc + sp->opts[i].offset);
+    return NULL;
+}
+
+wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_plan_input *out, int *shard,
+                                    int *recompute) {
+    memset(out, 0, sizeof *out);
+    if (world < 1) return wf_error(WF_ERR_INVALID, "plan: --world-size %d, need at least 1", world);
+    uint32_t vocab = 0;
+    int have_data = tc->data_dir && tc->data_dir[0];
+    if (have_data) {
+        wf_dataset_info info;
+        wf_status s = wf_dataset_info_load(&info, tc->data_dir);
+        if (s != WF_OK) return wf_error_wrap(s, "plan: data.dir: ");
+        vocab = info.vocab_size;
+        wf_dataset_info_free(&info);
+    } else if (!tc->vocab_size && !(tc->ckpt_init_from && *tc->ckpt_init_from)) {
+        return wf_error(WF_ERR_CONFIG, "plan: the vocabulary is unknown: give model.vocab_size, or data.dir (the "
+                                       "dataset's vocabulary, as weft train takes it)");
+    }
+    WF_TRY(wf_train_model_config(tc, vocab, &out->model, NULL, 0));
+    if (tc->batch_size % world != 0)
+        return wf_error(WF_ERR_CONFIG,
+                        "data.batch_size = %lld sequences is not divisible by the %d ranks (each rank gets an equal "
+                        "part); use a multiple of %d",
+                        (long long)tc->batch_size, world, world);
+    out->world = world;
+    out->micro_batch = (int)(tc->batch_size / world);
+    out->seq_len = tc->seq_len ? (int)tc->seq_len : out->model.max_seq_len;
+    int64_t micro = tc->batch_size * out->seq_len;
+    int64_t global = tc->global_batch_tokens ? tc->global_batch_tokens : micro;
+    if (global % micro != 0)
+        return wf_error(WF_ERR_CONFIG, "data.global_batch_tokens = %lld is not a multiple of batch_size * seq_len = %lld",
+                        (long long)global, (long long)micro);
+    out->accum = (int)(global / micro);
+    /* The trainer's threads: the attention scratch is per thread. */
+    int threads = tc->threads ? (int)tc->threads : wf_default_threads();
+    wf_kern_set_threads(threads);
+    out->threads = wf_kern_threads();
+    out->bucket_bytes = (size_t)(tc->dist_bucket_mb * 1e6);
+    if (!out->bucket_bytes) out->bucket_bytes = 1;
+    if (shard) {
+        /* dist.shard, with dist.zero1 as its alias; zero1 at one rank is
+         * ddp (the trainer's choice) */
+        const char *name = train_key_str(tc, "dist.shard");
+        *shard = tc->dist_zero1 ? WF_PLAN_ZERO1 : wf_plan_shard_parse(name ? name : "ddp");
+        if (*shard < 0) return wf_error(WF_ERR_CONFIG, "dist.shard = '%s': use ddp, zero1, zero2 or fsdp", name);
+        if (*shard == WF_PLAN_ZERO1 && world == 1) *shard = WF_PLAN_DDP;
+    }
+    if (recompute) {
+        const char *name = train_key_str(tc, "train.recompute");
+        *recompute = wf_plan_recompute_parse(name ? name : "none");
+        if (*recompute < 0)
+            return wf_error(WF_ERR_CONFIG, "train.recompute = '%s': use none, block or selective", name);
+    }
+    return WF_OK;
+}
+
+wf_status wf_plan_parse_bytes(const char *text, size_t *bytes) {
+    *bytes = 0;
+    if (!text || !*text) return wf_error(WF_ERR_CONFIG, "a size is empty: give bytes, e.g. 8GiB or 512MB");
+    char *end;
+    double v = strtod(text, &end);
+    while (*end == ' ') end++;
+    double unit = 1;
+    const char *u = end;
+    static const char prefixes[] = "KMGT";
+    const char *p = *u ? strchr(prefixes, toupper((unsigned char)*u)) : NULL;
+    if (p && *u) {
+        int k = (int)(p - prefixes) + 1;
+        if (u[1] == 'i' && (u[2] == 'B' || u[2] == 'b') && !u[3]) unit = pow(1024.0, k);
+        else if ((u[1] == 'B' || u[1] == 'b') && !u[2]) unit = pow(1000.0, k);
+        else if (!u[1]) unit = pow(1024.0, k); /* "8G": GiB, as most tools read it */
+        else u = NULL;
+    } else if (*u && !((*u == 'B' || *u == 'b') && !u[1])) {
+        u = NULL;
+    }
+    if (end == text || !u || !(v >= 0) || v * unit > 1.8e19)
+        return wf_error(WF_ERR_CONFIG, "'%s' is not a size: give bytes with an optional unit, e.g. 8GiB, 512MiB, 1.5GB",
+                        text);
+    *bytes = (size_t)(v * unit);
+    return WF_OK;
+}
