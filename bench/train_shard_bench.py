@@ -95,11 +95,12 @@ def formula(P, units, W, mode, tied=False):
 def spans(trace_dir, rank=0):
     caps = sorted(Path(trace_dir).iterdir())
     tr = json.loads((caps[-1] / f"rank-{rank:05d}.trace.json").read_text())
-    out = {}
+    out, nbytes = {}, {}
     for e in tr["traceEvents"]:
         if e.get("ph") == "X":
             out.setdefault(e["name"], []).append(float(e.get("dur", 0)) * 1e-6)
-    return out, caps[-1]
+            nbytes[e["name"]] = nbytes.get(e["name"], 0) + int(e.get("args", {}).get("bytes", 0))
+    return out, nbytes
 
 
 def main():
@@ -199,13 +200,21 @@ def main():
     no_pf = train("fsdp", 2, "fsdp-trace-nopf", *tr_args, env={"WEFT_TEST_NO_PREFETCH": "1"})
 
     def exposed(o):
-        sp, cap = spans(o["run"] / "traces")
+        sp, nb = spans(o["run"] / "traces")
         calls, waits = sum(sp.get("iall_gather", [])), sum(sp.get("wait iall_gather", []))
         prog = sum(sp.get("progress", []))
-        return calls, waits, prog, cap
+        return calls, waits, prog, nb
 
-    c1, w1, p1, _ = exposed(with_pf)
+    c1, w1, p1, nb = exposed(with_pf)
     c0, w0, p0, _ = exposed(no_pf)
+    # docs/distributed.md, "Communication": with one micro-batch (untied)
+    # every unit gathered for the forward and all but the last two again
+    # for the backward; every unit's gradient reduce-scattered once
+    ag_formula = 4 * (2 * sum(units) - units[-1] - units[-2])
+    ag, rs = nb.get("iall_gather", 0) / nt, nb.get("ireduce_scatter", 0) / nt
+    print(f"\nFSDP at W = 2, bytes per step in the traces: all-gathers {ag / 1e6:.3f} MB (formula "
+          f"{ag_formula / 1e6:.3f} MB, 4 x (2 sum n_u - n_last - n_before)), reduce-scatters {rs / 1e6:.3f} MB "
+          f"(formula 4 P = {4 * P / 1e6:.3f} MB); x (W - 1) / W on the link")
     hidden = 1 - (c1 + w1) / (c0 + w0) if c0 + w0 > 0 else float("nan")
     print(f"\nFSDP at W = 2, {nt} traced steps, rank 0: all-gather exposed {1e3 * (c1 + w1) / nt:.2f} ms/step with "
           f"prefetch (calls {1e3 * c1 / nt:.2f}, waits {1e3 * w1 / nt:.2f}), {1e3 * (c0 + w0) / nt:.2f} ms/step "
@@ -214,7 +223,8 @@ def main():
     print(f"step with prefetch {with_pf['step_s'] * 1e3:.1f} ms, without {no_pf['step_s'] * 1e3:.1f} ms")
     if a.json:
         Path(a.json).write_text(json.dumps({"P": P, "units": units, "table": table, "hidden": hidden, "w2_step_s": w2,
-                                            "exposed_prefetch_s": (c1 + w1) / nt,
+                                            "exposed_prefetch_s": (c1 + w1) / nt, "ag_bytes": ag,
+                                            "ag_formula": ag_formula, "rs_bytes": rs,
                                             "exposed_no_prefetch_s": (c0 + w0) / nt}, indent=1))
 
 
