@@ -3,8 +3,9 @@ steps): it trains with every dist.shard mode at 1, 2 and 4 ranks (Open MPI)
 and traces FSDP with and without prefetching. Checked: the per-rank model
 state measured from the arena equals docs/distributed.md's memory formula
 for every mode and rank count (to the 64-byte rounding of each buffer),
-DDP's state is 16 bytes a parameter, FSDP's pieces are 1/W of it, and the
-overlap figure is a finite number. Nothing here looks at how fast anything
+DDP's state is 16 bytes a parameter, FSDP's pieces are 1/W of it, the
+bytes its traced all-gathers and reduce-scatters carry per step equal the
+communication formula, and the overlap figure is a finite number. Nothing here looks at how fast anything
 is."""
 import json
 import math
@@ -40,3 +41,5 @@ def test_quick_bench_memory_matches_the_formulas(tmp_path):
     assert rows[("fsdp", 4)]["state"] < rows[("fsdp", 2)]["state"]
     assert "| 4 | " in p.stdout and "0.250 of 16 P" in p.stdout  # the pieces: exactly 1/4
     assert math.isfinite(r["hidden"]) and r["exposed_no_prefetch_s"] > 0
+    # the communication formula: bytes per step of FSDP's collectives in the traces
+    assert r["ag_bytes"] == r["ag_formula"] and r["rs_bytes"] == 4 * P, r
