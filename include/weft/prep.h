@@ -64,6 +64,8 @@ typedef struct {
     double checkpoint_mb;    /* checkpoint after the input that makes this much input since the last */
     double lock_stale_s;     /* another host's output lock older than this is stale (include/weft/dirlock.h) */
     int force;               /* discard a previous run's output instead of resuming */
+    int64_t tasks;           /* tasks sharing the run (0: from Slurm or MPI's environment, else 1) */
+    int64_t task;            /* this task, 0 .. tasks - 1 (-1: from the environment) */
     int json;                /* CLI: print the stats as JSON on stdout */
     /* [input] */
     char *text_mode;         /* plain text: file, paragraph or line */
@@ -79,7 +81,8 @@ typedef struct {
     int dedup;
     char *dedup_unit;        /* line or paragraph */
     int64_t dedup_min_chars; /* shorter units (normalized) are never removed */
-    int64_t dedup_max_mb;    /* memory of the hash table */
+    int64_t dedup_max_mb;    /* memory of the hash table of one hash range */
+    int64_t dedup_ranges;    /* hash ranges: units of the dedup step */
     /* [langid] */
     int langid;
     double lang_min_confidence;

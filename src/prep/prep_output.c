@@ -289,28 +289,11 @@ static wf_status wipe_one(void *ctx, const char *lang, const char *bucket, int64
     return WF_OK;
 }
 
-static void remove_files_in(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        char path[4400];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (!wf_path_is_dir(path)) unlink(path);
-    }
-    closedir(d);
-}
-
 wf_status wf__prep_output_wipe(const char *dir) {
     WF_TRY(each_shard(dir, wipe_one, NULL));
     char p[4200];
-    snprintf(p, sizeof p, "%s/_prep/hashes", dir);
-    remove_files_in(p);
-    rmdir(p);
     snprintf(p, sizeof p, "%s/_prep", dir);
-    remove_files_in(p);
-    rmdir(p);
+    if (wf_path_is_dir(p)) WF_TRY(wf_remove_tree(p));
     snprintf(p, sizeof p, "%s/stats.json", dir);
     unlink(p);
     snprintf(p, sizeof p, "%s/stats.txt", dir);

@@ -15,7 +15,9 @@
  * language (stages.quality.by_language) and, in stats.json, the rule sets
  * that judged them (quality_rule_sets). */
 #define PREP_STATE_VERSION 2
-#define PREP_STATS_VERSION 2
+/* stats.json 3: "tasks" and "steps" (the units of each step and their
+ * seconds); the stages' counters are as in 2. */
+#define PREP_STATS_VERSION 3
 
 void wf__prep_stats_free(prep_stats *s) {
     free(s->langs);
@@ -62,6 +64,46 @@ wf_status wf__prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs
 }
 
 static json_t *u64(uint64_t x) { return json_integer((json_int_t)x); }
+
+static const char *const step_names[] = {
+#define PREP_STEP_NAME_(e, s) s,
+    PREP_STEPS(PREP_STEP_NAME_)
+#undef PREP_STEP_NAME_
+};
+
+const char *wf__prep_step_name(int step) { return step >= 0 && step < PS_COUNT ? step_names[step] : "?"; }
+
+wf_status wf__prep_stats_merge(prep_stats *dst, const prep_stats *src) {
+    for (int st = 0; st < ST_COUNT; st++) {
+        dst->docs_in[st] += src->docs_in[st];
+        dst->docs_out[st] += src->docs_out[st];
+        dst->bytes_in[st] += src->bytes_in[st];
+        dst->bytes_out[st] += src->bytes_out[st];
+        dst->seconds[st] += src->seconds[st];
+    }
+    for (int r = 0; r < R_COUNT; r++) {
+        dst->drop_docs[r] += src->drop_docs[r];
+        dst->drop_bytes[r] += src->drop_bytes[r];
+    }
+    for (int e = 0; e < E_COUNT; e++) dst->extra[e] += src->extra[e];
+    for (int k = 0; k < PREP_PPL_BINS; k++) dst->ppl_hist[k] += src->ppl_hist[k];
+    for (int k = 0; k < PS_COUNT; k++) {
+        dst->step_seconds[k] += src->step_seconds[k];
+        dst->step_units[k] += src->step_units[k];
+        dst->step_bytes[k] += src->step_bytes[k];
+    }
+    for (size_t i = 0; i < src->n_langs; i++)
+        WF_TRY(wf__prep_stats_add_lang(dst, src->langs[i].code, src->langs[i].docs, src->langs[i].bytes));
+    for (size_t i = 0; i < src->n_qlangs; i++) {
+        const prep_quality_lang *q = &src->qlangs[i];
+        prep_quality_lang *d = wf__prep_stats_qlang(dst, q->lang, q->rule_set);
+        if (!d) return wf_error(WF_ERR_NOMEM, "out of memory");
+        d->docs_in += q->docs_in;
+        d->docs_out += q->docs_out;
+        for (int r = 0; r < R_COUNT; r++) d->drop[r] += q->drop[r];
+    }
+    return WF_OK;
+}
 
 /* Perplexity at a percentile of the histogram (the upper edge of its bin). */
 static double ppl_percentile(const prep_stats *s, double q) {
@@ -209,6 +251,68 @@ static wf_status write_json(const char *path, json_t *root) {
     text[n] = '\n'; /* the terminating NUL becomes the final newline */
     wf_status s = wf_file_write_atomic(path, text, n + 1);
     free(text);
+    return s;
+}
+
+static json_t *steps_json(const prep_stats *st) {
+    json_t *steps = json_object();
+    for (int k = 0; k < PS_COUNT; k++) {
+        json_t *j = json_object();
+        json_object_set_new(j, "units", u64(st->step_units[k]));
+        json_object_set_new(j, "bytes_in", u64(st->step_bytes[k]));
+        json_object_set_new(j, "seconds", json_real(st->step_seconds[k]));
+        json_object_set_new(steps, step_names[k], j);
+    }
+    return steps;
+}
+
+wf_status wf__prep_partial_write(const char *path, const prep_stats *st) {
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("weft-prep-unit-stats"));
+    json_object_set_new(root, "version", json_integer(1));
+    json_t *sj = stats_json(st, NULL);
+    json_object_set_new(sj, "steps", steps_json(st));
+    int bins = 0;
+    for (int i = 0; i < PREP_PPL_BINS; i++) bins |= st->ppl_hist[i] != 0;
+    if (bins) {
+        json_t *h = json_array();
+        for (int i = 0; i < PREP_PPL_BINS; i++) json_array_append_new(h, u64(st->ppl_hist[i]));
+        json_object_set_new(sj, "ppl_hist", h);
+    }
+    json_object_set_new(root, "stats", sj);
+    wf_status s = write_json(path, root);
+    json_decref(root);
+    return s;
+}
+
+wf_status wf__prep_partial_read(const char *path, prep_stats *st) {
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root)
+        return wf_error(WF_ERR_FORMAT, "%s:%d: %s: a unit's counters are damaged; rerun with --force", path,
+                        err.line, err.text);
+    json_t *fmt = json_object_get(root, "format"), *sj = json_object_get(root, "stats");
+    wf_status s = WF_OK;
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "weft-prep-unit-stats") != 0 ||
+        json_integer_value(json_object_get(root, "version")) != 1 || !json_is_object(sj)) {
+        s = wf_error(WF_ERR_FORMAT, "%s: not a weft prep unit's counters (version 1); rerun with --force", path);
+    } else if ((s = stats_from_json(sj, st)) != WF_OK) {
+        s = wf_error_wrap(s, "%s: ", path);
+    } else {
+        json_t *steps = json_object_get(sj, "steps");
+        for (int k = 0; k < PS_COUNT; k++) {
+            json_t *j = json_object_get(steps, step_names[k]);
+            st->step_units[k] = get_u64(j, "units");
+            st->step_bytes[k] = get_u64(j, "bytes_in");
+            json_t *sec = json_object_get(j, "seconds");
+            st->step_seconds[k] = json_is_number(sec) ? json_number_value(sec) : 0.0;
+        }
+        json_t *h = json_object_get(sj, "ppl_hist");
+        if (json_is_array(h) && json_array_size(h) == PREP_PPL_BINS)
+            for (int k = 0; k < PREP_PPL_BINS; k++)
+                st->ppl_hist[k] = (uint64_t)json_integer_value(json_array_get(h, (size_t)k));
+    }
+    json_decref(root);
     return s;
 }
 
@@ -402,6 +506,8 @@ wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const p
     json_object_set_new(root, "complete", json_boolean(ps->complete));
     json_object_set_new(root, "inputs", u64(ps->n_inputs));
     json_object_set_new(root, "inputs_done", u64(ps->inputs_done));
+    json_object_set_new(root, "tasks", u64((uint64_t)ps->tasks));
+    json_object_set_new(root, "steps", steps_json(st));
     json_t *sj = stats_json(st, c);
     const char *k;
     json_t *v;
