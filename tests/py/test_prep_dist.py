@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -76,10 +77,18 @@ def start_tasks(out, inputs, n, env_for=None, threads=1):
 
 
 def wait_all(procs, timeout=300):
-    out = []
-    for p in procs:
-        _, err = p.communicate(timeout=timeout)
-        out.append((p.returncode, err))
+    """(exit status, stderr) of each; every process is reaped as soon as it
+    ends (a killed task left a zombie would look alive to the others)."""
+    out = [None] * len(procs)
+
+    def reap(i):
+        _, err = procs[i].communicate(timeout=timeout)
+        out[i] = (procs[i].returncode, err)
+    threads = [threading.Thread(target=reap, args=(i,)) for i in range(len(procs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     return out
 
 
@@ -139,7 +148,7 @@ def test_a_killed_task_is_taken_over_by_the_others(inputs, single, tmp_path):
     unit = n * 1 // 3
     res = wait_all(start_tasks(out, inputs, 3, lambda i: {"WEFT_PREP_CRASH": f"filter:{unit}"} if i == 1 else {}))
     assert res[1][0] == -signal.SIGKILL and res[0][0] == 0 and res[2][0] == 0, res
-    assert any(f"prep unit filter {unit}" in err and "took over" in err for _, err in res)
+    assert any(f"claims/filter.{unit:06d}: took over the lock" in err for _, err in res), res
     assert shard_bytes(out) == shard_bytes(single)
     p = prep(out, *inputs, extra=EXTRA + ["--tasks=3", "--task=1"])
     assert "already complete" in p.stderr
