@@ -366,47 +366,7 @@ wf_status wf__prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs
  * NULL when out of memory. */
 prep_quality_lang *wf__prep_stats_qlang(prep_stats *s, const char *code, const char *rule_set);
 
-/* ---- output shards ---- */
-
-/* One output stream: OUT/<lang>/<bucket>_<NNNNN>.jsonl.zst, the open shard
- * being <name>.part until it is full or the run ends. */
-typedef struct {
-    char lang[16], bucket[8];
-    int64_t shard;        /* number of the open (or next) shard */
-    uint64_t raw_bytes;   /* JSONL bytes in the open shard */
-    uint64_t part_bytes;  /* size of the .part file at the last checkpoint (0: none) */
-    FILE *fp;
-    void *cctx;           /* ZSTD_CCtx */
-    int dirty;            /* bytes went in since the last frame ended */
-} prep_writer;
-
-typedef struct {
-    char *dir;
-    uint64_t shard_bytes;
-    int level;
-    prep_writer *w;
-    size_t n, cap;
-} prep_output;
-
-wf_status wf__prep_output_init(prep_output *o, const char *dir, uint64_t shard_bytes, int level);
-/* Appends one JSONL line to (lang, bucket)'s stream; rolls the shard when
- * it is full. Counts shards in st. */
-wf_status wf__prep_output_write(prep_output *o, const char *lang, const char *bucket, const char *line,
-                            size_t len, prep_stats *st);
-/* Ends the zstd frame of every open shard and makes it durable; records
- * their sizes (part_bytes) for the state file. */
-wf_status wf__prep_output_checkpoint(prep_output *o);
-/* Closes every open shard under its final name. */
-wf_status wf__prep_output_finish(prep_output *o, prep_stats *st);
-void wf__prep_output_close(prep_output *o); /* frees; files stay as they are */
-/* Makes the directory match the writers (as read from a state file):
- * shards written after the checkpoint go, the open ones are cut back to
- * their recorded size. */
-wf_status wf__prep_output_rollback(prep_output *o);
-/* Deletes what a prep run writes in dir (and nothing else). */
-wf_status wf__prep_output_wipe(const char *dir);
-
-/* ---- state and reports (OUT/_prep/state.json, OUT/stats.json, OUT/stats.txt) ---- */
+/* ---- vectors and reports ---- */
 
 typedef struct {
     uint64_t *v;
@@ -415,24 +375,15 @@ typedef struct {
 wf_status wf__prep_u64vec_push(u64vec *v, uint64_t x);
 void wf__prep_u64vec_free(u64vec *v);
 
-/* The hashes an input added to the two tables, for replay on resume:
- * OUT/_prep/hashes/<input>.bin. */
-wf_status wf__prep_hashlog_write(const char *dir, size_t input, const u64vec *par, const u64vec *lsh);
-wf_status wf__prep_hashlog_read(const char *dir, size_t input, u64vec *par, u64vec *lsh);
+/* Deletes what a prep run writes in dir (and nothing else). */
+wf_status wf__prep_output_wipe(const char *dir);
 
 typedef struct {
-    char fingerprint[32];
     size_t n_inputs, inputs_done;
     int complete;
-    u64vec checkpoints; /* inputs_done at each checkpoint so far, ascending */
     int tasks;          /* how many tasks the run was split into */
 } prep_progress_state;
 
-wf_status wf__prep_state_write(const char *dir, const prep_progress_state *ps, const prep_output *o,
-                           const prep_stats *st);
-/* WF_ERR_NOTFOUND when there is no state file. Fills the writers of o
- * (initialised) and the stats. */
-wf_status wf__prep_state_read(const char *dir, prep_progress_state *ps, prep_output *o, prep_stats *st);
 /* stats.json and stats.txt. */
 wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const prep_progress_state *ps,
                            const prep_stats *st);

@@ -1,8 +1,7 @@
-/* The pipeline's bookkeeping files: the resume state (OUT/_prep/state.json:
- * which inputs are finished, each output stream's open shard and size at
- * the last checkpoint, and the counters so far) and the stats report
- * (OUT/stats.json for programs, OUT/stats.txt for people). Both are
- * written atomically. Layouts: docs/formats/prep-output.md. */
+/* The pipeline's counters: each unit's (OUT/_prep/stats/<step>.<unit>.json),
+ * added up into the stats report (OUT/stats.json for programs,
+ * OUT/stats.txt for people). Written atomically. Layouts:
+ * docs/formats/prep-output.md and prep-intermediate.md. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,10 +10,9 @@
 #include "prep/prep_impl.h"
 #include "weft/fileio.h"
 
-/* Format versions (docs/formats/prep-output.md). 2: the quality stage per
- * language (stages.quality.by_language) and, in stats.json, the rule sets
- * that judged them (quality_rule_sets). */
-#define PREP_STATE_VERSION 2
+/* Format version of stats.json (docs/formats/prep-output.md). 2: the
+ * quality stage per language (stages.quality.by_language) and the rule
+ * sets that judged them (quality_rule_sets). */
 /* stats.json 3: "tasks" and "steps" (the units of each step and their
  * seconds); the stages' counters are as in 2. */
 #define PREP_STATS_VERSION 3
@@ -149,7 +147,7 @@ static json_t *quality_langs_json(const prep_stats *s) {
     return all;
 }
 
-/* The counters as JSON (the part that state.json and stats.json share). */
+/* The counters as JSON (the part that a unit's counters and stats.json share). */
 static json_t *stats_json(const prep_stats *s, const wf_prep_config *c) {
     json_t *root = json_object();
     json_t *stages = json_object();
@@ -312,127 +310,6 @@ wf_status wf__prep_partial_read(const char *path, prep_stats *st) {
             for (int k = 0; k < PREP_PPL_BINS; k++)
                 st->ppl_hist[k] = (uint64_t)json_integer_value(json_array_get(h, (size_t)k));
     }
-    json_decref(root);
-    return s;
-}
-
-wf_status wf__prep_state_write(const char *dir, const prep_progress_state *ps, const prep_output *o,
-                           const prep_stats *st) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/_prep", dir);
-    WF_TRY(wf_mkdirs(path));
-    snprintf(path, sizeof path, "%s/_prep/state.json", dir);
-    json_t *root = json_object();
-    json_object_set_new(root, "format", json_string("weft-prep-state"));
-    json_object_set_new(root, "version", json_integer(PREP_STATE_VERSION));
-    json_object_set_new(root, "fingerprint", json_string(ps->fingerprint));
-    json_object_set_new(root, "inputs", u64(ps->n_inputs));
-    json_object_set_new(root, "inputs_done", u64(ps->inputs_done));
-    json_object_set_new(root, "complete", json_boolean(ps->complete));
-    json_t *cks = json_array();
-    for (size_t i = 0; i < ps->checkpoints.n; i++) json_array_append_new(cks, u64(ps->checkpoints.v[i]));
-    json_object_set_new(root, "checkpoints", cks);
-    json_t *ws = json_array();
-    for (size_t i = 0; i < o->n; i++) {
-        const prep_writer *w = &o->w[i];
-        json_t *j = json_object();
-        json_object_set_new(j, "lang", json_string(w->lang));
-        json_object_set_new(j, "bucket", json_string(w->bucket));
-        json_object_set_new(j, "shard", json_integer(w->shard));
-        json_object_set_new(j, "part_bytes", u64(w->part_bytes));
-        json_object_set_new(j, "raw_bytes", u64(w->raw_bytes));
-        json_array_append_new(ws, j);
-    }
-    json_object_set_new(root, "writers", ws);
-    json_t *sj = stats_json(st, NULL);
-    json_object_set_new(sj, "wall_seconds", json_real(st->wall_seconds));
-    int bins = 0;
-    for (int i = 0; i < PREP_PPL_BINS; i++) bins |= st->ppl_hist[i] != 0;
-    if (bins) {
-        json_t *h = json_array();
-        for (int i = 0; i < PREP_PPL_BINS; i++) json_array_append_new(h, u64(st->ppl_hist[i]));
-        json_object_set_new(sj, "ppl_hist", h);
-    }
-    json_object_set_new(root, "stats", sj);
-    wf_status s = write_json(path, root);
-    json_decref(root);
-    return s;
-}
-
-wf_status wf__prep_state_read(const char *dir, prep_progress_state *ps, prep_output *o, prep_stats *st) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/_prep/state.json", dir);
-    if (!wf_path_exists(path)) return WF_ERR_NOTFOUND;
-    json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
-    if (!root)
-        return wf_error(WF_ERR_FORMAT, "%s:%d: %s: the resume state is damaged; rerun with --force to start over",
-                        path, err.line, err.text);
-    wf_status s = WF_OK;
-    json_t *fmt = json_object_get(root, "format");
-    json_t *fp = json_object_get(root, "fingerprint");
-    json_t *ver = json_object_get(root, "version");
-    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "weft-prep-state") != 0 || !json_is_integer(ver) ||
-        !json_is_string(fp)) {
-        s = wf_error(WF_ERR_FORMAT, "%s: not a weft prep state; rerun with --force", path);
-        goto done;
-    }
-    if (json_integer_value(ver) < 1 || json_integer_value(ver) > PREP_STATE_VERSION) {
-        s = wf_error(WF_ERR_FORMAT, "%s: prep state version %lld is not supported (this weft reads versions 1 to %d)",
-                     path, (long long)json_integer_value(ver), PREP_STATE_VERSION);
-        goto done;
-    }
-    memset(ps, 0, sizeof *ps);
-    snprintf(ps->fingerprint, sizeof ps->fingerprint, "%s", json_string_value(fp));
-    ps->n_inputs = (size_t)get_u64(root, "inputs");
-    ps->inputs_done = (size_t)get_u64(root, "inputs_done");
-    ps->complete = json_is_true(json_object_get(root, "complete"));
-    size_t i;
-    json_t *w;
-    uint64_t prev = 0;
-    json_array_foreach(json_object_get(root, "checkpoints"), i, w) {
-        uint64_t v = json_is_integer(w) ? (uint64_t)json_integer_value(w) : 0;
-        if (v <= prev || v > ps->inputs_done) {
-            s = wf_error(WF_ERR_FORMAT, "%s: checkpoint %zu is out of order; rerun with --force", path, i);
-            goto done;
-        }
-        prev = v;
-        if ((s = wf__prep_u64vec_push(&ps->checkpoints, v)) != WF_OK) goto done;
-    }
-    if (prev != ps->inputs_done) {
-        s = wf_error(WF_ERR_FORMAT, "%s: the last checkpoint is not inputs_done; rerun with --force", path);
-        goto done;
-    }
-    json_array_foreach(json_object_get(root, "writers"), i, w) {
-        const char *lang = json_string_value(json_object_get(w, "lang"));
-        const char *bucket = json_string_value(json_object_get(w, "bucket"));
-        if (!lang || !bucket || !lang[0] || strlen(lang) >= 16 || strchr(lang, '/') || !bucket[0] ||
-            strlen(bucket) >= 8) {
-            s = wf_error(WF_ERR_FORMAT, "%s: writer %zu is malformed; rerun with --force", path, i);
-            goto done;
-        }
-        s = WF_GROW(o->w, o->cap, o->n + 1, 16);
-        if (s != WF_OK) goto done;
-        prep_writer *pw = &o->w[o->n++];
-        memset(pw, 0, sizeof *pw);
-        snprintf(pw->lang, sizeof pw->lang, "%s", lang);
-        snprintf(pw->bucket, sizeof pw->bucket, "%s", bucket);
-        pw->shard = (int64_t)get_u64(w, "shard");
-        pw->part_bytes = get_u64(w, "part_bytes");
-        pw->raw_bytes = get_u64(w, "raw_bytes");
-    }
-    json_t *sj = json_object_get(root, "stats");
-    if ((s = stats_from_json(sj, st)) != WF_OK) {
-        s = wf_error_wrap(s, "%s: ", path);
-        goto done;
-    }
-    json_t *wall = json_object_get(sj, "wall_seconds");
-    st->wall_seconds = json_is_number(wall) ? json_number_value(wall) : 0.0;
-    json_t *h = json_object_get(sj, "ppl_hist");
-    if (json_is_array(h) && json_array_size(h) == PREP_PPL_BINS)
-        for (int k = 0; k < PREP_PPL_BINS; k++)
-            st->ppl_hist[k] = (uint64_t)json_integer_value(json_array_get(h, (size_t)k));
-done:
     json_decref(root);
     return s;
 }
