@@ -105,7 +105,7 @@ static const wf_opt prep_opts[] = {
      "hashes per band; bands x rows hash functions (14 x 8 flags ~50% at Jaccard 0.72, ~99% at 0.85)"},
     {"minhash.seed", NULL, WF_OPT_INT, O(mh_seed), "1", 0, 9.2e18, "seed of the hash functions"},
     {"minhash.max_mb", NULL, WF_OPT_INT, O(mh_max_mb), "128", 1, 1 << 20,
-     "memory cap of the band-key table (8 bytes a key, bands keys a document)"},
+     "unused (kept so that old configs load): the lsh step holds one band's keys, 16 bytes a document"},
     /* [perplexity] */
     {"perplexity.model", NULL, WF_OPT_STR, O(ppl_model), "", WF_NO_RANGE,
      "a weft model (model.safetensors or its run directory) to score documents with; empty: stage off"},
