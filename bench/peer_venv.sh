@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Makes the interpreter the prep benchmarks run their peers in (datatrove,
+# trafilatura): a venv of its own, never the test venv (datatrove needs
+# numpy 2, the test venv's torch numpy 1), with the current releases from
+# PyPI. Only the benchmarks use it; no test does.
+#   bench/peer_venv.sh [DIR]        (default /tmp/weft-bench-peers)
+#   .venv/bin/python bench/prep_dist_bench.py --peer-python DIR/bin/python
+set -euo pipefail
+DIR=${1:-/tmp/weft-bench-peers}
+python3 -m venv "$DIR"
+"$DIR/bin/pip" install --quiet --upgrade pip
+"$DIR/bin/pip" install --quiet datatrove trafilatura lxml_html_clean warcio xxhash
+"$DIR/bin/python" -c "import datatrove, importlib.metadata as m; print('datatrove', m.version('datatrove'))"
