@@ -1304,6 +1304,7 @@ static wf_status run_steps(prep_run *r, int *finished_here) {
         size_t n = step_units(r, step);
         if (!n) continue;
         size_t lo = n * (size_t)r->task / (size_t)r->tasks;
+        int told = 0;
         for (int waited = 0;; waited++) {
             size_t left = 0;
             int did = 0;
@@ -1324,11 +1325,15 @@ static wf_status run_steps(prep_run *r, int *finished_here) {
                 did = 1;
             }
             if (!left) break;
-            if (!did) {
-                if (waited == 0)
+            if (did) waited = -1;
+            else {
+                if (!told++)
                     WF_INFO("prep: task %d of %d waits for %zu %s unit(s) other tasks hold", r->task, r->tasks, left,
                             wf__prep_step_name(step));
-                struct timespec ts = {0, 100 * 1000 * 1000};
+                /* 0.1 s, doubling up to 2 s: a long wait polls the
+                 * shared filesystem lightly. */
+                long ms = waited < 5 ? 100L << waited : 2000;
+                struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
                 nanosleep(&ts, NULL);
             }
         }
