@@ -47,23 +47,24 @@ texts = [json.loads(l)["text"] for l in open(texts_path, encoding="utf-8")]
 mb = sum(len(t.encode()) for t in texts) / 1e6
 cfg = MinhashConfig()
 docs = [Document(text=t, id=str(i)) for i, t in enumerate(texts)]
+
+def drain(x):
+    for _ in x or ():
+        pass
+
 t0 = time.perf_counter()
 sig = MinhashDedupSignature(output_folder=os.path.join(work, "sigs"), config=cfg)
-for _ in sig.run(iter(docs), rank=0, world_size=1):
-    pass
+drain(sig.run(iter(docs), 0, 1))
 t1 = time.perf_counter()
-nb = cfg.hash_config.num_buckets if hasattr(cfg, "hash_config") and hasattr(cfg.hash_config, "num_buckets") \
-    else cfg.num_buckets
+nb = cfg.num_buckets
 buckets = MinhashDedupBuckets(input_folder=os.path.join(work, "sigs"), output_folder=os.path.join(work, "buckets"),
                               config=cfg)
 for b in range(nb):
-    for _ in buckets.run(None, rank=b, world_size=nb) or ():
-        pass
+    drain(buckets.run(None, b, nb))
 t2 = time.perf_counter()
 cl = MinhashDedupCluster(input_folder=os.path.join(work, "buckets"), output_folder=os.path.join(work, "ids"),
                          config=cfg)
-for _ in cl.run(None, rank=0, world_size=1) or ():
-    pass
+drain(cl.run(None, 0, 1))
 t3 = time.perf_counter()
 print(json.dumps({"version": version("datatrove"), "mb": mb, "docs": len(texts), "signature_s": t1 - t0,
                   "buckets_s": t2 - t1, "cluster_s": t3 - t2, "buckets": nb}))
