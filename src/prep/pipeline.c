@@ -677,7 +677,7 @@ static wf_status load_drops(prep_run *r, size_t in, u64vec *drops) {
         wf__prep_ir_free(&ir);
         WF_TRY(s);
     }
-    qsort(drops->v, drops->n, sizeof *drops->v, cmp_u64);
+    if (drops->n) qsort(drops->v, drops->n, sizeof *drops->v, cmp_u64);
     return WF_OK;
 }
 
@@ -810,7 +810,7 @@ static wf_status step_lsh(prep_run *r, size_t band) {
         }
         wf__prep_ir_free(&ir);
     }
-    if (s == WF_OK) qsort(v, n, sizeof *v, cmp_band);
+    if (s == WF_OK && n) qsort(v, n, sizeof *v, cmp_band);
     prep_iw w = {0};
     if (s == WF_OK) {
         rpath(r, path, sizeof path, "lsh/%04zu.edges", band);
