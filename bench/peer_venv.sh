@@ -9,5 +9,5 @@ set -euo pipefail
 DIR=${1:-/tmp/weft-bench-peers}
 python3 -m venv "$DIR"
 "$DIR/bin/pip" install --quiet --upgrade pip
-"$DIR/bin/pip" install --quiet datatrove trafilatura lxml_html_clean warcio xxhash
+"$DIR/bin/pip" install --quiet datatrove trafilatura lxml_html_clean warcio xxhash tokenizers spacy
 "$DIR/bin/python" -c "import datatrove, importlib.metadata as m; print('datatrove', m.version('datatrove'))"

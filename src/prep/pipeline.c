@@ -1138,6 +1138,7 @@ static wf_status shard_close(const wf_prep_config *c, shard_stream *w, prep_stat
 static wf_status step_finish(prep_run *r, size_t unit) {
     (void)unit;
     const wf_prep_config *c = r->c;
+    double t0 = wf_time_now();
     char path[4400];
     prep_stats total;
     memset(&total, 0, sizeof total);
@@ -1222,6 +1223,7 @@ static wf_status step_finish(prep_run *r, size_t unit) {
         ps.complete = 1;
         ps.tasks = r->tasks;
         total.step_units[PS_FINISH] = 1;
+        total.step_seconds[PS_FINISH] += wf_time_now() - t0;
         total.wall_seconds = epoch_now() - r->started;
         s = wf__prep_stats_write(c->output, c, &ps, &total);
     }
