@@ -17,7 +17,7 @@ import pytest
 
 import mpi_launch
 import slurm_local
-from conftest import BUILD, run_weft_cmd
+from conftest import BUILD, ROOT
 from test_prep_cli import _man_page_chunks, crawl, prep, shard_bytes, stats, wet  # noqa: F401 (fixtures)
 from test_srun import slurm  # noqa: F401 (fixture)
 
@@ -233,14 +233,22 @@ def test_srun_tasks(cluster, inputs, single, tmp_path):
     assert shard_bytes(out) == shard_bytes(single)
 
 
+RECIPE = ROOT / "examples" / "slurm" / "prep-array.sbatch"
+
+
 def _array(cluster, tmp_path, out, inputs, spec, crash_task=None, crash=None):
-    script = tmp_path / "prep.sbatch"
-    script.write_text("#!/bin/sh\n"
-                      f"if [ \"$SLURM_ARRAY_TASK_ID\" = \"{crash_task}\" ]; then export WEFT_PREP_CRASH={crash}; fi\n"
-                      f"exec {WEFT} prep --output {out} {' '.join(EXTRA)} --threads=1 \"$@\"\n")
+    """examples/slurm/prep-array.sbatch as an array (spec), or with
+    crash_task a script that kills that task in the unit `crash`."""
+    script = RECIPE
+    if crash_task is not None:
+        script = tmp_path / "prep-crash.sbatch"
+        script.write_text("#!/bin/sh\n"
+                          f"if [ \"$SLURM_ARRAY_TASK_ID\" = \"{crash_task}\" ]; then export WEFT_PREP_CRASH={crash}; fi\n"
+                          f"exec {RECIPE} \"$@\"\n")
     log = tmp_path / "slurm-%A_%a.out"
-    r = mpi_launch.check(mpi_launch.run(["sbatch", "--parsable", f"--array={spec}", "--cpus-per-task=1", "-o", log,
-                                         script, *inputs], timeout=60, env={"SLURM_CONF": str(cluster.conf)}))
+    r = mpi_launch.check(mpi_launch.run(["sbatch", "--parsable", f"--array={spec}", "--cpus-per-task=1",
+                                         "--time=10", "-o", log, script, "--output", out, *EXTRA, *inputs],
+                                        timeout=60, env={"SLURM_CONF": str(cluster.conf), "WEFT": str(WEFT)}))
     job = r.stdout.strip().split(";")[0]
     env = mpi_launch.launcher_env() | {"SLURM_CONF": str(cluster.conf)}
     deadline = time.monotonic() + 300
