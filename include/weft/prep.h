@@ -16,10 +16,13 @@
  *   perplexity . optional: per-token loss under a weft model, head/middle/tail
  *   output ..... JSONL.zst shards per language (and bucket) + a stats report
  *
- * Every decision that depends on order (dedup, minhash) is taken in input
- * order, so the output is the same for any thread count. Progress is
- * checkpointed after each input: a rerun of the same command resumes after
- * the last finished input. The formats are in docs/formats/prep-output.md,
+ * Every decision that depends on order (dedup, minhash clusters, shards)
+ * follows input order, so the output is the same for any thread count and
+ * any number of tasks: a run is a sequence of steps whose units any number
+ * of processes (--tasks/--task, Slurm arrays, MPI ranks) share through the
+ * output directory, and a rerun of the same command does only the units
+ * not complete. The formats are in docs/formats/prep-output.md and
+ * prep-intermediate.md,
  * the stages and every option in docs/prep.md.
  */
 #ifndef WEFT_PREP_H
@@ -61,9 +64,11 @@ typedef struct {
     char *output;            /* output directory (required) */
     int64_t threads;         /* 0: WEFT_THREADS or every CPU */
     int64_t batch_mb;        /* raw bytes read per batch: bounds memory */
-    double checkpoint_mb;    /* checkpoint after the input that makes this much input since the last */
+    double checkpoint_mb;    /* unused (runs resume by unit); kept so that old configs load */
     double lock_stale_s;     /* another host's output lock older than this is stale (include/weft/dirlock.h) */
     int force;               /* discard a previous run's output instead of resuming */
+    int64_t tasks;           /* tasks sharing the run (0: from Slurm or MPI's environment, else 1) */
+    int64_t task;            /* this task, 0 .. tasks - 1 (-1: from the environment) */
     int json;                /* CLI: print the stats as JSON on stdout */
     /* [input] */
     char *text_mode;         /* plain text: file, paragraph or line */
@@ -79,7 +84,8 @@ typedef struct {
     int dedup;
     char *dedup_unit;        /* line or paragraph */
     int64_t dedup_min_chars; /* shorter units (normalized) are never removed */
-    int64_t dedup_max_mb;    /* memory of the hash table */
+    int64_t dedup_max_mb;    /* memory of the hash table of one hash range */
+    int64_t dedup_ranges;    /* hash ranges: units of the dedup step */
     /* [langid] */
     int langid;
     double lang_min_confidence;
@@ -116,10 +122,14 @@ void wf_prep_config_free(wf_prep_config *c);
  * each rule set too). WF_ERR_CONFIG naming the key. */
 wf_status wf_prep_config_validate(const wf_prep_config *c);
 
-/* Runs the pipeline over the input files (in this order) into c->output.
- * Resumes a previous run of the same config and inputs found there;
- * refuses (WF_ERR_CONFIG) one of another config unless c->force. When done,
- * the stats are in c->output/stats.json and stats.txt. */
+/* Runs this task's part of the pipeline over the input files (in this
+ * order) into c->output: task c->task of c->tasks (or from Slurm's or an
+ * MPI launcher's environment), which does its own units, then any
+ * unclaimed ones, and waits for the others', so that it returns when the
+ * whole run is complete. Joins or resumes a run of the same config and
+ * inputs found there; refuses (WF_ERR_CONFIG) one of another config or
+ * number of tasks unless c->force (one task). When done, the stats are in
+ * c->output/stats.json and stats.txt. */
 wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t n_inputs);
 
 /* ---- Stages on their own (for tests, benchmarks and other tools) ---- */

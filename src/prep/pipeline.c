@@ -1,44 +1,48 @@
-/* `weft prep`'s driver: inputs in order, each read in batches that go
- * through the stages, with the order-dependent decisions taken on one
- * thread in input order and everything else on all threads.
+/* `weft prep`'s driver: a run is a sequence of steps, each a set of
+ * deterministic units that any number of tasks share (docs/prep.md, "Tasks
+ * and steps"; the files between steps: docs/formats/prep-intermediate.md):
  *
- * A batch (up to batch_mb of records) goes through five phases:
- *   1. read (one thread): records from the input, copied into the batch;
- *   2. per document, on all threads: extract (HTTP, charset, HTML), normalize,
- *      and the hashes of its paragraphs;
- *   3. one thread, in order: paragraph dedup against everything before;
- *   4. per document, on all threads: remove the duplicate paragraphs, language
- *      id, quality rules, MinHash signature;
- *   5. one thread, in order: LSH near-duplicate check, perplexity (whose model
- *      uses all threads itself), JSONL output, stats.
- * Documents never wait on each other in phases 2 and 4, and phases 1, 3
- * and 5 see them in input order, so the output is the same for any number
- * of threads.
+ *   1. extract (per input): read, extract, normalize, hash the paragraphs;
+ *      the documents, and (hash, document, unit) records by hash range;
+ *   2. dedup (per hash range): the first occurrence of each hash in input
+ *      order is kept; the others go to per-input drop lists;
+ *   3. filter (per input): the duplicate paragraphs removed, language id,
+ *      quality rules, MinHash signatures; band keys by band;
+ *   4. lsh (per band): documents that share a key are joined (edges);
+ *   5. cluster (one unit): union-find over the edges; every document of a
+ *      cluster but its first (lowest id) is a near duplicate;
+ *   6. output (per input): perplexity and the JSONL of the kept documents,
+ *      compressed in pieces;
+ *   7. finish (one unit): the counters added up, the pieces joined into
+ *      shards in input order, stats.json and stats.txt.
  *
- * Inputs are read in order and a batch may span several (many small files
- * are processed in parallel too). After the input that brings the input
- * read since the last checkpoint to checkpoint_mb, and after the last one:
- * the open shards' zstd frames are ended and fsynced, the hashes added to
- * the dedup tables since the last checkpoint are logged, and the state file
- * is replaced. A rerun of the same command rolls the output back to that
- * point, replays the logs into the tables and goes on with the next input.
- * Memory: the batch (a few times batch_mb), the two hash tables (capped by
- * dedup.max_mb and minhash.max_mb), the hashes added since the last
- * checkpoint (at most the tables) and the perplexity model. */
+ * A task (--tasks N --task I, a Slurm array task, an MPI rank) does its own
+ * share of a step's units first, then any unclaimed ones, then waits for
+ * those other tasks hold. A unit is claimed with a lock (link(2), taken
+ * over from a task that died), writes its files under temporary names,
+ * renames them, and then writes its completion marker; a rerun does only
+ * what is not complete. Every decision depends only on the inputs and the
+ * config, so the output is the same bytes for any number of tasks and
+ * threads. Within a unit, batches of documents go through the per-document
+ * work on all threads. */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zstd.h>
 
 #include "prep/prep_impl.h"
 #include "weft/dirlock.h"
 #include "weft/json.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
-#include "weft/progress.h"
 #include "weft/thread.h"
 
 #define BATCH_MAX_DOCS 8192
@@ -74,6 +78,7 @@ typedef struct {
     /* perplexity */
     double ppl;
     int bucket;                    /* -1 none, 0 head, 1 middle, 2 tail */
+    uint32_t pos;                  /* its number in the step's input file */
 } pdoc;
 
 typedef struct {
@@ -83,27 +88,20 @@ typedef struct {
     uint64_t *sizes;
     int threads;
     wf_normalize_opts nopts;
-    u64set par, lsh;
-    wf_dirlock *lock;              /* the output directory's, for the whole run */
-    u64vec par_log, lsh_log;
-    prep_output out;
-    prep_stats st;
-    prep_progress_state ps;
     prep_ppl *ppl;
     prep_rule_sets rules;          /* the quality rule sets */
     pdoc *docs;
     size_t n_docs, docs_cap;
     atomic_size_t next;
-    /* reading: inputs are read in order, a batch may span several */
-    prep_reader *rd;               /* the open input, or NULL */
-    size_t reading;                /* its index */
-    size_t next_input;             /* the next one to open */
-    uint64_t since_ckpt;           /* input bytes finished since the last checkpoint */
-    uint64_t ckpt_bytes;           /* checkpoint when since_ckpt reaches this (0: every input) */
-    uint64_t done_bytes;           /* input bytes of finished inputs, for progress */
     wf_buf line;
     int n_hashes;
     size_t max_doc;
+    int tasks, task;               /* this task: task of tasks */
+    int ranges, bands;             /* units of the dedup and lsh steps */
+    char pdir[4200];               /* OUT/_prep */
+    double started;                /* the run's start (run.json), epoch seconds */
+    prep_stats st;                 /* the counters of the unit being done */
+    wf_dirlock *lock;              /* this task's lock (the output directory's with one task) */
 } prep_run;
 
 static const char *const bucket_names[] = {"head", "middle", "tail"};
@@ -155,8 +153,8 @@ static wf_status unit_push(pdoc *d, size_t off, size_t len) {
 }
 
 /* Splits the text into dedup units (lines, or blank-line separated
- * blocks) and hashes each one's normalized form. */
-static wf_status dedup_hash(const prep_run *r, pdoc *d) {
+ * blocks). */
+static wf_status dedup_split(const prep_run *r, pdoc *d) {
     const char *t = d->text.data;
     size_t n = d->text.len, i = 0;
     int para = strcmp(r->c->dedup_unit, "paragraph") == 0;
@@ -180,6 +178,13 @@ static wf_status dedup_hash(const prep_run *r, pdoc *d) {
         i = e + 1;
         while (para && i < n && t[i] == '\n') i++;
     }
+    return WF_OK;
+}
+
+/* The units and the hash of each one's normalized form. */
+static wf_status dedup_hash(const prep_run *r, pdoc *d) {
+    WF_TRY(dedup_split(r, d));
+    const char *t = d->text.data;
     for (size_t u = 0; u < d->n_units; u++) {
         WF_TRY(wf_dedup_normalize(t + d->unit_off[u], d->unit_len[u], &d->norm));
         if (d->norm.len >= (size_t)r->c->dedup_min_chars && d->norm.len > 0)
@@ -378,148 +383,6 @@ static wf_status run_phase(prep_run *r, int phase) {
     return wf_parallel_run(n, phase_task, &pc);
 }
 
-/* ---- the serial phases ---- */
-
-static wf_status dedup_serial(prep_run *r) {
-    double t0 = wf_time_now();
-    for (size_t i = 0; i < r->n_docs; i++) {
-        pdoc *d = &r->docs[i];
-        if (d->drop != R_NONE) continue;
-        for (size_t u = 0; u < d->n_units; u++) {
-            uint64_t h = d->unit_hash[u];
-            if (!h) continue;
-            int ins = wf__prep_u64set_insert(&r->par, h);
-            if (ins == 0) d->unit_dup[u] = 1;
-            else if (ins == 1) WF_TRY(wf__prep_u64vec_push(&r->par_log, h));
-            else r->st.extra[E_DEDUP_FULL]++;
-        }
-    }
-    r->st.seconds[ST_DEDUP] += wf_time_now() - t0;
-    return WF_OK;
-}
-
-static wf_status minhash_serial(prep_run *r) {
-    double t0 = wf_time_now();
-    int bands = (int)r->c->mh_bands;
-    for (size_t i = 0; i < r->n_docs; i++) {
-        pdoc *d = &r->docs[i];
-        if (d->drop != R_NONE || !d->has_keys) continue;
-        int dup = 0;
-        for (int b = 0; b < bands; b++) dup |= wf__prep_u64set_contains(&r->lsh, d->keys[b]);
-        /* Every document's keys go in, duplicates' too, so that a chain of
-         * near-duplicates is one cluster whose first document is kept. */
-        for (int b = 0; b < bands; b++) {
-            int ins = wf__prep_u64set_insert(&r->lsh, d->keys[b]);
-            if (ins == 1) WF_TRY(wf__prep_u64vec_push(&r->lsh_log, d->keys[b]));
-            else if (ins < 0) r->st.extra[E_MH_FULL]++;
-        }
-        if (dup) drop(d, R_NEAR_DUP);
-    }
-    r->st.seconds[ST_MINHASH] += wf_time_now() - t0;
-    return WF_OK;
-}
-
-static wf_status perplexity_serial(prep_run *r) {
-    const wf_prep_config *c = r->c;
-    for (size_t i = 0; i < r->n_docs; i++) {
-        pdoc *d = &r->docs[i];
-        d->bucket = -1;
-        if (d->drop != R_NONE) continue;
-        d->at[ST_PERPLEXITY] = d->text.len;
-        if (!r->ppl) continue;
-        double t0 = wf_time_now();
-        double loss;
-        int64_t n_tok;
-        WF_TRY(wf__prep_ppl_score(r->ppl, d->text.data, d->text.len, &loss, &n_tok));
-        d->ppl = n_tok ? exp(loss) : 0.0;
-        d->bucket = d->ppl <= c->ppl_head_max ? 0 : d->ppl <= c->ppl_middle_max ? 1 : 2;
-        double lg = d->ppl > 1.0 ? log10(d->ppl) * 100.0 : 0.0;
-        int bin = lg >= PREP_PPL_BINS - 1 ? PREP_PPL_BINS - 1 : (int)lg;
-        r->st.ppl_hist[bin]++;
-        r->st.extra[E_HEAD + d->bucket]++;
-        d->t[ST_PERPLEXITY] += wf_time_now() - t0;
-        if (d->bucket == 2 && c->ppl_drop_tail) drop(d, R_TAIL);
-    }
-    return WF_OK;
-}
-
-static wf_status output_serial(prep_run *r) {
-    double t0 = wf_time_now();
-    char num[64];
-    for (size_t i = 0; i < r->n_docs; i++) {
-        pdoc *d = &r->docs[i];
-        if (d->drop != R_NONE) continue;
-        d->at[ST_OUTPUT] = d->text.len;
-        wf_buf *l = &r->line;
-        l->len = 0;
-        WF_TRY(wf_buf_append(l, "{\"text\":", 8));
-        WF_TRY(wf_buf_json_str(l, d->text.data, d->text.len));
-        WF_TRY(wf_buf_append(l, ",\"id\":", 6));
-        char id[4200];
-        int n = snprintf(id, sizeof id, "%s#%llu", r->inputs[d->input], (unsigned long long)d->index);
-        WF_TRY(wf_buf_json_str(l, id, (size_t)n < sizeof id ? (size_t)n : sizeof id - 1));
-        if (d->url.len) {
-            WF_TRY(wf_buf_append(l, ",\"url\":", 7));
-            WF_TRY(wf_buf_json_str(l, d->url.data, d->url.len));
-        }
-        WF_TRY(wf_buf_append(l, ",\"lang\":", 8));
-        WF_TRY(wf_buf_json_str(l, d->lang, strlen(d->lang)));
-        if (r->c->langid) {
-            n = snprintf(num, sizeof num, ",\"lang_score\":%.2f", d->lang_conf);
-            WF_TRY(wf_buf_append(l, num, (size_t)n));
-        }
-        if (d->bucket >= 0) {
-            n = snprintf(num, sizeof num, ",\"perplexity\":%.2f,\"bucket\":\"%s\"", d->ppl, bucket_names[d->bucket]);
-            WF_TRY(wf_buf_append(l, num, (size_t)n));
-        }
-        WF_TRY(wf_buf_append(l, "}\n", 2));
-        const char *bucket = d->bucket >= 0 ? bucket_names[d->bucket] : "all";
-        WF_TRY(wf__prep_output_write(&r->out, d->lang, bucket, l->data, l->len, &r->st));
-        r->st.extra[E_JSON_BYTES] += l->len;
-        WF_TRY(wf__prep_stats_add_lang(&r->st, d->lang, 1, d->text.len));
-    }
-    r->st.seconds[ST_OUTPUT] += wf_time_now() - t0;
-    return WF_OK;
-}
-
-/* Adds the batch's documents to the counters. */
-static wf_status account(prep_run *r) {
-    prep_stats *s = &r->st;
-    for (size_t i = 0; i < r->n_docs; i++) {
-        pdoc *d = &r->docs[i];
-        if (r->c->quality && d->last >= ST_QUALITY) {
-            /* The quality stage per language: which rule set, and how it went. */
-            const char *set = d->rule_set >= 0 ? r->rules.v[d->rule_set].name : "none";
-            prep_quality_lang *q = wf__prep_stats_qlang(s, d->lang, set);
-            if (!q) return wf_error(WF_ERR_NOMEM, "out of memory");
-            q->docs_in++;
-            if (d->last == ST_QUALITY && d->drop != R_NONE) q->drop[d->drop]++;
-            else q->docs_out++;
-        }
-        for (int st = 0; st <= d->last && st < ST_COUNT; st++) {
-            s->docs_in[st]++;
-            s->bytes_in[st] += d->at[st];
-            s->seconds[st] += d->t[st];
-            if (st < d->last) {
-                s->docs_out[st]++;
-                s->bytes_out[st] += d->at[st + 1];
-            } else if (d->drop != R_NONE) {
-                s->drop_docs[d->drop]++;
-                s->drop_bytes[d->drop] += d->at[st];
-            } else {
-                s->docs_out[st]++;
-                s->bytes_out[st] += d->at[st];
-            }
-        }
-        s->extra[E_REPAIRED] += (uint64_t)d->repaired;
-        s->extra[E_UNITS] += d->n_units;
-        s->extra[E_UNITS_REMOVED] += d->units_removed;
-        s->extra[E_LINES_REMOVED] += d->lines_removed;
-        s->extra[E_Q_SKIPPED] += (uint64_t)d->q_skipped;
-        s->extra[E_MH_NO_WORDS] += (uint64_t)d->mh_no_words;
-    }
-    return WF_OK;
-}
 
 static void pdoc_reset(pdoc *d) {
     wf_buf *bufs[] = {&d->raw, &d->url, &d->text, &d->tmp, &d->norm};
@@ -575,61 +438,103 @@ static wf_status batch_slot(prep_run *r, pdoc **out) {
     return WF_OK;
 }
 
-/* Counts a finished input and closes it. */
-static void finish_input(prep_run *r) {
-    prep_reader *rd = r->rd;
-    r->st.extra[E_INPUTS]++;
-    r->st.extra[E_INPUT_BYTES] += r->sizes[r->reading];
-    r->st.extra[E_RECORDS_SKIPPED] += wf__prep_reader_skipped(rd);
-    r->st.extra[E_INPUTS_DAMAGED] += (uint64_t)wf__prep_reader_damaged(rd);
-    r->done_bytes += r->sizes[r->reading];
-    r->since_ckpt += r->sizes[r->reading];
-    wf__prep_reader_close(rd);
-    r->rd = NULL;
-    WF_DEBUG("prep: read input %zu/%zu %s", r->reading + 1, r->n_inputs, r->inputs[r->reading]);
+
+static double epoch_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Phase 1: reads records into the batch, across inputs, in order. Stops at
- * the batch's limits, or after the input that makes a checkpoint due
- * (*checkpoint set: its index + 1 inputs are then finished). Whether a
- * checkpoint follows an input depends only on the inputs' sizes, so a
- * resumed run checkpoints (and ends zstd frames) where a run that never
- * stopped does. */
-static wf_status fill_batch(prep_run *r, int *checkpoint) {
+/* ---- accounting ---- */
+
+/* Adds a document whose life ended (dropped at stage `last` for `drop`, or
+ * written: last = ST_OUTPUT, drop = R_NONE) to the stage counters. */
+static void account_doc(prep_stats *s, int last, int drop_reason, const uint64_t *at) {
+    for (int st = 0; st <= last && st < ST_COUNT; st++) {
+        s->docs_in[st]++;
+        s->bytes_in[st] += at[st];
+        if (st < last) {
+            s->docs_out[st]++;
+            s->bytes_out[st] += at[st + 1];
+        } else if (drop_reason != R_NONE) {
+            s->drop_docs[drop_reason]++;
+            s->drop_bytes[drop_reason] += at[st];
+        } else {
+            s->docs_out[st]++;
+            s->bytes_out[st] += at[st];
+        }
+    }
+}
+
+static void account_seconds(prep_run *r, pdoc *d) {
+    for (int st = 0; st < ST_COUNT; st++) {
+        r->st.seconds[st] += d->t[st];
+        d->t[st] = 0.0;
+    }
+}
+
+/* The quality stage per language: which rule set, and how it went. */
+static wf_status account_quality(prep_run *r, const pdoc *d) {
+    if (!r->c->quality || d->last < ST_QUALITY) return WF_OK;
+    const char *set = d->rule_set >= 0 ? r->rules.v[d->rule_set].name : "none";
+    prep_quality_lang *q = wf__prep_stats_qlang(&r->st, d->lang, set);
+    if (!q) return wf_error(WF_ERR_NOMEM, "out of memory");
+    q->docs_in++;
+    if (d->last == ST_QUALITY && d->drop != R_NONE) q->drop[d->drop]++;
+    else q->docs_out++;
+    return WF_OK;
+}
+
+/* ---- paths of a run's files (docs/formats/prep-intermediate.md) ---- */
+
+static void rpath(const prep_run *r, char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void rpath(const prep_run *r, char *out, size_t cap, const char *fmt, ...) {
+    int n = snprintf(out, cap, "%s/", r->pdir);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < cap) vsnprintf(out + n, cap - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+/* The test hook behind the killed-task tests: WEFT_PREP_CRASH=STEP:UNIT
+ * kills the process with SIGKILL in the middle of that unit (after its
+ * first batch, or before its files are renamed into place), as a crash,
+ * an OOM kill or a preempted node would. */
+static void maybe_crash(int step, size_t unit) {
+    const char *env = getenv("WEFT_PREP_CRASH");
+    if (!env) return;
+    const char *colon = strchr(env, ':');
+    if (!colon || (size_t)(colon - env) != strlen(wf__prep_step_name(step)) ||
+        strncmp(env, wf__prep_step_name(step), (size_t)(colon - env)) != 0 || (size_t)atol(colon + 1) != unit)
+        return;
+    fflush(NULL);
+    raise(SIGKILL);
+}
+
+/* ---- step 1: extract (one unit per input) ---- */
+
+/* Reads up to a batch of records of one input. */
+static wf_status fill_batch(prep_run *r, prep_reader *rd, size_t in, int *eof) {
     double t0 = wf_time_now();
     for (size_t i = 0; i < r->n_docs; i++) pdoc_reset(&r->docs[i]);
     r->n_docs = 0;
     size_t bytes = 0, budget = (size_t)r->c->batch_mb << 20;
-    *checkpoint = 0;
     wf_status s = WF_OK;
     while (r->n_docs < BATCH_MAX_DOCS && bytes < budget) {
-        if (!r->rd) {
-            if (r->next_input >= r->n_inputs) break;
-            r->reading = r->next_input++;
-            s = wf__prep_reader_open(&r->rd, r->inputs[r->reading], r->c);
-            if (s != WF_OK) break;
-        }
         prep_record rec;
-        int eof;
-        s = wf__prep_reader_next(r->rd, &rec, &eof);
+        s = wf__prep_reader_next(rd, &rec, eof);
         if (s != WF_OK) {
-            wf_error_wrap(s, "%s: ", r->inputs[r->reading]);
+            wf_error_wrap(s, "%s: ", r->inputs[in]);
             break;
         }
-        if (eof) {
-            finish_input(r);
-            if (r->since_ckpt >= r->ckpt_bytes || r->reading + 1 == r->n_inputs) {
-                *checkpoint = 1;
-                break;
-            }
-            continue;
-        }
+        if (*eof) break;
         pdoc *d = NULL;
         if ((s = batch_slot(r, &d)) != WF_OK) break;
         r->st.extra[E_RECORDS]++;
         d->kind = rec.kind;
         d->reader_drop = rec.drop;
-        d->input = r->reading;
+        d->input = in;
         d->index = rec.index;
         if (rec.data && (s = wf_buf_append(&d->raw, rec.data, rec.len)) != WF_OK) break;
         if (rec.url && (s = wf_buf_append(&d->url, rec.url, strlen(rec.url))) != WF_OK) break;
@@ -639,15 +544,817 @@ static wf_status fill_batch(prep_run *r, int *checkpoint) {
     return s;
 }
 
-static wf_status process_batch(prep_run *r) {
-    WF_TRY(run_phase(r, 2));
-    if (r->c->dedup) WF_TRY(dedup_serial(r));
-    WF_TRY(run_phase(r, 4));
-    if (r->c->minhash) WF_TRY(minhash_serial(r));
-    WF_TRY(perplexity_serial(r));
-    WF_TRY(output_serial(r));
-    return account(r);
+static wf_status step_extract(prep_run *r, size_t in) {
+    const wf_prep_config *c = r->c;
+    char path[4400];
+    prep_reader *rd = NULL;
+    prep_iw docs = {0};
+    int nh = c->dedup ? r->ranges : 0;
+    prep_iw *hw = calloc((size_t)nh + 1, sizeof *hw);
+    if (!hw) return wf_error(WF_ERR_NOMEM, "out of memory");
+    wf_status s = wf__prep_reader_open(&rd, r->inputs[in], c);
+    if (s == WF_OK) {
+        rpath(r, path, sizeof path, "extract/%06zu.docs", in);
+        s = wf__prep_iw_open(&docs, path, PI_DOCS);
+    }
+    for (int k = 0; k < nh && s == WF_OK; k++) {
+        rpath(r, path, sizeof path, "extract/%06zu.r%04d", in, k);
+        s = wf__prep_iw_open(&hw[k], path, PI_HASHES);
+    }
+    uint32_t pos = 0;
+    int eof = 0;
+    while (s == WF_OK && !eof) {
+        s = fill_batch(r, rd, in, &eof);
+        if (s == WF_OK && r->n_docs) s = run_phase(r, 2);
+        for (size_t i = 0; i < r->n_docs && s == WF_OK; i++) {
+            pdoc *d = &r->docs[i];
+            account_seconds(r, d);
+            r->st.extra[E_REPAIRED] += (uint64_t)d->repaired;
+            r->st.extra[E_UNITS] += d->n_units;
+            if (d->drop != R_NONE) {
+                account_doc(&r->st, d->last, d->drop, d->at);
+                continue;
+            }
+            prep_idoc x = {.index = d->index, .lang = "und", .url = d->url.data, .url_len = (uint32_t)d->url.len,
+                           .text = d->text.data, .text_len = (uint32_t)d->text.len};
+            memcpy(x.at, d->at, sizeof x.at);
+            s = wf__prep_iw_doc(&docs, &x);
+            for (size_t u = 0; u < d->n_units && s == WF_OK; u++) {
+                uint64_t h = d->unit_hash[u];
+                if (!h) continue;
+                prep_iw *w = &hw[h % (uint64_t)nh];
+                s = wf__prep_iw_u64(w, h);
+                if (s == WF_OK) s = wf__prep_iw_u32(w, pos);
+                if (s == WF_OK) s = wf__prep_iw_u32(w, (uint32_t)u);
+            }
+            pos++;
+        }
+        if (s == WF_OK && r->n_docs) maybe_crash(PS_EXTRACT, in);
+    }
+    if (s == WF_OK) {
+        r->st.extra[E_INPUTS]++;
+        r->st.extra[E_INPUT_BYTES] += r->sizes[in];
+        r->st.extra[E_RECORDS_SKIPPED] += wf__prep_reader_skipped(rd);
+        r->st.extra[E_INPUTS_DAMAGED] += (uint64_t)wf__prep_reader_damaged(rd);
+        r->st.step_bytes[PS_EXTRACT] += r->sizes[in];
+    }
+    for (int k = 0; k < nh && s == WF_OK; k++) s = wf__prep_iw_commit(&hw[k]);
+    if (s == WF_OK) s = wf__prep_iw_commit(&docs);
+    for (int k = 0; k < nh; k++) wf__prep_iw_abort(&hw[k]);
+    wf__prep_iw_abort(&docs);
+    free(hw);
+    wf__prep_reader_close(rd);
+    return s;
 }
+
+/* ---- step 2: dedup (one unit per hash range) ---- */
+
+static wf_status step_dedup(prep_run *r, size_t range) {
+    char path[4400];
+    u64set set;
+    WF_TRY(wf__prep_u64set_init(&set, (size_t)r->c->dedup_max_mb << 20));
+    wf_status s = WF_OK;
+    for (size_t in = 0; in < r->n_inputs && s == WF_OK; in++) {
+        prep_ir ir;
+        rpath(r, path, sizeof path, "extract/%06zu.r%04zu", in, range);
+        if ((s = wf__prep_ir_load(&ir, path, PI_HASHES)) != WF_OK) break;
+        r->st.step_bytes[PS_DEDUP] += ir.len;
+        prep_iw w;
+        rpath(r, path, sizeof path, "dedup/%06zu.r%04zu", in, range);
+        s = wf__prep_iw_open(&w, path, PI_DROPS);
+        while (s == WF_OK && !wf__prep_ir_end(&ir)) {
+            uint64_t h;
+            uint32_t doc, unit;
+            size_t at = ir.pos;
+            s = wf__prep_ir_u64(&ir, &h, "hash");
+            if (s == WF_OK) s = wf__prep_ir_u32(&ir, &doc, "hash");
+            if (s == WF_OK) s = wf__prep_ir_u32(&ir, &unit, "hash");
+            if (s != WF_OK) break;
+            if (h % (uint64_t)r->ranges != range) {
+                s = wf_error(WF_ERR_FORMAT, "%s: the hash at byte %zu belongs to another range; rerun with --force",
+                             ir.what, at);
+                break;
+            }
+            int ins = wf__prep_u64set_insert(&set, h);
+            if (ins == 0) {
+                s = wf__prep_iw_u32(&w, doc);
+                if (s == WF_OK) s = wf__prep_iw_u32(&w, unit);
+            } else if (ins < 0) {
+                r->st.extra[E_DEDUP_FULL]++;
+            }
+        }
+        if (s == WF_OK && in + 1 == r->n_inputs) maybe_crash(PS_DEDUP, range);
+        if (s == WF_OK) s = wf__prep_iw_commit(&w);
+        wf__prep_iw_abort(&w);
+        wf__prep_ir_free(&ir);
+    }
+    wf__prep_u64set_free(&set);
+    return s;
+}
+
+/* ---- step 3: filter (one unit per input) ---- */
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The units of input `in` that dedup removed, as doc << 32 | unit, sorted. */
+static wf_status load_drops(prep_run *r, size_t in, u64vec *drops) {
+    char path[4400];
+    for (int k = 0; k < r->ranges; k++) {
+        prep_ir ir;
+        rpath(r, path, sizeof path, "dedup/%06zu.r%04d", in, k);
+        WF_TRY(wf__prep_ir_load(&ir, path, PI_DROPS));
+        r->st.step_bytes[PS_FILTER] += ir.len;
+        wf_status s = WF_OK;
+        while (s == WF_OK && !wf__prep_ir_end(&ir)) {
+            uint32_t doc, unit;
+            s = wf__prep_ir_u32(&ir, &doc, "drop");
+            if (s == WF_OK) s = wf__prep_ir_u32(&ir, &unit, "drop");
+            if (s == WF_OK) s = wf__prep_u64vec_push(drops, (uint64_t)doc << 32 | unit);
+        }
+        wf__prep_ir_free(&ir);
+        WF_TRY(s);
+    }
+    if (drops->n) qsort(drops->v, drops->n, sizeof *drops->v, cmp_u64);
+    return WF_OK;
+}
+
+static wf_status step_filter(prep_run *r, size_t in) {
+    const wf_prep_config *c = r->c;
+    char path[4400];
+    prep_ir ir = {0};
+    u64vec drops = {0};
+    prep_iw docs = {0};
+    int nb = c->minhash ? r->bands : 0;
+    prep_iw *bw = calloc((size_t)nb + 1, sizeof *bw);
+    if (!bw) return wf_error(WF_ERR_NOMEM, "out of memory");
+    rpath(r, path, sizeof path, "extract/%06zu.docs", in);
+    wf_status s = wf__prep_ir_load(&ir, path, PI_DOCS);
+    if (s == WF_OK) r->st.step_bytes[PS_FILTER] += ir.len;
+    if (s == WF_OK && c->dedup) s = load_drops(r, in, &drops);
+    if (s == WF_OK) {
+        rpath(r, path, sizeof path, "filter/%06zu.docs", in);
+        s = wf__prep_iw_open(&docs, path, PI_DOCS);
+    }
+    for (int b = 0; b < nb && s == WF_OK; b++) {
+        rpath(r, path, sizeof path, "filter/%06zu.b%04d", in, b);
+        s = wf__prep_iw_open(&bw[b], path, PI_BANDS);
+    }
+    size_t dp = 0;
+    uint32_t pos_in = 0, pos_out = 0;
+    size_t budget = (size_t)c->batch_mb << 20;
+    while (s == WF_OK && !wf__prep_ir_end(&ir)) {
+        for (size_t i = 0; i < r->n_docs; i++) pdoc_reset(&r->docs[i]);
+        r->n_docs = 0;
+        size_t bytes = 0;
+        while (s == WF_OK && !wf__prep_ir_end(&ir) && r->n_docs < BATCH_MAX_DOCS && bytes < budget) {
+            prep_idoc x;
+            pdoc *d = NULL;
+            if ((s = wf__prep_ir_doc(&ir, &x)) != WF_OK || (s = batch_slot(r, &d)) != WF_OK) break;
+            d->index = x.index;
+            d->input = in;
+            d->pos = pos_in++;
+            memcpy(d->at, x.at, sizeof d->at);
+            d->drop = R_NONE;
+            d->last = ST_OUTPUT;
+            if ((s = wf_buf_append(&d->text, x.text, x.text_len)) != WF_OK) break;
+            if ((s = wf_buf_append(&d->url, x.url, x.url_len)) != WF_OK) break;
+            bytes += x.text_len + 256;
+            if (c->dedup && (s = dedup_split(r, d)) != WF_OK) break;
+            for (; dp < drops.n && drops.v[dp] >> 32 == d->pos; dp++) {
+                uint32_t unit = (uint32_t)drops.v[dp];
+                if (unit >= d->n_units) {
+                    s = wf_error(WF_ERR_FORMAT, "%s/dedup: unit %u of document %u of input %zu does not exist; rerun "
+                                 "with --force", r->pdir, unit, d->pos, in);
+                    break;
+                }
+                d->unit_dup[unit] = 1;
+            }
+        }
+        if (s == WF_OK && dp < drops.n && drops.v[dp] >> 32 < pos_in)
+            s = wf_error(WF_ERR_FORMAT, "%s/dedup: the drop lists of input %zu are out of order; rerun with --force",
+                         r->pdir, in);
+        if (s == WF_OK && r->n_docs) s = run_phase(r, 4);
+        for (size_t i = 0; i < r->n_docs && s == WF_OK; i++) {
+            pdoc *d = &r->docs[i];
+            account_seconds(r, d);
+            r->st.extra[E_UNITS_REMOVED] += d->units_removed;
+            r->st.extra[E_LINES_REMOVED] += d->lines_removed;
+            r->st.extra[E_Q_SKIPPED] += (uint64_t)d->q_skipped;
+            r->st.extra[E_MH_NO_WORDS] += (uint64_t)d->mh_no_words;
+            if ((s = account_quality(r, d)) != WF_OK) break;
+            if (d->drop != R_NONE) {
+                account_doc(&r->st, d->last, d->drop, d->at);
+                continue;
+            }
+            prep_idoc x = {.index = d->index, .conf = d->lang_conf, .url = d->url.data,
+                           .url_len = (uint32_t)d->url.len, .text = d->text.data, .text_len = (uint32_t)d->text.len};
+            memcpy(x.at, d->at, sizeof x.at);
+            snprintf(x.lang, sizeof x.lang, "%s", d->lang);
+            s = wf__prep_iw_doc(&docs, &x);
+            for (int b = 0; b < nb && s == WF_OK && d->has_keys; b++) {
+                s = wf__prep_iw_u64(&bw[b], d->keys[b]);
+                if (s == WF_OK) s = wf__prep_iw_u32(&bw[b], pos_out);
+            }
+            pos_out++;
+        }
+        if (s == WF_OK && r->n_docs) maybe_crash(PS_FILTER, in);
+    }
+    if (s == WF_OK && dp < drops.n)
+        s = wf_error(WF_ERR_FORMAT, "%s/dedup: input %zu has %u documents, its drop lists name document %llu; rerun "
+                     "with --force", r->pdir, in, pos_in, (unsigned long long)(drops.v[dp] >> 32));
+    for (int b = 0; b < nb && s == WF_OK; b++) s = wf__prep_iw_commit(&bw[b]);
+    if (s == WF_OK) s = wf__prep_iw_commit(&docs);
+    for (int b = 0; b < nb; b++) wf__prep_iw_abort(&bw[b]);
+    wf__prep_iw_abort(&docs);
+    free(bw);
+    wf__prep_u64vec_free(&drops);
+    wf__prep_ir_free(&ir);
+    return s;
+}
+
+/* ---- step 4: lsh (one unit per band) ---- */
+
+typedef struct {
+    uint64_t key, gid;
+} band_entry;
+
+static int cmp_band(const void *a, const void *b) {
+    const band_entry *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->gid < y->gid ? -1 : x->gid > y->gid;
+}
+
+/* A document's global id: its input and its number there. */
+#define GID(in, pos) ((uint64_t)(in) << 32 | (uint64_t)(pos))
+
+static wf_status step_lsh(prep_run *r, size_t band) {
+    char path[4400];
+    band_entry *v = NULL;
+    size_t n = 0, cap = 0;
+    wf_status s = WF_OK;
+    for (size_t in = 0; in < r->n_inputs && s == WF_OK; in++) {
+        prep_ir ir;
+        rpath(r, path, sizeof path, "filter/%06zu.b%04zu", in, band);
+        if ((s = wf__prep_ir_load(&ir, path, PI_BANDS)) != WF_OK) break;
+        r->st.step_bytes[PS_LSH] += ir.len;
+        while (s == WF_OK && !wf__prep_ir_end(&ir)) {
+            uint64_t key;
+            uint32_t doc;
+            s = wf__prep_ir_u64(&ir, &key, "band key");
+            if (s == WF_OK) s = wf__prep_ir_u32(&ir, &doc, "band key");
+            if (s == WF_OK) s = WF_GROW(v, cap, n + 1, 1024);
+            if (s == WF_OK) v[n++] = (band_entry){key, GID(in, doc)};
+        }
+        wf__prep_ir_free(&ir);
+    }
+    if (s == WF_OK && n) qsort(v, n, sizeof *v, cmp_band);
+    prep_iw w = {0};
+    if (s == WF_OK) {
+        rpath(r, path, sizeof path, "lsh/%04zu.edges", band);
+        s = wf__prep_iw_open(&w, path, PI_EDGES);
+    }
+    /* Every document of a key's group is joined to the group's first. */
+    for (size_t i = 0, first = 0; i < n && s == WF_OK; i++) {
+        if (i == 0 || v[i].key != v[i - 1].key) {
+            first = i;
+            continue;
+        }
+        s = wf__prep_iw_u64(&w, v[first].gid);
+        if (s == WF_OK) s = wf__prep_iw_u64(&w, v[i].gid);
+    }
+    if (s == WF_OK) maybe_crash(PS_LSH, band);
+    if (s == WF_OK) s = wf__prep_iw_commit(&w);
+    wf__prep_iw_abort(&w);
+    free(v);
+    return s;
+}
+
+/* ---- step 5: cluster (one unit) ---- */
+
+static size_t uf_find(size_t *parent, size_t x) {
+    while (parent[x] != x) {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    return x;
+}
+
+static size_t gid_index(const uint64_t *ids, size_t n, uint64_t g) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ids[mid] < g) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static wf_status step_cluster(prep_run *r, size_t unit) {
+    (void)unit;
+    char path[4400];
+    u64vec edges = {0}, ids = {0};
+    size_t *parent = NULL;
+    wf_status s = WF_OK;
+    for (int b = 0; b < r->bands && s == WF_OK; b++) {
+        prep_ir ir;
+        rpath(r, path, sizeof path, "lsh/%04d.edges", b);
+        if ((s = wf__prep_ir_load(&ir, path, PI_EDGES)) != WF_OK) break;
+        r->st.step_bytes[PS_CLUSTER] += ir.len;
+        while (s == WF_OK && !wf__prep_ir_end(&ir)) {
+            uint64_t g;
+            s = wf__prep_ir_u64(&ir, &g, "edge");
+            if (s == WF_OK && (g >> 32) >= r->n_inputs)
+                s = wf_error(WF_ERR_FORMAT, "%s: an edge at byte %zu names input %llu of %zu; rerun with --force",
+                             ir.what, ir.pos - 8, (unsigned long long)(g >> 32), r->n_inputs);
+            if (s == WF_OK) s = wf__prep_u64vec_push(&edges, g);
+            if (s == WF_OK) s = wf__prep_u64vec_push(&ids, g);
+        }
+        wf__prep_ir_free(&ir);
+    }
+    size_t n = 0;
+    if (s == WF_OK && ids.n) {
+        qsort(ids.v, ids.n, sizeof *ids.v, cmp_u64);
+        for (size_t i = 0; i < ids.n; i++)
+            if (i == 0 || ids.v[i] != ids.v[n - 1]) ids.v[n++] = ids.v[i];
+        parent = malloc(n * sizeof *parent);
+        if (!parent) s = wf_error(WF_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; s == WF_OK && i < n; i++) parent[i] = i;
+        /* Union by the lower id: each cluster's root is its first document. */
+        for (size_t e = 0; s == WF_OK && e + 1 < edges.n; e += 2) {
+            size_t a = uf_find(parent, gid_index(ids.v, n, edges.v[e]));
+            size_t b = uf_find(parent, gid_index(ids.v, n, edges.v[e + 1]));
+            if (a < b) parent[b] = a;
+            else if (b < a) parent[a] = b;
+        }
+    }
+    prep_iw w = {0};
+    if (s == WF_OK) {
+        rpath(r, path, sizeof path, "cluster/drops");
+        s = wf__prep_iw_open(&w, path, PI_CLUSTER);
+    }
+    for (size_t i = 0; i < n && s == WF_OK; i++)
+        if (uf_find(parent, i) != i) s = wf__prep_iw_u64(&w, ids.v[i]);
+    if (s == WF_OK) maybe_crash(PS_CLUSTER, 0);
+    if (s == WF_OK) s = wf__prep_iw_commit(&w);
+    wf__prep_iw_abort(&w);
+    free(parent);
+    wf__prep_u64vec_free(&edges);
+    wf__prep_u64vec_free(&ids);
+    return s;
+}
+
+/* ---- step 6: output (one unit per input) ---- */
+
+
+typedef struct {
+    char lang[16], bucket[8];
+    wf_buf buf;
+} out_stream;
+
+typedef struct {
+    out_stream *v;
+    size_t n, cap;
+    prep_piece *pieces;
+    size_t n_pieces, pieces_cap;
+    prep_iw blob;
+    void *cctx;
+    wf_buf z;
+} out_unit;
+
+/* Compresses a stream's JSONL into one zstd frame at the end of the blob. */
+static wf_status flush_stream(prep_run *r, out_unit *o, out_stream *w) {
+    if (!w->buf.len) return WF_OK;
+    size_t bound = ZSTD_compressBound(w->buf.len);
+    WF_TRY(wf_buf_reserve(&o->z, bound));
+    size_t zn = ZSTD_compress2(o->cctx, o->z.data, bound, w->buf.data, w->buf.len);
+    if (ZSTD_isError(zn)) return wf_error(WF_ERR_INTERNAL, "zstd: %s", ZSTD_getErrorName(zn));
+    WF_TRY(WF_GROW(o->pieces, o->pieces_cap, o->n_pieces + 1, 16));
+    prep_piece *p = &o->pieces[o->n_pieces++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->lang, sizeof p->lang, "%s", w->lang);
+    snprintf(p->bucket, sizeof p->bucket, "%s", w->bucket);
+    p->raw = w->buf.len;
+    p->off = o->blob.bytes;
+    p->len = zn;
+    WF_TRY(wf__prep_iw_write(&o->blob, o->z.data, zn));
+    (void)r;
+    w->buf.len = 0;
+    return WF_OK;
+}
+
+static wf_status step_output(prep_run *r, size_t in) {
+    const wf_prep_config *c = r->c;
+    char path[4400];
+    prep_ir ir = {0}, cl = {0};
+    out_unit o;
+    memset(&o, 0, sizeof o);
+    uint64_t shard_bytes = (uint64_t)(c->shard_mb * 1048576.0);
+    if (shard_bytes == 0) shard_bytes = 1;
+    rpath(r, path, sizeof path, "filter/%06zu.docs", in);
+    wf_status s = wf__prep_ir_load(&ir, path, PI_DOCS);
+    if (s == WF_OK) r->st.step_bytes[PS_OUTPUT] += ir.len;
+    /* The near duplicates of this input: the cluster list is sorted by id. */
+    const char *near = NULL;
+    size_t n_near = 0;
+    if (s == WF_OK && c->minhash) {
+        rpath(r, path, sizeof path, "cluster/drops");
+        s = wf__prep_ir_load(&cl, path, PI_CLUSTER);
+        if (s == WF_OK && (cl.len - cl.pos) % 8)
+            s = wf_error(WF_ERR_FORMAT, "%s: %zu bytes of records, not a multiple of 8; rerun with --force", cl.what,
+                         cl.len - cl.pos);
+        if (s == WF_OK) {
+            size_t total = (cl.len - cl.pos) / 8, lo = 0, hi = total;
+            const unsigned char *base = (const unsigned char *)cl.data + cl.pos;
+            /* First entry >= GID(in, 0). */
+            while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                uint64_t g = 0;
+                for (int k = 0; k < 8; k++) g |= (uint64_t)base[mid * 8 + (size_t)k] << (8 * k);
+                if (g < GID(in, 0)) lo = mid + 1;
+                else hi = mid;
+            }
+            near = (const char *)base + lo * 8;
+            while (lo + n_near < total) {
+                uint64_t g = 0;
+                for (int k = 0; k < 8; k++) g |= (uint64_t)base[(lo + n_near) * 8 + (size_t)k] << (8 * k);
+                if (g >> 32 != in) break;
+                n_near++;
+            }
+        }
+    }
+    if (s == WF_OK && c->ppl_model && c->ppl_model[0] && !r->ppl)
+        s = wf__prep_ppl_open(&r->ppl, c->ppl_model, c->ppl_tokenizer, c->ppl_max_tokens, r->threads);
+    if (s == WF_OK) {
+        o.cctx = ZSTD_createCCtx();
+        if (!o.cctx) s = wf_error(WF_ERR_NOMEM, "out of memory for a zstd context");
+        else {
+            ZSTD_CCtx_setParameter(o.cctx, ZSTD_c_compressionLevel, (int)c->zstd_level);
+            ZSTD_CCtx_setParameter(o.cctx, ZSTD_c_checksumFlag, 1);
+        }
+    }
+    if (s == WF_OK) {
+        rpath(r, path, sizeof path, "output/%06zu.blob", in);
+        s = wf__prep_iw_open(&o.blob, path, PI_BLOB);
+    }
+    uint32_t pos = 0;
+    size_t np = 0;
+    char num[64];
+    double t0 = wf_time_now();
+    while (s == WF_OK && !wf__prep_ir_end(&ir)) {
+        prep_idoc x;
+        if ((s = wf__prep_ir_doc(&ir, &x)) != WF_OK) break;
+        uint32_t me = pos++;
+        int is_near = 0;
+        while (np < n_near) {
+            uint64_t g = 0;
+            for (int k = 0; k < 8; k++) g |= (uint64_t)(unsigned char)near[np * 8 + (size_t)k] << (8 * k);
+            if ((uint32_t)g > me) break;
+            np++;
+            if ((uint32_t)g == me) is_near = 1;
+        }
+        if (is_near) {
+            account_doc(&r->st, ST_MINHASH, R_NEAR_DUP, x.at);
+            continue;
+        }
+        /* perplexity */
+        x.at[ST_PERPLEXITY] = x.text_len;
+        int bucket = -1;
+        double ppl = 0.0;
+        if (r->ppl) {
+            double t1 = wf_time_now(), loss;
+            int64_t n_tok;
+            if ((s = wf__prep_ppl_score(r->ppl, x.text, x.text_len, &loss, &n_tok)) != WF_OK) break;
+            ppl = n_tok ? exp(loss) : 0.0;
+            bucket = ppl <= c->ppl_head_max ? 0 : ppl <= c->ppl_middle_max ? 1 : 2;
+            double lg = ppl > 1.0 ? log10(ppl) * 100.0 : 0.0;
+            int bin = lg >= PREP_PPL_BINS - 1 ? PREP_PPL_BINS - 1 : (int)lg;
+            r->st.ppl_hist[bin]++;
+            r->st.extra[E_HEAD + bucket]++;
+            r->st.seconds[ST_PERPLEXITY] += wf_time_now() - t1;
+            if (bucket == 2 && c->ppl_drop_tail) {
+                account_doc(&r->st, ST_PERPLEXITY, R_TAIL, x.at);
+                continue;
+            }
+        }
+        /* output */
+        double t2 = wf_time_now();
+        x.at[ST_OUTPUT] = x.text_len;
+        wf_buf *l = &r->line;
+        l->len = 0;
+        if ((s = wf_buf_append(l, "{\"text\":", 8)) != WF_OK) break;
+        if ((s = wf_buf_json_str(l, x.text, x.text_len)) != WF_OK) break;
+        if ((s = wf_buf_append(l, ",\"id\":", 6)) != WF_OK) break;
+        char id[4200];
+        int n = snprintf(id, sizeof id, "%s#%llu", r->inputs[in], (unsigned long long)x.index);
+        if ((s = wf_buf_json_str(l, id, (size_t)n < sizeof id ? (size_t)n : sizeof id - 1)) != WF_OK) break;
+        if (x.url_len) {
+            if ((s = wf_buf_append(l, ",\"url\":", 7)) != WF_OK) break;
+            if ((s = wf_buf_json_str(l, x.url, x.url_len)) != WF_OK) break;
+        }
+        if ((s = wf_buf_append(l, ",\"lang\":", 8)) != WF_OK) break;
+        if ((s = wf_buf_json_str(l, x.lang, strlen(x.lang))) != WF_OK) break;
+        if (c->langid) {
+            n = snprintf(num, sizeof num, ",\"lang_score\":%.2f", x.conf);
+            if ((s = wf_buf_append(l, num, (size_t)n)) != WF_OK) break;
+        }
+        if (bucket >= 0) {
+            n = snprintf(num, sizeof num, ",\"perplexity\":%.2f,\"bucket\":\"%s\"", ppl, bucket_names[bucket]);
+            if ((s = wf_buf_append(l, num, (size_t)n)) != WF_OK) break;
+        }
+        if ((s = wf_buf_append(l, "}\n", 2)) != WF_OK) break;
+        const char *bname = bucket >= 0 ? bucket_names[bucket] : "all";
+        out_stream *w = NULL;
+        for (size_t k = 0; k < o.n && !w; k++)
+            if (strcmp(o.v[k].lang, x.lang) == 0 && strcmp(o.v[k].bucket, bname) == 0) w = &o.v[k];
+        if (!w) {
+            if ((s = WF_GROW(o.v, o.cap, o.n + 1, 8)) != WF_OK) break;
+            w = &o.v[o.n++];
+            memset(w, 0, sizeof *w);
+            snprintf(w->lang, sizeof w->lang, "%s", x.lang);
+            snprintf(w->bucket, sizeof w->bucket, "%s", bname);
+        }
+        if ((s = wf_buf_append(&w->buf, l->data, l->len)) != WF_OK) break;
+        r->st.extra[E_JSON_BYTES] += l->len;
+        if ((s = wf__prep_stats_add_lang(&r->st, x.lang, 1, x.text_len)) != WF_OK) break;
+        account_doc(&r->st, ST_OUTPUT, R_NONE, x.at);
+        if (w->buf.len >= shard_bytes) s = flush_stream(r, &o, w);
+        r->st.seconds[ST_OUTPUT] += wf_time_now() - t2;
+    }
+    (void)t0;
+    for (size_t k = 0; k < o.n && s == WF_OK; k++) s = flush_stream(r, &o, &o.v[k]);
+    if (s == WF_OK) maybe_crash(PS_OUTPUT, in);
+    if (s == WF_OK) s = wf__prep_iw_commit(&o.blob);
+    prep_iw idx = {0};
+    if (s == WF_OK) {
+        rpath(r, path, sizeof path, "output/%06zu.index", in);
+        s = wf__prep_iw_open(&idx, path, PI_INDEX);
+    }
+    for (size_t k = 0; k < o.n_pieces && s == WF_OK; k++) s = wf__prep_iw_piece(&idx, &o.pieces[k]);
+    if (s == WF_OK) s = wf__prep_iw_commit(&idx);
+    wf__prep_iw_abort(&idx);
+    wf__prep_iw_abort(&o.blob);
+    for (size_t k = 0; k < o.n; k++) wf_buf_free(&o.v[k].buf);
+    free(o.v);
+    free(o.pieces);
+    wf_buf_free(&o.z);
+    ZSTD_freeCCtx(o.cctx);
+    wf__prep_ir_free(&cl);
+    wf__prep_ir_free(&ir);
+    return s;
+}
+
+/* ---- step 7: finish (one unit) ---- */
+
+typedef struct {
+    char lang[16], bucket[8];
+    int64_t shard;
+    uint64_t raw;
+    FILE *fp;
+    char part[4400];
+} shard_stream;
+
+static wf_status shard_close(const wf_prep_config *c, shard_stream *w, prep_stats *st) {
+    if (!w->fp) return WF_OK;
+    char final[4400];
+    snprintf(final, sizeof final, "%s/%s/%s_%05lld.jsonl.zst", c->output, w->lang, w->bucket, (long long)w->shard);
+    wf_status s = WF_OK;
+    if (fflush(w->fp) != 0 || fsync(fileno(w->fp)) != 0)
+        s = wf_error(WF_ERR_IO, "%s: cannot write: %s", w->part, strerror(errno));
+    if (fclose(w->fp) != 0 && s == WF_OK) s = wf_error(WF_ERR_IO, "%s: cannot write: %s", w->part, strerror(errno));
+    w->fp = NULL;
+    if (s == WF_OK && rename(w->part, final) != 0)
+        s = wf_error(WF_ERR_IO, "%s: cannot rename to %s: %s", w->part, final, strerror(errno));
+    st->extra[E_SHARDS]++;
+    w->shard++;
+    w->raw = 0;
+    return s;
+}
+
+/* Adds up the units' counters; joins the output units' pieces into shards
+ * (a shard is closed once it holds shard_mb of JSONL); writes the stats. */
+static wf_status step_finish(prep_run *r, size_t unit) {
+    (void)unit;
+    const wf_prep_config *c = r->c;
+    double t0 = wf_time_now();
+    char path[4400];
+    prep_stats total;
+    memset(&total, 0, sizeof total);
+    wf_status s = WF_OK;
+    static const int steps[] = {PS_EXTRACT, PS_DEDUP, PS_FILTER, PS_LSH, PS_CLUSTER, PS_OUTPUT};
+    for (size_t k = 0; k < sizeof steps / sizeof *steps && s == WF_OK; k++) {
+        size_t n = steps[k] == PS_DEDUP ? (c->dedup ? (size_t)r->ranges : 0)
+                 : steps[k] == PS_LSH   ? (c->minhash ? (size_t)r->bands : 0)
+                 : steps[k] == PS_CLUSTER ? (c->minhash ? 1 : 0)
+                                          : r->n_inputs;
+        for (size_t u = 0; u < n && s == WF_OK; u++) {
+            prep_stats part;
+            memset(&part, 0, sizeof part);
+            rpath(r, path, sizeof path, "stats/%s.%06zu.json", wf__prep_step_name(steps[k]), u);
+            s = wf__prep_partial_read(path, &part);
+            if (s == WF_OK) s = wf__prep_stats_merge(&total, &part);
+            wf__prep_stats_free(&part);
+        }
+    }
+    uint64_t shard_bytes = (uint64_t)(c->shard_mb * 1048576.0);
+    shard_stream *ws = NULL;
+    size_t nw = 0, capw = 0;
+    for (size_t in = 0; in < r->n_inputs && s == WF_OK; in++) {
+        prep_ir idx, blob;
+        rpath(r, path, sizeof path, "output/%06zu.index", in);
+        if ((s = wf__prep_ir_load(&idx, path, PI_INDEX)) != WF_OK) break;
+        rpath(r, path, sizeof path, "output/%06zu.blob", in);
+        if ((s = wf__prep_ir_load(&blob, path, PI_BLOB)) != WF_OK) {
+            wf__prep_ir_free(&idx);
+            break;
+        }
+        total.step_bytes[PS_FINISH] += blob.len + idx.len;
+        while (s == WF_OK && !wf__prep_ir_end(&idx)) {
+            prep_piece p;
+            if ((s = wf__prep_ir_piece(&idx, &p)) != WF_OK) break;
+            if (p.off > blob.len - blob.pos || p.len > blob.len - blob.pos - p.off) {
+                s = wf_error(WF_ERR_FORMAT, "%s: a piece at byte %zu lies outside %s; rerun with --force", idx.what,
+                             idx.pos, blob.what);
+                break;
+            }
+            shard_stream *w = NULL;
+            for (size_t k = 0; k < nw && !w; k++)
+                if (strcmp(ws[k].lang, p.lang) == 0 && strcmp(ws[k].bucket, p.bucket) == 0) w = &ws[k];
+            if (!w) {
+                if ((s = WF_GROW(ws, capw, nw + 1, 8)) != WF_OK) break;
+                w = &ws[nw++];
+                memset(w, 0, sizeof *w);
+                snprintf(w->lang, sizeof w->lang, "%s", p.lang);
+                snprintf(w->bucket, sizeof w->bucket, "%s", p.bucket);
+            }
+            if (!w->fp) {
+                snprintf(path, sizeof path, "%s/%s", c->output, w->lang);
+                if ((s = wf_mkdirs(path)) != WF_OK) break;
+                snprintf(w->part, sizeof w->part, "%s/%s/%s_%05lld.jsonl.zst.part", c->output, w->lang, w->bucket,
+                         (long long)w->shard);
+                w->fp = fopen(w->part, "wb");
+                if (!w->fp) {
+                    s = wf_error(WF_ERR_IO, "%s: cannot create: %s", w->part, strerror(errno));
+                    break;
+                }
+            }
+            if (fwrite(blob.data + blob.pos + p.off, 1, p.len, w->fp) != p.len) {
+                s = wf_error(WF_ERR_IO, "%s: cannot write: %s", w->part, strerror(errno));
+                break;
+            }
+            w->raw += p.raw;
+            if (w->raw >= shard_bytes) s = shard_close(c, w, &total);
+        }
+        wf__prep_ir_free(&idx);
+        wf__prep_ir_free(&blob);
+    }
+    for (size_t k = 0; k < nw; k++) {
+        if (s == WF_OK) s = shard_close(c, &ws[k], &total);
+        else if (ws[k].fp) fclose(ws[k].fp);
+    }
+    free(ws);
+    if (s == WF_OK) maybe_crash(PS_FINISH, 0);
+    if (s == WF_OK) {
+        prep_progress_state ps;
+        memset(&ps, 0, sizeof ps);
+        ps.n_inputs = ps.inputs_done = r->n_inputs;
+        ps.complete = 1;
+        ps.tasks = r->tasks;
+        total.step_units[PS_FINISH] = 1;
+        total.step_seconds[PS_FINISH] += wf_time_now() - t0;
+        total.wall_seconds = epoch_now() - r->started;
+        s = wf__prep_stats_write(c->output, c, &ps, &total);
+    }
+    wf__prep_stats_free(&total);
+    return s;
+}
+
+/* ---- units, claims and the task's loop ---- */
+
+static size_t step_units(const prep_run *r, int step) {
+    const wf_prep_config *c = r->c;
+    switch (step) {
+    case PS_DEDUP: return c->dedup ? (size_t)r->ranges : 0;
+    case PS_LSH: return c->minhash ? (size_t)r->bands : 0;
+    case PS_CLUSTER: return c->minhash ? 1 : 0;
+    case PS_FINISH: return 1;
+    default: return r->n_inputs;
+    }
+}
+
+static int unit_done(const prep_run *r, int step, size_t u) {
+    char path[4400];
+    rpath(r, path, sizeof path, "done/%s.%06zu", wf__prep_step_name(step), u);
+    return wf_path_exists(path);
+}
+
+typedef wf_status (*step_fn)(prep_run *r, size_t unit);
+static const step_fn step_fns[PS_COUNT] = {step_extract, step_dedup, step_filter, step_lsh,
+                                           step_cluster, step_output, step_finish};
+
+/* Does one unit whose claim this task holds: its files, its counters, then
+ * its completion marker. */
+static wf_status run_unit(prep_run *r, int step, size_t u) {
+    char path[4400];
+    wf__prep_stats_free(&r->st);
+    memset(&r->st, 0, sizeof r->st);
+    static const char *const dirs[] = {"extract", "dedup", "filter", "lsh", "cluster", "output", "stats", "done"};
+    for (size_t k = 0; k < sizeof dirs / sizeof *dirs; k++) {
+        rpath(r, path, sizeof path, "%s", dirs[k]);
+        WF_TRY(wf_mkdirs(path));
+    }
+    double t0 = wf_time_now();
+    WF_DEBUG("prep: task %d/%d: %s %zu", r->task, r->tasks, wf__prep_step_name(step), u);
+    WF_TRY(step_fns[step](r, u));
+    r->st.step_seconds[step] += wf_time_now() - t0;
+    r->st.step_units[step] = 1;
+    if (step != PS_FINISH) {
+        rpath(r, path, sizeof path, "stats/%s.%06zu.json", wf__prep_step_name(step), u);
+        WF_TRY(wf__prep_partial_write(path, &r->st));
+    }
+    rpath(r, path, sizeof path, "done/%s.%06zu", wf__prep_step_name(step), u);
+    return wf_file_write_atomic(path, "done\n", 5);
+}
+
+/* Tries to claim a unit: 1 claimed (*lock held), 0 another live task holds
+ * it. A claim left by a task that died is taken over (same host: its pid
+ * is gone; another host: its heartbeat is older than lock_stale_s). */
+static wf_status claim(prep_run *r, int step, size_t u, wf_dirlock **lock, int *got) {
+    char dir[4400], what[64];
+    rpath(r, dir, sizeof dir, "claims/%s.%06zu", wf__prep_step_name(step), u);
+    WF_TRY(wf_mkdirs(dir));
+    snprintf(what, sizeof what, "prep unit %s %zu", wf__prep_step_name(step), u);
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "weft prep task %d of %d", r->task, r->tasks);
+    wf_dirlock_opts lo = {.command = cmd, .what = what, .stale_seconds = r->c->lock_stale_s};
+    wf_status s = wf_dirlock_acquire(lock, dir, &lo);
+    *got = s == WF_OK;
+    if (s == WF_ERR_INVALID) {
+        wf_error_clear();
+        return WF_OK;
+    }
+    return s;
+}
+
+/* Runs every step: this task's own units first, then any other unclaimed
+ * ones, then waits for the step's units other tasks hold (taking over
+ * those of tasks that died) before the next step. */
+static wf_status run_steps(prep_run *r, int *finished_here) {
+    for (int step = 0; step < PS_COUNT; step++) {
+        size_t n = step_units(r, step);
+        if (!n) continue;
+        size_t lo = n * (size_t)r->task / (size_t)r->tasks;
+        int told = 0;
+        for (int waited = 0;; waited++) {
+            size_t left = 0;
+            int did = 0;
+            for (size_t k = 0; k < n; k++) {
+                size_t u = (lo + k) % n;
+                if (unit_done(r, step, u)) continue;
+                wf_dirlock *lock = NULL;
+                int got = 0;
+                WF_TRY(claim(r, step, u, &lock, &got));
+                if (!got) {
+                    left++;
+                    continue;
+                }
+                wf_status s = unit_done(r, step, u) ? WF_OK : run_unit(r, step, u);
+                if (s == WF_OK && step == PS_FINISH) *finished_here = 1;
+                wf_dirlock_release(lock);
+                if (s != WF_OK) return wf_error_wrap(s, "%s %zu: ", wf__prep_step_name(step), u);
+                did = 1;
+            }
+            if (!left) break;
+            if (did) waited = -1;
+            else {
+                if (!told++)
+                    WF_INFO("prep: task %d of %d waits for %zu %s unit(s) other tasks hold", r->task, r->tasks, left,
+                            wf__prep_step_name(step));
+                /* 0.1 s, doubling up to 2 s: a long wait polls the
+                 * shared filesystem lightly. */
+                long ms = waited < 5 ? 100L << waited : 2000;
+                struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+                nanosleep(&ts, NULL);
+            }
+        }
+    }
+    return WF_OK;
+}
+
+/* The intermediate files go once the run is complete (the completion
+ * markers, run.json and the units' counters stay). */
+static void remove_intermediates(const prep_run *r) {
+    static const char *const dirs[] = {"extract", "dedup", "filter", "lsh", "cluster", "output"};
+    char path[4400];
+    for (size_t k = 0; k < sizeof dirs / sizeof *dirs; k++) {
+        rpath(r, path, sizeof path, "%s", dirs[k]);
+        if (wf_path_is_dir(path)) wf_remove_tree(path);
+    }
+}
+
+/* ---- the run ---- */
 
 /* The fingerprint of a run: the config (less what does not change the
  * output) and the inputs with their sizes. */
@@ -657,7 +1364,11 @@ static wf_status fingerprint(const prep_run *r, char out[32]) {
     c.threads = 0;
     c.force = 0;
     c.json = 0;
-    c.batch_mb = 0; /* batches do not change the output */
+    c.batch_mb = 0;       /* batches do not change the output */
+    c.checkpoint_mb = 0;  /* unused */
+    c.tasks = 0;          /* checked on its own */
+    c.task = 0;
+    c.lock_stale_s = 0;
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -670,39 +1381,102 @@ static wf_status fingerprint(const prep_run *r, char out[32]) {
     return WF_OK;
 }
 
-static wf_status checkpoint(prep_run *r, double t_start, double wall_base) {
-    WF_TRY(wf__prep_output_checkpoint(&r->out));
-    WF_TRY(wf__prep_hashlog_write(r->c->output, r->ps.inputs_done - 1, &r->par_log, &r->lsh_log));
-    WF_TRY(wf__prep_u64vec_push(&r->ps.checkpoints, r->ps.inputs_done));
-    r->par_log.n = r->lsh_log.n = 0;
-    r->since_ckpt = 0;
-    r->st.wall_seconds = wall_base + (wf_time_now() - t_start);
-    return wf__prep_state_write(r->c->output, &r->ps, &r->out, &r->st);
+static int env_int(const char *name, long *v) {
+    const char *e = getenv(name);
+    if (!e || !*e) return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(e, &end, 10);
+    if (errno || *end) return 0;
+    *v = x;
+    return 1;
 }
 
-/* The test hook behind the killed-run tests: WEFT_PREP_CRASH_AFTER=K kills
- * the process with SIGKILL once documents of input K have been written
- * (after the batch that holds them, before any later checkpoint), as a
- * crash or an OOM kill would. */
-static void maybe_crash(const prep_run *r) {
-    const char *env = getenv("WEFT_PREP_CRASH_AFTER");
-    if (!env || !r->n_docs || r->docs[r->n_docs - 1].input < (size_t)atol(env)) return;
-    for (size_t i = 0; i < r->out.n; i++)
-        if (r->out.w[i].fp) fflush(r->out.w[i].fp);
-    raise(SIGKILL);
+/* This task's place: --tasks/--task, a Slurm array, an MPI launcher's rank
+ * and size (Open MPI, MPICH/Hydra, srun), or one task. */
+static wf_status resolve_task(const wf_prep_config *c, int *tasks, int *task, const char **from) {
+    long n = 1, i = 0, lo = 0;
+    *from = "a single task";
+    if (c->tasks > 0) {
+        n = c->tasks;
+        i = c->task < 0 ? 0 : c->task;
+        if (c->task < 0 && n > 1)
+            return wf_error(WF_ERR_CONFIG, "tasks = %ld: give this task's number too (--task 0 to %ld)", n, n - 1);
+        *from = "--tasks/--task";
+    } else if (c->task >= 0) {
+        return wf_error(WF_ERR_CONFIG, "task = %lld: give the number of tasks too (--tasks N)", (long long)c->task);
+    } else if (env_int("SLURM_ARRAY_TASK_ID", &i) && env_int("SLURM_ARRAY_TASK_COUNT", &n)) {
+        if (env_int("SLURM_ARRAY_TASK_MIN", &lo)) i -= lo;
+        *from = "SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (less SLURM_ARRAY_TASK_MIN)";
+    } else if (env_int("OMPI_COMM_WORLD_RANK", &i) && env_int("OMPI_COMM_WORLD_SIZE", &n)) {
+        *from = "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE";
+    } else if (env_int("PMI_RANK", &i) && env_int("PMI_SIZE", &n)) {
+        *from = "PMI_RANK and PMI_SIZE";
+    } else if (env_int("SLURM_PROCID", &i) && env_int("SLURM_STEP_NUM_TASKS", &n)) {
+        *from = "SLURM_PROCID and SLURM_STEP_NUM_TASKS";
+    } else {
+        n = 1, i = 0;
+    }
+    if (n < 1 || n > 1000000 || i < 0 || i >= n)
+        return wf_error(WF_ERR_CONFIG, "task %ld of %ld (from %s): a task's number must be 0 to tasks - 1", i, n,
+                        *from);
+    *tasks = (int)n;
+    *task = (int)i;
+    return WF_OK;
+}
+
+/* OUT/_prep/run.json: what the run is (fingerprint, tasks, start). */
+static wf_status run_read(const char *path, char fp[32], int *tasks, double *started) {
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) return wf_error(WF_ERR_FORMAT, "%s:%d: %s: the run's description is damaged; rerun with --force",
+                               path, err.line, err.text);
+    json_t *f = json_object_get(root, "format"), *p = json_object_get(root, "fingerprint");
+    json_t *t = json_object_get(root, "tasks"), *st = json_object_get(root, "started");
+    wf_status s = WF_OK;
+    if (!json_is_string(f) || strcmp(json_string_value(f), "weft-prep-run") != 0 || !json_is_string(p) ||
+        !json_is_integer(t) || !json_is_number(st) || json_integer_value(json_object_get(root, "version")) != 1) {
+        s = wf_error(WF_ERR_FORMAT, "%s: not a weft prep run description (version 1); rerun with --force", path);
+    } else {
+        snprintf(fp, 32, "%s", json_string_value(p));
+        *tasks = (int)json_integer_value(t);
+        *started = json_number_value(st);
+    }
+    json_decref(root);
+    return s;
+}
+
+/* Creates run.json unless another task got there first (link(2) of a
+ * complete file: *created says which). */
+static wf_status run_create(const prep_run *r, const char *path, const char *fp, int *created) {
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("weft-prep-run"));
+    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "fingerprint", json_string(fp));
+    json_object_set_new(root, "tasks", json_integer(r->tasks));
+    json_object_set_new(root, "inputs", json_integer((json_int_t)r->n_inputs));
+    json_object_set_new(root, "started", json_real(epoch_now()));
+    char *text = json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+    json_decref(root);
+    if (!text) return wf_error(WF_ERR_NOMEM, "out of memory");
+    char tmp[4500];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    size_t n = strlen(text);
+    text[n] = '\n';
+    wf_status s = wf_file_write_atomic(tmp, text, n + 1);
+    free(text);
+    WF_TRY(s);
+    *created = link(tmp, path) == 0;
+    int e = errno;
+    unlink(tmp);
+    if (!*created && e != EEXIST) return wf_error(WF_ERR_IO, "%s: cannot create: %s", path, strerror(e));
+    return WF_OK;
 }
 
 static void run_free(prep_run *r) {
-    wf__prep_reader_close(r->rd);
-    wf__prep_u64vec_free(&r->ps.checkpoints);
     for (size_t i = 0; i < r->docs_cap; i++) pdoc_free(&r->docs[i]);
     free(r->docs);
     free(r->sizes);
-    wf__prep_u64set_free(&r->par);
-    wf__prep_u64set_free(&r->lsh);
-    wf__prep_u64vec_free(&r->par_log);
-    wf__prep_u64vec_free(&r->lsh_log);
-    wf__prep_output_close(&r->out);
     wf__prep_stats_free(&r->st);
     wf__prep_ppl_close(r->ppl);
     wf__prep_rules_free(&r->rules);
@@ -710,25 +1484,78 @@ static void run_free(prep_run *r) {
     wf_dirlock_release(r->lock);
 }
 
-/* Replays the hash logs of the finished inputs into the tables. */
-static wf_status replay(prep_run *r) {
-    u64vec par = {0}, lsh = {0};
-    wf_status s = WF_OK;
-    for (size_t ck = 0; ck < r->ps.checkpoints.n && s == WF_OK; ck++) {
-        par.n = lsh.n = 0;
-        s = wf__prep_hashlog_read(r->c->output, (size_t)r->ps.checkpoints.v[ck] - 1, &par, &lsh);
-        for (size_t k = 0; s == WF_OK && k < par.n; k++) wf__prep_u64set_insert(&r->par, par.v[k]);
-        for (size_t k = 0; s == WF_OK && k < lsh.n; k++) wf__prep_u64set_insert(&r->lsh, lsh.v[k]);
+/* Sets up the run in OUT (or joins it): *complete when there is nothing
+ * left to do. */
+static wf_status open_run(prep_run *r, int *complete) {
+    const wf_prep_config *c = r->c;
+    char fp[32], path[4400];
+    WF_TRY(fingerprint(r, fp));
+    char runjson[4400];
+    rpath(r, runjson, sizeof runjson, "run.json");
+    if (c->force) {
+        if (r->tasks > 1)
+            return wf_error(WF_ERR_CONFIG, "--force deletes the run in %s: give it to one task (--tasks 1), not to "
+                            "each of %d", c->output, r->tasks);
+        WF_TRY(wf__prep_output_wipe(c->output));
     }
-    wf__prep_u64vec_free(&par);
-    wf__prep_u64vec_free(&lsh);
-    return s;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (wf_path_exists(runjson)) {
+            char ofp[32];
+            int otasks;
+            WF_TRY(run_read(runjson, ofp, &otasks, &r->started));
+            if (strcmp(ofp, fp) != 0)
+                return wf_error(WF_ERR_CONFIG,
+                                "%s holds a prep run of another config or other inputs: give a new --output, or "
+                                "--force to delete that run and start over",
+                                c->output);
+            if (otasks != r->tasks)
+                return wf_error(WF_ERR_CONFIG,
+                                "%s holds a prep run of %d task(s); this is task %d of %d: run every task with the "
+                                "same number of tasks, or --force (one task) to start over",
+                                c->output, otasks, r->task, r->tasks);
+            if (unit_done(r, PS_FINISH, 0)) {
+                *complete = 1;
+                return WF_OK;
+            }
+            size_t done = 0, total = 0;
+            for (int st = 0; st < PS_COUNT; st++)
+                for (size_t u = 0, n = step_units(r, st); u < n; u++) total++, done += (size_t)unit_done(r, st, u);
+            WF_INFO("prep: task %d of %d joins the run in %s (%zu of %zu units done)", r->task, r->tasks, c->output,
+                    done, total);
+            return WF_OK;
+        }
+        rpath(r, path, sizeof path, "state.json");
+        if (wf_path_exists(path))
+            return wf_error(WF_ERR_CONFIG,
+                            "%s holds a prep run of an earlier weft (%s, resumed by input): give a new --output, or "
+                            "--force to delete it and start over",
+                            c->output, path);
+        snprintf(path, sizeof path, "%s/stats.json", c->output);
+        if (wf_path_exists(path))
+            return wf_error(WF_ERR_CONFIG,
+                            "%s holds the output of a prep run without its resume state (_prep/): give a new "
+                            "--output, or --force to delete it",
+                            c->output);
+        WF_TRY(wf_mkdirs(r->pdir));
+        int created = 0;
+        WF_TRY(run_create(r, runjson, fp, &created));
+        if (created) {
+            rpath(r, path, sizeof path, "config.toml");
+            wf_afile af;
+            WF_TRY(wf_afile_open(&af, path));
+            wf_opts_write_toml(wf_prep_spec(), c, af.fp);
+            WF_TRY(wf_afile_commit(&af));
+            WF_TRY(run_read(runjson, fp, &r->tasks, &r->started));
+            return WF_OK;
+        }
+    }
+    return wf_error(WF_ERR_INTERNAL, "%s: the run's description appeared and vanished", runjson);
 }
 
 wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t n_inputs) {
     WF_TRY(wf_prep_config_validate(c));
     if (n_inputs == 0) return wf_error(WF_ERR_CONFIG, "no inputs: give WARC, WET, JSONL or text files");
-    double t_start = wf_time_now();
+    if (n_inputs >= ((size_t)1 << 31)) return wf_error(WF_ERR_CONFIG, "%zu inputs: at most 2^31 - 1", n_inputs);
     prep_run r;
     memset(&r, 0, sizeof r);
     r.c = c;
@@ -737,127 +1564,51 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     r.threads = c->threads ? (int)c->threads : wf_default_threads();
     r.n_hashes = (int)(c->mh_bands * c->mh_rows);
     r.max_doc = (size_t)c->max_doc_mb << 20;
+    r.ranges = (int)c->dedup_ranges;
+    r.bands = (int)c->mh_bands;
     r.nopts.form = strcmp(c->unicode_form, "NFKC") == 0 ? 2 : strcmp(c->unicode_form, "NFC") == 0 ? 1 : 0;
     if (!c->normalize) r.nopts.form = 0;
     r.nopts.cleanup = c->normalize;
     r.nopts.drop_invalid = strcmp(c->invalid_utf8, "drop") == 0;
     r.nopts.max_control_ratio = c->max_control_ratio;
-    wf_status s = WF_OK;
-    uint64_t total_bytes = 0;
+    snprintf(r.pdir, sizeof r.pdir, "%s/_prep", c->output);
+    const char *from;
+    wf_status s = resolve_task(c, &r.tasks, &r.task, &from);
     r.sizes = calloc(n_inputs, sizeof *r.sizes);
-    if (!r.sizes) return wf_error(WF_ERR_NOMEM, "out of memory");
+    if (s == WF_OK && !r.sizes) s = wf_error(WF_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n_inputs && s == WF_OK; i++) {
         struct stat stt;
         if (stat(inputs[i], &stt) != 0) s = wf_error(WF_ERR_NOTFOUND, "input %s: cannot read it: %s", inputs[i], strerror(errno));
         else if (!S_ISREG(stt.st_mode)) s = wf_error(WF_ERR_INVALID, "input %s is not a regular file", inputs[i]);
-        else r.sizes[i] = (uint64_t)stt.st_size, total_bytes += (uint64_t)stt.st_size;
+        else r.sizes[i] = (uint64_t)stt.st_size;
     }
     if (s == WF_OK) s = wf__prep_rules_build(c, &r.rules);
     if (s == WF_OK) s = wf_mkdirs(c->output);
-    /* One prep job per output directory: before anything there is read. */
-    wf_dirlock_opts lo = {.command = "weft prep", .what = "output directory",
-                          .stale_seconds = c->lock_stale_s};
-    if (s == WF_OK) s = wf_dirlock_acquire(&r.lock, c->output, &lo);
-    if (s == WF_OK) s = wf__prep_u64set_init(&r.par, (size_t)c->dedup_max_mb << 20);
-    if (s == WF_OK) s = wf__prep_u64set_init(&r.lsh, (size_t)c->mh_max_mb << 20);
-    if (s == WF_OK) s = wf__prep_output_init(&r.out, c->output, (uint64_t)(c->shard_mb * 1048576.0), (int)c->zstd_level);
-    char fp[32];
-    if (s == WF_OK) s = fingerprint(&r, fp);
-    if (s != WF_OK) {
+    /* One job per output directory, or with several tasks one job per task,
+     * before anything there is read. */
+    char lockdir[4400];
+    snprintf(lockdir, sizeof lockdir, "%s", c->output);
+    if (s == WF_OK && r.tasks > 1) {
+        snprintf(lockdir, sizeof lockdir, "%s/tasks/%06d", r.pdir, r.task);
+        s = wf_mkdirs(lockdir);
+    }
+    char what[64];
+    snprintf(what, sizeof what, r.tasks > 1 ? "prep task %d's directory" : "output directory", r.task);
+    wf_dirlock_opts lo = {.command = "weft prep", .what = what, .stale_seconds = c->lock_stale_s};
+    if (s == WF_OK) s = wf_dirlock_acquire(&r.lock, lockdir, &lo);
+    int complete = 0;
+    if (s == WF_OK) s = open_run(&r, &complete);
+    if (s == WF_OK && complete) {
+        WF_INFO("prep: %s is already complete (%zu inputs); --force starts over", c->output, n_inputs);
+        remove_intermediates(&r);
         run_free(&r);
-        return s;
+        return WF_OK;
     }
-
-    /* Resume, refuse, or start over. */
-    prep_progress_state old;
-    memset(&old, 0, sizeof old);
-    wf_status rs = wf__prep_state_read(c->output, &old, &r.out, &r.st);
-    double wall_base = 0.0;
-    if (rs == WF_OK && !c->force && strcmp(old.fingerprint, fp) != 0) {
-        s = wf_error(WF_ERR_CONFIG,
-                     "%s holds a prep run of another config or other inputs: give a new --output, or "
-                     "--force to delete that run and start over",
-                     c->output);
-    } else if (rs == WF_OK && !c->force) {
-        r.ps = old;
-        wall_base = r.st.wall_seconds;
-        if (old.complete) {
-            WF_INFO("prep: %s is already complete (%zu inputs); --force starts over", c->output, old.n_inputs);
-            run_free(&r);
-            return WF_OK;
-        }
-        s = wf__prep_output_rollback(&r.out);
-        if (s == WF_OK) s = replay(&r);
-        if (s == WF_OK)
-            WF_INFO("prep: resuming %s after %zu of %zu inputs", c->output, old.inputs_done, n_inputs);
-    } else if (rs == WF_OK || rs == WF_ERR_NOTFOUND || c->force) {
-        char stats[4200];
-        snprintf(stats, sizeof stats, "%s/stats.json", c->output);
-        if (rs == WF_ERR_NOTFOUND && !c->force && wf_path_exists(stats)) {
-            s = wf_error(WF_ERR_CONFIG,
-                         "%s holds the output of a prep run without its resume state (_prep/): give a new "
-                         "--output, or --force to delete it",
-                         c->output);
-        } else {
-            /* Fresh start: clear what a previous run may have left. */
-            wf__prep_output_close(&r.out);
-            wf__prep_stats_free(&r.st);
-            memset(&r.st, 0, sizeof r.st);
-            s = wf__prep_output_init(&r.out, c->output, (uint64_t)(c->shard_mb * 1048576.0), (int)c->zstd_level);
-            if (s == WF_OK) s = wf__prep_output_wipe(c->output);
-            snprintf(r.ps.fingerprint, sizeof r.ps.fingerprint, "%s", fp);
-            r.ps.n_inputs = n_inputs;
-            if (s == WF_OK) s = wf__prep_state_write(c->output, &r.ps, &r.out, &r.st);
-            if (s == WF_OK) {
-                char cfg[4200];
-                snprintf(cfg, sizeof cfg, "%s/_prep/config.toml", c->output);
-                wf_afile af;
-                s = wf_afile_open(&af, cfg);
-                if (s == WF_OK) {
-                    wf_opts_write_toml(wf_prep_spec(), c, af.fp);
-                    s = wf_afile_commit(&af);
-                }
-            }
-        }
-    } else {
-        s = rs; /* a damaged state file: its message says what to do */
-    }
-    if (r.ps.checkpoints.v != old.checkpoints.v) wf__prep_u64vec_free(&old.checkpoints);
-    if (s == WF_OK && c->ppl_model && c->ppl_model[0])
-        s = wf__prep_ppl_open(&r.ppl, c->ppl_model, c->ppl_tokenizer, c->ppl_max_tokens, r.threads);
-    if (s != WF_OK) {
-        run_free(&r);
-        return s;
-    }
-
-    wf_progress prog;
-    r.next_input = r.ps.inputs_done;
-    for (size_t i = 0; i < r.ps.inputs_done; i++) r.done_bytes += r.sizes[i];
-    r.ckpt_bytes = (uint64_t)(c->checkpoint_mb * 1048576.0);
-    wf_progress_init(&prog, "prep", "B", total_bytes);
-    wf_progress_update(&prog, r.done_bytes);
-    while (s == WF_OK && r.ps.inputs_done < n_inputs) {
-        int ckpt;
-        s = fill_batch(&r, &ckpt);
-        if (s == WF_OK && r.n_docs) s = process_batch(&r);
-        if (s != WF_OK) break;
-        wf_progress_update(&prog, r.done_bytes + (r.rd ? wf__prep_reader_consumed(r.rd) : 0));
-        maybe_crash(&r);
-        if (ckpt) {
-            r.ps.inputs_done = r.reading + 1;
-            s = checkpoint(&r, t_start, wall_base);
-        } else if (!r.n_docs && !r.rd && r.next_input >= n_inputs) {
-            s = wf_error(WF_ERR_INTERNAL, "prep: inputs ended without a checkpoint");
-        }
-    }
-    if (s == WF_OK) s = wf__prep_output_finish(&r.out, &r.st);
-    if (s == WF_OK) {
-        r.ps.complete = 1;
-        r.st.wall_seconds = wall_base + (wf_time_now() - t_start);
-        s = wf__prep_stats_write(c->output, c, &r.ps, &r.st);
-        if (s == WF_OK) s = wf__prep_state_write(c->output, &r.ps, &r.out, &r.st);
-    }
-    wf_progress_done(&prog);
+    if (s == WF_OK && r.tasks > 1) WF_INFO("prep: task %d of %d (from %s)", r.task, r.tasks, from);
+    int finished_here = 0;
+    if (s == WF_OK) s = run_steps(&r, &finished_here);
+    if (s == WF_OK && finished_here) remove_intermediates(&r);
+    if (s == WF_OK && !finished_here) WF_INFO("prep: task %d of %d: the run in %s is complete", r.task, r.tasks, c->output);
     run_free(&r);
     return s;
 }

@@ -18,8 +18,14 @@ static const wf_opt prep_opts[] = {
     {"batch_mb", NULL, WF_OPT_INT, O(batch_mb), "16", 1, 1 << 20,
      "MB of records read and processed together; with the two hash tables this bounds memory"},
     {"checkpoint_mb", NULL, WF_OPT_FLOAT, O(checkpoint_mb), "64", 0, 1e9,
-     "checkpoint for resuming after the input that brings the input read since the last checkpoint "
-     "to this many MB (0: after every input); a crash redoes at most the inputs since then"},
+     "unused (kept so that old configs load): a run resumes by unit (docs/prep.md)"},
+    {"tasks", NULL, WF_OPT_INT, O(tasks), "0", 0, 1e6,
+     "tasks sharing the run, each its own process or machine on a shared output directory (0: from "
+     "SLURM_ARRAY_TASK_COUNT, OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_STEP_NUM_TASKS, else 1); the "
+     "output does not depend on it"},
+    {"task", NULL, WF_OPT_INT, O(task), "-1", -1, 1e6,
+     "this task's number, 0 to tasks - 1 (-1: from SLURM_ARRAY_TASK_ID, OMPI_COMM_WORLD_RANK, PMI_RANK "
+     "or SLURM_PROCID)"},
     {"force", NULL, WF_OPT_BOOL, O(force), "false", WF_NO_RANGE,
      "start over: delete the output of a previous run in the output directory instead of resuming"},
     {"json", NULL, WF_OPT_BOOL, O(json), "false", WF_NO_RANGE, "print the stats as JSON on stdout"},
@@ -54,7 +60,10 @@ static const wf_opt prep_opts[] = {
      "units shorter than this after normalization (lower case, no digits or punctuation) are never "
      "removed"},
     {"dedup.max_mb", NULL, WF_OPT_INT, O(dedup_max_mb), "256", 1, 1 << 20,
-     "memory cap of the paragraph hash table (8 bytes a hash); when full, new hashes are not stored"},
+     "memory cap of the paragraph hash table of one hash range (8 bytes a hash); when full, new hashes "
+     "of that range are not stored"},
+    {"dedup.ranges", NULL, WF_OPT_INT, O(dedup_ranges), "16", 1, 4096,
+     "hash ranges the paragraph hashes are split into: the units of the dedup step, each one table"},
     /* [langid] */
     {"langid.enabled", NULL, WF_OPT_BOOL, O(langid), "true", WF_NO_RANGE,
      "language identification with CLD2 (off: every document is language \"und\")"},
@@ -96,7 +105,7 @@ static const wf_opt prep_opts[] = {
      "hashes per band; bands x rows hash functions (14 x 8 flags ~50% at Jaccard 0.72, ~99% at 0.85)"},
     {"minhash.seed", NULL, WF_OPT_INT, O(mh_seed), "1", 0, 9.2e18, "seed of the hash functions"},
     {"minhash.max_mb", NULL, WF_OPT_INT, O(mh_max_mb), "128", 1, 1 << 20,
-     "memory cap of the band-key table (8 bytes a key, bands keys a document)"},
+     "unused (kept so that old configs load): the lsh step holds one band's keys, 16 bytes a document"},
     /* [perplexity] */
     {"perplexity.model", NULL, WF_OPT_STR, O(ppl_model), "", WF_NO_RANGE,
      "a weft model (model.safetensors or its run directory) to score documents with; empty: stage off"},

@@ -303,6 +303,24 @@ void wf__prep_ppl_close(prep_ppl *p);
 
 /* ---- stats ---- */
 
+/* The steps of a run (pipeline.c, docs/prep.md "Tasks and steps"): each a
+ * set of units that any task may do. */
+#define PREP_STEPS(X)            \
+    X(PS_EXTRACT, "extract")     \
+    X(PS_DEDUP, "dedup")         \
+    X(PS_FILTER, "filter")       \
+    X(PS_LSH, "lsh")             \
+    X(PS_CLUSTER, "cluster")     \
+    X(PS_OUTPUT, "output")       \
+    X(PS_FINISH, "finish")
+typedef enum {
+#define PREP_STEP_ENUM_(e, s) e,
+    PREP_STEPS(PREP_STEP_ENUM_)
+#undef PREP_STEP_ENUM_
+    PS_COUNT
+} prep_step;
+const char *wf__prep_step_name(int step);
+
 typedef struct {
     char code[16];
     uint64_t docs, bytes;
@@ -331,7 +349,16 @@ typedef struct {
     prep_quality_lang *qlangs; /* the quality stage per language, sorted by code */
     size_t n_qlangs;
     uint64_t ppl_hist[PREP_PPL_BINS];
+    double step_seconds[PS_COUNT]; /* wall seconds of the units of each step, summed */
+    uint64_t step_units[PS_COUNT]; /* units of each step done (by every task) */
+    uint64_t step_bytes[PS_COUNT]; /* bytes each step read: inputs, intermediate files */
 } prep_stats;
+
+/* Adds src's counters to dst (languages matched by code). */
+wf_status wf__prep_stats_merge(prep_stats *dst, const prep_stats *src);
+/* One unit's counters: OUT/_prep/stats/<step>.<unit>.json. */
+wf_status wf__prep_partial_write(const char *path, const prep_stats *st);
+wf_status wf__prep_partial_read(const char *path, prep_stats *st);
 
 void wf__prep_stats_free(prep_stats *s);
 wf_status wf__prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs, uint64_t bytes);
@@ -339,47 +366,7 @@ wf_status wf__prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs
  * NULL when out of memory. */
 prep_quality_lang *wf__prep_stats_qlang(prep_stats *s, const char *code, const char *rule_set);
 
-/* ---- output shards ---- */
-
-/* One output stream: OUT/<lang>/<bucket>_<NNNNN>.jsonl.zst, the open shard
- * being <name>.part until it is full or the run ends. */
-typedef struct {
-    char lang[16], bucket[8];
-    int64_t shard;        /* number of the open (or next) shard */
-    uint64_t raw_bytes;   /* JSONL bytes in the open shard */
-    uint64_t part_bytes;  /* size of the .part file at the last checkpoint (0: none) */
-    FILE *fp;
-    void *cctx;           /* ZSTD_CCtx */
-    int dirty;            /* bytes went in since the last frame ended */
-} prep_writer;
-
-typedef struct {
-    char *dir;
-    uint64_t shard_bytes;
-    int level;
-    prep_writer *w;
-    size_t n, cap;
-} prep_output;
-
-wf_status wf__prep_output_init(prep_output *o, const char *dir, uint64_t shard_bytes, int level);
-/* Appends one JSONL line to (lang, bucket)'s stream; rolls the shard when
- * it is full. Counts shards in st. */
-wf_status wf__prep_output_write(prep_output *o, const char *lang, const char *bucket, const char *line,
-                            size_t len, prep_stats *st);
-/* Ends the zstd frame of every open shard and makes it durable; records
- * their sizes (part_bytes) for the state file. */
-wf_status wf__prep_output_checkpoint(prep_output *o);
-/* Closes every open shard under its final name. */
-wf_status wf__prep_output_finish(prep_output *o, prep_stats *st);
-void wf__prep_output_close(prep_output *o); /* frees; files stay as they are */
-/* Makes the directory match the writers (as read from a state file):
- * shards written after the checkpoint go, the open ones are cut back to
- * their recorded size. */
-wf_status wf__prep_output_rollback(prep_output *o);
-/* Deletes what a prep run writes in dir (and nothing else). */
-wf_status wf__prep_output_wipe(const char *dir);
-
-/* ---- state and reports (OUT/_prep/state.json, OUT/stats.json, OUT/stats.txt) ---- */
+/* ---- vectors and reports ---- */
 
 typedef struct {
     uint64_t *v;
@@ -388,26 +375,81 @@ typedef struct {
 wf_status wf__prep_u64vec_push(u64vec *v, uint64_t x);
 void wf__prep_u64vec_free(u64vec *v);
 
-/* The hashes an input added to the two tables, for replay on resume:
- * OUT/_prep/hashes/<input>.bin. */
-wf_status wf__prep_hashlog_write(const char *dir, size_t input, const u64vec *par, const u64vec *lsh);
-wf_status wf__prep_hashlog_read(const char *dir, size_t input, u64vec *par, u64vec *lsh);
+/* Deletes what a prep run writes in dir (and nothing else). */
+wf_status wf__prep_output_wipe(const char *dir);
 
 typedef struct {
-    char fingerprint[32];
     size_t n_inputs, inputs_done;
     int complete;
-    u64vec checkpoints; /* inputs_done at each checkpoint so far, ascending */
+    int tasks;          /* how many tasks the run was split into */
 } prep_progress_state;
 
-wf_status wf__prep_state_write(const char *dir, const prep_progress_state *ps, const prep_output *o,
-                           const prep_stats *st);
-/* WF_ERR_NOTFOUND when there is no state file. Fills the writers of o
- * (initialised) and the stats. */
-wf_status wf__prep_state_read(const char *dir, prep_progress_state *ps, prep_output *o, prep_stats *st);
 /* stats.json and stats.txt. */
 wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const prep_progress_state *ps,
                            const prep_stats *st);
+
+
+/* ---- intermediate files of a run's steps (prep_inter.c) ----
+ * Format: docs/formats/prep-intermediate.md. A 32-byte header (magic,
+ * version, kind, payload bytes, XXH3-64 of the payload), then records,
+ * little-endian. */
+
+#define PREP_INTER_MAGIC "weftprep"
+#define PREP_INTER_VERSION 1
+enum { PI_DOCS = 1, PI_HASHES, PI_DROPS, PI_BANDS, PI_EDGES, PI_CLUSTER, PI_INDEX, PI_BLOB, PI_KIND_COUNT };
+const char *wf__prep_inter_kind_name(int kind);
+
+/* Writer: a temporary file renamed to `path` by commit. */
+typedef struct {
+    FILE *fp;
+    char *path, *tmp;
+    void *h;             /* wf_hasher */
+    uint64_t bytes;
+    int kind;
+} prep_iw;
+wf_status wf__prep_iw_open(prep_iw *w, const char *path, int kind);
+wf_status wf__prep_iw_write(prep_iw *w, const void *p, size_t n);
+wf_status wf__prep_iw_u32(prep_iw *w, uint32_t x);
+wf_status wf__prep_iw_u64(prep_iw *w, uint64_t x);
+wf_status wf__prep_iw_commit(prep_iw *w);
+void wf__prep_iw_abort(prep_iw *w); /* accepts a zeroed or committed writer */
+
+/* Reader: the whole file in memory, header and checksum checked. */
+typedef struct {
+    const char *data;
+    size_t len, pos;
+    const char *what;    /* the file, for messages */
+    char *owned, *path;
+} prep_ir;
+wf_status wf__prep_ir_load(prep_ir *r, const char *path, int kind);
+/* Checks the header of `len` bytes of `kind` (fuzz target, tests). */
+wf_status wf__prep_ir_parse(prep_ir *r, const char *what, const char *data, size_t len, int kind);
+void wf__prep_ir_free(prep_ir *r);
+int wf__prep_ir_end(const prep_ir *r);
+wf_status wf__prep_ir_bytes(prep_ir *r, const char **p, size_t n, const char *what);
+wf_status wf__prep_ir_u32(prep_ir *r, uint32_t *x, const char *what);
+wf_status wf__prep_ir_u64(prep_ir *r, uint64_t *x, const char *what);
+
+/* A document between steps: text and url point into the reader's data. */
+typedef struct {
+    uint64_t index;           /* record number in its input */
+    uint64_t at[ST_COUNT];    /* bytes entering each stage so far */
+    double conf;              /* language confidence */
+    char lang[16];            /* "" before langid (written as "und") */
+    const char *url, *text;
+    uint32_t url_len, text_len;
+} prep_idoc;
+wf_status wf__prep_iw_doc(prep_iw *w, const prep_idoc *d);
+wf_status wf__prep_ir_doc(prep_ir *r, prep_idoc *d);
+
+/* One compressed piece of an output unit's JSONL for (lang, bucket): bytes
+ * [off, off + len) of the unit's blob, `raw` bytes of JSONL. */
+typedef struct {
+    char lang[16], bucket[8];
+    uint64_t raw, off, len;
+} prep_piece;
+wf_status wf__prep_iw_piece(prep_iw *w, const prep_piece *p);
+wf_status wf__prep_ir_piece(prep_ir *r, prep_piece *p);
 
 /* ---- small helpers ---- */
 #endif

@@ -1,8 +1,7 @@
-/* The pipeline's bookkeeping files: the resume state (OUT/_prep/state.json:
- * which inputs are finished, each output stream's open shard and size at
- * the last checkpoint, and the counters so far) and the stats report
- * (OUT/stats.json for programs, OUT/stats.txt for people). Both are
- * written atomically. Layouts: docs/formats/prep-output.md. */
+/* The pipeline's counters: each unit's (OUT/_prep/stats/<step>.<unit>.json),
+ * added up into the stats report (OUT/stats.json for programs,
+ * OUT/stats.txt for people). Written atomically. Layouts:
+ * docs/formats/prep-output.md and prep-intermediate.md. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,11 +10,12 @@
 #include "prep/prep_impl.h"
 #include "weft/fileio.h"
 
-/* Format versions (docs/formats/prep-output.md). 2: the quality stage per
- * language (stages.quality.by_language) and, in stats.json, the rule sets
- * that judged them (quality_rule_sets). */
-#define PREP_STATE_VERSION 2
-#define PREP_STATS_VERSION 2
+/* Format version of stats.json (docs/formats/prep-output.md). 2: the
+ * quality stage per language (stages.quality.by_language) and the rule
+ * sets that judged them (quality_rule_sets). */
+/* stats.json 3: "tasks" and "steps" (the units of each step and their
+ * seconds); the stages' counters are as in 2. */
+#define PREP_STATS_VERSION 3
 
 void wf__prep_stats_free(prep_stats *s) {
     free(s->langs);
@@ -63,6 +63,46 @@ wf_status wf__prep_stats_add_lang(prep_stats *s, const char *code, uint64_t docs
 
 static json_t *u64(uint64_t x) { return json_integer((json_int_t)x); }
 
+static const char *const step_names[] = {
+#define PREP_STEP_NAME_(e, s) s,
+    PREP_STEPS(PREP_STEP_NAME_)
+#undef PREP_STEP_NAME_
+};
+
+const char *wf__prep_step_name(int step) { return step >= 0 && step < PS_COUNT ? step_names[step] : "?"; }
+
+wf_status wf__prep_stats_merge(prep_stats *dst, const prep_stats *src) {
+    for (int st = 0; st < ST_COUNT; st++) {
+        dst->docs_in[st] += src->docs_in[st];
+        dst->docs_out[st] += src->docs_out[st];
+        dst->bytes_in[st] += src->bytes_in[st];
+        dst->bytes_out[st] += src->bytes_out[st];
+        dst->seconds[st] += src->seconds[st];
+    }
+    for (int r = 0; r < R_COUNT; r++) {
+        dst->drop_docs[r] += src->drop_docs[r];
+        dst->drop_bytes[r] += src->drop_bytes[r];
+    }
+    for (int e = 0; e < E_COUNT; e++) dst->extra[e] += src->extra[e];
+    for (int k = 0; k < PREP_PPL_BINS; k++) dst->ppl_hist[k] += src->ppl_hist[k];
+    for (int k = 0; k < PS_COUNT; k++) {
+        dst->step_seconds[k] += src->step_seconds[k];
+        dst->step_units[k] += src->step_units[k];
+        dst->step_bytes[k] += src->step_bytes[k];
+    }
+    for (size_t i = 0; i < src->n_langs; i++)
+        WF_TRY(wf__prep_stats_add_lang(dst, src->langs[i].code, src->langs[i].docs, src->langs[i].bytes));
+    for (size_t i = 0; i < src->n_qlangs; i++) {
+        const prep_quality_lang *q = &src->qlangs[i];
+        prep_quality_lang *d = wf__prep_stats_qlang(dst, q->lang, q->rule_set);
+        if (!d) return wf_error(WF_ERR_NOMEM, "out of memory");
+        d->docs_in += q->docs_in;
+        d->docs_out += q->docs_out;
+        for (int r = 0; r < R_COUNT; r++) d->drop[r] += q->drop[r];
+    }
+    return WF_OK;
+}
+
 /* Perplexity at a percentile of the histogram (the upper edge of its bin). */
 static double ppl_percentile(const prep_stats *s, double q) {
     uint64_t total = 0;
@@ -107,7 +147,7 @@ static json_t *quality_langs_json(const prep_stats *s) {
     return all;
 }
 
-/* The counters as JSON (the part that state.json and stats.json share). */
+/* The counters as JSON (the part that a unit's counters and stats.json share). */
 static json_t *stats_json(const prep_stats *s, const wf_prep_config *c) {
     json_t *root = json_object();
     json_t *stages = json_object();
@@ -212,36 +252,24 @@ static wf_status write_json(const char *path, json_t *root) {
     return s;
 }
 
-wf_status wf__prep_state_write(const char *dir, const prep_progress_state *ps, const prep_output *o,
-                           const prep_stats *st) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/_prep", dir);
-    WF_TRY(wf_mkdirs(path));
-    snprintf(path, sizeof path, "%s/_prep/state.json", dir);
-    json_t *root = json_object();
-    json_object_set_new(root, "format", json_string("weft-prep-state"));
-    json_object_set_new(root, "version", json_integer(PREP_STATE_VERSION));
-    json_object_set_new(root, "fingerprint", json_string(ps->fingerprint));
-    json_object_set_new(root, "inputs", u64(ps->n_inputs));
-    json_object_set_new(root, "inputs_done", u64(ps->inputs_done));
-    json_object_set_new(root, "complete", json_boolean(ps->complete));
-    json_t *cks = json_array();
-    for (size_t i = 0; i < ps->checkpoints.n; i++) json_array_append_new(cks, u64(ps->checkpoints.v[i]));
-    json_object_set_new(root, "checkpoints", cks);
-    json_t *ws = json_array();
-    for (size_t i = 0; i < o->n; i++) {
-        const prep_writer *w = &o->w[i];
+static json_t *steps_json(const prep_stats *st) {
+    json_t *steps = json_object();
+    for (int k = 0; k < PS_COUNT; k++) {
         json_t *j = json_object();
-        json_object_set_new(j, "lang", json_string(w->lang));
-        json_object_set_new(j, "bucket", json_string(w->bucket));
-        json_object_set_new(j, "shard", json_integer(w->shard));
-        json_object_set_new(j, "part_bytes", u64(w->part_bytes));
-        json_object_set_new(j, "raw_bytes", u64(w->raw_bytes));
-        json_array_append_new(ws, j);
+        json_object_set_new(j, "units", u64(st->step_units[k]));
+        json_object_set_new(j, "bytes_in", u64(st->step_bytes[k]));
+        json_object_set_new(j, "seconds", json_real(st->step_seconds[k]));
+        json_object_set_new(steps, step_names[k], j);
     }
-    json_object_set_new(root, "writers", ws);
+    return steps;
+}
+
+wf_status wf__prep_partial_write(const char *path, const prep_stats *st) {
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("weft-prep-unit-stats"));
+    json_object_set_new(root, "version", json_integer(1));
     json_t *sj = stats_json(st, NULL);
-    json_object_set_new(sj, "wall_seconds", json_real(st->wall_seconds));
+    json_object_set_new(sj, "steps", steps_json(st));
     int bins = 0;
     for (int i = 0; i < PREP_PPL_BINS; i++) bins |= st->ppl_hist[i] != 0;
     if (bins) {
@@ -255,80 +283,33 @@ wf_status wf__prep_state_write(const char *dir, const prep_progress_state *ps, c
     return s;
 }
 
-wf_status wf__prep_state_read(const char *dir, prep_progress_state *ps, prep_output *o, prep_stats *st) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/_prep/state.json", dir);
-    if (!wf_path_exists(path)) return WF_ERR_NOTFOUND;
+wf_status wf__prep_partial_read(const char *path, prep_stats *st) {
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
     if (!root)
-        return wf_error(WF_ERR_FORMAT, "%s:%d: %s: the resume state is damaged; rerun with --force to start over",
-                        path, err.line, err.text);
+        return wf_error(WF_ERR_FORMAT, "%s:%d: %s: a unit's counters are damaged; rerun with --force", path,
+                        err.line, err.text);
+    json_t *fmt = json_object_get(root, "format"), *sj = json_object_get(root, "stats");
     wf_status s = WF_OK;
-    json_t *fmt = json_object_get(root, "format");
-    json_t *fp = json_object_get(root, "fingerprint");
-    json_t *ver = json_object_get(root, "version");
-    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "weft-prep-state") != 0 || !json_is_integer(ver) ||
-        !json_is_string(fp)) {
-        s = wf_error(WF_ERR_FORMAT, "%s: not a weft prep state; rerun with --force", path);
-        goto done;
-    }
-    if (json_integer_value(ver) < 1 || json_integer_value(ver) > PREP_STATE_VERSION) {
-        s = wf_error(WF_ERR_FORMAT, "%s: prep state version %lld is not supported (this weft reads versions 1 to %d)",
-                     path, (long long)json_integer_value(ver), PREP_STATE_VERSION);
-        goto done;
-    }
-    memset(ps, 0, sizeof *ps);
-    snprintf(ps->fingerprint, sizeof ps->fingerprint, "%s", json_string_value(fp));
-    ps->n_inputs = (size_t)get_u64(root, "inputs");
-    ps->inputs_done = (size_t)get_u64(root, "inputs_done");
-    ps->complete = json_is_true(json_object_get(root, "complete"));
-    size_t i;
-    json_t *w;
-    uint64_t prev = 0;
-    json_array_foreach(json_object_get(root, "checkpoints"), i, w) {
-        uint64_t v = json_is_integer(w) ? (uint64_t)json_integer_value(w) : 0;
-        if (v <= prev || v > ps->inputs_done) {
-            s = wf_error(WF_ERR_FORMAT, "%s: checkpoint %zu is out of order; rerun with --force", path, i);
-            goto done;
-        }
-        prev = v;
-        if ((s = wf__prep_u64vec_push(&ps->checkpoints, v)) != WF_OK) goto done;
-    }
-    if (prev != ps->inputs_done) {
-        s = wf_error(WF_ERR_FORMAT, "%s: the last checkpoint is not inputs_done; rerun with --force", path);
-        goto done;
-    }
-    json_array_foreach(json_object_get(root, "writers"), i, w) {
-        const char *lang = json_string_value(json_object_get(w, "lang"));
-        const char *bucket = json_string_value(json_object_get(w, "bucket"));
-        if (!lang || !bucket || !lang[0] || strlen(lang) >= 16 || strchr(lang, '/') || !bucket[0] ||
-            strlen(bucket) >= 8) {
-            s = wf_error(WF_ERR_FORMAT, "%s: writer %zu is malformed; rerun with --force", path, i);
-            goto done;
-        }
-        s = WF_GROW(o->w, o->cap, o->n + 1, 16);
-        if (s != WF_OK) goto done;
-        prep_writer *pw = &o->w[o->n++];
-        memset(pw, 0, sizeof *pw);
-        snprintf(pw->lang, sizeof pw->lang, "%s", lang);
-        snprintf(pw->bucket, sizeof pw->bucket, "%s", bucket);
-        pw->shard = (int64_t)get_u64(w, "shard");
-        pw->part_bytes = get_u64(w, "part_bytes");
-        pw->raw_bytes = get_u64(w, "raw_bytes");
-    }
-    json_t *sj = json_object_get(root, "stats");
-    if ((s = stats_from_json(sj, st)) != WF_OK) {
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "weft-prep-unit-stats") != 0 ||
+        json_integer_value(json_object_get(root, "version")) != 1 || !json_is_object(sj)) {
+        s = wf_error(WF_ERR_FORMAT, "%s: not a weft prep unit's counters (version 1); rerun with --force", path);
+    } else if ((s = stats_from_json(sj, st)) != WF_OK) {
         s = wf_error_wrap(s, "%s: ", path);
-        goto done;
+    } else {
+        json_t *steps = json_object_get(sj, "steps");
+        for (int k = 0; k < PS_COUNT; k++) {
+            json_t *j = json_object_get(steps, step_names[k]);
+            st->step_units[k] = get_u64(j, "units");
+            st->step_bytes[k] = get_u64(j, "bytes_in");
+            json_t *sec = json_object_get(j, "seconds");
+            st->step_seconds[k] = json_is_number(sec) ? json_number_value(sec) : 0.0;
+        }
+        json_t *h = json_object_get(sj, "ppl_hist");
+        if (json_is_array(h) && json_array_size(h) == PREP_PPL_BINS)
+            for (int k = 0; k < PREP_PPL_BINS; k++)
+                st->ppl_hist[k] = (uint64_t)json_integer_value(json_array_get(h, (size_t)k));
     }
-    json_t *wall = json_object_get(sj, "wall_seconds");
-    st->wall_seconds = json_is_number(wall) ? json_number_value(wall) : 0.0;
-    json_t *h = json_object_get(sj, "ppl_hist");
-    if (json_is_array(h) && json_array_size(h) == PREP_PPL_BINS)
-        for (int k = 0; k < PREP_PPL_BINS; k++)
-            st->ppl_hist[k] = (uint64_t)json_integer_value(json_array_get(h, (size_t)k));
-done:
     json_decref(root);
     return s;
 }
@@ -402,6 +383,8 @@ wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const p
     json_object_set_new(root, "complete", json_boolean(ps->complete));
     json_object_set_new(root, "inputs", u64(ps->n_inputs));
     json_object_set_new(root, "inputs_done", u64(ps->inputs_done));
+    json_object_set_new(root, "tasks", u64((uint64_t)ps->tasks));
+    json_object_set_new(root, "steps", steps_json(st));
     json_t *sj = stats_json(st, c);
     const char *k;
     json_t *v;

@@ -20,7 +20,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 rm -rf "$C"
 for t in config tokenizer_json shard dataset_json ckpt_manifest ckpt_roundtrip safetensors hf_config warc html \
-         docs_jsonl trace_json mix_spec; do mkdir -p "$C/$t"; done
+         docs_jsonl trace_json mix_spec prep_inter; do mkdir -p "$C/$t"; done
 PY=python3
 
 # ---- config: the repository's configs, the effective config a run records,
@@ -105,6 +105,23 @@ printf '\001pp:0.7\0emma:0.3\0006: 0.2 0.8\0009: 0.5 0.5' > "$C/mix_spec/two-sou
 printf '\004web=data/web:0.5\0books=data/books/:0.3\0code=x=y/z:0.125\0d:2\0e:0.000001\000100: 1 0 0 0 0' \
   > "$C/mix_spec/five-sources"
 printf '\000a:1\0007: 1' > "$C/mix_spec/one-source"
+
+# ---- prep intermediate files: a real run's, stopped before its finish step
+# (WEFT_PREP_CRASH), one of each kind; the first byte is the kind, +128 for
+# the target to rewrite the header (tests/fuzz/fuzz_prep_inter.c).
+head -c 12000 "$TEXT" > "$TMP/prep.txt"
+cp "$TMP/prep.txt" "$TMP/prep2.txt"
+WEFT_PREP_CRASH=finish:0 $W prep --output "$TMP/prep" --threads=1 --text-mode paragraph --dedup.ranges=2 \
+  --minhash.bands=3 --minhash.rows=2 --quality.enabled=false --langid.enabled=false "$TMP/prep.txt" "$TMP/prep2.txt" \
+  >/dev/null 2>&1 || true
+P=$TMP/prep/_prep
+for kf in "1 extract/000000.docs" "2 extract/000000.r0000" "3 dedup/000001.r0000" "4 filter/000000.b0000" \
+          "5 lsh/0000.edges" "6 cluster/drops" "7 output/000000.index" "8 output/000000.blob"; do
+  set -- $kf
+  name=$(echo "$2" | tr '/.' '--')
+  { printf "\\$(printf '%03o' "$1")"; cat "$P/$2"; } > "$C/prep_inter/$name"
+  { printf "\\$(printf '%03o' $(($1 + 128)))"; cat "$P/$2"; } > "$C/prep_inter/$name-fixed"
+done
 
 # ---- trace JSON: the real tracer's output (tests/tools/trace_gen).
 $B/tests/tools/trace_gen "$TMP/tr" 0 1 hta >/dev/null

@@ -1,0 +1,285 @@
+"""`weft prep` as many tasks (docs/prep.md, "Tasks and steps"): the same
+bytes for 1 to 4 tasks however they are started (--tasks/--task, mpirun and
+mpiexec, srun, Slurm job arrays), a task killed in the middle of a unit and
+run again, a rerun of a finished run, and bad inputs (damaged intermediate
+files, another number of tasks) refused with a message that says what and
+where. The crawl, the WET file and the man pages are test_prep_cli's."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+import mpi_launch
+import slurm_local
+from conftest import BUILD, ROOT
+from test_prep_cli import _man_page_chunks, crawl, prep, shard_bytes, stats, wet  # noqa: F401 (fixtures)
+from test_srun import slurm  # noqa: F401 (fixture)
+
+WEFT = BUILD / "weft"
+EXTRA = ["--output.shard_mb=0.2", "--quality.enabled=false", "--dedup.ranges=5", "--minhash.bands=6",
+         "--minhash.rows=4"]
+STEPS = ["extract", "dedup", "filter", "lsh", "cluster", "output", "finish"]
+
+
+@pytest.fixture(scope="module")
+def inputs(crawl, wet, root, tmp_path_factory):  # noqa: F811
+    d = tmp_path_factory.mktemp("dist-inputs")
+    files = [crawl, wet] + _man_page_chunks(root, d)
+    # The same pages again in another file and, cut differently, in a
+    # third: exact and near duplicates across inputs (and so across tasks).
+    again = d / "again.jsonl"
+    shutil.copy(files[2], again)
+    lines = files[3].read_text(encoding="utf-8").splitlines()
+    near = d / "near.jsonl"
+    with open(near, "w", encoding="utf-8") as f:
+        for line in lines:
+            doc = json.loads(line)
+            doc["text"] = doc["text"] + "\nOne line more at the end of the page, written for this copy."
+            f.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    return files + [again, near]
+
+
+@pytest.fixture(scope="module")
+def single(inputs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist-single") / "out"
+    prep(out, *inputs, extra=EXTRA + ["--tasks=1", "--threads=2"])
+    return out
+
+
+def counts(out):
+    """stats.json without what depends on timing or on the number of tasks."""
+    s = stats(out)
+    s.pop("wall_seconds"), s.pop("tasks")
+    for v in s.pop("steps").values():
+        assert v["units"] >= 0
+    for v in s["stages"].values():
+        v.pop("seconds"), v.pop("mb_per_s")
+    return s
+
+
+def start_tasks(out, inputs, n, env_for=None, threads=1):
+    """n tasks of one run, each its own process; env_for(i): extra
+    environment of task i."""
+    procs = []
+    for i in range(n):
+        env = dict(os.environ)
+        env.update((env_for or (lambda i: {}))(i))
+        args = [str(WEFT), "prep", "--output", str(out), *EXTRA, f"--threads={threads}", f"--tasks={n}",
+                f"--task={i}", *map(str, inputs)]
+        procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))
+    return procs
+
+
+def wait_all(procs, timeout=300):
+    """(exit status, stderr) of each; every process is reaped as soon as it
+    ends (a killed task left a zombie would look alive to the others)."""
+    out = [None] * len(procs)
+
+    def reap(i):
+        _, err = procs[i].communicate(timeout=timeout)
+        out[i] = (procs[i].returncode, err)
+    threads = [threading.Thread(target=reap, args=(i,)) for i in range(len(procs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_one_to_four_tasks_give_the_same_bytes(inputs, single, tmp_path):
+    ref = shard_bytes(single)
+    st = stats(single)
+    assert len(ref) >= 3 and st["version"] == 3 and st["tasks"] == 1
+    stages = st["stages"]
+    assert stages["dedup"]["counters"]["units_removed"] > 0
+    assert stages["minhash"]["dropped"]["near_duplicate"]["docs"] > 0
+    assert st["steps"]["extract"]["units"] == len(inputs) and st["steps"]["dedup"]["units"] == 5
+    assert st["steps"]["lsh"]["units"] == 6 and st["steps"]["finish"]["units"] == 1
+    # The intermediate files went when the run was complete.
+    assert not (single / "_prep" / "extract").exists() and (single / "_prep" / "done" / "finish.000000").exists()
+    for n in (2, 3, 4):
+        out = tmp_path / f"t{n}"
+        res = wait_all(start_tasks(out, inputs, n))
+        assert all(rc == 0 for rc, _ in res), res
+        assert shard_bytes(out) == ref, f"{n} tasks"
+        assert counts(out) == counts(single)
+        assert stats(out)["tasks"] == n
+
+    # A rerun of a finished run does nothing.
+    before = {p: p.stat().st_mtime_ns for p in single.rglob("*") if p.is_file()}
+    p = prep(single, *inputs, extra=EXTRA + ["--tasks=1"])
+    assert "already complete" in p.stderr
+    assert {p: p.stat().st_mtime_ns for p in single.rglob("*") if p.is_file()} == before
+
+
+def test_a_task_killed_in_the_middle_of_a_unit_resumes(inputs, single, tmp_path):
+    ref, ref_counts = shard_bytes(single), counts(single)
+    n = len(inputs)
+    for step, unit in [("extract", 2), ("dedup", 3), ("filter", 1), ("lsh", 0), ("cluster", 0), ("output", n - 1),
+                       ("finish", 0)]:
+        out = tmp_path / f"{step}"
+        p = prep(out, *inputs, extra=EXTRA + ["--threads=2"], check=False, env={"WEFT_PREP_CRASH": f"{step}:{unit}"})
+        assert p.returncode == -signal.SIGKILL, (step, p.stderr)
+        done = out / "_prep" / "done"
+        assert not (done / f"{step}.{unit:06d}").exists()
+        assert not (done / "finish.000000").exists()
+        if step == "extract":
+            assert (done / "extract.000001").exists()
+            assert list((out / "_prep" / "extract").glob("000002.*.tmp*")), "a unit's partial files stay behind"
+        p = prep(out, *inputs, extra=EXTRA + ["--threads=2"])
+        assert "took over the lock" in p.stderr and "units done" in p.stderr
+        assert shard_bytes(out) == ref, step
+        assert counts(out) == ref_counts, step
+        assert not list(out.rglob("*.tmp*")) and not list(out.rglob("*.part"))
+
+
+def test_a_killed_task_is_taken_over_by_the_others(inputs, single, tmp_path):
+    """Task 1 of 3 dies in its first filter unit: the others take its claim
+    over (its pid is gone) and finish the run; task 1 run again finds it
+    complete."""
+    n = len(inputs)
+    out = tmp_path / "out"
+    unit = n * 1 // 3
+    res = wait_all(start_tasks(out, inputs, 3, lambda i: {"WEFT_PREP_CRASH": f"filter:{unit}"} if i == 1 else {}))
+    assert res[1][0] == -signal.SIGKILL and res[0][0] == 0 and res[2][0] == 0, res
+    assert any(f"claims/filter.{unit:06d}: took over the lock" in err for _, err in res), res
+    assert shard_bytes(out) == shard_bytes(single)
+    p = prep(out, *inputs, extra=EXTRA + ["--tasks=3", "--task=1"])
+    assert "already complete" in p.stderr
+
+
+def test_bad_runs_are_refused_saying_what_and_where(inputs, tmp_path):
+    out = tmp_path / "out"
+    p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=0"], check=False,
+             env={"WEFT_PREP_CRASH": "lsh:0"})
+    assert p.returncode == -signal.SIGKILL
+    # Another number of tasks on the same run.
+    p = prep(out, *inputs, extra=EXTRA + ["--tasks=3", "--task=0"], check=False)
+    assert p.returncode == 1 and "holds a prep run of 2 task(s); this is task 0 of 3" in p.stderr
+    # A task's number without the count, or out of range.
+    p = prep(out, *inputs, extra=EXTRA + ["--task=1"], check=False)
+    assert p.returncode == 1 and "give the number of tasks too" in p.stderr
+    p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=2"], check=False)
+    assert p.returncode == 1 and "task 2 of 2" in p.stderr
+    p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=1", "--force"], check=False)
+    assert p.returncode == 1 and "--force deletes the run" in p.stderr
+    # Another config.
+    p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=1", "--minhash.seed=7"], check=False)
+    assert p.returncode == 1 and "another config" in p.stderr
+
+    # A damaged intermediate file: a flipped byte, a cut, another kind.
+    f = out / "_prep" / "filter" / "000001.b0000"
+    good = f.read_bytes()
+    assert len(good) > 40
+    for bad, msg in [(good[:-1] + bytes([good[-1] ^ 1]), "checksum mismatch: the file is damaged"),
+                     (good[:-5], "the header says"),
+                     (good[:8] + b"\x07" + good[9:], "version 7"),
+                     (b"garbage", "not a weft prep intermediate file")]:
+        f.write_bytes(bad)
+        p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=1"], check=False)
+        assert p.returncode == 1 and str(f) in p.stderr and msg in p.stderr, p.stderr
+        assert "lsh 0" in p.stderr and "--force" in p.stderr
+    f.write_bytes(good)
+    p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=1"])
+    assert (out / "stats.json").exists()
+
+    # A run directory of an earlier weft (resume state by input).
+    old = tmp_path / "old"
+    (old / "_prep").mkdir(parents=True)
+    (old / "_prep" / "state.json").write_text('{"format": "weft-prep-state", "version": 2}')
+    p = prep(old, *inputs, extra=EXTRA, check=False)
+    assert p.returncode == 1 and "prep run of an earlier weft" in p.stderr and "--force" in p.stderr
+    prep(old, *inputs, extra=EXTRA + ["--force"])
+    assert (old / "stats.json").exists() and not (old / "_prep" / "state.json").exists()
+
+
+@pytest.mark.parametrize("impl", ["openmpi", "mpich"])
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_mpirun_ranks_are_tasks(inputs, single, tmp_path, impl, ranks):
+    launcher = shutil.which(mpi_launch.LAUNCH[impl][0])
+    if not launcher:
+        pytest.fail(f"{mpi_launch.LAUNCH[impl][0]} is missing: run scripts/setup.sh")
+    out = tmp_path / "out"
+    r = mpi_launch.check(mpi_launch.launch(WEFT, impl, ranks, ["prep", "--output", out, *EXTRA, "--threads=1",
+                                                               *inputs], timeout=300))
+    assert f"task 1 of {ranks}" in r.stderr
+    assert shard_bytes(out) == shard_bytes(single)
+    assert stats(out)["tasks"] == ranks
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm):  # noqa: F811
+    try:
+        c = slurm_local.Cluster(cpus=4).start()
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def test_srun_tasks(cluster, inputs, single, tmp_path):
+    out = tmp_path / "out"
+    r = mpi_launch.check(mpi_launch.run(["srun", "-n", 3, "--mpi=none", WEFT, "prep", "--output", out, *EXTRA,
+                                         "--threads=1", *inputs], timeout=300, env={"SLURM_CONF": str(cluster.conf)}))
+    assert "task 2 of 3 (from SLURM_PROCID and SLURM_STEP_NUM_TASKS)" in r.stderr
+    assert shard_bytes(out) == shard_bytes(single)
+
+
+RECIPE = ROOT / "examples" / "slurm" / "prep-array.sbatch"
+
+
+def _array(cluster, tmp_path, out, inputs, spec, crash_task=None, crash=None):
+    """examples/slurm/prep-array.sbatch as an array (spec), or with
+    crash_task a script that kills that task in the unit `crash`."""
+    script = RECIPE
+    if crash_task is not None:
+        script = tmp_path / "prep-crash.sbatch"
+        script.write_text("#!/bin/sh\n"
+                          f"if [ \"$SLURM_ARRAY_TASK_ID\" = \"{crash_task}\" ]; then export WEFT_PREP_CRASH={crash}; fi\n"
+                          f"exec {RECIPE} \"$@\"\n")
+    log = tmp_path / "slurm-%A_%a.out"
+    r = mpi_launch.check(mpi_launch.run(["sbatch", "--parsable", f"--array={spec}", "--cpus-per-task=1",
+                                         "--time=10", "-o", log, script, "--output", out, *EXTRA, *inputs],
+                                        timeout=60, env={"SLURM_CONF": str(cluster.conf), "WEFT": str(WEFT)}))
+    job = r.stdout.strip().split(";")[0]
+    env = mpi_launch.launcher_env() | {"SLURM_CONF": str(cluster.conf)}
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        q = subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True, env=env, timeout=30)
+        if q.returncode == 0 and not q.stdout.strip():
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"job array {job} did not end within 300 s\n{cluster.logs()}")
+    logs = {int(re.search(r"_(\d+)\.out$", str(p)).group(1)): p.read_text() for p in tmp_path.glob("slurm-*.out")}
+    for p in tmp_path.glob("slurm-*.out"):
+        p.unlink()
+    return logs
+
+
+def test_slurm_job_array_with_a_task_killed_and_run_again(cluster, inputs, single, tmp_path):
+    n = len(inputs)
+    out = tmp_path / "out"
+    # Task 2 of 4 dies in its first output unit; the others take it over.
+    logs = _array(cluster, tmp_path, out, inputs, "0-3", crash_task=2, crash=f"output:{n * 2 // 4}")
+    assert set(logs) == {0, 1, 2, 3}
+    assert "task 3 of 4 (from SLURM_ARRAY_TASK_ID" in logs[3]
+    assert "task 2 of 4" in logs[2] and "already complete" not in logs[2]
+    assert shard_bytes(out) == shard_bytes(single)
+    # The array run again: every task finds the run complete.
+    logs = _array(cluster, tmp_path, out, inputs, "0-3")
+    assert all("already complete" in v for v in logs.values()), logs
+    assert shard_bytes(out) == shard_bytes(single)
+    # Throttled to one task at a time: the first does everything.
+    out2 = tmp_path / "out2"
+    logs = _array(cluster, tmp_path, out2, inputs, "0-3%1")
+    assert sum("already complete" in v for v in logs.values()) == 3, logs
+    assert shard_bytes(out2) == shard_bytes(single)
