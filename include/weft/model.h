@@ -193,6 +193,13 @@ wf_status wf_model_plan(wf_model *m, int B, int T);
 wf_status wf_model_plan_bytes(const wf_model_config *cfg, int B, int T, int n_threads,
                               wf_model_recompute mode, size_t *bytes);
 
+/* The part of wf_model_plan_bytes(cfg, B, T, ...) that is the logits
+ * buffer (B, T, vocab), reused for their gradient: the same in every
+ * recompute mode and for every thread count. For planners that report the
+ * logits apart from the other activations (weft plan). Errors as
+ * wf_model_plan_bytes's. */
+wf_status wf_model_plan_logits_bytes(const wf_model_config *cfg, int B, int T, size_t *bytes);
+
 /* Forward pass on tokens (B, T), with B and T at most the planned shape.
  * With targets (B, T) it also computes the mean cross-entropy over the
  * targets >= 0 into *loss (0 when all are ignored; loss may be NULL);

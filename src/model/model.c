@@ -49,6 +49,10 @@ static void carve_acts(const wf_model *m, wf__model_carver *cv, model_layer_acts
     }
 }
 
+/* The logits (B, T, V) of the planned shape, reused for their gradient:
+ * plan_layout's one carve that wf_model_plan_logits_bytes reports apart. */
+static size_t logits_numel(const wf_model *m) { return (size_t)m->plan_B * (size_t)m->plan_T * (size_t)m->V; }
+
 /* The activation memory, in floats (r(x) = x rounded up to a multiple of
  * 16: every buffer starts on a 64-byte boundary); N = B*T, C, H, QKV,
  * L, V, NH, HD as in model_impl.h, S = wf_kern_attention_scratch(T,
@@ -67,7 +71,7 @@ static void carve_acts(const wf_model *m, wf__model_carver *cv, model_layer_acts
  * docs/model.md has the same formulas; wf_model_plan_bytes evaluates them. */
 static void plan_layout(wf_model *m, wf__model_carver *cv) {
     size_t B = (size_t)m->plan_B, T = (size_t)m->plan_T, N = B * T;
-    size_t C = (size_t)m->C, H = (size_t)m->H, V = (size_t)m->V, QKV = (size_t)m->QKV;
+    size_t C = (size_t)m->C, H = (size_t)m->H, QKV = (size_t)m->QKV;
     m->rope_cos = wf__model_carve(cv, T * (size_t)(m->HD / 2));
     m->rope_sin = wf__model_carve(cv, T * (size_t)(m->HD / 2));
     m->attn_scratch = wf__model_carve(cv, wf_kern_attention_scratch(m->plan_T, m->n_threads));
@@ -83,7 +87,7 @@ static void plan_layout(wf_model *m, wf__model_carver *cv) {
     }
     m->xf = wf__model_carve(cv, N * C);
     m->rstdf = wf__model_carve(cv, N);
-    m->logits = wf__model_carve(cv, N * V);
+    m->logits = wf__model_carve(cv, logits_numel(m));
     m->losses = wf__model_carve(cv, N);
     m->ce_lse = wf__model_carve(cv, N);
     m->tokens = (int32_t *)(void *)wf__model_carve(cv, N);
@@ -186,6 +190,21 @@ wf_status wf_model_plan_bytes(const wf_model_config *cfg, int B, int T, int n_th
     plan_layout(&m, &cv);
     free(m.res);
     free(m.la);
+    *bytes = cv.used * sizeof(float);
+    return WF_OK;
+}
+
+wf_status wf_model_plan_logits_bytes(const wf_model_config *cfg, int B, int T, size_t *bytes) {
+    *bytes = 0;
+    WF_TRY(wf_model_config_validate(cfg));
+    if (B < 1 || T < 1 || T > cfg->max_seq_len || (size_t)B * (size_t)T > (size_t)INT32_MAX / 2)
+        return wf_error(WF_ERR_INVALID,
+                        "model: cannot size the logits for B x T = %d x %d (max_seq_len %d)", B, T,
+                        cfg->max_seq_len);
+    wf_model m = {.cfg = *cfg, .plan_B = B, .plan_T = T};
+    wf__model_set_dims(&m);
+    wf__model_carver cv = {NULL, 0};
+    wf__model_carve(&cv, logits_numel(&m));
     *bytes = cv.used * sizeof(float);
     return WF_OK;
 }

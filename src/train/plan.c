@@ -1,10 +1,13 @@
 /* The memory and communication planner (weft/plan.h): the arena's blocks
  * of a training run, per rank, for every sharding and recomputation mode,
- * written from what src/train/train_setup.c, src/model (wf_model_create,
- * wf_model_plan) and src/optim (wf_adamw_create_shard) allocate. It never
- * builds a model: tests/unit/test_plan.c checks these sums against a real
- * arena's counters, tests/py/test_plan.py against `weft train`'s run.json.
- * The formulas are written out in docs/distributed.md, "Planning memory". */
+ * written from what src/train/train_setup.c, src/model (wf_model_create)
+ * and src/optim (wf_adamw_create_shard) allocate; the activations are the
+ * model's own figures (wf_model_plan_bytes and wf_model_plan_logits_bytes:
+ * what wf_model_plan will take), so their layout is stated once, in
+ * src/model/model.c. It never builds a model: tests/unit/test_plan.c
+ * checks these sums against a real arena's counters, tests/py/test_plan.py
+ * against `weft train`'s run.json. The formulas are written out in
+ * docs/distributed.md, "Planning memory". */
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -60,28 +63,13 @@ static dims_ dims_of(const wf_model_config *c) {
 /* Parameters of one transformer block. */
 static size_t layer_params(const dims_ *d) { return 2 * d->C + d->C * d->QKV + d->C * d->C + 3 * d->H * d->C; }
 
-/* wf_model_plan's activation buffer in floats, without the logits: the
- * same carves as plan_layout (src/model/model.c), with the per-block
- * intermediates kept per block (none), once for all blocks (block: each
- * block's are recomputed from its input, res[l], in the backward), or the
- * matmul outputs per block and the element-wise ones once (selective). */
-static size_t activation_floats(const dims_ *d, size_t B, size_t T, int threads, wf_plan_recompute r) {
-    size_t N = B * T, C = d->C, H = d->H, QKV = d->QKV;
-    size_t f = 2 * carve_(T * (d->HD / 2));                                   /* RoPE cos, sin */
-    f += carve_(wf_kern_attention_scratch((int)T, threads));                 /* attention scores */
-    f += (d->L + 1) * carve_(N * C);                                          /* res[0..L] */
-    size_t matmul_out = carve_(N * QKV) + carve_(N * C) /* att */ + carve_(B * d->NH * T) /* lse */ +
-                        carve_(N * C) /* mid */ + carve_(N * 2 * H);        /* h13 */
-    size_t elementwise = carve_(N * C) + carve_(N) /* xn1, rstd1 */ + carve_(N * C) + carve_(N) /* xn2, rstd2 */ +
-                         carve_(N * H);                                       /* g */
-    size_t sets_matmul = r == WF_PLAN_RECOMPUTE_NONE ? d->L : r == WF_PLAN_RECOMPUTE_BLOCK ? 1 : d->L;
-    size_t sets_elem = r == WF_PLAN_RECOMPUTE_NONE ? d->L : 1;
-    if (d->L == 0) sets_matmul = sets_elem = 0;
-    f += sets_matmul * matmul_out + sets_elem * elementwise;
-    f += carve_(N * C) + carve_(N);                                           /* xf, rstdf */
-    f += 4 * carve_(N);                                                       /* losses, ce_lse, tokens, targets */
-    f += 3 * carve_(N * C) + carve_(N * QKV) + carve_(N * 2 * H) + carve_(N * H); /* dres dxn datt dqkv dh13 dg */
-    return f;
+/* The model's recompute mode of a plan's (the same three, by name). */
+static wf_model_recompute model_recompute(wf_plan_recompute r) {
+    switch (r) {
+    case WF_PLAN_RECOMPUTE_BLOCK: return WF_RECOMPUTE_BLOCK;
+    case WF_PLAN_RECOMPUTE_SELECTIVE: return WF_RECOMPUTE_SELECTIVE;
+    default: return WF_RECOMPUTE_NONE;
+    }
 }
 
 /* The largest rank's shard of n floats (wf_zero1_plan_init(n, W, 16): rank 0's). */
@@ -259,10 +247,13 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
         break;
     }
     units_free(&u);
-    size_t act = activation_floats(&d, B, T, in->threads, r);
-    size_t logits = carve_(N * d.V);
-    out->activations = 4 * act;
-    out->logits = 4 * logits;
+    /* wf_model_plan's buffer, from the model's own layout (src/model/
+     * model.c's plan_layout): its logits apart, the rest as activations */
+    size_t act = 0, logits = 0;
+    WF_TRY(wf_model_plan_bytes(&in->model, in->micro_batch, in->seq_len, in->threads, model_recompute(r), &act));
+    WF_TRY(wf_model_plan_logits_bytes(&in->model, in->micro_batch, in->seq_len, &logits));
+    out->activations = act - logits;
+    out->logits = logits;
     out->batch = 2 * block_(4 * N);
     out->total = out->params + out->grads + out->optimizer + out->buckets + out->gather + out->activations +
                  out->logits + out->batch;

@@ -176,6 +176,11 @@ WF_TEST(memory_shrinks_by_the_documented_formulas) {
             size_t planned;
             WF_CHECK_OK(wf_model_plan_bytes(&cs[ci], B, T, threads, modes[k], &planned));
             WF_CHECK_EQ(planned, bytes[k]);
+            /* The logits term alone (weft plan reports it apart). */
+            size_t logits;
+            WF_CHECK_OK(wf_model_plan_logits_bytes(&cs[ci], B, T, &logits));
+            WF_CHECK_EQ(logits, r16((size_t)B * (size_t)T * (size_t)cs[ci].vocab_size) * sizeof(float));
+            WF_CHECK_TRUE(logits < planned);
             /* The arena holds at least parameters, gradients and activations. */
             wf_arena_stats st = wf_arena_get_stats(f.arena);
             WF_CHECK_TRUE(st.in_use >= mem.param_bytes + mem.grad_bytes + mem.activation_bytes);
@@ -188,9 +193,12 @@ WF_TEST(memory_shrinks_by_the_documented_formulas) {
     wf_model_config bad = cs[0];
     WF_CHECK_ERR(wf_model_plan_bytes(&bad, 1, 65, 1, WF_RECOMPUTE_NONE, &b), WF_ERR_INVALID,
                  "max_seq_len 64");
+    WF_CHECK_ERR(wf_model_plan_logits_bytes(&bad, 1, 65, &b), WF_ERR_INVALID, "max_seq_len 64");
+    WF_CHECK_ERR(wf_model_plan_logits_bytes(&bad, 0, 8, &b), WF_ERR_INVALID, "B x T = 0 x 8");
     bad.n_heads = 3;
     WF_CHECK_ERR(wf_model_plan_bytes(&bad, 1, 8, 1, WF_RECOMPUTE_NONE, &b), WF_ERR_CONFIG,
                  "model.n_heads");
+    WF_CHECK_ERR(wf_model_plan_logits_bytes(&bad, 1, 8, &b), WF_ERR_CONFIG, "model.n_heads");
 }
 
 WF_TEST(the_mode_is_fixed_by_the_plan_and_named) {
