@@ -64,6 +64,7 @@ typedef struct {
     char *output;            /* output directory (required) */
     int64_t threads;         /* 0: WEFT_THREADS or every CPU */
     int64_t batch_mb;        /* raw bytes read per batch: bounds memory */
+    int64_t read_kb;         /* KiB read at a time from intermediate files */
     double checkpoint_mb;    /* unused (runs resume by unit); kept so that old configs load */
     double lock_stale_s;     /* another host's output lock older than this is stale (include/weft/dirlock.h) */
     int force;               /* discard a previous run's output instead of resuming */

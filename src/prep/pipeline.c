@@ -681,18 +681,23 @@ static wf_status load_drops(prep_run *r, size_t in, u64vec *drops) {
     return WF_OK;
 }
 
+/* The read size of the streamed intermediate files (read_kb). */
+static size_t read_chunk(const prep_run *r) {
+    return r->c->read_kb > 0 ? (size_t)r->c->read_kb << 10 : (size_t)4 << 20;
+}
+
 static wf_status step_filter(prep_run *r, size_t in) {
     const wf_prep_config *c = r->c;
     char path[4400];
-    prep_ir ir = {0};
+    prep_dr ir = {0};
     u64vec drops = {0};
     prep_iw docs = {0};
     int nb = c->minhash ? r->bands : 0;
     prep_iw *bw = calloc((size_t)nb + 1, sizeof *bw);
     if (!bw) return wf_error(WF_ERR_NOMEM, "out of memory");
     rpath(r, path, sizeof path, "extract/%06zu.docs", in);
-    wf_status s = wf__prep_ir_load(&ir, path, PI_DOCS);
-    if (s == WF_OK) r->st.step_bytes[PS_FILTER] += ir.len;
+    wf_status s = wf__prep_dr_open(&ir, path, PI_DOCS, read_chunk(r), 0);
+    if (s == WF_OK) r->st.step_bytes[PS_FILTER] += ir.total + 32;
     if (s == WF_OK && c->dedup) s = load_drops(r, in, &drops);
     if (s == WF_OK) {
         rpath(r, path, sizeof path, "filter/%06zu.docs", in);
@@ -705,14 +710,14 @@ static wf_status step_filter(prep_run *r, size_t in) {
     size_t dp = 0;
     uint32_t pos_in = 0, pos_out = 0;
     size_t budget = (size_t)c->batch_mb << 20;
-    while (s == WF_OK && !wf__prep_ir_end(&ir)) {
+    while (s == WF_OK && !wf__prep_dr_end(&ir)) {
         for (size_t i = 0; i < r->n_docs; i++) pdoc_reset(&r->docs[i]);
         r->n_docs = 0;
         size_t bytes = 0;
-        while (s == WF_OK && !wf__prep_ir_end(&ir) && r->n_docs < BATCH_MAX_DOCS && bytes < budget) {
+        while (s == WF_OK && !wf__prep_dr_end(&ir) && r->n_docs < BATCH_MAX_DOCS && bytes < budget) {
             prep_idoc x;
             pdoc *d = NULL;
-            if ((s = wf__prep_ir_doc(&ir, &x)) != WF_OK || (s = batch_slot(r, &d)) != WF_OK) break;
+            if ((s = wf__prep_dr_doc(&ir, &x)) != WF_OK || (s = batch_slot(r, &d)) != WF_OK) break;
             d->index = x.index;
             d->input = in;
             d->pos = pos_in++;
@@ -771,7 +776,7 @@ static wf_status step_filter(prep_run *r, size_t in) {
     wf__prep_iw_abort(&docs);
     free(bw);
     wf__prep_u64vec_free(&drops);
-    wf__prep_ir_free(&ir);
+    wf__prep_dr_close(&ir);
     return s;
 }
 
@@ -948,14 +953,15 @@ static wf_status flush_stream(prep_run *r, out_unit *o, out_stream *w) {
 static wf_status step_output(prep_run *r, size_t in) {
     const wf_prep_config *c = r->c;
     char path[4400];
-    prep_ir ir = {0}, cl = {0};
+    prep_ir cl = {0};
+    prep_dr ir = {0};
     out_unit o;
     memset(&o, 0, sizeof o);
     uint64_t shard_bytes = (uint64_t)(c->shard_mb * 1048576.0);
     if (shard_bytes == 0) shard_bytes = 1;
     rpath(r, path, sizeof path, "filter/%06zu.docs", in);
-    wf_status s = wf__prep_ir_load(&ir, path, PI_DOCS);
-    if (s == WF_OK) r->st.step_bytes[PS_OUTPUT] += ir.len;
+    wf_status s = wf__prep_dr_open(&ir, path, PI_DOCS, read_chunk(r), 0);
+    if (s == WF_OK) r->st.step_bytes[PS_OUTPUT] += ir.total + 32;
     /* The near duplicates of this input: the cluster list is sorted by id. */
     const char *near = NULL;
     size_t n_near = 0;
@@ -1003,9 +1009,9 @@ static wf_status step_output(prep_run *r, size_t in) {
     size_t np = 0;
     char num[64];
     double t0 = wf_time_now();
-    while (s == WF_OK && !wf__prep_ir_end(&ir)) {
+    while (s == WF_OK && !wf__prep_dr_end(&ir)) {
         prep_idoc x;
-        if ((s = wf__prep_ir_doc(&ir, &x)) != WF_OK) break;
+        if ((s = wf__prep_dr_doc(&ir, &x)) != WF_OK) break;
         uint32_t me = pos++;
         int is_near = 0;
         while (np < n_near) {
@@ -1102,7 +1108,7 @@ static wf_status step_output(prep_run *r, size_t in) {
     wf_buf_free(&o.z);
     ZSTD_freeCCtx(o.cctx);
     wf__prep_ir_free(&cl);
-    wf__prep_ir_free(&ir);
+    wf__prep_dr_close(&ir);
     return s;
 }
 
@@ -1162,21 +1168,25 @@ static wf_status step_finish(prep_run *r, size_t unit) {
     shard_stream *ws = NULL;
     size_t nw = 0, capw = 0;
     for (size_t in = 0; in < r->n_inputs && s == WF_OK; in++) {
-        prep_ir idx, blob;
+        prep_ir idx;
+        prep_dr blob;
         rpath(r, path, sizeof path, "output/%06zu.index", in);
         if ((s = wf__prep_ir_load(&idx, path, PI_INDEX)) != WF_OK) break;
         rpath(r, path, sizeof path, "output/%06zu.blob", in);
-        if ((s = wf__prep_ir_load(&blob, path, PI_BLOB)) != WF_OK) {
+        /* Checked whole before use: shards are published before its end. */
+        if ((s = wf__prep_dr_open(&blob, path, PI_BLOB, read_chunk(r), 1)) != WF_OK) {
             wf__prep_ir_free(&idx);
             break;
         }
-        total.step_bytes[PS_FINISH] += blob.len + idx.len;
+        total.step_bytes[PS_FINISH] += blob.total + 32 + idx.len;
         while (s == WF_OK && !wf__prep_ir_end(&idx)) {
             prep_piece p;
             if ((s = wf__prep_ir_piece(&idx, &p)) != WF_OK) break;
-            if (p.off > blob.len - blob.pos || p.len > blob.len - blob.pos - p.off) {
-                s = wf_error(WF_ERR_FORMAT, "%s: a piece at byte %zu lies outside %s; rerun with --force", idx.what,
-                             idx.pos, blob.what);
+            /* The pieces follow each other in the blob, in the index's order. */
+            uint64_t at = wf__prep_dr_offset(&blob);
+            if (p.off != at || p.len > blob.total - at) {
+                s = wf_error(WF_ERR_FORMAT, "%s: the piece before byte %zu is not where %s continues; rerun with "
+                             "--force", idx.what, idx.pos, blob.what);
                 break;
             }
             shard_stream *w = NULL;
@@ -1200,15 +1210,21 @@ static wf_status step_finish(prep_run *r, size_t unit) {
                     break;
                 }
             }
-            if (fwrite(blob.data + blob.pos + p.off, 1, p.len, w->fp) != p.len) {
-                s = wf_error(WF_ERR_IO, "%s: cannot write: %s", w->part, strerror(errno));
-                break;
+            for (uint64_t left = p.len; left && s == WF_OK;) {
+                const char *q = NULL;
+                size_t got = 0;
+                if ((s = wf__prep_dr_bytes(&blob, &q, &got, left < SIZE_MAX ? (size_t)left : SIZE_MAX)) != WF_OK)
+                    break;
+                if (!got || fwrite(q, 1, got, w->fp) != got)
+                    s = wf_error(WF_ERR_IO, "%s: cannot write: %s", w->part, got ? strerror(errno) : "no data");
+                left -= got;
             }
+            if (s != WF_OK) break;
             w->raw += p.raw;
             if (w->raw >= shard_bytes) s = shard_close(c, w, &total);
         }
         wf__prep_ir_free(&idx);
-        wf__prep_ir_free(&blob);
+        wf__prep_dr_close(&blob);
     }
     for (size_t k = 0; k < nw; k++) {
         if (s == WF_OK) s = shard_close(c, &ws[k], &total);
@@ -1365,6 +1381,7 @@ static wf_status fingerprint(const prep_run *r, char out[32]) {
     c.force = 0;
     c.json = 0;
     c.batch_mb = 0;       /* batches do not change the output */
+    c.read_kb = 0;        /* nor does the read size */
     c.checkpoint_mb = 0;  /* unused */
     c.tasks = 0;          /* checked on its own */
     c.task = 0;

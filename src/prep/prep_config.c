@@ -17,6 +17,9 @@ static const wf_opt prep_opts[] = {
      "worker threads (0: WEFT_THREADS or every CPU); the output does not depend on it"},
     {"batch_mb", NULL, WF_OPT_INT, O(batch_mb), "16", 1, 1 << 20,
      "MB of records read and processed together; with the two hash tables this bounds memory"},
+    {"read_kb", NULL, WF_OPT_INT, O(read_kb), "4096", 1, 1 << 30,
+     "KiB read at a time from a step's intermediate files (documents, output pieces); bounds the memory of "
+     "the filter, output and finish steps whatever an input's size; the output does not depend on it"},
     {"checkpoint_mb", NULL, WF_OPT_FLOAT, O(checkpoint_mb), "64", 0, 1e9,
      "unused (kept so that old configs load): a run resumes by unit (docs/prep.md)"},
     {"tasks", NULL, WF_OPT_INT, O(tasks), "0", 0, 1e6,

@@ -442,6 +442,31 @@ typedef struct {
 wf_status wf__prep_iw_doc(prep_iw *w, const prep_idoc *d);
 wf_status wf__prep_ir_doc(prep_ir *r, prep_idoc *d);
 
+/* Streaming reader: a file of any size read `chunk` bytes at a time, so a
+ * step's memory does not grow with its input. The header and size are
+ * checked at open; the checksum when the last byte is read (before the
+ * records of that read are returned), or, with verify_first, over the
+ * whole file at open (for steps that publish what they read before the
+ * end). Records point into the reader's buffer until the next call. */
+typedef struct {
+    FILE *fp;
+    int own_fp, verified;
+    char *what;                 /* the file, for messages */
+    void *h;                    /* wf_hasher */
+    uint64_t total, left, sum;  /* payload bytes; not read yet; checksum */
+    size_t chunk, pos;          /* read size; next unread byte of buf */
+    wf_buf buf;
+} prep_dr;
+wf_status wf__prep_dr_open(prep_dr *r, const char *path, int kind, size_t chunk, int verify_first);
+/* On an open stream positioned at the header (fuzz target, tests). */
+wf_status wf__prep_dr_open_fp(prep_dr *r, FILE *fp, const char *what, int kind, size_t chunk, int verify_first);
+void wf__prep_dr_close(prep_dr *r);
+int wf__prep_dr_end(const prep_dr *r);
+uint64_t wf__prep_dr_offset(const prep_dr *r); /* payload bytes returned so far */
+wf_status wf__prep_dr_doc(prep_dr *r, prep_idoc *d);
+/* Up to `max` (> 0) of the next bytes, at least one unless at the end. */
+wf_status wf__prep_dr_bytes(prep_dr *r, const char **p, size_t *got, size_t max);
+
 /* One compressed piece of an output unit's JSONL for (lang, bucket): bytes
  * [off, off + len) of the unit's blob, `raw` bytes of JSONL. */
 typedef struct {

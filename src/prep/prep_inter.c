@@ -270,3 +270,144 @@ wf_status wf__prep_ir_piece(prep_ir *r, prep_piece *p) {
     WF_TRY(wf__prep_ir_u64(r, &p->off, "piece"));
     return wf__prep_ir_u64(r, &p->len, "piece");
 }
+
+/* ---- the streaming reader ---- */
+
+wf_status wf__prep_dr_open_fp(prep_dr *r, FILE *fp, const char *what, int kind, size_t chunk, int verify_first) {
+    memset(r, 0, sizeof *r);
+    r->fp = fp;
+    r->chunk = chunk ? chunk : 1;
+    size_t n = strlen(what) + 1;
+    r->what = malloc(n);
+    r->h = wf_hasher_create();
+    if (!r->what || !r->h) {
+        wf__prep_dr_close(r);
+        return wf_error(WF_ERR_NOMEM, "out of memory");
+    }
+    memcpy(r->what, what, n);
+    unsigned char h[HEADER_BYTES];
+    size_t got = fread(h, 1, sizeof h, fp);
+    if (got < HEADER_BYTES || memcmp(h, PREP_INTER_MAGIC, 8) != 0)
+        return wf_error(WF_ERR_FORMAT, "%s: not a weft prep intermediate file (no header)", what);
+    uint32_t ver = get_u32(h + 8), k = get_u32(h + 12);
+    r->left = r->total = get_u64(h + 16);
+    r->sum = get_u64(h + 24);
+    if (ver != PREP_INTER_VERSION)
+        return wf_error(WF_ERR_FORMAT, "%s: intermediate file version %u (this weft reads version %d)", what, ver,
+                        PREP_INTER_VERSION);
+    if ((int)k != kind)
+        return wf_error(WF_ERR_FORMAT, "%s: holds %s records where %s records were expected", what,
+                        wf__prep_inter_kind_name((int)k), wf__prep_inter_kind_name(kind));
+    /* The size: the file must end right after the records. */
+    long here = ftell(fp);
+    if (here < 0 || fseek(fp, 0, SEEK_END) != 0)
+        return wf_error(WF_ERR_IO, "%s: cannot seek: %s", what, strerror(errno));
+    long end = ftell(fp);
+    if (end < 0 || fseek(fp, here, SEEK_SET) != 0)
+        return wf_error(WF_ERR_IO, "%s: cannot seek: %s", what, strerror(errno));
+    if ((uint64_t)(end - here) != r->total)
+        return wf_error(WF_ERR_FORMAT, "%s: the header says %llu bytes of records, the file has %ld", what,
+                        (unsigned long long)r->total, end - here);
+    if (verify_first) {
+        /* Checks the whole file before any record is used, a chunk at a time. */
+        WF_TRY(wf_buf_reserve(&r->buf, r->chunk));
+        uint64_t left = r->total;
+        while (left) {
+            size_t want = left < r->chunk ? (size_t)left : r->chunk;
+            if (fread(r->buf.data, 1, want, fp) != want)
+                return wf_error(WF_ERR_IO, "%s: cannot read: %s", what, ferror(fp) ? strerror(errno) : "cut short");
+            wf_hasher_update(r->h, r->buf.data, want);
+            left -= want;
+        }
+        if (wf_hasher_digest(r->h) != r->sum)
+            return wf_error(WF_ERR_FORMAT, "%s: checksum mismatch: the file is damaged", what);
+        r->verified = 1;
+        if (fseek(fp, here, SEEK_SET) != 0) return wf_error(WF_ERR_IO, "%s: cannot seek: %s", what, strerror(errno));
+    }
+    return WF_OK;
+}
+
+wf_status wf__prep_dr_open(prep_dr *r, const char *path, int kind, size_t chunk, int verify_first) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        memset(r, 0, sizeof *r);
+        return wf_error(WF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
+    wf_status s = wf__prep_dr_open_fp(r, fp, path, kind, chunk, verify_first);
+    if (r->fp) r->own_fp = 1;
+    else fclose(fp);
+    if (s != WF_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", wf_error_msg());
+        wf_error(s, "%s; rerun with --force to start over", msg);
+        wf__prep_dr_close(r);
+    }
+    return s;
+}
+
+void wf__prep_dr_close(prep_dr *r) {
+    if (r->fp && r->own_fp) fclose(r->fp);
+    free(r->what);
+    if (r->h) wf_hasher_destroy(r->h);
+    wf_buf_free(&r->buf);
+    memset(r, 0, sizeof *r);
+}
+
+int wf__prep_dr_end(const prep_dr *r) { return r->left == 0 && r->pos >= r->buf.len; }
+
+uint64_t wf__prep_dr_offset(const prep_dr *r) { return r->total - r->left - (r->buf.len - r->pos); }
+
+/* Makes `n` unread bytes available at buf.data + pos: keeps the unread
+ * tail, reads at least a chunk more. The checksum is checked when the last
+ * byte is read, before the records of that read are used. */
+static wf_status dr_need(prep_dr *r, size_t n, const char *what) {
+    size_t have = r->buf.len - r->pos;
+    if (have >= n) return WF_OK;
+    if (n - have > r->left)
+        return wf_error(WF_ERR_FORMAT, "%s: a %s record at byte %llu is cut short", r->what, what,
+                        (unsigned long long)(HEADER_BYTES + wf__prep_dr_offset(r)));
+    if (r->pos) {
+        memmove(r->buf.data, r->buf.data + r->pos, have);
+        r->buf.len = have;
+        r->pos = 0;
+    }
+    size_t want = n - have < r->chunk ? r->chunk : n - have;
+    if (want > r->left) want = (size_t)r->left;
+    WF_TRY(wf_buf_reserve(&r->buf, have + want));
+    if (fread(r->buf.data + have, 1, want, r->fp) != want)
+        return wf_error(WF_ERR_IO, "%s: cannot read: %s", r->what, ferror(r->fp) ? strerror(errno) : "cut short");
+    if (!r->verified) wf_hasher_update(r->h, r->buf.data + have, want);
+    r->buf.len = have + want;
+    r->left -= want;
+    if (!r->left && !r->verified && wf_hasher_digest(r->h) != r->sum)
+        return wf_error(WF_ERR_FORMAT, "%s: checksum mismatch: the file is damaged; rerun with --force", r->what);
+    return WF_OK;
+}
+
+wf_status wf__prep_dr_doc(prep_dr *r, prep_idoc *d) {
+    const size_t fixed = 8 + 8 * ST_COUNT + 8 + 16;
+    WF_TRY(dr_need(r, fixed + 4, "document"));
+    uint32_t ul = get_u32((const unsigned char *)r->buf.data + r->pos + fixed);
+    WF_TRY(dr_need(r, fixed + 4 + (size_t)ul + 4, "document"));
+    uint32_t tl = get_u32((const unsigned char *)r->buf.data + r->pos + fixed + 4 + ul);
+    size_t n = fixed + 4 + (size_t)ul + 4 + tl;
+    WF_TRY(dr_need(r, n, "document"));
+    prep_ir v = {.data = r->buf.data + r->pos, .len = n, .pos = 0, .what = r->what};
+    wf_status s = wf__prep_ir_doc(&v, d);
+    r->pos += n;
+    return s;
+}
+
+wf_status wf__prep_dr_bytes(prep_dr *r, const char **p, size_t *got, size_t max) {
+    size_t have = r->buf.len - r->pos;
+    if (!have) {
+        size_t want = max < r->chunk ? max : r->chunk;
+        if (want > r->left) want = (size_t)r->left;
+        WF_TRY(dr_need(r, want, "bytes"));
+        have = r->buf.len - r->pos;
+    }
+    *got = have < max ? have : max;
+    *p = r->buf.data + r->pos;
+    r->pos += *got;
+    return WF_OK;
+}
