@@ -63,7 +63,7 @@ def counts(out):
     return s
 
 
-def start_tasks(out, inputs, n, env_for=None, threads=1):
+def start_tasks(out, inputs, n, env_for=None, threads=1, extra=()):
     """n tasks of one run, each its own process; env_for(i): extra
     environment of task i."""
     procs = []
@@ -71,7 +71,7 @@ def start_tasks(out, inputs, n, env_for=None, threads=1):
         env = dict(os.environ)
         env.update((env_for or (lambda i: {}))(i))
         args = [str(WEFT), "prep", "--output", str(out), *EXTRA, f"--threads={threads}", f"--tasks={n}",
-                f"--task={i}", *map(str, inputs)]
+                f"--task={i}", *extra, *map(str, inputs)]
         procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))
     return procs
 
@@ -283,3 +283,62 @@ def test_slurm_job_array_with_a_task_killed_and_run_again(cluster, inputs, singl
     logs = _array(cluster, tmp_path, out2, inputs, "0-3%1")
     assert sum("already complete" in v for v in logs.values()) == 3, logs
     assert shard_bytes(out2) == shard_bytes(single)
+
+
+def test_a_tiny_read_size_gives_the_same_bytes(inputs, single, tmp_path):
+    """read_kb = 1 (smaller than most documents: each is read whole, in
+    many reads) and batch_mb = 1 give the default's bytes, for 1 and 3
+    tasks."""
+    ref, ref_counts = shard_bytes(single), counts(single)
+    out = tmp_path / "one"
+    prep(out, *inputs, extra=EXTRA + ["--tasks=1", "--threads=2", "--read_kb=1", "--batch_mb=1"])
+    assert shard_bytes(out) == ref and counts(out) == ref_counts
+    out = tmp_path / "three"
+    res = wait_all(start_tasks(out, inputs, 3, extra=["--read_kb=1", "--batch_mb=1"]))
+    assert all(rc == 0 for rc, _ in res), res
+    assert shard_bytes(out) == ref and counts(out) == ref_counts
+
+
+def _random_docs(path, mb, seed):
+    """JSONL of distinct documents of random words (no duplicates, near or
+    exact), about `mb` MB of text."""
+    import random
+    rng = random.Random(seed)
+    words = [''.join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(5000)]
+    size, n = 0, 0
+    with open(path, "w", encoding="utf-8") as f:
+        while size < mb << 20:
+            paras = ["Page %d. " % n + " ".join(rng.choices(words, k=60)) + "." for _ in range(8)]
+            text = "\n".join(paras)
+            f.write(json.dumps({"text": text, "url": f"https://example.org/{seed}/{n}"}) + "\n")
+            size += len(text)
+            n += 1
+    return path
+
+
+def _max_rss_kb(args):
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    assert p.returncode == 0, err
+    return usage.ru_maxrss
+
+
+def test_memory_does_not_grow_with_the_input(tmp_path):
+    """One input 4 times larger (10 MB and 40 MB of text, one unit each),
+    with read_kb = 256 and batch_mb = 1: the run's peak RSS grows by less
+    than 4 MB. (A filter or output unit that held its documents file
+    peaked 14 MB higher on the larger input: the smaller one's peak, about
+    45 MB, is set by the other steps and the libraries.)"""
+    small = _random_docs(tmp_path / "small.jsonl", 10, 1)
+    large = _random_docs(tmp_path / "large.jsonl", 40, 2)
+    rss = {}
+    for name, f in [("small", small), ("large", large)]:
+        rss[name] = _max_rss_kb([str(WEFT), "prep", "--output", str(tmp_path / f"out-{name}"), "--threads=1",
+                                 "--batch_mb=1", "--read_kb=256", "--quality.enabled=false",
+                                 "--langid.enabled=false", "--output.shard_mb=1", str(f)])
+        kept = stats(tmp_path / f"out-{name}")["stages"]["output"]["docs_out"]
+        assert kept > 1000, name
+    assert rss["large"] - rss["small"] < 4 * 1024, rss
