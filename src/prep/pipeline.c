@@ -97,6 +97,7 @@ typedef struct {
     int n_hashes;
     size_t max_doc;
     int tasks, task;               /* this task: task of tasks */
+    long array_id, array_min;      /* SLURM_ARRAY_TASK_ID and _MIN, or -1 when not a Slurm array task */
     int ranges, bands;             /* units of the dedup and lsh steps */
     char pdir[4200];               /* OUT/_prep */
     double started;                /* the run's start (run.json), epoch seconds */
@@ -1411,9 +1412,11 @@ static int env_int(const char *name, long *v) {
 
 /* This task's place: --tasks/--task, a Slurm array, an MPI launcher's rank
  * and size (Open MPI, MPICH/Hydra, srun), or one task. */
-static wf_status resolve_task(const wf_prep_config *c, int *tasks, int *task, const char **from) {
+static wf_status resolve_task(const wf_prep_config *c, int *tasks, int *task, const char **from, long *array_id,
+                              long *array_min) {
     long n = 1, i = 0, lo = 0;
     *from = "a single task";
+    *array_id = *array_min = -1;
     if (c->tasks > 0) {
         n = c->tasks;
         i = c->task < 0 ? 0 : c->task;
@@ -1424,6 +1427,8 @@ static wf_status resolve_task(const wf_prep_config *c, int *tasks, int *task, co
         return wf_error(WF_ERR_CONFIG, "task = %lld: give the number of tasks too (--tasks N)", (long long)c->task);
     } else if (env_int("SLURM_ARRAY_TASK_ID", &i) && env_int("SLURM_ARRAY_TASK_COUNT", &n)) {
         if (env_int("SLURM_ARRAY_TASK_MIN", &lo)) i -= lo;
+        *array_id = i + lo;
+        *array_min = lo;
         *from = "SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (less SLURM_ARRAY_TASK_MIN)";
     } else if (env_int("OMPI_COMM_WORLD_RANK", &i) && env_int("OMPI_COMM_WORLD_SIZE", &n)) {
         *from = "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE";
@@ -1443,7 +1448,7 @@ static wf_status resolve_task(const wf_prep_config *c, int *tasks, int *task, co
 }
 
 /* OUT/_prep/run.json: what the run is (fingerprint, tasks, start). */
-static wf_status run_read(const char *path, char fp[32], int *tasks, double *started) {
+static wf_status run_read(const char *path, char fp[32], int *tasks, double *started, long *array_min) {
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
     if (!root) return wf_error(WF_ERR_FORMAT, "%s:%d: %s: the run's description is damaged; rerun with --force",
@@ -1458,6 +1463,8 @@ static wf_status run_read(const char *path, char fp[32], int *tasks, double *sta
         snprintf(fp, 32, "%s", json_string_value(p));
         *tasks = (int)json_integer_value(t);
         *started = json_number_value(st);
+        json_t *am = json_object_get(root, "slurm_array_min");
+        if (array_min) *array_min = json_is_integer(am) ? (long)json_integer_value(am) : 0;
     }
     json_decref(root);
     return s;
@@ -1473,6 +1480,7 @@ static wf_status run_create(const prep_run *r, const char *path, const char *fp,
     json_object_set_new(root, "tasks", json_integer(r->tasks));
     json_object_set_new(root, "inputs", json_integer((json_int_t)r->n_inputs));
     json_object_set_new(root, "started", json_real(epoch_now()));
+    if (r->array_id >= 0) json_object_set_new(root, "slurm_array_min", json_integer(r->array_min));
     char *text = json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
     json_decref(root);
     if (!text) return wf_error(WF_ERR_NOMEM, "out of memory");
@@ -1501,6 +1509,35 @@ static void run_free(prep_run *r) {
     wf_dirlock_release(r->lock);
 }
 
+/* A Slurm array task joins a run started with another number of tasks
+ * (the failed task of an array resubmitted alone: --array=2 after
+ * --array=0-3): the run's count stays and the task takes the slice of its
+ * SLURM_ARRAY_TASK_ID (less the first run's SLURM_ARRAY_TASK_MIN) first.
+ * Decided before the task's lock is taken, which depends on the slice;
+ * open_run checks the rest (fingerprint, count) under that lock. */
+static wf_status join_array(prep_run *r) {
+    char runjson[4400], ofp[32];
+    rpath(r, runjson, sizeof runjson, "run.json");
+    if (r->array_id < 0 || r->c->force || !wf_path_exists(runjson)) return WF_OK;
+    int otasks;
+    long omin;
+    double started;
+    WF_TRY(run_read(runjson, ofp, &otasks, &started, &omin));
+    if (otasks == r->tasks) return WF_OK;
+    long i = r->array_id - omin;
+    if (i < 0 || i >= otasks)
+        return wf_error(WF_ERR_CONFIG,
+                        "%s holds a prep run of %d task(s) (Slurm array ids %ld to %ld); this task's "
+                        "SLURM_ARRAY_TASK_ID is %ld: resubmit ids of that range only (they join the run), or "
+                        "--force (one task) to start over",
+                        r->c->output, otasks, omin, omin + otasks - 1, r->array_id);
+    WF_INFO("prep: Slurm array task %ld joins the run in %s as task %ld of %d (its array had %d task(s))",
+            r->array_id, r->c->output, i, otasks, r->tasks);
+    r->tasks = otasks;
+    r->task = (int)i;
+    return WF_OK;
+}
+
 /* Sets up the run in OUT (or joins it): *complete when there is nothing
  * left to do. */
 static wf_status open_run(prep_run *r, int *complete) {
@@ -1519,7 +1556,7 @@ static wf_status open_run(prep_run *r, int *complete) {
         if (wf_path_exists(runjson)) {
             char ofp[32];
             int otasks;
-            WF_TRY(run_read(runjson, ofp, &otasks, &r->started));
+            WF_TRY(run_read(runjson, ofp, &otasks, &r->started, NULL));
             if (strcmp(ofp, fp) != 0)
                 return wf_error(WF_ERR_CONFIG,
                                 "%s holds a prep run of another config or other inputs: give a new --output, or "
@@ -1562,7 +1599,7 @@ static wf_status open_run(prep_run *r, int *complete) {
             WF_TRY(wf_afile_open(&af, path));
             wf_opts_write_toml(wf_prep_spec(), c, af.fp);
             WF_TRY(wf_afile_commit(&af));
-            WF_TRY(run_read(runjson, fp, &r->tasks, &r->started));
+            WF_TRY(run_read(runjson, fp, &r->tasks, &r->started, NULL));
             return WF_OK;
         }
     }
@@ -1590,7 +1627,8 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     r.nopts.max_control_ratio = c->max_control_ratio;
     snprintf(r.pdir, sizeof r.pdir, "%s/_prep", c->output);
     const char *from;
-    wf_status s = resolve_task(c, &r.tasks, &r.task, &from);
+    wf_status s = resolve_task(c, &r.tasks, &r.task, &from, &r.array_id, &r.array_min);
+    if (s == WF_OK) s = join_array(&r);
     r.sizes = calloc(n_inputs, sizeof *r.sizes);
     if (s == WF_OK && !r.sizes) s = wf_error(WF_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n_inputs && s == WF_OK; i++) {

@@ -169,6 +169,13 @@ def test_bad_runs_are_refused_saying_what_and_where(inputs, tmp_path):
     assert p.returncode == 1 and "task 2 of 2" in p.stderr
     p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=1", "--force"], check=False)
     assert p.returncode == 1 and "--force deletes the run" in p.stderr
+    # A Slurm array task joins a run of another count, unless its id is
+    # out of the run's range (the resubmission itself: test_slurm_...).
+    arr = {"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_COUNT": "1", "SLURM_ARRAY_TASK_MIN": "2"}
+    p = prep(out, *inputs, extra=EXTRA, check=False, env=arr)
+    assert p.returncode == 1 and "holds a prep run of 2 task(s) (Slurm array ids 0 to 1)" in p.stderr, p.stderr
+    assert "SLURM_ARRAY_TASK_ID is 2" in p.stderr
+    assert not (out / "_prep" / "tasks" / "000002").exists()
     # Another config.
     p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=1", "--minhash.seed=7"], check=False)
     assert p.returncode == 1 and "another config" in p.stderr
@@ -238,12 +245,14 @@ RECIPE = ROOT / "examples" / "slurm" / "prep-array.sbatch"
 
 def _array(cluster, tmp_path, out, inputs, spec, crash_task=None, crash=None):
     """examples/slurm/prep-array.sbatch as an array (spec), or with
-    crash_task a script that kills that task in the unit `crash`."""
+    crash_task a script that kills that task ("*": every task) in the unit
+    `crash`."""
     script = RECIPE
     if crash_task is not None:
         script = tmp_path / "prep-crash.sbatch"
+        cond = "true" if crash_task == "*" else f"[ \"$SLURM_ARRAY_TASK_ID\" = \"{crash_task}\" ]"
         script.write_text("#!/bin/sh\n"
-                          f"if [ \"$SLURM_ARRAY_TASK_ID\" = \"{crash_task}\" ]; then export WEFT_PREP_CRASH={crash}; fi\n"
+                          f"if {cond}; then export WEFT_PREP_CRASH={crash}; fi\n"
                           f"exec {RECIPE} \"$@\"\n")
     log = tmp_path / "slurm-%A_%a.out"
     r = mpi_launch.check(mpi_launch.run(["sbatch", "--parsable", f"--array={spec}", "--cpus-per-task=1",
@@ -342,3 +351,21 @@ def test_memory_does_not_grow_with_the_input(tmp_path):
         kept = stats(tmp_path / f"out-{name}")["stages"]["output"]["docs_out"]
         assert kept > 1000, name
     assert rss["large"] - rss["small"] < 4 * 1024, rss
+
+
+def test_slurm_resubmitting_one_failed_array_task_joins_the_run(cluster, inputs, single, tmp_path):
+    """Every task of --array=0-3 dies in the finish step (each takes the
+    dead one's claim over, and dies): --array=2 alone joins the run as task
+    2 of 4 and finishes it; an id beyond the run's tasks is refused."""
+    out = tmp_path / "out"
+    logs = _array(cluster, tmp_path, out, inputs, "0-3", crash_task="*", crash="finish:0")
+    assert set(logs) == {0, 1, 2, 3}
+    assert not (out / "stats.json").exists() and "tasks\": 4" in (out / "_prep" / "run.json").read_text()
+    logs = _array(cluster, tmp_path, out, inputs, "2")
+    assert "Slurm array task 2 joins the run" in logs[2] and "as task 2 of 4" in logs[2], logs
+    assert shard_bytes(out) == shard_bytes(single)
+    logs = _array(cluster, tmp_path, out, inputs, "4")
+    assert "Slurm array ids 0 to 3); this task's SLURM_ARRAY_TASK_ID is 4" in logs[4], logs
+    # An explicit --tasks that differs is still refused.
+    p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=0"], check=False)
+    assert p.returncode == 1 and "holds a prep run of 4 task(s)" in p.stderr
