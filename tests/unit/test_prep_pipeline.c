@@ -531,3 +531,75 @@ WF_TEST(bad_inputs_are_counted) {
     wf_buf_free(&w);
     wf_prep_config_free(&c);
 }
+
+/* The streaming reader of intermediate files (prep_inter.c) against the
+ * whole-file one: the same documents for any read size (1 byte up), and a
+ * damaged file refused, by the last read or, with verify_first, at open. */
+WF_TEST(streamed_docs_match_the_whole_file) {
+    const char *path = tpath("stream.docs");
+    prep_iw w;
+    WF_CHECK_OK(wf__prep_iw_open(&w, path, PI_DOCS));
+    char text[3000];
+    for (int i = 0; i < 40; i++) {
+        size_t n = (size_t)(i * 71 % 2900);
+        for (size_t k = 0; k < n; k++) text[k] = (char)('a' + (i + (int)k) % 26);
+        char url[64];
+        int ul = snprintf(url, sizeof url, "https://e.org/%d", i);
+        prep_idoc d = {.index = (uint64_t)i * 3, .conf = i / 40.0, .url = url, .url_len = (uint32_t)ul,
+                       .text = text, .text_len = (uint32_t)n};
+        snprintf(d.lang, sizeof d.lang, "%s", i % 2 ? "en" : "de");
+        d.at[1] = (uint64_t)i;
+        WF_CHECK_OK(wf__prep_iw_doc(&w, &d));
+    }
+    WF_CHECK_OK(wf__prep_iw_commit(&w));
+    static const size_t chunks[] = {1, 7, 100, 4096, 1 << 20};
+    for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
+        prep_ir ir;
+        prep_dr dr;
+        WF_CHECK_OK(wf__prep_ir_load(&ir, path, PI_DOCS));
+        WF_CHECK_OK(wf__prep_dr_open(&dr, path, PI_DOCS, chunks[c], (int)(c % 2)));
+        WF_CHECK_EQ(dr.total + 32, ir.len);
+        int n = 0;
+        while (!wf__prep_ir_end(&ir)) {
+            prep_idoc a, b;
+            WF_CHECK_TRUE(!wf__prep_dr_end(&dr));
+            WF_CHECK_OK(wf__prep_ir_doc(&ir, &a));
+            WF_CHECK_OK(wf__prep_dr_doc(&dr, &b));
+            WF_CHECK_EQ(a.index, b.index);
+            WF_CHECK_EQ(a.at[1], b.at[1]);
+            WF_CHECK_STREQ(a.lang, b.lang);
+            WF_CHECK_EQ(a.text_len, b.text_len);
+            WF_CHECK_EQ(a.url_len, b.url_len);
+            WF_CHECK_TRUE(memcmp(a.text, b.text, a.text_len) == 0 && memcmp(a.url, b.url, a.url_len) == 0);
+            n++;
+        }
+        WF_CHECK_EQ(n, 40);
+        WF_CHECK_TRUE(wf__prep_dr_end(&dr));
+        WF_CHECK_EQ(wf__prep_dr_offset(&dr), dr.total);
+        wf__prep_dr_close(&dr);
+        wf__prep_ir_free(&ir);
+    }
+    /* A flipped byte in the last document's text. */
+    char *data = NULL;
+    size_t len = 0;
+    WF_CHECK_OK(wf_file_read(path, &data, &len));
+    data[len - 2] ^= 1;
+    WF_CHECK_OK(wf_file_write_atomic(path, data, len));
+    free(data);
+    prep_dr dr;
+    WF_CHECK_ERR(wf__prep_dr_open(&dr, path, PI_DOCS, 64, 1), WF_ERR_FORMAT, "checksum mismatch");
+    WF_CHECK_OK(wf__prep_dr_open(&dr, path, PI_DOCS, 64, 0));
+    wf_status s = WF_OK;
+    int n = 0;
+    while (s == WF_OK && !wf__prep_dr_end(&dr)) {
+        prep_idoc d;
+        s = wf__prep_dr_doc(&dr, &d);
+        n += s == WF_OK;
+    }
+    WF_CHECK_EQ(s, WF_ERR_FORMAT);
+    WF_CHECK_TRUE(strstr(wf_error_msg(), "checksum mismatch") != NULL && strstr(wf_error_msg(), path) != NULL);
+    WF_CHECK_TRUE(n < 40);
+    wf__prep_dr_close(&dr);
+    WF_CHECK_ERR(wf__prep_dr_open(&dr, path, PI_BLOB, 64, 0), WF_ERR_FORMAT, "where blob records were expected");
+    WF_CHECK_ERR(wf__prep_dr_open(&dr, tpath("nothing"), PI_DOCS, 64, 0), WF_ERR_IO, "cannot open");
+}
