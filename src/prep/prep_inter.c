@@ -1,8 +1,11 @@
 /* The intermediate files of a prep run (OUT/_prep/<step>/...): a fixed
  * header (magic, version, kind, payload size, XXH3 of the payload) and
  * little-endian records. Written to a temporary name and renamed, so a
- * file that exists is complete; read whole and checked before any record
- * is used, so a damaged file is an error naming it, never a wrong output.
+ * file that exists is complete. Read whole and checked before any record
+ * is used (prep_ir), or streamed a chunk at a time (prep_dr, for the files
+ * that grow with an input: documents and output blobs) with the checksum
+ * checked before the reading unit publishes anything, so a damaged file is
+ * an error naming it, never a wrong output.
  * Format: docs/formats/prep-intermediate.md. */
 #include <errno.h>
 #include <stdio.h>

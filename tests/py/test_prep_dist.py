@@ -193,6 +193,16 @@ def test_bad_runs_are_refused_saying_what_and_where(inputs, tmp_path):
         assert p.returncode == 1 and str(f) in p.stderr and msg in p.stderr, p.stderr
         assert "lsh 0" in p.stderr and "--force" in p.stderr
     f.write_bytes(good)
+    # A documents file, streamed by the output step: its checksum is
+    # checked at its last read, before the unit renames its files.
+    d = out / "_prep" / "filter" / "000001.docs"
+    good = d.read_bytes()
+    d.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=1", "--read_kb=1"], check=False)
+    assert p.returncode == 1 and str(d) in p.stderr and "checksum mismatch" in p.stderr, p.stderr
+    assert "output 1" in p.stderr and "--force" in p.stderr
+    assert not (out / "_prep" / "output" / "000001.blob").exists()
+    d.write_bytes(good)
     p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=1"])
     assert (out / "stats.json").exists()
 
