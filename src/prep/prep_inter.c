@@ -311,8 +311,9 @@ wf_status wf__prep_dr_open_fp(prep_dr *r, FILE *fp, const char *what, int kind, 
     if ((uint64_t)(end - here) != r->total)
         return wf_error(WF_ERR_FORMAT, "%s: the header says %llu bytes of records, the file has %ld", what,
                         (unsigned long long)r->total, end - here);
-    if (verify_first) {
-        /* Checks the whole file before any record is used, a chunk at a time. */
+    if (verify_first || r->total == 0) {
+        /* Checks the whole file before any record is used, a chunk at a time
+         * (a file of no records is checked here: no read will reach its end). */
         WF_TRY(wf_buf_reserve(&r->buf, r->chunk));
         uint64_t left = r->total;
         while (left) {
