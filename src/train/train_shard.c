@@ -31,6 +31,7 @@
 #include "weft/ckpt.h"
 #include "weft/kernels.h"
 #include "weft/log.h"
+#include "weft/safetensors.h"
 #include "weft/trace.h"
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -237,15 +238,20 @@ void wf__train_units_set_steps(trainer *t, uint64_t steps) {
     for (int u = 0; u < t->units->n; u++) wf_adamw_set_steps(t->units->opt[u], steps);
 }
 
-wf_status wf__train_units_gather_all(trainer *t, float *full) {
+wf_status wf__train_units_export(trainer *t, wf_safetensors_writer *w) {
     train_units *su = t->units;
+    wf_status s = WF_OK;
     for (int u = 0; u < su->n; u++) {
-        float *buf = full + su->off[u];
+        float *buf = u == 0 && su->tied ? su->pE : su->pbuf[0];
         wf_comm_request req;
         WF_TRY(gather_start(t, su, u, buf, &req));
         WF_TRY(wf_comm_wait(t->comm, &req));
+        /* A failed write stops the writing, not the gathers. */
+        if (w && s == WF_OK) s = wf_safetensors_writer_put(w, buf, su->len[u]);
     }
-    return WF_OK;
+    /* The buffers now hold other units than the slots say. */
+    wf__train_units_invalidate(t);
+    return s;
 }
 
 wf_status wf__train_units_init(trainer *t, uint64_t seed) {

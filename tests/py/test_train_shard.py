@@ -27,6 +27,7 @@ import signal
 import time
 
 import pytest
+from safetensors import safe_open
 
 import mpi_launch
 import test_ckpt_cli
@@ -105,6 +106,13 @@ def test_one_micro_batch_at_two_ranks_is_ddp_bit_for_bit(dataset, tmp_path):
         assert tz.keys() == td.keys()
         for k in tz:
             assert tz[k].shape == td[k].shape and tz[k].tobytes() == td[k].tobytes(), (mode, k)
+        # the final export (fsdp: streamed unit by unit, never the whole
+        # model on a rank): DDP's file byte for byte, read by safetensors
+        assert (run / "model.safetensors").read_bytes() == (d / "model.safetensors").read_bytes(), mode
+        with safe_open(str(run / "model.safetensors"), framework="numpy") as f:
+            names = list(f.keys())
+            assert "tok_embeddings.weight" in names or any("embed" in n for n in names), names
+            assert all(f.get_tensor(n).size > 0 for n in names)
         if mode == "fsdp":
             # every tensor sharded: each rank's file holds about half of it
             sizes = [f["bytes"] for f in meta["files"]]
