@@ -58,6 +58,12 @@ wf_status wf_safetensors_read_config(const char *path, wf_model_config *cfg);
  * the model must be present with the same shape (F32, or BF16 widened), and
  * nothing else may be. Errors name the file and the tensor. */
 wf_status wf_safetensors_load(wf_model *m, const char *path);
+/* The same checks of every tensor, but only the values [first, first + n)
+ * of the model's flat parameter order are read, into dst (n floats); `m`'s
+ * parameter buffer is not used (dist.shard = fsdp's ckpt.init_from: each
+ * rank reads its pieces). The file is mapped: only the pages of the range
+ * are read. */
+wf_status wf_safetensors_load_range(const wf_model *m, const char *path, size_t first, size_t n, float *dst);
 
 /* The value of a __metadata__ key as a malloc'd string (caller frees), or
  * NULL with WF_ERR_NOTFOUND. */

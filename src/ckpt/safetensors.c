@@ -330,10 +330,16 @@ static float bf16_to_f32(const unsigned char *p) {
 }
 
 wf_status wf_safetensors_load(wf_model *m, const char *path) {
+    return wf_safetensors_load_range(m, path, 0, wf_model_num_params(m), wf_model_params(m));
+}
+
+wf_status wf_safetensors_load_range(const wf_model *m, const char *path, size_t first, size_t n, float *dst) {
+    if (first > wf_model_num_params(m) || n > wf_model_num_params(m) - first)
+        return wf_error(WF_ERR_RANGE, "%s: values [%zu, %zu) are outside the model's %zu", path, first, first + n,
+                        wf_model_num_params(m));
     st_file f;
     WF_TRY(st_open(&f, path));
     wf_status s = WF_OK;
-    float *params = wf_model_params(m);
     int nt = wf_model_num_tensors(m);
     for (int i = 0; i < nt && s == WF_OK; i++) {
         const wf_tensor_info *ti = wf_model_tensor(m, i);
@@ -370,11 +376,16 @@ wf_status wf_safetensors_load(wf_model *m, const char *path) {
                          path, ti->name, b, e2, ti->numel, f.data_len);
             break;
         }
-        float *dst = params + ti->offset;
-        const unsigned char *src = f.data + b;
-        if (esize == 4) memcpy(dst, src, ti->numel * 4);
+        /* Only the part of the tensor inside [first, first + n) is read
+         * (the mapping's other pages are never touched). */
+        size_t lo = ti->offset > first ? ti->offset : first;
+        size_t hi = ti->offset + ti->numel < first + n ? ti->offset + ti->numel : first + n;
+        if (lo >= hi) continue;
+        float *out = dst + (lo - first);
+        const unsigned char *src = f.data + b + (lo - ti->offset) * (size_t)esize;
+        if (esize == 4) memcpy(out, src, (hi - lo) * 4);
         else
-            for (size_t k = 0; k < ti->numel; k++) dst[k] = bf16_to_f32(src + 2 * k);
+            for (size_t k = 0; k < hi - lo; k++) out[k] = bf16_to_f32(src + 2 * k);
     }
     if (s == WF_OK) {
         /* Nothing but the model's tensors (and the metadata) may be there. */

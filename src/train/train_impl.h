@@ -271,7 +271,7 @@ void wf__train_units_set_steps(trainer *t, uint64_t steps);
  * other ranks pass NULL). Every rank runs every gather even after a failed
  * write. */
 wf_status wf__train_units_export(trainer *t, wf_safetensors_writer *w);
-/* fsdp: ckpt.init_from's weights (read whole, this rank's pieces kept). */
+/* fsdp: ckpt.init_from's weights, only this rank's pieces read. */
 wf_status wf__train_units_import(trainer *t, const char *path);
 /* fsdp: the sum of squares of this rank's parameters. */
 double wf__train_units_local_sumsq(const trainer *t);

@@ -276,19 +276,18 @@ wf_status wf__train_units_init(trainer *t, uint64_t seed) {
 
 wf_status wf__train_units_import(trainer *t, const char *path) {
     train_units *su = t->units;
-    wf_arena *a = NULL;
-    wf_model *full = NULL;
-    wf_status s = wf_arena_create(&a, 0);
-    if (s == WF_OK) s = wf_model_create_ex(&full, &t->mc, a, WF_MODEL_NO_GRADS);
-    if (s == WF_OK) s = wf_hf_import(full, path);
+    /* Each unit's piece read in place from the file (by its range of the
+     * flat parameter order): no rank holds more than its pieces. */
+    size_t *first = calloc((size_t)su->n, sizeof *first), *cnt = calloc((size_t)su->n, sizeof *cnt);
+    float **dst = calloc((size_t)su->n, sizeof *dst);
+    wf_status s = first && cnt && dst ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
     for (int u = 0; s == WF_OK && u < su->n; u++) {
-        size_t cnt = su->rcount[u];
-        if (cnt)
-            memcpy(su->pshard + su->loc[u], wf_model_params(full) + su->off[u] + (size_t)t->rank * su->piece[u],
-                   cnt * sizeof(float));
+        cnt[u] = su->rcount[u];
+        first[u] = cnt[u] ? su->off[u] + (size_t)t->rank * su->piece[u] : 0; /* an empty piece: nothing read */
+        dst[u] = su->pshard + su->loc[u];
     }
-    wf_model_destroy(full);
-    wf_arena_destroy(a);
+    if (s == WF_OK) s = wf_hf_import_ranges(t->model, path, su->n, first, cnt, dst);
+    free(first), free(cnt), free(dst);
     wf__train_units_invalidate(t);
     return s;
 }

@@ -34,7 +34,7 @@ import test_ckpt_cli
 from conftest import run_weft_cmd
 from test_train_dist import (LOSS_TOL, STEP, WEIGHT_TOL, WEFT, _rank_pid, args, close, dataset, losses, ok,  # noqa: F401
                              single, val_losses)
-from test_train_zero1 import data_positions, same_weights, weight_diff
+from test_train_zero1 import data_positions, same_weights, weight_diff, weights
 
 ONE_MICRO = "--data.global_batch_tokens=128"  # one micro-batch of 4 x 32 per step
 
@@ -262,8 +262,8 @@ def test_traces_show_the_unit_collectives(dataset, tmp_path, mode):
 
 @pytest.mark.parametrize("mode", ["zero2", "fsdp"])
 def test_nonfinite_guard_stops_every_rank(dataset, tmp_path, mode):
-    # weights given as data (ckpt.init_from, read whole and each rank's
-    # pieces kept under fsdp) whose layer-1 MLP overflows: every rank
+    # weights given as data (ckpt.init_from, under fsdp each rank reading
+    # only its pieces) whose layer-1 MLP overflows: every rank
     # stops at step 1 from the global norm and the loss, and the state
     # before the step is saved
     from test_train_guards import _edited_model
@@ -284,3 +284,27 @@ def test_nonfinite_guard_stops_every_rank(dataset, tmp_path, mode):
     # the checkpoint holds the imported weights, whatever the mode
     _, t = test_ckpt_cli.read_checkpoint(run / "checkpoints" / "step-0000000")
     assert float(t["model.layers.1.mlp.up_proj.weight"].min()) == pytest.approx(3e38)
+
+
+@pytest.mark.parametrize("tied,np_", [("true", 4), ("false", 2)])
+def test_fsdp_init_from_reads_each_ranks_pieces(dataset, tmp_path, tied, np_):
+    # ckpt.init_from under fsdp reads only each rank's pieces of the file
+    # (by range of the flat parameter order, no whole model on a rank): a
+    # step at lr 0 exports the file's tensors bit for bit (tied at 4 ranks,
+    # the last piece short; untied at 2), and a BF16 Hugging Face export
+    # is widened as DDP's import widens it
+    base = tmp_path / "base"
+    ok(None, 1, args(dataset, base, "--ckpt.every=1", f"--model.tied={tied}", steps=1))
+    src = weights(base / "model.safetensors")
+    hf = tmp_path / "hf"
+    run_weft_cmd(["export", "--checkpoint", base, "--output", hf, "--dtype", "bf16"])
+    for name, path in (("f32", base / "model.safetensors"), ("bf16", hf)):
+        run, ddp = tmp_path / f"fsdp-{name}", tmp_path / f"ddp-{name}"
+        for d, extra in ((run, [shard("fsdp")]), (ddp, [])):
+            ok("openmpi", np_, args(dataset, d, f"--model.tied={tied}", f"--init-from={path}", "--lr=0", "--optim.min_lr=0",
+                                    *extra,
+                                    steps=1))
+        assert same_weights(run, ddp), name
+        if name == "f32":
+            got = weights(run / "model.safetensors")
+            assert got.keys() == src.keys() and all(got[k].tobytes() == src[k].tobytes() for k in src)

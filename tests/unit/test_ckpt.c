@@ -741,3 +741,37 @@ WF_TEST(safetensors_writer_streams_the_bytes_of_save) {
     wf_model_destroy(m);
     wf_arena_destroy(a);
 }
+
+/* wf_safetensors_load_range: any range of the flat parameter order, across
+ * tensor bounds, gives the saved values (F32 exactly, BF16 as the whole
+ * load widens them); a range past the model is refused. */
+WF_TEST(safetensors_load_range_reads_any_slice) {
+    wf_model_config mc;
+    WF_CHECK_OK(wf_model_config_preset(&mc, "tiny"));
+    wf_arena *a;
+    wf_model *m, *back;
+    WF_CHECK_OK(wf_arena_create(&a, 0));
+    WF_CHECK_OK(wf_model_create(&m, &mc, a));
+    WF_CHECK_OK(wf_model_create(&back, &mc, a));
+    wf_model_init(m, 3);
+    size_t n = wf_model_num_params(m);
+    float *buf = malloc(n * sizeof *buf);
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        char path[4096];
+        path_in(path, sizeof path, bf16 ? "r16.safetensors" : "r.safetensors");
+        WF_CHECK_OK(wf_safetensors_save_as(m, path, NULL, 0, bf16));
+        WF_CHECK_OK(wf_safetensors_load(back, path));
+        const float *want = wf_model_params(back);
+        for (size_t first = 0, len = 5; first < n; first += len, len = len * 2 + 3) {
+            size_t c = n - first < len ? n - first : len;
+            memset(buf, 0xff, c * sizeof *buf);
+            WF_CHECK_OK(wf_safetensors_load_range(m, path, first, c, buf));
+            WF_CHECK_TRUE(memcmp(buf, want + first, c * sizeof *buf) == 0);
+        }
+        WF_CHECK_ERR(wf_safetensors_load_range(m, path, n - 1, 2, buf), WF_ERR_RANGE, "outside the model");
+    }
+    free(buf);
+    wf_model_destroy(back);
+    wf_model_destroy(m);
+    wf_arena_destroy(a);
+}
