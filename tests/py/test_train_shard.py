@@ -284,6 +284,34 @@ def test_nonfinite_guard_stops_every_rank(dataset, tmp_path, mode):
     # the checkpoint holds the imported weights, whatever the mode
     _, t = test_ckpt_cli.read_checkpoint(run / "checkpoints" / "step-0000000")
     assert float(t["model.layers.1.mlp.up_proj.weight"].min()) == pytest.approx(3e38)
+    # each rank's report lists what it holds (version 2): zero2 the whole
+    # parameters and its shard of the gradient, fsdp its pieces of both,
+    # each part with its element range; the ranks' ranges tile every tensor
+    reps = [json.loads((run / "nonfinite" / f"step-00000001.rank-0000{q}.json").read_text()) for q in (0, 1)]
+    assert all(rep["version"] == 2 for rep in reps)
+    numel = {k: v.size for k, v in t.items() if k.startswith("model.") and ".exp_avg" not in k}
+    for kind in ("parameters", "gradients"):
+        parts = {}
+        for rep in reps:
+            for e in rep[kind]:
+                if mode == "zero2" and kind == "parameters":
+                    assert "range" not in e and e["numel"] == numel.get(e["name"], e["numel"]), e
+                else:
+                    assert e["range"][1] - e["range"][0] == e["numel"] > 0, e
+                    parts.setdefault(e["name"], []).append(tuple(e["range"]))
+        if mode == "zero2" and kind == "parameters":
+            continue
+        assert parts, (mode, kind)
+        for name, rs in parts.items():
+            rs.sort()
+            assert rs[0][0] == 0 and all(a[1] == b[0] for a, b in zip(rs, rs[1:])), (mode, kind, name, rs)
+            assert rs[-1][1] == numel[name], (mode, kind, name, rs)
+        # the gradients went non-finite: some rank's part says where
+        if kind == "gradients":
+            assert any(e["nan"] + e["inf"] for rep in reps for e in rep[kind])
+    # the overflowing weight is in some rank's list with its value
+    assert any(e["name"] == "model.layers.1.mlp.up_proj.weight" and e["abs_max"] == pytest.approx(3e38)
+               for rep in reps for e in rep["parameters"])
 
 
 @pytest.mark.parametrize("tied,np_", [("true", 4), ("false", 2)])
