@@ -347,5 +347,11 @@ wf_status wf_hf_read_config(const char *path, wf_model_config *out, char *source
  * Every tensor of the model must be there with its shape, and nothing
  * else; errors name the file, the tensor or the config field. */
 wf_status wf_hf_import(wf_model *m, const char *path);
+/* The same checks (once), but only `count` ranges of the model's flat
+ * parameter order are read: values [first[i], first[i] + n[i]) into dst[i]
+ * (n[i] floats; `m`'s own parameter buffer is not used). dist.shard = fsdp
+ * reads each rank's pieces so, never the whole model. */
+wf_status wf_hf_import_ranges(const wf_model *m, const char *path, int count, const size_t *first, const size_t *n,
+                              float *const *dst);
 
 #endif

@@ -273,10 +273,13 @@ static wf_status check_hf_config(const char *path, const wf_model_config *c) {
     return s;
 }
 
-wf_status wf_hf_import(wf_model *m, const char *path) {
-    char file[PATH_MAX], cfg[PATH_MAX] = "";
+/* ckpt.init_from's file (a directory's model.safetensors, or the file),
+ * checked against the model's config (config.json if there, the tied
+ * head, the weft config stored in the file) into file[PATH_MAX]. */
+static wf_status import_check(const wf_model *m, const char *path, char *file) {
+    char cfg[PATH_MAX] = "";
     if (wf_path_is_dir(path)) {
-        snprintf(file, sizeof file, "%s/model.safetensors", path);
+        snprintf(file, PATH_MAX, "%s/model.safetensors", path);
         if (!wf_path_exists(file)) {
             char idx[PATH_MAX];
             snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", path);
@@ -288,7 +291,7 @@ wf_status wf_hf_import(wf_model *m, const char *path) {
         snprintf(cfg, sizeof cfg, "%s/config.json", path);
         if (!wf_path_exists(cfg)) cfg[0] = '\0';
     } else if (wf_path_exists(path)) {
-        snprintf(file, sizeof file, "%s", path);
+        snprintf(file, PATH_MAX, "%s", path);
     } else {
         return wf_error(WF_ERR_NOTFOUND, "%s: no such file or directory", path);
     }
@@ -317,7 +320,22 @@ wf_status wf_hf_import(wf_model *m, const char *path) {
     } else {
         wf_error_clear();
     }
-    wf_status s = wf_safetensors_load(m, file);
-    if (s != WF_OK) return wf_error_wrap(s, "--init-from: ");
+    return WF_OK;
+}
+
+wf_status wf_hf_import(wf_model *m, const char *path) {
+    size_t first = 0, n = wf_model_num_params(m);
+    float *dst = wf_model_params(m);
+    return wf_hf_import_ranges(m, path, 1, &first, &n, &dst);
+}
+
+wf_status wf_hf_import_ranges(const wf_model *m, const char *path, int count, const size_t *first, const size_t *n,
+                              float *const *dst) {
+    char file[PATH_MAX];
+    WF_TRY(import_check(m, path, file));
+    for (int i = 0; i < count; i++) {
+        wf_status s = wf_safetensors_load_range(m, file, first[i], n[i], dst[i]);
+        if (s != WF_OK) return wf_error_wrap(s, "--init-from: ");
+    }
     return WF_OK;
 }

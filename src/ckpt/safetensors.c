@@ -86,12 +86,36 @@ static uint16_t f32_to_bf16(float f) {
     return (uint16_t)(bits >> 16);
 }
 
-wf_status wf_safetensors_save(const wf_model *m, const char *path, const wf_kv *meta, size_t n_meta) {
-    return wf_safetensors_save_as(m, path, meta, n_meta, 0);
-}
+/* The streaming writer: the header goes out at open (every shape is known
+ * from the model), then the data in the model's flat parameter order,
+ * which is the tensors' order back to back (model_params.c lays them out
+ * so; checked at open). */
+struct wf_safetensors_writer {
+    wf_afile f;
+    int bf16;
+    size_t total; /* floats the model has */
+    size_t done;  /* floats written so far */
+    int failed;
+    char path[4096];
+};
 
-wf_status wf_safetensors_save_as(const wf_model *m, const char *path, const wf_kv *meta, size_t n_meta, int bf16) {
+wf_status wf_safetensors_writer_open(wf_safetensors_writer **out, const wf_model *m, const char *path,
+                                     const wf_kv *meta, size_t n_meta, int bf16) {
+    *out = NULL;
     const uint64_t esize = bf16 ? 2 : 4;
+    int nt = wf_model_num_tensors(m);
+    size_t flat = 0;
+    for (int i = 0; i < nt; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(m, i);
+        if (ti->offset != flat)
+            return wf_error(WF_ERR_INTERNAL, "%s: tensor %s is not next in the parameter order", path, ti->name);
+        flat += ti->numel;
+    }
+    wf_safetensors_writer *w = calloc(1, sizeof *w);
+    if (!w) return wf_error(WF_ERR_NOMEM, "out of memory");
+    w->bf16 = bf16;
+    w->total = flat;
+    snprintf(w->path, sizeof w->path, "%s", path);
     json_t *hdr = json_object();
     json_t *md = json_object();
     json_t *cfg = config_to_json(wf_model_get_config(m));
@@ -104,7 +128,6 @@ wf_status wf_safetensors_save_as(const wf_model *m, const char *path, const wf_k
     for (size_t i = 0; i < n_meta; i++) json_object_set_new(md, meta[i].key, json_string(meta[i].value));
     json_object_set_new(hdr, "__metadata__", md);
     uint64_t off = 0;
-    int nt = wf_model_num_tensors(m);
     for (int i = 0; i < nt; i++) {
         const wf_tensor_info *ti = wf_model_tensor(m, i);
         json_t *e = json_object();
@@ -121,40 +144,92 @@ wf_status wf_safetensors_save_as(const wf_model *m, const char *path, const wf_k
     }
     char *text = json_dumps(hdr, JSON_COMPACT);
     json_decref(hdr);
-    if (!text) return wf_error(WF_ERR_NOMEM, "%s: cannot build the safetensors header", path);
+    if (!text) {
+        free(w);
+        return wf_error(WF_ERR_NOMEM, "%s: cannot build the safetensors header", path);
+    }
     size_t hl = strlen(text), padded = (hl + 7) & ~(size_t)7; /* data starts 8-byte aligned */
-    wf_afile f;
-    wf_status s = wf_afile_open(&f, path);
+    wf_status s = wf_afile_open(&w->f, path);
     if (s != WF_OK) {
         free(text);
+        free(w);
         return s;
     }
     unsigned char len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)padded >> (8 * k));
-    int ok = fwrite(len8, 1, 8, f.fp) == 8 && fwrite(text, 1, hl, f.fp) == hl;
-    for (size_t k = hl; k < padded && ok; k++) ok = fputc(' ', f.fp) != EOF;
+    int ok = fwrite(len8, 1, 8, w->f.fp) == 8 && fwrite(text, 1, hl, w->f.fp) == hl;
+    for (size_t k = hl; k < padded && ok; k++) ok = fputc(' ', w->f.fp) != EOF;
     free(text);
-    const float *params = wf_model_params((wf_model *)(uintptr_t)m);
-    uint16_t buf[4096];
-    for (int i = 0; i < nt && ok; i++) {
-        const wf_tensor_info *ti = wf_model_tensor(m, i);
-        /* The host is little-endian (checked at build time below), so the
-         * floats are written as they are in memory. */
-        if (!bf16) {
-            ok = fwrite(params + ti->offset, 4, ti->numel, f.fp) == ti->numel;
-            continue;
-        }
-        for (size_t k = 0; k < ti->numel && ok; k += 4096) {
-            size_t c = ti->numel - k < 4096 ? ti->numel - k : 4096;
-            for (size_t j = 0; j < c; j++) buf[j] = f32_to_bf16(params[ti->offset + k + j]);
-            ok = fwrite(buf, 2, c, f.fp) == c;
+    if (!ok) {
+        wf_afile_abort(&w->f);
+        free(w);
+        return wf_error(WF_ERR_IO, "%s: write failed", path);
+    }
+    *out = w;
+    return WF_OK;
+}
+
+wf_status wf_safetensors_writer_put(wf_safetensors_writer *w, const float *data, size_t n) {
+    if (w->failed) return wf_error(WF_ERR_IO, "%s: an earlier write failed", w->path);
+    if (n > w->total - w->done)
+        return wf_error(WF_ERR_INTERNAL, "%s: %zu more values than the model's %zu", w->path,
+                        n - (w->total - w->done), w->total);
+    /* The host is little-endian (checked at build time below), so the
+     * floats are written as they are in memory. */
+    int ok = 1;
+    if (!w->bf16) {
+        ok = fwrite(data, 4, n, w->f.fp) == n;
+    } else {
+        uint16_t buf[4096];
+        for (size_t k = 0; k < n && ok; k += 4096) {
+            size_t c = n - k < 4096 ? n - k : 4096;
+            for (size_t j = 0; j < c; j++) buf[j] = f32_to_bf16(data[k + j]);
+            ok = fwrite(buf, 2, c, w->f.fp) == c;
         }
     }
     if (!ok) {
-        wf_afile_abort(&f);
-        return wf_error(WF_ERR_IO, "%s: write failed", path);
+        w->failed = 1;
+        return wf_error(WF_ERR_IO, "%s: write failed", w->path);
     }
-    return wf_afile_commit(&f);
+    w->done += n;
+    return WF_OK;
+}
+
+wf_status wf_safetensors_writer_commit(wf_safetensors_writer *w) {
+    wf_status s;
+    if (w->failed) {
+        wf_afile_abort(&w->f);
+        s = wf_error(WF_ERR_IO, "%s: write failed", w->path);
+    } else if (w->done != w->total) {
+        wf_afile_abort(&w->f);
+        s = wf_error(WF_ERR_INTERNAL, "%s: %zu of the model's %zu values were written; the file is not kept",
+                     w->path, w->done, w->total);
+    } else {
+        s = wf_afile_commit(&w->f);
+    }
+    free(w);
+    return s;
+}
+
+void wf_safetensors_writer_abort(wf_safetensors_writer *w) {
+    if (!w) return;
+    wf_afile_abort(&w->f);
+    free(w);
+}
+
+wf_status wf_safetensors_save(const wf_model *m, const char *path, const wf_kv *meta, size_t n_meta) {
+    return wf_safetensors_save_as(m, path, meta, n_meta, 0);
+}
+
+wf_status wf_safetensors_save_as(const wf_model *m, const char *path, const wf_kv *meta, size_t n_meta, int bf16) {
+    wf_safetensors_writer *w;
+    WF_TRY(wf_safetensors_writer_open(&w, m, path, meta, n_meta, bf16));
+    wf_status s = wf_safetensors_writer_put(w, wf_model_params((wf_model *)(uintptr_t)m), w->total);
+    if (s != WF_OK) {
+        wf_safetensors_writer_abort(w);
+        return s;
+    }
+    return wf_safetensors_writer_commit(w);
 }
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");
@@ -255,10 +330,16 @@ static float bf16_to_f32(const unsigned char *p) {
 }
 
 wf_status wf_safetensors_load(wf_model *m, const char *path) {
+    return wf_safetensors_load_range(m, path, 0, wf_model_num_params(m), wf_model_params(m));
+}
+
+wf_status wf_safetensors_load_range(const wf_model *m, const char *path, size_t first, size_t n, float *dst) {
+    if (first > wf_model_num_params(m) || n > wf_model_num_params(m) - first)
+        return wf_error(WF_ERR_RANGE, "%s: values [%zu, %zu) are outside the model's %zu", path, first, first + n,
+                        wf_model_num_params(m));
     st_file f;
     WF_TRY(st_open(&f, path));
     wf_status s = WF_OK;
-    float *params = wf_model_params(m);
     int nt = wf_model_num_tensors(m);
     for (int i = 0; i < nt && s == WF_OK; i++) {
         const wf_tensor_info *ti = wf_model_tensor(m, i);
@@ -295,11 +376,16 @@ wf_status wf_safetensors_load(wf_model *m, const char *path) {
                          path, ti->name, b, e2, ti->numel, f.data_len);
             break;
         }
-        float *dst = params + ti->offset;
-        const unsigned char *src = f.data + b;
-        if (esize == 4) memcpy(dst, src, ti->numel * 4);
+        /* Only the part of the tensor inside [first, first + n) is read
+         * (the mapping's other pages are never touched). */
+        size_t lo = ti->offset > first ? ti->offset : first;
+        size_t hi = ti->offset + ti->numel < first + n ? ti->offset + ti->numel : first + n;
+        if (lo >= hi) continue;
+        float *out = dst + (lo - first);
+        const unsigned char *src = f.data + b + (lo - ti->offset) * (size_t)esize;
+        if (esize == 4) memcpy(out, src, (hi - lo) * 4);
         else
-            for (size_t k = 0; k < ti->numel; k++) dst[k] = bf16_to_f32(src + 2 * k);
+            for (size_t k = 0; k < hi - lo; k++) out[k] = bf16_to_f32(src + 2 * k);
     }
     if (s == WF_OK) {
         /* Nothing but the model's tensors (and the metadata) may be there. */

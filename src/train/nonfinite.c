@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "train/train_impl.h"
@@ -17,7 +18,7 @@
 #include "weft/json.h"
 #include "weft/log.h"
 
-#define NONFINITE_FORMAT_VERSION 1
+#define NONFINITE_FORMAT_VERSION 2
 
 typedef struct {
     size_t nan, inf;
@@ -49,14 +50,73 @@ static void put_num(FILE *f, double v) {
     else fputs("null", f);
 }
 
-static void put_entry(FILE *f, const char *name, size_t numel, const tensor_stats *st, int first) {
+/* An entry; `range` (may be NULL) is the part [range[0], range[1]) of the
+ * tensor's elements this rank holds (version 2: zero2's gradient shard,
+ * fsdp's pieces). */
+static void put_entry_range(FILE *f, const char *name, size_t numel, const tensor_stats *st, int first,
+                            const size_t *range) {
     fputs(first ? "\n    {\"name\": " : ",\n    {\"name\": ", f);
     wf_json_fput_str(f, name);
+    if (range) fprintf(f, ", \"range\": [%zu, %zu]", range[0], range[1]);
     fprintf(f, ", \"numel\": %zu, \"nan\": %zu, \"inf\": %zu, \"abs_min\": ", numel, st->nan, st->inf);
     put_num(f, st->abs_min);
     fputs(", \"abs_max\": ", f);
     put_num(f, st->abs_max);
     fputc('}', f);
+}
+
+static void put_entry(FILE *f, const char *name, size_t numel, const tensor_stats *st, int first) {
+    put_entry_range(f, name, numel, st, first, NULL);
+}
+
+/* What this rank holds of a flat buffer (parameters or gradients) when it
+ * is not the whole: `n` segments, segment k the flat range [lo[k], lo[k] +
+ * cnt[k]) at ptr[k], in flat order. */
+typedef struct {
+    int n;
+    const size_t *lo, *cnt;
+    float *const *ptr;
+} held;
+
+/* The entries of every tensor's part in `h`, in tensor order; the name of
+ * the first (or, with last = 1, the last) non-finite one goes to bad_name. */
+static void put_held(FILE *fp, const wf_model *m, const held *h, int last, char *bad_name, size_t bad_size) {
+    int nt = wf_model_num_tensors(m), any = 0;
+    for (int i = 0; i < nt; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(m, i);
+        for (int k = 0; k < h->n; k++) {
+            size_t a = ti->offset > h->lo[k] ? ti->offset : h->lo[k];
+            size_t b = ti->offset + ti->numel < h->lo[k] + h->cnt[k] ? ti->offset + ti->numel : h->lo[k] + h->cnt[k];
+            if (a >= b) continue;
+            tensor_stats st = stats_of(h->ptr[k] + (a - h->lo[k]), b - a);
+            size_t range[2] = {a - ti->offset, b - ti->offset};
+            put_entry_range(fp, ti->name, b - a, &st, !any++, range);
+            if (bad(&st) && (last || !bad_name[0])) snprintf(bad_name, bad_size, "%s", ti->name);
+        }
+    }
+}
+
+/* What this rank holds under zero2 (gradients: its ZeRO-1 flat shard) and
+ * fsdp (parameters and gradients: its piece of each unit); h->n = 0 when
+ * the model's own buffer is whole. lo, cnt and ptr have room for the
+ * units. */
+static void held_of(const trainer *t, int grads, held *h, size_t *lo, size_t *cnt, float **ptr) {
+    const train_units *su = t->units;
+    h->n = 0, h->lo = lo, h->cnt = cnt, h->ptr = ptr;
+    if (!su) return;
+    if (!su->fsdp) {
+        if (!grads) return; /* zero2's parameters are whole */
+        lo[0] = t->zplan.offsets[t->rank], cnt[0] = t->zplan.counts[t->rank], ptr[0] = su->gshard;
+        h->n = 1;
+        return;
+    }
+    for (int u = 0; u < su->n; u++) {
+        if (!su->rcount[u]) continue;
+        lo[h->n] = su->off[u] + (size_t)t->rank * su->piece[u];
+        cnt[h->n] = su->rcount[u];
+        ptr[h->n] = (grads ? su->gshard : su->pshard) + su->loc[u];
+        h->n++;
+    }
 }
 
 /* "3 NaN and 5 Inf of 24576" */
@@ -123,24 +183,43 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     fputs("],\n \"parameters\": [", fp);
     int nt = wf_model_num_tensors(m);
     const float *p = wf_model_params(m), *g = wf_model_grads(m);
-    /* zero2 keeps no full gradient and fsdp no full parameters either:
-     * their lists are empty (the guard's verdict comes from the norm and
-     * the loss, which every mode has). */
-    for (int i = 0; p && i < nt; i++) {
-        const wf_tensor_info *ti = wf_model_tensor(m, i);
-        tensor_stats st = stats_of(p + ti->offset, ti->numel);
-        put_entry(fp, ti->name, ti->numel, &st, i == 0);
-        if (bad(&st) && !first_param[0]) snprintf(first_param, sizeof first_param, "%s", ti->name);
+    /* zero2 keeps no full gradient and fsdp no full parameters either: the
+     * lists then hold this rank's parts, each entry with its range. */
+    int nu = t->units ? t->units->n : 1;
+    size_t *lo = calloc((size_t)nu, sizeof *lo), *cnt = calloc((size_t)nu, sizeof *cnt);
+    float **ptr = calloc((size_t)nu, sizeof *ptr);
+    if (!lo || !cnt || !ptr) {
+        free(lo), free(cnt), free(ptr);
+        wf_afile_abort(&f);
+        return wf_error(WF_ERR_NOMEM, "out of memory for the non-finite report");
+    }
+    held h;
+    held_of(t, 0, &h, lo, cnt, ptr);
+    if (h.n) {
+        put_held(fp, m, &h, 0, first_param, sizeof first_param);
+    } else {
+        for (int i = 0; p && i < nt; i++) {
+            const wf_tensor_info *ti = wf_model_tensor(m, i);
+            tensor_stats st = stats_of(p + ti->offset, ti->numel);
+            put_entry(fp, ti->name, ti->numel, &st, i == 0);
+            if (bad(&st) && !first_param[0]) snprintf(first_param, sizeof first_param, "%s", ti->name);
+        }
     }
     /* Gradients: the first to go non-finite in the backward is the last
      * tensor of the forward that has one. */
     fputs("],\n \"gradients\": [", fp);
-    for (int i = 0; g && i < nt; i++) {
-        const wf_tensor_info *ti = wf_model_tensor(m, i);
-        tensor_stats st = stats_of(g + ti->offset, ti->numel);
-        put_entry(fp, ti->name, ti->numel, &st, i == 0);
-        if (bad(&st)) snprintf(first_grad, sizeof first_grad, "%s", ti->name);
+    held_of(t, 1, &h, lo, cnt, ptr);
+    if (h.n) {
+        put_held(fp, m, &h, 1, first_grad, sizeof first_grad);
+    } else {
+        for (int i = 0; g && i < nt; i++) {
+            const wf_tensor_info *ti = wf_model_tensor(m, i);
+            tensor_stats st = stats_of(g + ti->offset, ti->numel);
+            put_entry(fp, ti->name, ti->numel, &st, i == 0);
+            if (bad(&st)) snprintf(first_grad, sizeof first_grad, "%s", ti->name);
+        }
     }
+    free(lo), free(cnt), free(ptr);
     fputs("],\n \"first_nonfinite\": {\"activation\": ", fp);
     wf_json_fput_str(fp, first_act[0] ? first_act : NULL);
     fputs(", \"parameter\": ", fp);

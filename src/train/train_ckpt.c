@@ -335,17 +335,24 @@ wf_status wf__train_write_final_model(trainer *t, int64_t steps) {
         WF_INFO("wrote %s", path);
         return WF_OK;
     }
-    /* fsdp: the whole model, gathered unit by unit into a model of its own
-     * (the end of the run: its memory is not the step's). */
-    wf_arena *a = NULL;
-    wf_model *full = NULL;
-    wf_status s = wf_arena_create(&a, 0);
-    if (s == WF_OK) s = wf_model_create_ex(&full, &t->mc, a, WF_MODEL_NO_GRADS);
-    if (s == WF_OK) s = wf__train_units_gather_all(t, wf_model_params(full));
-    if (s == WF_OK && t->rank == 0) s = wf_safetensors_save(full, path, meta, t->tokenizer_path ? 2 : 1);
-    if (s == WF_OK && t->rank == 0) WF_INFO("wrote %s (the whole model, gathered from the ranks' pieces)", path);
-    wf_model_destroy(full);
-    wf_arena_destroy(a);
+    /* fsdp: streamed, unit by unit, through one of the step's gather
+     * buffers: every rank takes part in each unit's all-gather, rank 0
+     * appends the unit to the file (the units are the model's flat
+     * parameter order). No rank ever holds more than one unit. */
+    wf_safetensors_writer *w = NULL;
+    wf_status s = WF_OK;
+    if (t->rank == 0) s = wf_safetensors_writer_open(&w, t->model, path, meta, t->tokenizer_path ? 2 : 1, 0);
+    /* Every rank runs every gather, whatever rank 0's file did, so that
+     * the collectives stay matched; rank 0 reports its error after. */
+    wf_status g = wf__train_units_export(t, w);
+    if (t->rank == 0) {
+        if (s == WF_OK && g == WF_OK) s = wf_safetensors_writer_commit(w);
+        else wf_safetensors_writer_abort(w);
+        if (s == WF_OK) s = g;
+        if (s == WF_OK) WF_INFO("wrote %s (streamed unit by unit from the ranks' pieces)", path);
+    } else {
+        s = g;
+    }
     return s;
 }
 

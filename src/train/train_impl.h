@@ -39,6 +39,7 @@
 #include "weft/optim.h"
 #include "weft/progress.h"
 #include "weft/runctl.h"
+#include "weft/safetensors.h"
 #include "weft/train.h"
 
 /* A dataset mixture (data.sources; train_mix.c). n is 0 for one dataset. */
@@ -265,9 +266,12 @@ wf_status wf__train_units_finish(trainer *t);
 /* fsdp: AdamW on every unit's piece. */
 wf_status wf__train_units_update(trainer *t, double lr, double norm);
 void wf__train_units_set_steps(trainer *t, uint64_t steps);
-/* fsdp: every unit all-gathered into full (num_params floats; collective). */
-wf_status wf__train_units_gather_all(trainer *t, float *full);
-/* fsdp: ckpt.init_from's weights (read whole, this rank's pieces kept). */
+/* fsdp: every unit all-gathered in turn into a gather buffer and, on the
+ * rank that passes a writer (rank 0), appended to it (collective; the
+ * other ranks pass NULL). Every rank runs every gather even after a failed
+ * write. */
+wf_status wf__train_units_export(trainer *t, wf_safetensors_writer *w);
+/* fsdp: ckpt.init_from's weights, only this rank's pieces read. */
 wf_status wf__train_units_import(trainer *t, const char *path);
 /* fsdp: the sum of squares of this rank's parameters. */
 double wf__train_units_local_sumsq(const trainer *t);

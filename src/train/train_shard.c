@@ -31,6 +31,7 @@
 #include "weft/ckpt.h"
 #include "weft/kernels.h"
 #include "weft/log.h"
+#include "weft/safetensors.h"
 #include "weft/trace.h"
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -237,15 +238,20 @@ void wf__train_units_set_steps(trainer *t, uint64_t steps) {
     for (int u = 0; u < t->units->n; u++) wf_adamw_set_steps(t->units->opt[u], steps);
 }
 
-wf_status wf__train_units_gather_all(trainer *t, float *full) {
+wf_status wf__train_units_export(trainer *t, wf_safetensors_writer *w) {
     train_units *su = t->units;
+    wf_status s = WF_OK;
     for (int u = 0; u < su->n; u++) {
-        float *buf = full + su->off[u];
+        float *buf = u == 0 && su->tied ? su->pE : su->pbuf[0];
         wf_comm_request req;
         WF_TRY(gather_start(t, su, u, buf, &req));
         WF_TRY(wf_comm_wait(t->comm, &req));
+        /* A failed write stops the writing, not the gathers. */
+        if (w && s == WF_OK) s = wf_safetensors_writer_put(w, buf, su->len[u]);
     }
-    return WF_OK;
+    /* The buffers now hold other units than the slots say. */
+    wf__train_units_invalidate(t);
+    return s;
 }
 
 wf_status wf__train_units_init(trainer *t, uint64_t seed) {
@@ -270,19 +276,18 @@ wf_status wf__train_units_init(trainer *t, uint64_t seed) {
 
 wf_status wf__train_units_import(trainer *t, const char *path) {
     train_units *su = t->units;
-    wf_arena *a = NULL;
-    wf_model *full = NULL;
-    wf_status s = wf_arena_create(&a, 0);
-    if (s == WF_OK) s = wf_model_create_ex(&full, &t->mc, a, WF_MODEL_NO_GRADS);
-    if (s == WF_OK) s = wf_hf_import(full, path);
+    /* Each unit's piece read in place from the file (by its range of the
+     * flat parameter order): no rank holds more than its pieces. */
+    size_t *first = calloc((size_t)su->n, sizeof *first), *cnt = calloc((size_t)su->n, sizeof *cnt);
+    float **dst = calloc((size_t)su->n, sizeof *dst);
+    wf_status s = first && cnt && dst ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
     for (int u = 0; s == WF_OK && u < su->n; u++) {
-        size_t cnt = su->rcount[u];
-        if (cnt)
-            memcpy(su->pshard + su->loc[u], wf_model_params(full) + su->off[u] + (size_t)t->rank * su->piece[u],
-                   cnt * sizeof(float));
+        cnt[u] = su->rcount[u];
+        first[u] = cnt[u] ? su->off[u] + (size_t)t->rank * su->piece[u] : 0; /* an empty piece: nothing read */
+        dst[u] = su->pshard + su->loc[u];
     }
-    wf_model_destroy(full);
-    wf_arena_destroy(a);
+    if (s == WF_OK) s = wf_hf_import_ranges(t->model, path, su->n, first, cnt, dst);
+    free(first), free(cnt), free(dst);
     wf__train_units_invalidate(t);
     return s;
 }

@@ -229,7 +229,7 @@ def test_overflow_in_a_layer_is_reported_there_and_the_last_good_state_saved(dat
     (rep,) = _reports(run)
     assert rep.name == "step-00000001.rank-00000.json"
     r = json.loads(rep.read_text())
-    assert r["format"] == "weft.nonfinite" and r["version"] == 1 and r["step"] == 1 and r["action"] == "stop"
+    assert r["format"] == "weft.nonfinite" and r["version"] == 2 and r["step"] == 1 and r["action"] == "stop"
     assert r["found_in"] == ["loss", "gradients"] and r["loss"] is None and r["data_position"] == 0
     assert r["first_nonfinite"]["activation"] == "model.layers.1.mlp.gate_up_proj"
     assert r["first_nonfinite"]["parameter"] is None

@@ -27,13 +27,14 @@ import signal
 import time
 
 import pytest
+from safetensors import safe_open
 
 import mpi_launch
 import test_ckpt_cli
 from conftest import run_weft_cmd
 from test_train_dist import (LOSS_TOL, STEP, WEIGHT_TOL, WEFT, _rank_pid, args, close, dataset, losses, ok,  # noqa: F401
                              single, val_losses)
-from test_train_zero1 import data_positions, same_weights, weight_diff
+from test_train_zero1 import data_positions, same_weights, weight_diff, weights
 
 ONE_MICRO = "--data.global_batch_tokens=128"  # one micro-batch of 4 x 32 per step
 
@@ -105,6 +106,13 @@ def test_one_micro_batch_at_two_ranks_is_ddp_bit_for_bit(dataset, tmp_path):
         assert tz.keys() == td.keys()
         for k in tz:
             assert tz[k].shape == td[k].shape and tz[k].tobytes() == td[k].tobytes(), (mode, k)
+        # the final export (fsdp: streamed unit by unit, never the whole
+        # model on a rank): DDP's file byte for byte, read by safetensors
+        assert (run / "model.safetensors").read_bytes() == (d / "model.safetensors").read_bytes(), mode
+        with safe_open(str(run / "model.safetensors"), framework="numpy") as f:
+            names = list(f.keys())
+            assert "tok_embeddings.weight" in names or any("embed" in n for n in names), names
+            assert all(f.get_tensor(n).size > 0 for n in names)
         if mode == "fsdp":
             # every tensor sharded: each rank's file holds about half of it
             sizes = [f["bytes"] for f in meta["files"]]
@@ -254,8 +262,8 @@ def test_traces_show_the_unit_collectives(dataset, tmp_path, mode):
 
 @pytest.mark.parametrize("mode", ["zero2", "fsdp"])
 def test_nonfinite_guard_stops_every_rank(dataset, tmp_path, mode):
-    # weights given as data (ckpt.init_from, read whole and each rank's
-    # pieces kept under fsdp) whose layer-1 MLP overflows: every rank
+    # weights given as data (ckpt.init_from, under fsdp each rank reading
+    # only its pieces) whose layer-1 MLP overflows: every rank
     # stops at step 1 from the global norm and the loss, and the state
     # before the step is saved
     from test_train_guards import _edited_model
@@ -276,3 +284,55 @@ def test_nonfinite_guard_stops_every_rank(dataset, tmp_path, mode):
     # the checkpoint holds the imported weights, whatever the mode
     _, t = test_ckpt_cli.read_checkpoint(run / "checkpoints" / "step-0000000")
     assert float(t["model.layers.1.mlp.up_proj.weight"].min()) == pytest.approx(3e38)
+    # each rank's report lists what it holds (version 2): zero2 the whole
+    # parameters and its shard of the gradient, fsdp its pieces of both,
+    # each part with its element range; the ranks' ranges tile every tensor
+    reps = [json.loads((run / "nonfinite" / f"step-00000001.rank-0000{q}.json").read_text()) for q in (0, 1)]
+    assert all(rep["version"] == 2 for rep in reps)
+    numel = {k: v.size for k, v in t.items() if k.startswith("model.") and ".exp_avg" not in k}
+    for kind in ("parameters", "gradients"):
+        parts = {}
+        for rep in reps:
+            for e in rep[kind]:
+                if mode == "zero2" and kind == "parameters":
+                    assert "range" not in e and e["numel"] == numel.get(e["name"], e["numel"]), e
+                else:
+                    assert e["range"][1] - e["range"][0] == e["numel"] > 0, e
+                    parts.setdefault(e["name"], []).append(tuple(e["range"]))
+        if mode == "zero2" and kind == "parameters":
+            continue
+        assert parts, (mode, kind)
+        for name, rs in parts.items():
+            rs.sort()
+            assert rs[0][0] == 0 and all(a[1] == b[0] for a, b in zip(rs, rs[1:])), (mode, kind, name, rs)
+            assert rs[-1][1] == numel[name], (mode, kind, name, rs)
+        # the gradients went non-finite: some rank's part says where
+        if kind == "gradients":
+            assert any(e["nan"] + e["inf"] for rep in reps for e in rep[kind])
+    # the overflowing weight is in some rank's list with its value
+    assert any(e["name"] == "model.layers.1.mlp.up_proj.weight" and e["abs_max"] == pytest.approx(3e38)
+               for rep in reps for e in rep["parameters"])
+
+
+@pytest.mark.parametrize("tied,np_", [("true", 4), ("false", 2)])
+def test_fsdp_init_from_reads_each_ranks_pieces(dataset, tmp_path, tied, np_):
+    # ckpt.init_from under fsdp reads only each rank's pieces of the file
+    # (by range of the flat parameter order, no whole model on a rank): a
+    # step at lr 0 exports the file's tensors bit for bit (tied at 4 ranks,
+    # the last piece short; untied at 2), and a BF16 Hugging Face export
+    # is widened as DDP's import widens it
+    base = tmp_path / "base"
+    ok(None, 1, args(dataset, base, "--ckpt.every=1", f"--model.tied={tied}", steps=1))
+    src = weights(base / "model.safetensors")
+    hf = tmp_path / "hf"
+    run_weft_cmd(["export", "--checkpoint", base, "--output", hf, "--dtype", "bf16"])
+    for name, path in (("f32", base / "model.safetensors"), ("bf16", hf)):
+        run, ddp = tmp_path / f"fsdp-{name}", tmp_path / f"ddp-{name}"
+        for d, extra in ((run, [shard("fsdp")]), (ddp, [])):
+            ok("openmpi", np_, args(dataset, d, f"--model.tied={tied}", f"--init-from={path}", "--lr=0", "--optim.min_lr=0",
+                                    *extra,
+                                    steps=1))
+        assert same_weights(run, ddp), name
+        if name == "f32":
+            got = weights(run / "model.safetensors")
+            assert got.keys() == src.keys() and all(got[k].tobytes() == src[k].tobytes() for k in src)

@@ -17,6 +17,7 @@
 #include "harness.h"
 #include "weft/ckpt.h"
 #include "weft/fileio.h"
+#include "weft/safetensors.h"
 
 /* A small state: a matrix (rows x 5), a vector (7) and a (3, 2, 4) tensor,
  * filled with values that depend on `seed`. */
@@ -678,4 +679,99 @@ WF_TEST(meta_key_is_a_value_or_a_section) {
     WF_CHECK_ERR(wf_ckpt_meta_set_str(m, "c.d", "x"), WF_ERR_INVALID, "already a value");
     WF_CHECK_OK(wf_ckpt_meta_set_u64(m, "a.b", 4)); /* a value replaced: fine */
     wf_ckpt_meta_destroy(m);
+}
+
+/* Reads a whole file into a malloc'd buffer. */
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long len = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len + 1);
+    *n = b ? fread(b, 1, (size_t)len, fp) : 0;
+    fclose(fp);
+    return b;
+}
+
+/* The streaming safetensors writer (fsdp's export): the model's floats
+ * put in uneven pieces give wf_safetensors_save_as's bytes, in F32 and
+ * BF16; a writer short of values, or given too many, keeps no file. */
+WF_TEST(safetensors_writer_streams_the_bytes_of_save) {
+    wf_model_config mc;
+    WF_CHECK_OK(wf_model_config_preset(&mc, "tiny"));
+    wf_arena *a;
+    wf_model *m;
+    WF_CHECK_OK(wf_arena_create(&a, 0));
+    WF_CHECK_OK(wf_model_create(&m, &mc, a));
+    wf_model_init(m, 7);
+    const float *p = wf_model_params(m);
+    size_t n = wf_model_num_params(m);
+    wf_kv meta[1] = {{.key = "weft.step", .value = "12"}};
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        char whole[4096], streamed[4096];
+        path_in(whole, sizeof whole, bf16 ? "whole16.safetensors" : "whole.safetensors");
+        path_in(streamed, sizeof streamed, bf16 ? "stream16.safetensors" : "stream.safetensors");
+        WF_CHECK_OK(wf_safetensors_save_as(m, whole, meta, 1, bf16));
+        wf_safetensors_writer *w;
+        WF_CHECK_OK(wf_safetensors_writer_open(&w, m, streamed, meta, 1, bf16));
+        size_t done = 0, step = 1;
+        while (done < n) { /* pieces of 1, 3, 9, ... floats: never a tensor's bounds */
+            size_t c = n - done < step ? n - done : step;
+            WF_CHECK_OK(wf_safetensors_writer_put(w, p + done, c));
+            done += c, step = step * 3 + 1;
+        }
+        WF_CHECK_OK(wf_safetensors_writer_commit(w));
+        size_t n1 = 0, n2 = 0;
+        unsigned char *b1 = slurp(whole, &n1), *b2 = slurp(streamed, &n2);
+        WF_CHECK_TRUE(b1 && b2 && n1 == n2 && n1 > n * (bf16 ? 2 : 4) && memcmp(b1, b2, n1) == 0);
+        free(b1), free(b2);
+    }
+    char bad[4096];
+    path_in(bad, sizeof bad, "short.safetensors");
+    wf_safetensors_writer *w;
+    WF_CHECK_OK(wf_safetensors_writer_open(&w, m, bad, meta, 1, 0));
+    WF_CHECK_OK(wf_safetensors_writer_put(w, p, n - 1));
+    WF_CHECK_ERR(wf_safetensors_writer_put(w, p, 2), WF_ERR_INTERNAL, "more values than the model's");
+    WF_CHECK_ERR(wf_safetensors_writer_commit(w), WF_ERR_INTERNAL, "is not kept");
+    WF_CHECK_TRUE(access(bad, F_OK) != 0);
+    WF_CHECK_OK(wf_safetensors_writer_open(&w, m, bad, meta, 1, 0));
+    wf_safetensors_writer_abort(w);
+    WF_CHECK_TRUE(access(bad, F_OK) != 0);
+    wf_model_destroy(m);
+    wf_arena_destroy(a);
+}
+
+/* wf_safetensors_load_range: any range of the flat parameter order, across
+ * tensor bounds, gives the saved values (F32 exactly, BF16 as the whole
+ * load widens them); a range past the model is refused. */
+WF_TEST(safetensors_load_range_reads_any_slice) {
+    wf_model_config mc;
+    WF_CHECK_OK(wf_model_config_preset(&mc, "tiny"));
+    wf_arena *a;
+    wf_model *m, *back;
+    WF_CHECK_OK(wf_arena_create(&a, 0));
+    WF_CHECK_OK(wf_model_create(&m, &mc, a));
+    WF_CHECK_OK(wf_model_create(&back, &mc, a));
+    wf_model_init(m, 3);
+    size_t n = wf_model_num_params(m);
+    float *buf = malloc(n * sizeof *buf);
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        char path[4096];
+        path_in(path, sizeof path, bf16 ? "r16.safetensors" : "r.safetensors");
+        WF_CHECK_OK(wf_safetensors_save_as(m, path, NULL, 0, bf16));
+        WF_CHECK_OK(wf_safetensors_load(back, path));
+        const float *want = wf_model_params(back);
+        for (size_t first = 0, len = 5; first < n; first += len, len = len * 2 + 3) {
+            size_t c = n - first < len ? n - first : len;
+            memset(buf, 0xff, c * sizeof *buf);
+            WF_CHECK_OK(wf_safetensors_load_range(m, path, first, c, buf));
+            WF_CHECK_TRUE(memcmp(buf, want + first, c * sizeof *buf) == 0);
+        }
+        WF_CHECK_ERR(wf_safetensors_load_range(m, path, n - 1, 2, buf), WF_ERR_RANGE, "outside the model");
+    }
+    free(buf);
+    wf_model_destroy(back);
+    wf_model_destroy(m);
+    wf_arena_destroy(a);
 }
