@@ -282,6 +282,30 @@ class Cluster:
         self.stop()
 
 
+def module_cluster(**kw):
+    """A module-scoped pytest fixture named `cluster`: Cluster(**kw) started
+    once for the test module (after its `slurm` fixture, which checks that
+    Slurm is installed), a start that fails failing the tests with its
+    reason, and stopped after the module. In a test module:
+
+        cluster = slurm_local.module_cluster(cred_expire=10)
+    """
+    import pytest
+
+    @pytest.fixture(scope="module", name="cluster")
+    def fixture(slurm):
+        try:
+            c = Cluster(**kw).start()
+        except RuntimeError as e:
+            pytest.fail(str(e))
+        try:
+            yield c
+        finally:
+            c.stop()
+
+    return fixture
+
+
 def main(argv):
     if len(argv) == 4 and argv[1] == "reap" and argv[3] == "--remove" or len(argv) == 3 and argv[1] == "reap":
         sys.stdin.buffer.read()  # until the owner closes it or dies

@@ -230,16 +230,7 @@ def test_mpirun_ranks_are_tasks(inputs, single, tmp_path, impl, ranks):
     assert stats(out)["tasks"] == ranks
 
 
-@pytest.fixture(scope="module")
-def cluster(slurm):  # noqa: F811
-    try:
-        c = slurm_local.Cluster(cpus=4).start()
-    except RuntimeError as e:
-        pytest.fail(str(e))
-    try:
-        yield c
-    finally:
-        c.stop()
+cluster = slurm_local.module_cluster(cpus=4)
 
 
 def test_srun_tasks(cluster, inputs, single, tmp_path):

@@ -49,16 +49,7 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPT
             "DEADLINE"}
 
 
-@pytest.fixture(scope="module")
-def cluster(slurm):  # noqa: F811
-    try:
-        c = slurm_local.Cluster(cred_expire=10).start()
-    except RuntimeError as e:
-        pytest.fail(str(e))
-    try:
-        yield c
-    finally:
-        c.stop()
+cluster = slurm_local.module_cluster(cred_expire=10)
 
 
 def slurm_env(cluster, extra=None):

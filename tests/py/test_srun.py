@@ -49,16 +49,7 @@ def slurm():
                     f"to skip these tests)")
 
 
-@pytest.fixture(scope="module")
-def cluster(slurm):
-    try:
-        c = slurm_local.Cluster().start()
-    except RuntimeError as e:
-        pytest.fail(str(e))
-    try:
-        yield c
-    finally:
-        c.stop()
+cluster = slurm_local.module_cluster()
 
 
 def srun(cluster, n, mpi, argv, env=None):
