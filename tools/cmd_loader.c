@@ -88,12 +88,10 @@ static void print_row(const wf_tokenizer *tok, const int32_t *toks, size_t row, 
     }
 }
 
-static wf_status show_mix_batch(const batch_opts *o, wf_tokenizer *tok) {
-    wf_mix_spec spec;
-    wf_status s = wf_mix_spec_parse(&spec, (const char *const *)o->sources.items, o->sources.n,
-                                    (const char *const *)o->weight_schedule.items, o->weight_schedule.n, "--sources",
-                                    "--weight-schedule");
-    wf_loader_opts lo = {
+/* The loader options `weft data batch` shows a batch with, one source or
+ * a mixture alike: no prefetch, no verification. */
+static wf_loader_opts batch_loader_opts(const batch_opts *o) {
+    return (wf_loader_opts){
         .split = o->split,
         .seed = (uint64_t)o->seed,
         .seq_len = (int)o->seq_len,
@@ -102,10 +100,18 @@ static wf_status show_mix_batch(const batch_opts *o, wf_tokenizer *tok) {
         .world_size = (int)o->world_size,
         .shuffle = strcmp(o->split, "train") == 0,
         .prefetch = 0,
-        .source_dirs = (const char *const *)spec.dirs,
-        .n_sources = spec.n,
-        .weights = &spec.weights,
     };
+}
+
+static wf_status show_mix_batch(const batch_opts *o, wf_tokenizer *tok) {
+    wf_mix_spec spec;
+    wf_status s = wf_mix_spec_parse(&spec, (const char *const *)o->sources.items, o->sources.n,
+                                    (const char *const *)o->weight_schedule.items, o->weight_schedule.n, "--sources",
+                                    "--weight-schedule");
+    wf_loader_opts lo = batch_loader_opts(o);
+    lo.source_dirs = (const char *const *)spec.dirs;
+    lo.n_sources = spec.n;
+    lo.weights = &spec.weights;
     wf_loader *l = NULL;
     wf_mix_state st;
     if (s == WF_OK) s = wf_loader_create(&l, &lo);
@@ -147,18 +153,8 @@ static wf_status show_batch(const batch_opts *o, const char *dir) {
         wf_tokenizer_destroy(tok);
         return s;
     }
-    wf_loader_opts lo = {
-        .dir = dir,
-        .split = o->split,
-        .seed = (uint64_t)o->seed,
-        .seq_len = (int)o->seq_len,
-        .global_batch = (int)o->batch,
-        .rank = (int)o->rank,
-        .world_size = (int)o->world_size,
-        .shuffle = strcmp(o->split, "train") == 0,
-        .prefetch = 0,
-        .verify = 0,
-    };
+    wf_loader_opts lo = batch_loader_opts(o);
+    lo.dir = dir;
     wf_loader *l = NULL;
     wf_status s = wf_loader_create(&l, &lo);
     if (s != WF_OK) {

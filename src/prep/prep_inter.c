@@ -118,6 +118,24 @@ void wf__prep_iw_abort(prep_iw *w) {
     memset(w, 0, sizeof *w);
 }
 
+/* The header's version, kind and records' size (the file holds `have`
+ * bytes after the header), shared by both readers; *sum is its checksum. */
+static wf_status check_header(const unsigned char *h, uint64_t have, const char *what, int kind, uint64_t *sum) {
+    uint32_t ver = get_u32(h + 8), k = get_u32(h + 12);
+    uint64_t n = get_u64(h + 16);
+    *sum = get_u64(h + 24);
+    if (ver != PREP_INTER_VERSION)
+        return wf_error(WF_ERR_FORMAT, "%s: intermediate file version %u (this weft reads version %d)", what, ver,
+                        PREP_INTER_VERSION);
+    if ((int)k != kind)
+        return wf_error(WF_ERR_FORMAT, "%s: holds %s records where %s records were expected", what,
+                        wf__prep_inter_kind_name((int)k), wf__prep_inter_kind_name(kind));
+    if (n != have)
+        return wf_error(WF_ERR_FORMAT, "%s: the header says %llu bytes of records, the file has %llu", what,
+                        (unsigned long long)n, (unsigned long long)have);
+    return WF_OK;
+}
+
 wf_status wf__prep_ir_parse(prep_ir *r, const char *what, const char *data, size_t len, int kind) {
     r->what = what;
     r->data = data;
@@ -125,18 +143,8 @@ wf_status wf__prep_ir_parse(prep_ir *r, const char *what, const char *data, size
     r->pos = 0;
     if (len < HEADER_BYTES || memcmp(data, PREP_INTER_MAGIC, 8) != 0)
         return wf_error(WF_ERR_FORMAT, "%s: not a weft prep intermediate file (%zu bytes, no header)", what, len);
-    const unsigned char *h = (const unsigned char *)data;
-    uint32_t ver = get_u32(h + 8), k = get_u32(h + 12);
-    uint64_t n = get_u64(h + 16), sum = get_u64(h + 24);
-    if (ver != PREP_INTER_VERSION)
-        return wf_error(WF_ERR_FORMAT, "%s: intermediate file version %u (this weft reads version %d)", what, ver,
-                        PREP_INTER_VERSION);
-    if ((int)k != kind)
-        return wf_error(WF_ERR_FORMAT, "%s: holds %s records where %s records were expected", what,
-                        wf__prep_inter_kind_name((int)k), wf__prep_inter_kind_name(kind));
-    if (n != len - HEADER_BYTES)
-        return wf_error(WF_ERR_FORMAT, "%s: the header says %llu bytes of records, the file has %zu", what,
-                        (unsigned long long)n, len - HEADER_BYTES);
+    uint64_t n = len - HEADER_BYTES, sum;
+    WF_TRY(check_header((const unsigned char *)data, n, what, kind, &sum));
     if (wf_hash64(data + HEADER_BYTES, (size_t)n) != sum)
         return wf_error(WF_ERR_FORMAT, "%s: checksum mismatch: the file is damaged", what);
     r->pos = HEADER_BYTES;
@@ -292,15 +300,6 @@ wf_status wf__prep_dr_open_fp(prep_dr *r, FILE *fp, const char *what, int kind, 
     size_t got = fread(h, 1, sizeof h, fp);
     if (got < HEADER_BYTES || memcmp(h, PREP_INTER_MAGIC, 8) != 0)
         return wf_error(WF_ERR_FORMAT, "%s: not a weft prep intermediate file (no header)", what);
-    uint32_t ver = get_u32(h + 8), k = get_u32(h + 12);
-    r->left = r->total = get_u64(h + 16);
-    r->sum = get_u64(h + 24);
-    if (ver != PREP_INTER_VERSION)
-        return wf_error(WF_ERR_FORMAT, "%s: intermediate file version %u (this weft reads version %d)", what, ver,
-                        PREP_INTER_VERSION);
-    if ((int)k != kind)
-        return wf_error(WF_ERR_FORMAT, "%s: holds %s records where %s records were expected", what,
-                        wf__prep_inter_kind_name((int)k), wf__prep_inter_kind_name(kind));
     /* The size: the file must end right after the records. */
     long here = ftell(fp);
     if (here < 0 || fseek(fp, 0, SEEK_END) != 0)
@@ -308,9 +307,8 @@ wf_status wf__prep_dr_open_fp(prep_dr *r, FILE *fp, const char *what, int kind, 
     long end = ftell(fp);
     if (end < 0 || fseek(fp, here, SEEK_SET) != 0)
         return wf_error(WF_ERR_IO, "%s: cannot seek: %s", what, strerror(errno));
-    if ((uint64_t)(end - here) != r->total)
-        return wf_error(WF_ERR_FORMAT, "%s: the header says %llu bytes of records, the file has %ld", what,
-                        (unsigned long long)r->total, end - here);
+    WF_TRY(check_header(h, (uint64_t)(end - here), what, kind, &r->sum));
+    r->left = r->total = (uint64_t)(end - here);
     if (verify_first || r->total == 0) {
         /* Checks the whole file before any record is used, a chunk at a time
          * (a file of no records is checked here: no read will reach its end). */
