@@ -114,6 +114,8 @@ static wf_status show_mix_batch(const batch_opts *o, wf_tokenizer *tok) {
     lo.weights = &spec.weights;
     wf_loader *l = NULL;
     wf_mix_state st;
+    /* One tokenizer for all sources, as weft train checks it. */
+    if (s == WF_OK) s = wf_mix_spec_check_tokenizer(&spec, NULL, "--sources", NULL, NULL, NULL);
     if (s == WF_OK) s = wf_loader_create(&l, &lo);
     if (s == WF_OK) s = mix_cursor(o, &spec, &st);
     if (s == WF_OK) s = wf_loader_set_mix(l, &st);

@@ -31,7 +31,9 @@
  * integers that do not depend on the rank count: the slots served, each
  * source's samples taken, and where the current segment started.
  *
- * Nothing here reads data or allocates; every function is O(n) per slot.
+ * The schedule reads no data and allocates nothing; every function is O(n)
+ * per slot. Only wf_mix_spec_check_tokenizer (below) reads the sources'
+ * dataset.json files.
  */
 #ifndef WEFT_MIXTURE_H
 #define WEFT_MIXTURE_H
@@ -140,5 +142,21 @@ void wf_mix_spec_free(wf_mix_spec *s);
 /* The weights of the 1-based step `step`: the sources', or the last change
  * at or before it. */
 const wf_mix_weights *wf_mix_spec_weights_at(const wf_mix_spec *s, int64_t step);
+
+/* Checks that the spec's sources were tokenized with one tokenizer
+ * (docs/loader.md, "One tokenizer"): the same vocabulary size, and the same
+ * tokenizer fingerprint where it is known (dataset.json's, or for a dataset
+ * of a weft before fingerprints that of the tokenizer file it names); a
+ * source whose tokenizer cannot be known is checked by its vocabulary
+ * alone, with a warning. `tokenizer` (NULL: none), a tokenizer.json the
+ * sources must have been tokenized with, when it exists. `key` names the
+ * sources in messages ("data.sources"), `tokenizer_key` the tokenizer
+ * ("data.tokenizer"). WF_ERR_CONFIG naming both sources and where each
+ * fingerprint came from; the errors of reading a dataset.json, with the
+ * source's name. Out (each may be NULL): the vocabulary size, and the
+ * tokenizer file the first source's dataset.json names (malloc'd; NULL
+ * when none does). */
+wf_status wf_mix_spec_check_tokenizer(const wf_mix_spec *spec, const char *tokenizer, const char *key,
+                                      const char *tokenizer_key, uint32_t *vocab, char **tokenizer_path);
 
 #endif

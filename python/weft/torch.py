@@ -20,7 +20,16 @@ class LoaderDataset(torch.utils.data.IterableDataset):
         ds.load_state_dict(saved)        # later, at any world size
 
     Arguments are those of weft.Loader; rank and world_size default to
-    torch.distributed's when it is initialised (else 0 and 1). Iteration
+    torch.distributed's when it is initialised (else 0 and 1). A mixture
+    is sources=... (and weight_schedule=...) as for weft.Loader, with
+    `dir` left out; with with_sources=True each item is the pair (tokens,
+    sources), sources a (local_batch_size,) int32 tensor of each row's
+    source index into ds.source_names:
+
+        ds = weft.torch.LoaderDataset(sources=["web=data/web:0.7", "books=data/books:0.3"],
+                                      batch_size=32, seq_len=256, with_sources=True)
+        for step, (batch, src) in zip(range(steps), torch.utils.data.DataLoader(ds, batch_size=None)):
+            ... Iteration
     never ends (epochs follow one another): bound it by steps. Use it with
     num_workers=0 (the default): weft's loader has its own prefetch thread,
     and worker processes would each read the same batches, so iterating in
@@ -29,7 +38,7 @@ class LoaderDataset(torch.utils.data.IterableDataset):
     after a step is the cursor of the next step's batch.
     """
 
-    def __init__(self, dir, batch_size, seq_len, rank=None, world_size=None, **loader_args):
+    def __init__(self, dir=None, batch_size=None, seq_len=None, rank=None, world_size=None, **loader_args):
         super().__init__()
         dist = torch.distributed.is_available() and torch.distributed.is_initialized()
         if rank is None:
@@ -43,8 +52,17 @@ class LoaderDataset(torch.utils.data.IterableDataset):
             raise RuntimeError("weft.torch.LoaderDataset is iterated in a DataLoader worker process: use "
                                "num_workers=0 (weft's loader prefetches on its own thread; workers would "
                                "each read the same batches)")
-        for batch in self.loader:
-            yield torch.from_numpy(batch)
+        if self.loader.with_sources:
+            for batch, src in self.loader:
+                yield torch.from_numpy(batch), torch.from_numpy(src)
+        else:
+            for batch in self.loader:
+                yield torch.from_numpy(batch)
+
+    @property
+    def source_names(self):
+        """A mixture's source names, in the order of the source indexes."""
+        return self.loader.source_names
 
     def state_dict(self):
         """The loader's cursor (weft.Loader.state_dict)."""

@@ -14,10 +14,8 @@
 #include <string.h>
 
 #include "train/train_impl.h"
-#include "weft/fileio.h"
 #include "weft/log.h"
 #include "weft/shard.h"
-#include "weft/tokenizer.h"
 
 /* ---------------------------------------------------------------- config */
 
@@ -67,74 +65,8 @@ void wf__train_mix_free(trainer *t) {
 /* ------------------------------------------------------------- the data */
 
 wf_status wf__train_mix_check_data(trainer *t, uint32_t *vocab, char **tokenizer) {
-    train_mix *mx = &t->mix;
-    *tokenizer = NULL;
-    uint64_t fp[WF_MIX_MAX_SOURCES];
-    char from[WF_MIX_MAX_SOURCES][320];
-    int known[WF_MIX_MAX_SOURCES], first = -1;
-    for (int k = 0; k < mx->n; k++) {
-        wf_dataset_info info;
-        wf_status s = wf_dataset_info_load(&info, mx->spec.dirs[k]);
-        if (s != WF_OK) return wf_error_wrap(s, "data.sources: source '%s': ", mx->spec.names[k]);
-        if (k == 0) *vocab = info.vocab_size;
-        if (info.vocab_size != *vocab) {
-            s = wf_error(WF_ERR_CONFIG, "data.sources: source '%s' (%s) has a vocabulary of %u ids, source '%s' "
-                                        "(%s) one of %u: the sources of a mixture are tokenized with one tokenizer",
-                         mx->spec.names[k], mx->spec.dirs[k], info.vocab_size, mx->spec.names[0], mx->spec.dirs[0],
-                         *vocab);
-            wf_dataset_info_free(&info);
-            return s;
-        }
-        known[k] = 0;
-        if (info.has_fingerprint) {
-            fp[k] = info.tokenizer_fingerprint;
-            known[k] = 1;
-            snprintf(from[k], sizeof from[k], "%s/dataset.json", mx->spec.dirs[k]);
-        } else if (info.tokenizer && wf_path_exists(info.tokenizer)) {
-            /* A dataset of a weft before fingerprints: the file it names, as it is now. */
-            s = wf_tokenizer_file_fingerprint(info.tokenizer, &fp[k]);
-            if (s == WF_OK) {
-                known[k] = 1;
-                snprintf(from[k], sizeof from[k], "its tokenizer %s", info.tokenizer);
-            }
-            wf_error_clear();
-        }
-        if (!*tokenizer && info.tokenizer) {
-            *tokenizer = strdup(info.tokenizer);
-            if (!*tokenizer) s = wf_error(WF_ERR_NOMEM, "out of memory");
-        }
-        wf_dataset_info_free(&info);
-        WF_TRY(s);
-        if (!known[k]) {
-            WF_WARN("data.sources: source '%s' (%s) records no tokenizer fingerprint and no tokenizer file weft can "
-                    "read (a dataset of an older weft?): only its vocabulary size is checked against the others; "
-                    "tokenize it again to have its tokenizer checked",
-                    mx->spec.names[k], mx->spec.dirs[k]);
-            continue;
-        }
-        if (first < 0) {
-            first = k;
-        } else if (fp[k] != fp[first]) {
-            return wf_error(WF_ERR_CONFIG,
-                            "data.sources: source '%s' (%s) was tokenized with another tokenizer than source '%s' "
-                            "(%s): tokenizer fingerprints %016" PRIx64 " (%s) and %016" PRIx64 " (%s); the sources "
-                            "of a mixture share one tokenizer: tokenize them all with the same tokenizer.json",
-                            mx->spec.names[k], mx->spec.dirs[k], mx->spec.names[first], mx->spec.dirs[first], fp[k],
-                            from[k], fp[first], from[first]);
-        }
-    }
-    const char *given = t->tc->tokenizer;
-    if (given && first >= 0 && wf_path_exists(given)) {
-        uint64_t g;
-        WF_TRY(wf_tokenizer_file_fingerprint(given, &g));
-        if (g != fp[first])
-            return wf_error(WF_ERR_CONFIG,
-                            "data.tokenizer = %s (fingerprint %016" PRIx64 ") is not the tokenizer the sources were "
-                            "tokenized with (%016" PRIx64 ", %s): the model would record the wrong one; give theirs "
-                            "or leave data.tokenizer out",
-                            given, g, fp[first], from[first]);
-    }
-    return WF_OK;
+    return wf_mix_spec_check_tokenizer(&t->mix.spec, t->tc->tokenizer, "data.sources", "data.tokenizer", vocab,
+                                       tokenizer);
 }
 
 wf_status wf__train_mix_loaders(trainer *t, const wf_loader_opts *lo, const wf_loader_opts *vo) {
