@@ -215,14 +215,13 @@ class Loader:
             if k not in state:
                 raise KeyError(f"mixture state has no {k!r} (it has: {', '.join(map(str, state))})")
         names = _words(state["sources"], "sources")
-        taken = [_int(x, "taken") for x in _words(state["taken"], "taken")]
+        taken = _ints(state["taken"], "taken")
         slot = _int(state["slot"], "slot")
         if len(taken) != len(names):
             raise ValueError(f"mixture state has {len(names)} sources and {len(taken)} counts in 'taken'")
         if names == list(self.source_names):
             self._c.set_mix(slot, _int(state["segment_slot"], "segment_slot"), taken,
-                            [_int(x, "segment_taken") for x in _words(state["segment_taken"], "segment_taken")],
-                            [_int(x, "weights") for x in _words(state["weights"], "weights")])
+                            _ints(state["segment_taken"], "segment_taken"), _ints(state["weights"], "weights"))
             return
         # Other sources, as weft train resumes them: those of both (by name)
         # go on where they were, the others start at their beginning, and
@@ -321,6 +320,16 @@ def _words(x, what):
         return list(x)
     except TypeError:
         raise TypeError(f"{what} must be a list or a space-separated text, not {type(x).__name__}") from None
+
+
+def _ints(x, what):
+    """Integers from a list, or from a checkpoint's space-separated text."""
+    if isinstance(x, str):
+        try:
+            return [int(w) for w in x.split()]
+        except ValueError:
+            raise ValueError(f"{what} is {x!r}: integers one space apart") from None
+    return [_int(w, what) for w in _words(x, what)]
 
 
 def _weight_text(w):
