@@ -6,7 +6,9 @@
  * vocabulary), keeps their streams, and computes every expected batch
  * here: the schedule's source for each slot (wf_mix_next, itself tested
  * against its bound in test_mix.c), the source's own order materialised
- * per epoch with the documented seeds, cut by rank. */
+ * per epoch with the documented seeds, cut by rank. Also the sources'
+ * one-tokenizer check (wf_mix_spec_check_tokenizer) on datasets whose
+ * dataset.json records fingerprints or none. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,4 +295,51 @@ WF_TEST(loader_mix_refuses) {
     free(tiny.stream);
     free(other.stream);
     mixture_free(&m);
+}
+
+/* A tiny dataset with (has) a tokenizer fingerprint in its dataset.json. */
+static void make_fp_source(const char *name, uint32_t vocab, uint64_t fp, int has) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", wf_test_tmpdir(), name);
+    wf_dataset_writer *w = NULL;
+    wf_dataset_writer_opts wo = {
+        .dir = dir, .vocab_size = vocab, .shard_tokens = 50, .tokenizer_fingerprint = fp, .has_fingerprint = has};
+    WF_CHECK_OK(wf_dataset_writer_create(&w, &wo));
+    int32_t v[20];
+    for (int i = 0; i < 20; i++) v[i] = i;
+    WF_CHECK_OK(wf_dataset_writer_add(w, 0, v, 20));
+    WF_CHECK_OK(wf_dataset_writer_finish(w));
+    wf_dataset_writer_destroy(w);
+}
+
+/* wf_mix_spec_check_tokenizer over the spec "a=DIR_a:1,b=DIR_b:1". */
+static wf_status check_pair(const char *a, const char *b, uint32_t *vocab) {
+    char sa[700], sb[700];
+    snprintf(sa, sizeof sa, "a=%s/%s:1", wf_test_tmpdir(), a);
+    snprintf(sb, sizeof sb, "b=%s/%s:1", wf_test_tmpdir(), b);
+    const char *items[2] = {sa, sb};
+    wf_mix_spec spec;
+    wf_status s = wf_mix_spec_parse(&spec, items, 2, NULL, 0, "src", "sched");
+    if (s == WF_OK) s = wf_mix_spec_check_tokenizer(&spec, NULL, "src", NULL, vocab, NULL);
+    wf_mix_spec_free(&spec);
+    return s;
+}
+
+WF_TEST(mix_spec_check_tokenizer) {
+    make_fp_source("fp1", 300, 0x1234, 1);
+    make_fp_source("fp1b", 300, 0x1234, 1);
+    make_fp_source("fp2", 300, 0x9999, 1);
+    make_fp_source("nofp", 300, 0, 0);
+    make_fp_source("v301", 301, 0x1234, 1);
+    uint32_t vocab = 0;
+    WF_CHECK_OK(check_pair("fp1", "fp1b", &vocab));
+    WF_CHECK_EQ(vocab, 300);
+    WF_CHECK_ERR(check_pair("fp1", "fp2", NULL), WF_ERR_CONFIG, "src: source 'b' (");
+    WF_CHECK_ERR(check_pair("fp1", "fp2", NULL), WF_ERR_CONFIG, "was tokenized with another tokenizer than source 'a'");
+    WF_CHECK_ERR(check_pair("fp1", "fp2", NULL), WF_ERR_CONFIG, "tokenizer fingerprints 0000000000009999 (");
+    /* unknown fingerprint: its vocabulary alone (a warning) */
+    WF_CHECK_OK(check_pair("nofp", "fp2", NULL));
+    WF_CHECK_ERR(check_pair("fp1", "v301", NULL), WF_ERR_CONFIG, "src: source 'b' (");
+    WF_CHECK_ERR(check_pair("fp1", "v301", NULL), WF_ERR_CONFIG, "has a vocabulary of 301 ids, source 'a'");
+    WF_CHECK_ERR(check_pair("fp1", "missing", NULL), WF_ERR_NOTFOUND, "src: source 'b': ");
 }
