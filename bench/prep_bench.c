@@ -236,7 +236,7 @@ int main(int argc, char **argv) {
         double dt = wf_time_now() - t0;
         if (dt < best) best = dt;
     }
-    report("minhash chars (14x8)", norm.bytes, best, norm.n);
+    report("minhash-chars (14x8)", norm.bytes, best, norm.n);
 
     if (dump_text) {
         FILE *f = fopen(dump_text, "wb");
