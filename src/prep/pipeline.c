@@ -1384,9 +1384,10 @@ static void remove_intermediates(const prep_run *r) {
 
 /* Keys left out of a run's fingerprint: they do not change the output
  * (or, tasks and task, are checked on their own). */
-static const char *const fp_ignored[] = {"output",        "threads", "force", "json",        "batch_mb",
-                                         "read_kb",       "tasks",   "task",  "lock_stale_s",
-                                         "checkpoint_mb"}; /* the last: unused */
+static const char *const fp_ignored[] = {
+    "output", "threads", "force", "json", "batch_mb", "read_kb", "tasks", "task", "lock_stale_s",
+    "checkpoint_mb", /* unused */
+};
 
 /* The key of a TOML line "key = value" (wf_opts_write_toml's), and its
  * length. */
