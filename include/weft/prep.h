@@ -100,6 +100,9 @@ typedef struct {
     /* [minhash] */
     int minhash;
     int64_t mh_ngram, mh_bands, mh_rows, mh_seed, mh_max_mb;
+    int64_t mh_char_ngram;   /* code points per shingle for the languages of mh_char_languages */
+    wf_strs mh_char_languages; /* languages shingled on characters (written without spaces); empty:
+                                  words for every language */
     /* [perplexity] */
     char *ppl_model;         /* model.safetensors or its run dir; empty: stage off */
     char *ppl_tokenizer;     /* empty: the one recorded in the model file */
@@ -181,9 +184,24 @@ void wf_langid_detect(const char *text, size_t len, char code[16], double *confi
 /* MinHash signature of valid UTF-8 text: the minimum of n_hashes hash
  * functions (seeded by `seed`) over the hashes of its word n-grams (words
  * of the dedup normalization). Returns the number of n-grams (0: no words,
- * sig untouched). */
+ * sig untouched). sig: (n_hashes). */
 size_t wf_minhash_signature(const char *text, size_t len, int ngram, int n_hashes, uint64_t seed,
                             uint64_t *sig);
+
+/* The longest shingle, in words or code points. */
+#define WF_MINHASH_MAX_NGRAM 64
+
+/* The same over character n-grams, for text written without spaces
+ * between words: the dedup normalization (so punctuation, marks and
+ * digits go as for words), its spaces left out, then every run of `ngram`
+ * consecutive code points is a shingle (a text of fewer is one shingle).
+ * Invalid UTF-8 is not an error (its bytes are skipped by the
+ * normalization). Returns the number of shingles (0: no characters, or
+ * ngram not in 1..WF_MINHASH_MAX_NGRAM; sig untouched). The same hash
+ * functions as wf_minhash_signature for the same seed, so signatures of
+ * both kinds compare, though their shingles rarely agree. */
+size_t wf_minhash_signature_chars(const char *text, size_t len, int ngram, int n_hashes, uint64_t seed,
+                                  uint64_t *sig);
 
 /* Jaccard similarity estimate of two signatures: the fraction of equal
  * entries. */

@@ -61,7 +61,7 @@ typedef struct {
     int drop, last;                /* drop reason (R_NONE) and the last stage reached */
     uint64_t at[ST_COUNT];         /* bytes entering each stage */
     double t[ST_COUNT];            /* seconds in each stage */
-    int repaired, q_skipped, mh_no_words;
+    int repaired, q_skipped, mh_no_words, mh_chars;
     int rule_set;                  /* the rule set that judged it (index in prep_run.rules), -1: none */
     uint64_t lines_removed;
     /* dedup units: text[off, off + len) */
@@ -339,9 +339,17 @@ static wf_status phase_filter(prep_run *r, pdoc *d) {
     d->at[ST_MINHASH] = d->text.len;
     d->has_keys = 0;
     d->mh_no_words = 0;
+    d->mh_chars = 0;
     if (c->minhash) {
-        size_t n = wf_minhash_signature(d->text.data, d->text.len, (int)c->mh_ngram, r->n_hashes,
-                                        (uint64_t)c->mh_seed, d->sig);
+        /* Languages written without spaces: a paragraph would be one word,
+         * so their shingles are characters. Chosen by the language, not by
+         * the quality rule set: the quality stage may be off or skip it. */
+        int chars = in_list(&c->mh_char_languages, d->lang);
+        size_t n = chars ? wf_minhash_signature_chars(d->text.data, d->text.len, (int)c->mh_char_ngram,
+                                                      r->n_hashes, (uint64_t)c->mh_seed, d->sig)
+                         : wf_minhash_signature(d->text.data, d->text.len, (int)c->mh_ngram, r->n_hashes,
+                                                (uint64_t)c->mh_seed, d->sig);
+        d->mh_chars = chars && n;
         if (n == 0) {
             d->mh_no_words = 1;
         } else {
@@ -393,7 +401,7 @@ static void pdoc_reset(pdoc *d) {
     }
     d->n_units = d->units_removed = 0;
     d->lines_removed = 0;
-    d->repaired = d->q_skipped = d->mh_no_words = d->has_keys = 0;
+    d->repaired = d->q_skipped = d->mh_no_words = d->mh_chars = d->has_keys = 0;
     d->bucket = -1;
     d->ppl = 0.0;
     memset(d->at, 0, sizeof d->at);
@@ -750,6 +758,7 @@ static wf_status step_filter(prep_run *r, size_t in) {
             r->st.extra[E_LINES_REMOVED] += d->lines_removed;
             r->st.extra[E_Q_SKIPPED] += (uint64_t)d->q_skipped;
             r->st.extra[E_MH_NO_WORDS] += (uint64_t)d->mh_no_words;
+            r->st.extra[E_MH_CHARS] += (uint64_t)d->mh_chars;
             if ((s = account_quality(r, d)) != WF_OK) break;
             if (d->drop != R_NONE) {
                 account_doc(&r->st, d->last, d->drop, d->at);
@@ -1373,30 +1382,133 @@ static void remove_intermediates(const prep_run *r) {
 
 /* ---- the run ---- */
 
+/* Keys left out of a run's fingerprint: they do not change the output
+ * (or, tasks and task, are checked on their own). */
+static const char *const fp_ignored[] = {
+    "output", "threads", "force", "json", "batch_mb", "read_kb", "tasks", "task", "lock_stale_s",
+    "checkpoint_mb", /* unused */
+};
+
+/* The key of a TOML line "key = value" (wf_opts_write_toml's), and its
+ * length. */
+static size_t line_key(const char *line, size_t n) {
+    for (size_t i = 0; i + 2 < n; i++)
+        if (line[i] == ' ' && line[i + 1] == '=' && line[i + 2] == ' ') return i;
+    return n;
+}
+
+static int fp_ignored_line(const char *line, size_t n) {
+    size_t k = line_key(line, n);
+    for (size_t i = 0; i < sizeof fp_ignored / sizeof *fp_ignored; i++)
+        if (strlen(fp_ignored[i]) == k && memcmp(fp_ignored[i], line, k) == 0) return 1;
+    return 0;
+}
+
+/* The effective config as TOML, one key a line, less the keys of
+ * fp_ignored; *text is the caller's to free. */
+static wf_status config_text(const wf_prep_config *c, char **text, size_t *len) {
+    char *all = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&all, &n);
+    if (!f) return wf_error(WF_ERR_NOMEM, "out of memory");
+    wf_opts_write_toml(wf_prep_spec(), c, f);
+    if (fclose(f) != 0 || !all) {
+        free(all);
+        return wf_error(WF_ERR_NOMEM, "out of memory");
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        const char *nl = memchr(all + i, '\n', n - i);
+        size_t e = nl ? (size_t)(nl - all) + 1 : n;
+        if (!fp_ignored_line(all + i, e - i)) {
+            memmove(all + m, all + i, e - i);
+            m += e - i;
+        }
+        i = e;
+    }
+    all[m] = '\0';
+    *text = all;
+    *len = m;
+    return WF_OK;
+}
+
 /* The fingerprint of a run: the config (less what does not change the
  * output) and the inputs with their sizes. */
 static wf_status fingerprint(const prep_run *r, char out[32]) {
-    wf_prep_config c = *r->c;
-    c.output = NULL;
-    c.threads = 0;
-    c.force = 0;
-    c.json = 0;
-    c.batch_mb = 0;       /* batches do not change the output */
-    c.read_kb = 0;        /* nor does the read size */
-    c.checkpoint_mb = 0;  /* unused */
-    c.tasks = 0;          /* checked on its own */
-    c.task = 0;
-    c.lock_stale_s = 0;
     char *text = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) return wf_error(WF_ERR_NOMEM, "out of memory");
-    wf_opts_write_toml(wf_prep_spec(), &c, f);
-    for (size_t i = 0; i < r->n_inputs; i++) fprintf(f, "input %s %llu\n", r->inputs[i], (unsigned long long)r->sizes[i]);
-    fclose(f);
-    snprintf(out, 32, "%016llx", (unsigned long long)wf_hash64(text, len));
+    WF_TRY(config_text(r->c, &text, &len));
+    wf_buf b = {0};
+    wf_status s = wf_buf_append(&b, text, len);
     free(text);
-    return WF_OK;
+    for (size_t i = 0; i < r->n_inputs && s == WF_OK; i++) {
+        char line[64];
+        s = wf_buf_append(&b, "input ", 6);
+        if (s == WF_OK) s = wf_buf_append(&b, r->inputs[i], strlen(r->inputs[i]));
+        int k = snprintf(line, sizeof line, " %llu\n", (unsigned long long)r->sizes[i]);
+        if (s == WF_OK) s = wf_buf_append(&b, line, (size_t)k);
+    }
+    if (s == WF_OK) snprintf(out, 32, "%016llx", (unsigned long long)wf_hash64(b.data, b.len));
+    wf_buf_free(&b);
+    return s;
+}
+
+/* Finds the line of `key` (k bytes) in text[0, n); NULL if none. *ln: its
+ * length without the newline. */
+static const char *find_key_line(const char *text, size_t n, const char *key, size_t k, size_t *ln) {
+    for (size_t i = 0; i < n;) {
+        const char *nl = memchr(text + i, '\n', n - i);
+        size_t e = nl ? (size_t)(nl - text) : n;
+        if (line_key(text + i, e - i) == k && memcmp(text + i, key, k) == 0) {
+            *ln = e - i;
+            return text + i;
+        }
+        i = e + 1;
+    }
+    return NULL;
+}
+
+/* Why the run in OUT is of another config, for the message that refuses
+ * it: the first key whose value differs between its _prep/config.toml and
+ * this config, or that only one of them has (a key this weft added: the
+ * run was made by an earlier weft). Empty when the keys agree or that file
+ * cannot be read. */
+static void config_difference(const prep_run *r, char *why, size_t cap) {
+    why[0] = '\0';
+    char path[4400];
+    rpath(r, path, sizeof path, "config.toml");
+    char *old = NULL, *cur = NULL;
+    size_t n_old = 0, n_cur = 0;
+    if (wf_file_read(path, &old, &n_old) != WF_OK || config_text(r->c, &cur, &n_cur) != WF_OK) {
+        wf_error_clear();
+        free(old);
+        free(cur);
+        return;
+    }
+    const char *texts[2] = {cur, old};
+    size_t lens[2] = {n_cur, n_old};
+    for (int side = 0; side < 2 && !why[0]; side++) {
+        const char *t = texts[side], *o = texts[1 - side];
+        for (size_t i = 0; i < lens[side] && !why[0];) {
+            const char *nl = memchr(t + i, '\n', lens[side] - i);
+            size_t e = nl ? (size_t)(nl - t) : lens[side], ln = e - i, k = line_key(t + i, ln), oln = 0;
+            const char *line = t + i;
+            i = e + 1;
+            if (k == ln || fp_ignored_line(line, ln)) continue;
+            const char *other = find_key_line(o, lens[1 - side], line, k, &oln);
+            if (side == 0 && !other)
+                snprintf(why, cap,
+                         "%.*s is not in the run's %s: a run of an earlier weft, from before that setting, "
+                         "whose output this weft would not continue",
+                         (int)k, line, path);
+            else if (side == 0 && (oln != ln || memcmp(other, line, ln) != 0))
+                snprintf(why, cap, "%.*s here, %.*s in the run's %s", (int)ln, line, (int)oln, other, path);
+            else if (side == 1 && !other)
+                snprintf(why, cap, "the run's %s has %.*s, which this weft does not know", path, (int)k, line);
+        }
+    }
+    free(old);
+    free(cur);
 }
 
 static int env_int(const char *name, long *v) {
@@ -1557,11 +1669,19 @@ static wf_status open_run(prep_run *r, int *complete) {
             char ofp[32];
             int otasks;
             WF_TRY(run_read(runjson, ofp, &otasks, &r->started, NULL));
-            if (strcmp(ofp, fp) != 0)
+            if (strcmp(ofp, fp) != 0) {
+                char why[9000];
+                config_difference(r, why, sizeof why);
+                if (why[0])
+                    return wf_error(WF_ERR_CONFIG,
+                                    "%s holds a prep run of another config (%s): give a new --output, or --force to "
+                                    "delete that run and start over",
+                                    c->output, why);
                 return wf_error(WF_ERR_CONFIG,
-                                "%s holds a prep run of another config or other inputs: give a new --output, or "
-                                "--force to delete that run and start over",
+                                "%s holds a prep run of another config or other inputs (their paths or sizes): give "
+                                "a new --output, or --force to delete that run and start over",
                                 c->output);
+            }
             if (otasks != r->tasks)
                 return wf_error(WF_ERR_CONFIG,
                                 "%s holds a prep run of %d task(s); this is task %d of %d: run every task with the "

@@ -101,7 +101,14 @@ static const wf_opt prep_opts[] = {
     /* [minhash] */
     {"minhash.enabled", NULL, WF_OPT_BOOL, O(minhash), "true", WF_NO_RANGE,
      "near-duplicate removal with MinHash and LSH: the first document of a cluster is kept"},
-    {"minhash.ngram", NULL, WF_OPT_INT, O(mh_ngram), "5", 1, 64, "words per shingle"},
+    {"minhash.ngram", NULL, WF_OPT_INT, O(mh_ngram), "5", 1, WF_MINHASH_MAX_NGRAM,
+     "words per shingle (languages written with spaces)"},
+    {"minhash.char_ngram", NULL, WF_OPT_INT, O(mh_char_ngram), "5", 1, WF_MINHASH_MAX_NGRAM,
+     "characters (Unicode code points, spaces and punctuation left out) per shingle for the languages "
+     "of minhash.char_languages"},
+    {"minhash.char_languages", NULL, WF_OPT_STRS, O(mh_char_languages), PREP_CHAR_SHINGLE_LANGS, WF_NO_RANGE,
+     "languages (as language id gives them; und: langid off) whose documents are shingled on characters "
+     "instead of words: those written without spaces between words; empty: words for every language"},
     {"minhash.bands", NULL, WF_OPT_INT, O(mh_bands), "14", 1, 512,
      "LSH bands: two documents collide when all rows of one band agree"},
     {"minhash.rows", NULL, WF_OPT_INT, O(mh_rows), "8", 1, 64,
@@ -207,6 +214,14 @@ wf_status wf_prep_config_validate(const wf_prep_config *c) {
     if (c->mh_bands * c->mh_rows > 4096)
         return wf_error(WF_ERR_CONFIG, "minhash.bands x minhash.rows = %lld: at most 4096 hash functions",
                         (long long)(c->mh_bands * c->mh_rows));
+    for (size_t i = 0; i < c->mh_char_languages.n; i++) {
+        const char *lang = c->mh_char_languages.items[i];
+        if (strcmp(lang, "und") != 0 && !wf__prep_langid_known(lang))
+            return wf_error(WF_ERR_CONFIG,
+                            "minhash.char_languages: '%s' is not a language code of CLD2 (zh, zh-Hant, ja, th, ...) "
+                            "or und",
+                            lang);
+    }
     if (c->ppl_head_max > c->ppl_middle_max)
         return wf_error(WF_ERR_CONFIG, "perplexity.head_max = %g is above perplexity.middle_max = %g",
                         c->ppl_head_max, c->ppl_middle_max);

@@ -97,6 +97,7 @@ typedef enum {
     X(E_Q_SKIPPED, ST_QUALITY, "docs_not_checked_language")  \
     X(E_LINES_REMOVED, ST_QUALITY, "c4_lines_removed")       \
     X(E_MH_NO_WORDS, ST_MINHASH, "docs_without_words")       \
+    X(E_MH_CHARS, ST_MINHASH, "docs_char_shingles")          \
     X(E_MH_FULL, ST_MINHASH, "keys_not_stored_table_full")   \
     X(E_HEAD, ST_PERPLEXITY, "head")                         \
     X(E_MIDDLE, ST_PERPLEXITY, "middle")                     \
@@ -278,6 +279,12 @@ wf_status wf__prep_rules_build(const wf_prep_config *c, prep_rule_sets *out);
 /* The rule set that judges `lang`: its own, else "default". */
 const prep_rule_set *wf__prep_rules_find(const prep_rule_sets *s, const char *lang);
 void wf__prep_rules_free(prep_rule_sets *s);
+
+/* The default of minhash.char_languages: the languages written without
+ * spaces between words, whose documents MinHash shingles on characters
+ * (docs/prep.md). The same languages as the built-in rule sets no_spaces,
+ * th and lo of quality_langs.c (a unit test checks that they agree). */
+#define PREP_CHAR_SHINGLE_LANGS "zh,zh-Hant,ja,th,km,my,lo,bo,dz"
 
 /* ---- language id ---- */
 

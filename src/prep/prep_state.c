@@ -14,8 +14,10 @@
  * quality stage per language (stages.quality.by_language) and the rule
  * sets that judged them (quality_rule_sets). */
 /* stats.json 3: "tasks" and "steps" (the units of each step and their
- * seconds); the stages' counters are as in 2. */
-#define PREP_STATS_VERSION 3
+ * seconds); the stages' counters are as in 2. 4: the minhash counter
+ * docs_char_shingles (the languages of minhash.char_languages are
+ * shingled on characters). */
+#define PREP_STATS_VERSION 4
 
 void wf__prep_stats_free(prep_stats *s) {
     free(s->langs);

@@ -18,7 +18,7 @@ import pytest
 import mpi_launch
 import slurm_local
 from conftest import BUILD, ROOT
-from test_prep_cli import _man_page_chunks, crawl, prep, shard_bytes, stats, wet  # noqa: F401 (fixtures)
+from test_prep_cli import _man_page_chunks, crawl, prep, read_docs, shard_bytes, stats, wet  # noqa: F401 (fixtures)
 from test_srun import slurm  # noqa: F401 (fixture)
 
 WEFT = BUILD / "weft"
@@ -95,7 +95,7 @@ def wait_all(procs, timeout=300):
 def test_one_to_four_tasks_give_the_same_bytes(inputs, single, tmp_path):
     ref = shard_bytes(single)
     st = stats(single)
-    assert len(ref) >= 3 and st["version"] == 3 and st["tasks"] == 1
+    assert len(ref) >= 3 and st["version"] == 4 and st["tasks"] == 1
     stages = st["stages"]
     assert stages["dedup"]["counters"]["units_removed"] > 0
     assert stages["minhash"]["dropped"]["near_duplicate"]["docs"] > 0
@@ -116,6 +116,37 @@ def test_one_to_four_tasks_give_the_same_bytes(inputs, single, tmp_path):
     p = prep(single, *inputs, extra=EXTRA + ["--tasks=1"])
     assert "already complete" in p.stderr
     assert {p: p.stat().st_mtime_ns for p in single.rglob("*") if p.is_file()} == before
+
+
+def test_cjk_near_duplicates_give_the_same_bytes_for_one_and_three_tasks(root, tmp_path):
+    """Character shingles (zh, ja) across inputs and tasks: copies with one
+    sentence changed in other inputs than their originals, among the
+    Chinese and Japanese man pages."""
+    from cjk_text import JA_RAILWAY, JA_RAILWAY_OTHER, ZH_KITCHEN, ZH_KITCHEN_OTHER, ZH_LIBRARY, ZH_LIBRARY_OTHER, page
+    from test_prep_cjk import write_pages
+    d = tmp_path / "in"
+    d.mkdir()
+    man = [f for f in _man_page_chunks(root, d) if f.stem in ("ja", "zh_CN", "zh_TW")]
+    first = write_pages(d / "first.jsonl", [("zh-library", page(ZH_LIBRARY)),
+                                            ("zh-kitchen-copy", page(ZH_KITCHEN, 5, ZH_KITCHEN_OTHER)),
+                                            ("ja-railway", page(JA_RAILWAY))])
+    second = write_pages(d / "second.jsonl", [("ja-railway-copy", page(JA_RAILWAY, 8, JA_RAILWAY_OTHER)),
+                                              ("zh-kitchen", page(ZH_KITCHEN)),
+                                              ("zh-library-copy", page(ZH_LIBRARY, 13, ZH_LIBRARY_OTHER))])
+    inputs = [first, *man, second]
+    single = tmp_path / "single"
+    prep(single, *inputs, extra=EXTRA + ["--tasks=1", "--threads=2"])
+    st = stats(single)["stages"]["minhash"]
+    assert st["dropped"]["near_duplicate"]["docs"] >= 3
+    assert st["counters"]["docs_char_shingles"] > 40
+    urls = {json.loads(line)["url"] for f in (first, second) for line in f.read_text(encoding="utf-8").splitlines()}
+    kept = {doc.get("url") for doc in read_docs(single)} & urls
+    assert kept == {f"https://cjk.example/{n}" for n in ("zh-library", "zh-kitchen-copy", "ja-railway")}
+    out = tmp_path / "t3"
+    res = wait_all(start_tasks(out, inputs, 3))
+    assert all(rc == 0 for rc, _ in res), res
+    assert shard_bytes(out) == shard_bytes(single)
+    assert counts(out) == counts(single)
 
 
 def test_a_task_killed_in_the_middle_of_a_unit_resumes(inputs, single, tmp_path):

@@ -90,7 +90,7 @@ def test_every_language_is_judged_by_its_own_rules(crawl, pages, tmp_path):  # n
     out = tmp_path / "out"
     p = prep(out, *inputs(crawl, pages))
     st = stats(out)
-    assert st["version"] == 3
+    assert st["version"] == 4
     docs = read_docs(out)
     kept = collections.Counter(d["lang"] for d in docs)
     # English pages as before, and most of the others' (the rest go for

@@ -1,7 +1,8 @@
 /* Unit tests for the web-text pipeline's stages (src/prep/): the WARC,
  * JSONL and text readers and their bad inputs, HTTP bodies, HTML to text,
  * normalization and UTF-8 repair, the dedup normalization and hash set,
- * MinHash against exact Jaccard similarity, CLD2 language id, every
+ * MinHash against exact Jaccard similarity (word and character shingles,
+ * multi-byte and invalid UTF-8), CLD2 language id, every
  * quality rule, the rule sets per language (prose of eight languages,
  * Chinese and Japanese, against scrambled, shuffled and keyword-stuffed
  * text) and their configuration, and JSON escaping. The whole pipeline is tested in
@@ -587,6 +588,180 @@ WF_TEST(minhash_estimates_jaccard) {
     for (int b = 0; b < 32; b++) diff += k1[b] != k2[b];
     WF_CHECK_EQ(diff, 1);
     WF_CHECK_TRUE(k1[2] != k2[2]);
+}
+
+/* ---- MinHash on characters (languages written without spaces) ---- */
+
+/* Appends code point cp as UTF-8 (1 to 4 bytes). */
+static size_t put_utf8(char *out, uint32_t cp) {
+    if (cp < 0x80) return out[0] = (char)cp, 1;
+    if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3F)), 2;
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12), out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18), out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    out[2] = (char)(0x80 | (cp >> 6 & 0x3F)), out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Code point i of the test texts, from a fixed pseudo-random sequence:
+ * Greek small letters (2 bytes of UTF-8), CJK ideographs (3) and CJK
+ * extension B ideographs (4), none of which the dedup normalization
+ * changes (no case to fold, no marks, no decomposition). `salt` makes
+ * another text. */
+static uint32_t test_cp(uint32_t i, uint32_t salt) {
+    uint32_t x = (i + 1) * 2654435761u ^ salt * 40503u;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    switch (x % 3) {
+    case 0: return 0x3B1 + x / 3 % 17;     /* alpha .. rho */
+    case 1: return 0x4E00 + x / 3 % 0x4000;
+    default: return 0x20000 + x / 3 % 0x1000;
+    }
+}
+
+/* Exact Jaccard similarity of the sets of n consecutive code points of
+ * two texts, given as code point arrays (decoded here, not by weft). */
+static double exact_char_jaccard(const uint32_t *a, size_t na, const uint32_t *b, size_t nb, size_t n) {
+    static uint64_t sets[2][1024];
+    size_t cnt[2] = {0, 0};
+    const uint32_t *texts[2] = {a, b};
+    size_t lens[2] = {na, nb};
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i + n <= lens[t]; i++) {
+            uint64_t h = wf_hash64(texts[t] + i, n * sizeof *a);
+            int seen = 0;
+            for (size_t k = 0; k < cnt[t]; k++) seen |= sets[t][k] == h;
+            if (!seen) sets[t][cnt[t]++] = h;
+        }
+    size_t inter = 0;
+    for (size_t i = 0; i < cnt[0]; i++)
+        for (size_t k = 0; k < cnt[1]; k++) inter += sets[0][i] == sets[1][k];
+    return (double)inter / (double)(cnt[0] + cnt[1] - inter);
+}
+
+static size_t encode_cps(const uint32_t *cps, size_t n, char *out) {
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) at += put_utf8(out + at, cps[i]);
+    out[at] = '\0';
+    return at;
+}
+
+WF_TEST(minhash_char_shingles_estimate_jaccard) {
+    enum { N = 400, H = 256 };
+    static uint32_t base[N], other[N];
+    static char tb[N * 4 + 1], to[N * 4 + 1];
+    for (uint32_t i = 0; i < N; i++) base[i] = test_cp(i, 0);
+    size_t lb = encode_cps(base, N, tb);
+    WF_CHECK_TRUE(lb > 2 * N && lb < 4 * N); /* a mix of 2-, 3- and 4-byte sequences */
+    uint64_t s1[H], s2[H];
+    /* One shingle per run of 5 code points, not per byte or per word. */
+    WF_CHECK_EQ(wf_minhash_signature_chars(tb, lb, 5, H, 1, s1), N - 4);
+    WF_CHECK_EQ(wf_minhash_signature_chars(tb, lb, 1, H, 1, s2), N);
+    WF_CHECK_EQ(wf_minhash_signature(tb, lb, 5, H, 1, s2), 1); /* no spaces: one "word" */
+    int ks[] = {60, 25, 12, 6};
+    for (size_t t = 0; t < sizeof ks / sizeof *ks; t++) {
+        for (uint32_t i = 0; i < N; i++) other[i] = i % (uint32_t)ks[t] == 3 ? test_cp(i, 7) : base[i];
+        size_t lo = encode_cps(other, N, to);
+        double j = exact_char_jaccard(base, N, other, N, 5);
+        WF_CHECK_EQ(wf_minhash_signature_chars(to, lo, 5, H, 1, s2), N - 4);
+        /* 256 hashes: standard error sqrt(j(1-j)/256) <= 0.031; allow 4 sigma. */
+        WF_CHECK_NEAR(wf_minhash_similarity(s1, s2, H), j, 0.125);
+    }
+    /* Spaces, line breaks and punctuation (ASCII and CJK) between any code
+     * points change nothing: the shingles run across them. */
+    static char spaced[N * 8];
+    size_t at = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        at += put_utf8(spaced + at, base[i]);
+        const char *sep[] = {"", " ", "\xef\xbc\x8c", "\xe3\x80\x82", "\n", ", ", "\xe3\x80\x8c"};
+        const char *x = sep[i % 7];
+        memcpy(spaced + at, x, strlen(x));
+        at += strlen(x);
+    }
+    WF_CHECK_EQ(wf_minhash_signature_chars(spaced, at, 5, H, 1, s2), N - 4);
+    WF_CHECK_NEAR(wf_minhash_similarity(s1, s2, H), 1.0, 0);
+    /* Invalid UTF-8 (stray continuation bytes, a cut sequence, bytes that
+     * never occur) is skipped by the normalization, not a crash: the same
+     * signature as the text without it. */
+    static char bad[N * 4 + 64];
+    at = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        at += put_utf8(bad + at, base[i]);
+        if (i % 50 == 7) bad[at++] = (char)0x80;
+        if (i % 50 == 20) bad[at++] = (char)0xFF;
+        if (i % 50 == 33) bad[at++] = (char)0xE4, bad[at++] = (char)0xB8; /* 3-byte sequence cut at 2 */
+    }
+    bad[at++] = (char)0xF0; /* cut at the end */
+    bad[at++] = (char)0x9F;
+    WF_CHECK_EQ(wf_minhash_signature_chars(bad, at, 5, H, 1, s2), N - 4);
+    WF_CHECK_NEAR(wf_minhash_similarity(s1, s2, H), 1.0, 0);
+    WF_CHECK_EQ(wf_minhash_signature_chars("\xff\xfe\x80\xc3", 4, 5, H, 1, s2), 0);
+    /* Fewer code points than n: the text is one shingle; none: nothing. */
+    WF_CHECK_EQ(wf_minhash_signature_chars("\xe4\xb8\xad\xe6\x96\x87", 6, 5, H, 1, s1), 1);
+    WF_CHECK_EQ(wf_minhash_signature_chars("\xe4\xb8\xad \xe6\x96\x87\xe3\x80\x82", 10, 5, H, 1, s2), 1);
+    WF_CHECK_NEAR(wf_minhash_similarity(s1, s2, H), 1.0, 0);
+    WF_CHECK_EQ(wf_minhash_signature_chars("\xe3\x80\x82\xef\xbc\x8c !? ", 10, 5, H, 1, s1), 0);
+    WF_CHECK_EQ(wf_minhash_signature_chars("", 0, 5, H, 1, s1), 0);
+    WF_CHECK_EQ(wf_minhash_signature_chars(tb, lb, 0, H, 1, s1), 0);
+    WF_CHECK_EQ(wf_minhash_signature_chars(tb, lb, WF_MINHASH_MAX_NGRAM + 1, H, 1, s1), 0);
+    WF_CHECK_EQ(wf_minhash_signature_chars(tb, lb, WF_MINHASH_MAX_NGRAM, H, 1, s1), N - WF_MINHASH_MAX_NGRAM + 1);
+    /* Case and accents fold as for words: Latin inside CJK text. */
+    WF_CHECK_EQ(wf_minhash_signature_chars("\xe7\x94\xa8Python\xe7\xbc\x96\xe7\xa8\x8b", 12, 3, H, 1, s1), 8 - 2);
+    WF_CHECK_EQ(wf_minhash_signature_chars("\xe7\x94\xa8 PYTHON \xe7\xbc\x96\xe7\xa8\x8b", 14, 3, H, 1, s2), 8 - 2);
+    WF_CHECK_NEAR(wf_minhash_similarity(s1, s2, H), 1.0, 0);
+}
+
+/* A paragraph of 30 "sentences" of CJK ideographs and a copy with one
+ * sentence changed: near duplicates by characters, unrelated by words. */
+WF_TEST(minhash_chars_find_what_words_miss) {
+    enum { S = 30, L = 18, H = 112 };
+    static uint32_t a[S * L], b[S * L];
+    static char ta[S * (L * 4 + 3) + 1], tb[S * (L * 4 + 3) + 1];
+    size_t la = 0, lb = 0;
+    for (uint32_t s = 0; s < S; s++) {
+        for (uint32_t i = 0; i < L; i++) {
+            a[s * L + i] = 0x4E00 + test_cp(s * L + i, 3) % 0x4000;
+            b[s * L + i] = s == 11 ? 0x4E00 + test_cp(s * L + i, 4) % 0x4000 : a[s * L + i];
+            la += put_utf8(ta + la, a[s * L + i]);
+            lb += put_utf8(tb + lb, b[s * L + i]);
+        }
+        la += put_utf8(ta + la, 0x3002); /* ideographic full stop */
+        lb += put_utf8(tb + lb, 0x3002);
+    }
+    uint64_t s1[H], s2[H];
+    double j = exact_char_jaccard(a, S * L, b, S * L, 5);
+    WF_CHECK_TRUE(j > 0.85);
+    wf_minhash_signature_chars(ta, la, 5, H, 1, s1);
+    wf_minhash_signature_chars(tb, lb, 5, H, 1, s2);
+    WF_CHECK_TRUE(wf_minhash_similarity(s1, s2, H) > 0.7);
+    WF_CHECK_EQ(wf_minhash_signature(ta, la, 5, H, 1, s1), 1);
+    WF_CHECK_EQ(wf_minhash_signature(tb, lb, 5, H, 1, s2), 1);
+    WF_CHECK_TRUE(wf_minhash_similarity(s1, s2, H) < 0.1);
+}
+
+/* The default minhash.char_languages are the languages whose built-in
+ * rule sets say they are written without spaces (word rules off). */
+WF_TEST(minhash_char_languages_are_the_no_space_rule_sets) {
+    wf_prep_config c = defaults();
+    prep_rule_sets rs;
+    WF_CHECK_OK(wf__prep_rules_build(&c, &rs));
+    size_t no_spaces = 0;
+    for (size_t i = 0; i < rs.n; i++) {
+        if (strcmp(rs.v[i].lang, "default") == 0) continue;
+        int listed = 0;
+        for (size_t k = 0; k < c.mh_char_languages.n; k++) listed |= strcmp(c.mh_char_languages.items[k], rs.v[i].lang) == 0;
+        WF_CHECK_EQ(listed, !rs.v[i].r.word_rules);
+        no_spaces += !rs.v[i].r.word_rules;
+    }
+    WF_CHECK_EQ(no_spaces, c.mh_char_languages.n);
+    WF_CHECK_TRUE(no_spaces >= 9);
+    WF_CHECK_EQ(c.mh_char_ngram, 5);
+    wf__prep_rules_free(&rs);
+    wf_prep_config_free(&c);
 }
 
 /* ---- language id ---- */
