@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -641,6 +642,47 @@ WF_TEST(dirlock_dead_pid_is_taken_over) {
     /* A live process of this host (our parent) keeps its lock, however old. */
     write_lock_file(dir, host, (long long)getppid(), 1e6);
     WF_CHECK_ERR(wf_dirlock_acquire(&l, dir, NULL), WF_ERR_INVALID, "in use by another job");
+}
+
+/* A holder that was killed but not yet reaped by its parent is a zombie:
+ * kill(pid, 0) still succeeds on it, yet it is gone and its lock is taken
+ * over at once, without waiting for the heartbeat to go stale. */
+WF_TEST(dirlock_zombie_pid_is_taken_over) {
+    const char *dir = lock_dir();
+    char host[256];
+    my_host(host, sizeof host);
+    /* The child waits on a pipe whose write end only this process holds,
+     * so it ends with this test however the test ends. */
+    int hold[2];
+    WF_CHECK_TRUE(pipe(hold) == 0);
+    pid_t child = fork();
+    if (child == 0) {
+        char c;
+        close(hold[1]);
+        while (read(hold[0], &c, 1) > 0) {}
+        _exit(0);
+    }
+    WF_CHECK_TRUE(child > 0);
+    close(hold[0]);
+    /* A live holder keeps its lock, however old its heartbeat. */
+    write_lock_file(dir, host, (long long)child, 1e6);
+    wf_dirlock *l = NULL;
+    WF_CHECK_ERR(wf_dirlock_acquire(&l, dir, NULL), WF_ERR_INVALID, "in use by another job");
+    WF_CHECK_TRUE(kill(child, SIGKILL) == 0);
+    /* Waits until it has died but leaves it unreaped (WNOWAIT). */
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    WF_CHECK_TRUE(waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT) == 0);
+    WF_CHECK_TRUE(kill(child, 0) == 0); /* what the lock once went by */
+    write_lock_file(dir, host, (long long)child, 0); /* a fresh heartbeat */
+    WF_CHECK_OK(wf_dirlock_acquire(&l, dir, NULL));
+    char who[512], want[64];
+    WF_CHECK_EQ(wf_dirlock_describe(dir, who, sizeof who), 0);
+    snprintf(want, sizeof want, "pid %ld,", (long)getpid());
+    WF_CHECK_TRUE(strstr(who, want) != NULL);
+    wf_dirlock_release(l);
+    WF_CHECK_TRUE(waitpid(child, NULL, 0) == child);
+    close(hold[1]);
 }
 
 /* Another host's lock (a shared filesystem): live while its heartbeat is
