@@ -1,7 +1,7 @@
 /* Unit tests for src/core: config (TOML + overrides + errors), arena
  * counters, the Philox RNG against the published known-answer vectors,
- * the permutation, atomic files, error messages, the directory lock and
- * the lines of JSON Lines texts. */
+ * the permutation, atomic files, error messages, the directory lock, the
+ * lines of JSON Lines texts and the search of sorted arrays. */
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
@@ -16,6 +16,7 @@
 #include "harness.h"
 #include "weft/json.h"
 #include "weft/lines.h"
+#include "weft/sorted.h"
 #include "weft/weft.h"
 
 /* ------------------------------------------------------------ config */
@@ -753,6 +754,62 @@ WF_TEST(dirlock_concurrent_start_one_wins) {
     for (int i = 0; i < N; i++) waitpid(kids[i], NULL, 0);
     WF_CHECK_EQ(wins, 1);
     WF_CHECK_EQ(losses, N - 1);
+}
+
+/* ------------------------------------------------------------ sorted */
+
+/* The edges, by hand: empty, before the first, the first, between, the
+ * last, after the last, and a key repeated (lower bound at its first copy,
+ * upper bound past its last). */
+WF_TEST(sorted_u64_edges) {
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(NULL, 0, 7), 0);
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(NULL, 0, 7), 0);
+    WF_CHECK_EQ(wf_sorted_u64_contains(NULL, 0, 7), 0);
+    const uint64_t one[] = {5};
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(one, 1, 4), 0);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(one, 1, 5), 0);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(one, 1, 6), 1);
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(one, 1, 5), 1);
+    const uint64_t a[] = {0, 3, 3, 3, 9, UINT64_MAX};
+    const size_t n = sizeof a / sizeof *a;
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n, 0), 0);          /* first */
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(a, n, 0), 1);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n, 3), 1);          /* repeated */
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(a, n, 3), 4);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n, 4), 4);          /* absent, between */
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(a, n, 4), 4);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n, UINT64_MAX), 5); /* last */
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(a, n, UINT64_MAX), 6);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a + 1, n - 2, 0), 0);  /* absent, before all */
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n - 1, 10), 5);     /* absent, after all */
+    WF_CHECK_EQ(wf_sorted_u64_contains(a, n, 0), 1);
+    WF_CHECK_EQ(wf_sorted_u64_contains(a, n, 3), 1);
+    WF_CHECK_EQ(wf_sorted_u64_contains(a, n, UINT64_MAX), 1);
+    WF_CHECK_EQ(wf_sorted_u64_contains(a, n, 4), 0);
+    WF_CHECK_EQ(wf_sorted_u64_contains(a, n - 1, UINT64_MAX), 0);
+}
+
+/* Against a linear scan, on every prefix of arrays with runs of equal
+ * keys, for every key from below the smallest to above the largest. */
+WF_TEST(sorted_u64_matches_a_linear_scan) {
+    uint64_t a[40];
+    for (int trial = 0; trial < 50; trial++) {
+        uint64_t v = 1;
+        for (size_t i = 0; i < 40; i++) {
+            v += wf_rng_at(7, (uint64_t)trial, i) % 3; /* steps of 0, 1 or 2 */
+            a[i] = v;
+        }
+        for (size_t n = 0; n <= 40; n++) {
+            for (uint64_t key = 0; key <= v + 1; key++) {
+                size_t lo = 0, up = 0;
+                while (lo < n && a[lo] < key) lo++;
+                while (up < n && a[up] <= key) up++;
+                WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n, key), lo);
+                WF_CHECK_EQ(wf_sorted_u64_upper_bound(a, n, key), up);
+                WF_CHECK_EQ(wf_sorted_u64_contains(a, n, key), lo < n && a[lo] == key);
+            }
+        }
+    }
 }
 
 /* ------------------------------------------------------- buf, json, grow */
