@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-from conftest import BUILD, ROOT, run_weft_cmd
+from conftest import BUILD, ROOT, run_weft_cmd, tokenize_austen
 
 sys.path.insert(0, str(ROOT / "tests" / "reference"))
 from llama_ref import LlamaRef  # noqa: E402
@@ -32,10 +32,7 @@ def trained(tmp_path_factory, corpus_dir):
     """A dataset and a tiny model trained on it for 12 steps (untied, so
     that lm_head is exported too)."""
     d = tmp_path_factory.mktemp("export")
-    inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
-    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + inputs)
-    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
-                  "--seed", 3] + inputs)
+    tokenize_austen(d, corpus_dir)
     run_weft_cmd(train_args(d, d / "run", "--model.tied=false"))
     return d
 

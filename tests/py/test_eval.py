@@ -39,7 +39,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from conftest import BUILD, ROOT, run_weft_cmd
+from conftest import BUILD, ROOT, run_weft_cmd, tokenize_austen
 
 sys.path.insert(0, str(ROOT / "tests" / "reference"))
 from llama_ref import LlamaRef  # noqa: E402
@@ -59,11 +59,8 @@ def env(tmp_path_factory, corpus_dir):
     validation split; Emma, half of it validation) and a run of 12 steps
     with a checkpoint every 4 (all kept)."""
     d = tmp_path_factory.mktemp("eval")
-    pp = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
+    tokenize_austen(d, corpus_dir)
     emma = sorted(corpus_dir.glob("emma-*.txt"))[:6]
-    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + pp)
-    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
-                  "--seed", 3] + pp)
     run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "emma", "--val-fraction", 0.5,
                   "--seed", 3] + emma)
     run_weft_cmd(train_args(d, d / "run"))
