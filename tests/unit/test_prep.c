@@ -14,14 +14,6 @@
 #include "prep/prep_impl.h"
 #include "weft/fileio.h"
 
-static const char *tpath(const char *name) {
-    static char buf[8][600];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", wf_test_tmpdir(), name);
-    return buf[k];
-}
-
 static wf_prep_config defaults(void) {
     wf_prep_config c;
     WF_CHECK_OK(wf_prep_config_default(&c));
@@ -78,7 +70,7 @@ WF_TEST(warc_reader_records) {
     warc_record(&b, "metadata", "http://x/", "application/warc-fields", "outlinks: a\r\n");
     warc_record(&b, "resource", "metadata://wget/log", "text/plain", "wget log text");
     warc_record(&b, "resource", "https://z/", "text/html", "<p>resource page</p>");
-    const char *p = tpath("a.warc");
+    const char *p = wf_test_path("a.warc");
     wf_test_write_file(p, b.data, b.len);
     wf_prep_config c = defaults();
     char out[2048];
@@ -90,7 +82,7 @@ WF_TEST(warc_reader_records) {
     WF_CHECK_EQ(damaged, 0);
 
     /* The same as gzip members, one per record, as Common Crawl writes. */
-    const char *gz = tpath("a.warc.gz");
+    const char *gz = wf_test_path("a.warc.gz");
     gzFile g = gzopen(gz, "wb");
     WF_CHECK_TRUE(g != NULL);
     gzwrite(g, b.data, (unsigned)b.len);
@@ -111,7 +103,7 @@ WF_TEST(warc_reader_bad_records) {
     warc_record(&b, "conversion", "http://b/", "text/plain", "second");
     /* A record cut short by the end of the file. */
     WF_CHECK_OK(wf_buf_append(&b, "WARC/1.0\r\nWARC-Type: conversion\r\nContent-Length: 500\r\n\r\nshort", 61));
-    const char *p = tpath("bad.warc");
+    const char *p = wf_test_path("bad.warc");
     wf_test_write_file(p, b.data, b.len);
     wf_prep_config c = defaults();
     char out[2048];
@@ -129,7 +121,7 @@ WF_TEST(warc_reader_truncated_gzip_and_too_large) {
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     for (int i = 0; i < 200; i++) warc_record(&b, "conversion", "http://a/", "text/plain", i == 1 ? big : "doc text");
-    const char *gz = tpath("t.warc.gz");
+    const char *gz = wf_test_path("t.warc.gz");
     gzFile g = gzopen(gz, "wb");
     gzwrite(g, b.data, (unsigned)b.len);
     gzclose(g);
@@ -159,7 +151,7 @@ WF_TEST(warc_reader_truncated_gzip_and_too_large) {
     huge[(1 << 20) + 9] = '\0';
     warc_record(&big2, "conversion", "http://h/", "text/plain", huge);
     warc_record(&big2, "conversion", "http://i/", "text/plain", "after");
-    const char *p = tpath("big.warc");
+    const char *p = wf_test_path("big.warc");
     wf_test_write_file(p, big2.data, big2.len);
     char out[512];
     read_all(p, &c, out, sizeof out, NULL, NULL);
@@ -215,7 +207,7 @@ WF_TEST(readers_survive_damaged_warcs) {
             default: m.data[at] = "\r\n:W0 \x00<>"[RND() % 9]; break;
             }
         }
-        const char *p = tpath(it % 3 == 0 ? "m.warc.gz" : "m.warc");
+        const char *p = wf_test_path(it % 3 == 0 ? "m.warc.gz" : "m.warc");
         if (it % 3 == 0) {
             gzFile g = gzopen(p, "wb");
             gzwrite(g, m.data, (unsigned)m.len);
@@ -275,7 +267,7 @@ WF_TEST(readers_survive_damaged_warcs) {
 }
 
 WF_TEST(jsonl_and_text_readers) {
-    const char *j = tpath("d.jsonl");
+    const char *j = wf_test_path("d.jsonl");
     const char *jt = "{\"text\": \"one\", \"url\": \"http://u/\"}\n\n{bad json\n{\"other\": 1}\n{\"text\": \"two\"}\n";
     wf_test_write_file(j, jt, strlen(jt));
     wf_prep_config c = defaults();
@@ -283,7 +275,7 @@ WF_TEST(jsonl_and_text_readers) {
     read_all(j, &c, out, sizeof out, NULL, NULL);
     WF_CHECK_STREQ(out, "0:0:ok:one|1:0:bad_json:|2:0:missing_field:|3:0:ok:two|");
 
-    const char *t = tpath("d.txt");
+    const char *t = wf_test_path("d.txt");
     const char *tt = "para one\nline two\n\n\n  \npara two\r\nend";
     wf_test_write_file(t, tt, strlen(tt));
     read_all(t, &c, out, sizeof out, NULL, NULL);
@@ -1112,7 +1104,7 @@ WF_TEST(quality_rules_config_per_language) {
     wf_prep_config_free(&c);
 
     /* [quality] applies to every language; the written config reads back. */
-    const char *path = tpath("p.toml");
+    const char *path = wf_test_path("p.toml");
     const char *toml = "output = \"o\"\n[quality]\nmin_words = 500\n[quality.de]\nstop_words = [\"der\", \"die\"]\n"
                        "[quality.\"zh-Hant\"]\nmin_sentences_typo = 1\n";
     wf_test_write_file(path, toml, strlen(toml));
