@@ -182,29 +182,32 @@ WF_TEST(config_errors_name_file_line_key) {
     expect_file_error("[data]\ninputs = [1, 2]\n", WF_ERR_CONFIG, "item 0 is an integer");
 }
 
-WF_TEST(config_cli_errors) {
+/* The command line `argv` (argc words) fails with st and a message holding needle. */
+static void expect_cli_error(int argc, const char **argv, wf_status st, const char *needle) {
     cfg c;
     wf_strs pos;
+    WF_CHECK_ERR(parse_args(&c, argc, argv, &pos), st, needle);
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+}
+
+WF_TEST(config_cli_errors) {
     const char *a1[] = {"--model.dim=abc"};
-    WF_CHECK_ERR(parse_args(&c, 1, a1, &pos), WF_ERR_CONFIG, "command line '--model.dim=abc': key 'model.dim' expects an integer");
-    wf_opts_free(&cfg_spec, &c);
-    wf_opts_free_positional(&pos);
+    expect_cli_error(1, a1, WF_ERR_CONFIG, "command line '--model.dim=abc': key 'model.dim' expects an integer");
     const char *a2[] = {"--dim=100000"};
-    WF_CHECK_ERR(parse_args(&c, 1, a2, &pos), WF_ERR_RANGE, "out of range");
-    wf_opts_free(&cfg_spec, &c);
-    wf_opts_free_positional(&pos);
+    expect_cli_error(1, a2, WF_ERR_RANGE, "out of range");
     const char *a3[] = {"--bogus=1"};
-    WF_CHECK_ERR(parse_args(&c, 1, a3, &pos), WF_ERR_CONFIG, "unknown key 'bogus'");
-    wf_opts_free(&cfg_spec, &c);
-    wf_opts_free_positional(&pos);
+    expect_cli_error(1, a3, WF_ERR_CONFIG, "unknown key 'bogus'");
     const char *a4[] = {"--dim"};
-    WF_CHECK_ERR(parse_args(&c, 1, a4, &pos), WF_ERR_CONFIG, "option needs a value");
-    wf_opts_free(&cfg_spec, &c);
-    wf_opts_free_positional(&pos);
+    expect_cli_error(1, a4, WF_ERR_CONFIG, "option needs a value");
     const char *a5[] = {"--config=/nonexistent/x.toml"};
-    WF_CHECK_ERR(parse_args(&c, 1, a5, &pos), WF_ERR_CONFIG, "/nonexistent/x.toml");
-    wf_opts_free(&cfg_spec, &c);
-    wf_opts_free_positional(&pos);
+    expect_cli_error(1, a5, WF_ERR_CONFIG, "/nonexistent/x.toml");
+    /* A key with a named segment is checked under its full name, in both
+     * forms of the command line. */
+    const char *a6[] = {"--src.web.weight=abc"};
+    expect_cli_error(1, a6, WF_ERR_CONFIG, "key 'src.web.weight' expects");
+    const char *a7[] = {"--src.web.weight", "2"};
+    expect_cli_error(2, a7, WF_ERR_RANGE, "src.web.weight");
 }
 
 WF_TEST(config_help_lists_every_option) {
