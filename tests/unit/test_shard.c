@@ -498,7 +498,8 @@ WF_TEST(missing_shard) {
 
 WF_TEST(missing_dataset_json) {
     wf_dataset d;
-    WF_CHECK_ERR(wf_dataset_open(&d, wf_test_path("nope"), "train", 0), WF_ERR_NOTFOUND, "nope: no such dataset directory");
+    WF_CHECK_ERR(wf_dataset_open(&d, wf_test_path("nope"), "train", 0), WF_ERR_NOTFOUND,
+                 "nope: no such dataset directory");
     const char *dir = wf_test_path("ds");
     small_dataset(dir);
     WF_CHECK_TRUE(unlink(wf_test_path("ds/dataset.json")) == 0);
