@@ -605,6 +605,18 @@ static void my_host(char *buf, size_t n) {
     WF_CHECK_TRUE(gethostname(buf, n) == 0);
 }
 
+/* Takes DIR's lock over (it must succeed), checks that the lock now names
+ * this process, and releases it. */
+static void expect_taken_over(const char *dir) {
+    wf_dirlock *l = NULL;
+    WF_CHECK_OK(wf_dirlock_acquire(&l, dir, NULL));
+    char who[512], want[64];
+    WF_CHECK_EQ(wf_dirlock_describe(dir, who, sizeof who), 0);
+    snprintf(want, sizeof want, "pid %ld,", (long)getpid());
+    WF_CHECK_TRUE(strstr(who, want) != NULL);
+    wf_dirlock_release(l);
+}
+
 /* A second job on the same directory fails at once, naming the holder; the
  * lock is gone after release and can be taken again. */
 WF_TEST(dirlock_second_job_is_refused) {
@@ -636,14 +648,9 @@ WF_TEST(dirlock_dead_pid_is_taken_over) {
     if (child == 0) _exit(0);
     waitpid(child, NULL, 0); /* its pid now names no process */
     write_lock_file(dir, host, (long long)child, 0);
-    wf_dirlock *l = NULL;
-    WF_CHECK_OK(wf_dirlock_acquire(&l, dir, NULL));
-    char who[512], want[64];
-    WF_CHECK_EQ(wf_dirlock_describe(dir, who, sizeof who), 0);
-    snprintf(want, sizeof want, "pid %ld,", (long)getpid());
-    WF_CHECK_TRUE(strstr(who, want) != NULL);
-    wf_dirlock_release(l);
+    expect_taken_over(dir);
     /* A live process of this host (our parent) keeps its lock, however old. */
+    wf_dirlock *l = NULL;
     write_lock_file(dir, host, (long long)getppid(), 1e6);
     WF_CHECK_ERR(wf_dirlock_acquire(&l, dir, NULL), WF_ERR_INVALID, "in use by another job");
 }
@@ -679,12 +686,7 @@ WF_TEST(dirlock_zombie_pid_is_taken_over) {
     WF_CHECK_TRUE(waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT) == 0);
     WF_CHECK_TRUE(kill(child, 0) == 0); /* what the lock once went by */
     write_lock_file(dir, host, (long long)child, 0); /* a fresh heartbeat */
-    WF_CHECK_OK(wf_dirlock_acquire(&l, dir, NULL));
-    char who[512], want[64];
-    WF_CHECK_EQ(wf_dirlock_describe(dir, who, sizeof who), 0);
-    snprintf(want, sizeof want, "pid %ld,", (long)getpid());
-    WF_CHECK_TRUE(strstr(who, want) != NULL);
-    wf_dirlock_release(l);
+    expect_taken_over(dir);
     WF_CHECK_TRUE(waitpid(child, NULL, 0) == child);
     close(hold[1]);
 }
