@@ -74,7 +74,11 @@ TTOOL_BIN := $(TTOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/fuzz/%)
 # Code the tests/tools programs share (tests/tools/lib/), linked into each.
 TTOOL_LIB := $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tests/tools/lib/*.c)))
-HARNESS   := $(BUILD)/obj/tests/unit/harness.o
+# Code the benchmarks share (bench/lib/: options, CPU clock, batch), linked into each.
+BENCH_LIB := $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard bench/lib/*.c)))
+# The unit tests' harness and the helpers they share (tests/unit/*.c that
+# are not test_*.c: harness.c, model_fixture.c), linked into each.
+TEST_LIB  := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(TEST_SRC),$(sort $(wildcard tests/unit/*.c))))
 
 # The AdamW update's sqrtf vectorises only without errno (bench/README.md,
 # "Measurements behind choices in the code").
@@ -99,18 +103,18 @@ $(BUILD)/weft: $(TOOL_OBJ) $(BUILD)/libweft.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libweft.a $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(BUILD)/libweft.a
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_LIB) $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(HARNESS) $(BUILD)/libweft.a $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TEST_LIB) $(BUILD)/libweft.a $(LDLIBS)
 
 # Helper programs of the Python tests (tests/tools/*.c), e.g. model_dump.
 $(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(TTOOL_LIB) $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TTOOL_LIB) $(BUILD)/libweft.a $(LDLIBS)
 
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libweft.a
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BENCH_LIB) $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BENCH_LIB) $(BUILD)/libweft.a $(LDLIBS)
 
 # The library compiled as position-independent code, for linking into a
 # shared object: the Python package's extension (python/, docs/python.md)

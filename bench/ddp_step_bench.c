@@ -38,6 +38,8 @@
 #include "weft/rng.h"
 #include "weft/thread.h"
 
+#include "lib/bench_common.h"
+
 static int rank_;
 
 static int fail(const char *what) {
@@ -54,20 +56,14 @@ int main(int argc, char **argv) {
     const char *preset = "stories15M";
     int B = 8, T = 256, steps = 4, threads = 0;
     double bucket_mb = 25;
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--preset") && v) preset = v, i++;
-        else if (!strcmp(argv[i], "--batch") && v) B = atoi(v), i++;
-        else if (!strcmp(argv[i], "--seq") && v) T = atoi(v), i++;
-        else if (!strcmp(argv[i], "--steps") && v) steps = atoi(v), i++;
-        else if (!strcmp(argv[i], "--threads") && v) threads = atoi(v), i++;
-        else if (!strcmp(argv[i], "--bucket-mb") && v) bucket_mb = atof(v), i++;
-        else {
-            fprintf(stderr, "usage: [mpirun -np W --bind-to none] ddp_step_bench [--preset NAME] "
-                            "[--batch B] [--seq T] [--steps N] [--threads N] [--bucket-mb M]\n");
-            return 2;
-        }
-    }
+    const bench_opt opts[] = {
+        {"--preset", "NAME", BENCH_OPT_STR, &preset}, {"--batch", "B", BENCH_OPT_INT, &B},
+        {"--seq", "T", BENCH_OPT_INT, &T},            {"--steps", "N", BENCH_OPT_INT, &steps},
+        {"--threads", "N", BENCH_OPT_INT, &threads},  {"--bucket-mb", "M", BENCH_OPT_DOUBLE, &bucket_mb},
+    };
+    if (bench_opts_parse(argc, argv, "ddp_step_bench", "[mpirun -np W --bind-to none]", opts,
+                         sizeof opts / sizeof *opts))
+        return 2;
     wf_comm *c = NULL;
     if (wf_comm_create(&c, NULL) != WF_OK) return fail("communicator");
     rank_ = wf_comm_rank(c);

@@ -33,6 +33,8 @@
 #include "weft/rng.h"
 #include "weft/thread.h"
 
+#include "lib/bench_common.h"
+
 typedef struct {
     int32_t *buf;
     int n;
@@ -59,19 +61,12 @@ static int fail(const char *what) {
 int main(int argc, char **argv) {
     const char *preset = "stories15M";
     int N = 0, threads = 0, reps = 3, step_threads = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--preset") && v) preset = v, i++;
-        else if (!strcmp(argv[i], "--tokens") && v) N = atoi(v), i++;
-        else if (!strcmp(argv[i], "--threads") && v) threads = atoi(v), i++;
-        else if (!strcmp(argv[i], "--reps") && v) reps = atoi(v), i++;
-        else if (!strcmp(argv[i], "--step-threads") && v) step_threads = atoi(v), i++;
-        else {
-            fprintf(stderr, "usage: generate_bench [--preset NAME] [--tokens N] [--threads N] "
-                            "[--step-threads N] [--reps R]\n");
-            return 2;
-        }
-    }
+    const bench_opt opts[] = {
+        {"--preset", "NAME", BENCH_OPT_STR, &preset},         {"--tokens", "N", BENCH_OPT_INT, &N},
+        {"--threads", "N", BENCH_OPT_INT, &threads},          {"--step-threads", "N", BENCH_OPT_INT, &step_threads},
+        {"--reps", "R", BENCH_OPT_INT, &reps},
+    };
+    if (bench_opts_parse(argc, argv, "generate_bench", NULL, opts, sizeof opts / sizeof *opts)) return 2;
     if (threads > 0) wf_kern_set_threads(threads);
     threads = wf_kern_threads();
     if (reps < 1) reps = 1;

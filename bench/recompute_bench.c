@@ -25,14 +25,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "weft/arena.h"
 #include "weft/kernels.h"
 #include "weft/model.h"
 #include "weft/optim.h"
-#include "weft/rng.h"
 #include "weft/thread.h"
+
+#include "lib/bench_common.h"
 
 enum { N_MODES_ = 3, MAX_ROUNDS_ = 101 };
 
@@ -58,13 +58,6 @@ static double median(double *v, int n) {
     return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
-/* Seconds of CPU time used by all the process's threads. */
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double best_of(const double *v, int n) {
     double b = v[0];
     for (int i = 1; i < n; i++)
@@ -80,34 +73,26 @@ static double sum_ops(const double *v) {
 
 /* One step; the gradients stay in the model until the next zero_grad. */
 static int step(bench_mode_ *b, const int32_t *tok, const int32_t *tgt, int B, int T, double *dt) {
-    double c0 = cpu_now(), t0 = wf_time_now();
+    double c0 = bench_cpu_seconds(), t0 = wf_time_now();
     wf_model_zero_grad(b->m);
     if (wf_model_forward(b->m, tok, tgt, B, T, &b->loss) != WF_OK) return -1;
     if (wf_model_backward(b->m, 1.0f) != WF_OK) return -1;
     double norm;
     if (wf_adamw_step(b->opt, 3e-4, &norm) != WF_OK) return -1;
     *dt = wf_time_now() - t0;
-    b->cpu += cpu_now() - c0;
+    b->cpu += bench_cpu_seconds() - c0;
     return 0;
 }
 
 int main(int argc, char **argv) {
     const char *preset = "stories15M";
     int B = 8, T = 256, rounds = 5, threads = 0, plan_only = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--preset") && v) preset = v, i++;
-        else if (!strcmp(argv[i], "--batch") && v) B = atoi(v), i++;
-        else if (!strcmp(argv[i], "--seq") && v) T = atoi(v), i++;
-        else if (!strcmp(argv[i], "--rounds") && v) rounds = atoi(v), i++;
-        else if (!strcmp(argv[i], "--threads") && v) threads = atoi(v), i++;
-        else if (!strcmp(argv[i], "--plan-only")) plan_only = 1;
-        else {
-            fprintf(stderr, "usage: recompute_bench [--preset NAME] [--batch B] [--seq T] "
-                            "[--rounds R] [--threads N] [--plan-only]\n");
-            return 2;
-        }
-    }
+    const bench_opt opts[] = {
+        {"--preset", "NAME", BENCH_OPT_STR, &preset}, {"--batch", "B", BENCH_OPT_INT, &B},
+        {"--seq", "T", BENCH_OPT_INT, &T},            {"--rounds", "R", BENCH_OPT_INT, &rounds},
+        {"--threads", "N", BENCH_OPT_INT, &threads},  {"--plan-only", NULL, BENCH_OPT_FLAG, &plan_only},
+    };
+    if (bench_opts_parse(argc, argv, "recompute_bench", NULL, opts, sizeof opts / sizeof *opts)) return 2;
     if (rounds < 1) rounds = 1;
     if (rounds > MAX_ROUNDS_) rounds = MAX_ROUNDS_;
     if (threads > 0) wf_kern_set_threads(threads);
@@ -138,11 +123,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "recompute_bench: out of memory for the batch\n");
         return 1;
     }
-    wf_rng r = wf_rng_make(1, 1);
-    for (size_t i = 0; i < N; i++) {
-        tok[i] = (int32_t)wf_rng_below(&r, (uint64_t)cfg.vocab_size);
-        tgt[i] = (int32_t)wf_rng_below(&r, (uint64_t)cfg.vocab_size);
-    }
+    bench_random_batch(tok, tgt, N, cfg.vocab_size);
     bench_mode_ b[N_MODES_];
     memset(b, 0, sizeof b);
     wf_adamw_config ac = wf_adamw_config_default();

@@ -33,14 +33,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "weft/arena.h"
 #include "weft/kernels.h"
 #include "weft/model.h"
 #include "weft/optim.h"
-#include "weft/rng.h"
 #include "weft/thread.h"
+
+#include "lib/bench_common.h"
 
 /* The learning rate of every timed step (any positive value costs the same). */
 #define BENCH_LR_ 3e-4
@@ -54,13 +54,6 @@ static int count_threads(void) {
         if (e->d_name[0] != '.') n++;
     closedir(d);
     return n;
-}
-
-/* Seconds of CPU time used by all the process's threads. */
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Best GFLOP/s of c (M, N) = op(a) @ op(b) over `reps` timed runs after one
@@ -181,7 +174,7 @@ static int serve(wf_model *m, wf_adamw *opt, const int32_t *tokens, const int32_
         } else if (sscanf(line, "run %d", &k) == 1 && k > 0) {
             bench_phases_ ph = {0, 0, 0, 0};
             float loss = 0;
-            double c0 = cpu_now();
+            double c0 = bench_cpu_seconds();
             printf("{\"times\": [");
             for (int s = 0; s < k; s++) {
                 double t0 = wf_time_now();
@@ -193,7 +186,7 @@ static int serve(wf_model *m, wf_adamw *opt, const int32_t *tokens, const int32_
             }
             printf("], \"cpu\": %.6f, \"zero\": %.6f, \"fwd\": %.6f, \"bwd\": %.6f, "
                    "\"opt\": %.6f, \"loss\": %.6f}\n",
-                   cpu_now() - c0, ph.zero, ph.fwd, ph.bwd, ph.opt, (double)loss);
+                   bench_cpu_seconds() - c0, ph.zero, ph.fwd, ph.bwd, ph.opt, (double)loss);
             steps_since_ops += k;
         } else if (strncmp(line, "ops", 3) == 0) {
             wf_model_op_times ot = wf_model_get_op_times(m);
@@ -219,20 +212,12 @@ static int serve(wf_model *m, wf_adamw *opt, const int32_t *tokens, const int32_
 int main(int argc, char **argv) {
     const char *preset = "stories15M";
     int B = 8, T = 256, steps = 5, threads = 0, serve_mode = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--preset") && v) preset = v, i++;
-        else if (!strcmp(argv[i], "--batch") && v) B = atoi(v), i++;
-        else if (!strcmp(argv[i], "--seq") && v) T = atoi(v), i++;
-        else if (!strcmp(argv[i], "--steps") && v) steps = atoi(v), i++;
-        else if (!strcmp(argv[i], "--threads") && v) threads = atoi(v), i++;
-        else if (!strcmp(argv[i], "--serve")) serve_mode = 1;
-        else {
-            fprintf(stderr, "usage: train_step_bench [--preset NAME] [--batch B] [--seq T] "
-                            "[--steps N] [--threads N] [--serve]\n");
-            return 2;
-        }
-    }
+    const bench_opt opts[] = {
+        {"--preset", "NAME", BENCH_OPT_STR, &preset}, {"--batch", "B", BENCH_OPT_INT, &B},
+        {"--seq", "T", BENCH_OPT_INT, &T},            {"--steps", "N", BENCH_OPT_INT, &steps},
+        {"--threads", "N", BENCH_OPT_INT, &threads},  {"--serve", NULL, BENCH_OPT_FLAG, &serve_mode},
+    };
+    if (bench_opts_parse(argc, argv, "train_step_bench", NULL, opts, sizeof opts / sizeof *opts)) return 2;
     if (steps < 1) steps = 1;
     if (threads > 0) wf_kern_set_threads(threads);
     threads = wf_kern_threads();
@@ -259,11 +244,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "train_step_bench: out of memory for the batch\n");
         return 1;
     }
-    wf_rng r = wf_rng_make(1, 1);
-    for (int i = 0; i < N; i++) {
-        tokens[i] = (int32_t)wf_rng_below(&r, (uint64_t)V);
-        targets[i] = (int32_t)wf_rng_below(&r, (uint64_t)V);
-    }
+    bench_random_batch(tokens, targets, (size_t)N, V);
     wf_model_init(m, 1);
     bench_shape_ shapes[BENCH_MAX_SHAPES_];
     int n_shapes = fill_shapes(shapes, N, C, QKV, H, V);
@@ -308,7 +289,7 @@ int main(int argc, char **argv) {
         if (s == 1) { /* step 0 warms up */
             wf_model_reset_op_times(m);
             ph = (bench_phases_){0, 0, 0, 0};
-            cpu0 = cpu_now();
+            cpu0 = bench_cpu_seconds();
         }
         double t0 = wf_time_now();
         if (run_step(m, opt, tokens, targets, B, T, &loss, &ph) != 0) {
@@ -322,7 +303,7 @@ int main(int argc, char **argv) {
         }
     }
     double mean = total / steps, flops = fpt * N;
-    double cpu_step = (cpu_now() - cpu0) / steps / threads; /* CPU seconds per thread */
+    double cpu_step = (bench_cpu_seconds() - cpu0) / steps / threads; /* CPU seconds per thread */
     printf("  step: %.3f s mean, %.3f s best (of %d) -> %.0f tokens/s; loss %.4f\n", mean, best,
            steps, N / mean, loss);
     printf("  phases (mean): zero_grad %.1f ms, forward %.1f ms, backward %.1f ms, clip+AdamW "

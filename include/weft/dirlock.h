@@ -7,7 +7,8 @@
  * an error naming the holder, before it has written anything.
  *
  * A lock left behind by a job that died is taken over, with a warning:
- * - on the same host, when its pid no longer exists;
+ * - on the same host, when its pid no longer exists or is a zombie (a
+ *   process that ended and that its parent has not reaped);
  * - on another host (a shared filesystem, where the pid cannot be checked),
  *   when its heartbeat, the file's modification time, which a thread of the
  *   holder refreshes every `heartbeat_seconds`, is older than

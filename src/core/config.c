@@ -733,6 +733,23 @@ static wf_status named_assign(const wf_cmd_spec *spec, void *dst, const wf_opt *
     return WF_OK;
 }
 
+/* Assigns the command line's text to option o, or, when name_len > 0, to
+ * o's value for the named segment name[0, name_len) (`--key.NAME=text`):
+ * the text is read with the messages of a plain option of that full key. */
+static wf_status assign_text(const wf_cmd_spec *spec, void *dst, const wf_opt *o, const char *name,
+                             size_t name_len, const char *text, const char *where) {
+    if (!name_len) return opt_assign_text(o, dst, text, where);
+    char key[512];
+    named_key(o, name, name_len, key, sizeof key);
+    wf_opt t = *o;
+    t.key = key;
+    tvalue v;
+    wf_status st = opt_text_value(&t, text, where, &v);
+    if (st == WF_OK) st = named_assign(spec, dst, o, name, name_len, &v, where);
+    tv_free(&v);
+    return st;
+}
+
 
 static const wf_opt *opt_find_key(const wf_cmd_spec *spec, const char *key, size_t keylen) {
     for (size_t i = 0; i < spec->n_opts; i++)
@@ -943,19 +960,7 @@ wf_status wf_opts_parse(const wf_cmd_spec *spec, void *dst, int argc, char **arg
             return unknown_key(spec, "command line", key);
         }
         if (eq) {
-            if (name_len) {
-                char key[512];
-                named_key(o, name + name_off, name_len, key, sizeof key);
-                wf_opt t = *o;
-                t.key = key;
-                tvalue v;
-                wf_status st = opt_text_value(&t, eq + 1, where, &v);
-                if (st == WF_OK) st = named_assign(spec, dst, o, name + name_off, name_len, &v, where);
-                tv_free(&v);
-                WF_TRY(st);
-            } else {
-                WF_TRY(opt_assign_text(o, dst, eq + 1, where));
-            }
+            WF_TRY(assign_text(spec, dst, o, name + name_off, name_len, eq + 1, where));
         } else if (o->type == WF_OPT_BOOL) {
             /* `--flag`, and `--flag true|false` as users also write it (a
              * following word that is neither stays a positional argument). */
@@ -968,19 +973,7 @@ wf_status wf_opts_parse(const wf_cmd_spec *spec, void *dst, int argc, char **arg
             if (i + 1 >= argc)
                 return wf_error(WF_ERR_CONFIG, "%s: option needs a value (%s)", where, opt_type_name(o->type));
             i++;
-            if (name_len) {
-                char key[512];
-                named_key(o, name + name_off, name_len, key, sizeof key);
-                wf_opt t = *o;
-                t.key = key;
-                tvalue v;
-                wf_status st = opt_text_value(&t, argv[i], where, &v);
-                if (st == WF_OK) st = named_assign(spec, dst, o, name + name_off, name_len, &v, where);
-                tv_free(&v);
-                WF_TRY(st);
-            } else {
-                WF_TRY(opt_assign_text(o, dst, argv[i], where));
-            }
+            WF_TRY(assign_text(spec, dst, o, name + name_off, name_len, argv[i], where));
         }
         mark_given(spec, dst, o);
     }

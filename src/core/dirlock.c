@@ -114,14 +114,48 @@ static int read_lock(const char *path, holder *h, double *mtime, ino_t *ino) {
     return 1;
 }
 
+/* Whether process `pid` of this host has ended: it no longer exists
+ * (kill(pid, 0) fails with ESRCH), or it exists only as an entry its parent
+ * has not reaped yet. kill() succeeds on such a zombie, so on Linux the
+ * state letter of /proc/PID/stat decides: 'Z' (zombie) or 'X' (dead) is an
+ * ended process, whose pid cannot be reused until it is reaped. Where /proc
+ * cannot be read (another system, a hidepid mount) kill() alone decides.
+ * *what says which of the two it was. */
+static int pid_has_ended(long long pid, const char **what) {
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+        *what = "no longer exists";
+        return 1;
+    }
+    char path[64], text[512];
+    snprintf(path, sizeof path, "/proc/%lld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    text[n] = '\0';
+    /* "PID (COMM) S ...": COMM may hold spaces and parentheses, so the
+     * state is the letter after the last ')'; COMM is short (16 bytes,
+     * 64 at most), so the buffer always reaches it. */
+    const char *close_paren = strrchr(text, ')');
+    if (!close_paren || close_paren[1] != ' ') return 0;
+    char state = close_paren[2];
+    if (state == 'Z' || state == 'X') {
+        *what = "has exited (a zombie its parent has not reaped)";
+        return 1;
+    }
+    return 0;
+}
+
 /* Whether the lock's holder is gone; *why says how that was decided. */
 static int is_stale(const holder *h, double mtime, double stale_s, char *why, size_t n) {
     char host[256];
     this_host(host, sizeof host);
     double age = unix_now() - mtime;
     if (h->parsed && strcmp(h->host, host) == 0) {
-        if (h->pid > 0 && kill((pid_t)h->pid, 0) != 0 && errno == ESRCH) {
-            snprintf(why, n, "its process %lld no longer exists on this host", h->pid);
+        const char *what = NULL;
+        if (h->pid > 0 && pid_has_ended(h->pid, &what)) {
+            snprintf(why, n, "its process %lld %s on this host", h->pid, what);
             return 1;
         }
         return 0;

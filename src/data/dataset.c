@@ -20,6 +20,7 @@
 #include "data/shard_impl.h"
 #include "weft/log.h"
 #include "weft/shard.h"
+#include "weft/sorted.h"
 
 #define DATASET_JSON "dataset.json"
 #define DATASET_FORMAT "weft-token-dataset"
@@ -550,15 +551,10 @@ done:
 }
 
 /* The shard holding stream position `pos` (< n_tokens): the last k with
- * shard_base[k] <= pos. */
+ * shard_base[k] <= pos (an empty shard has the same base as the next one
+ * and is passed over). shard_base[0] is 0, so there is one. */
 static size_t find_shard(const wf_dataset *d, uint64_t pos) {
-    size_t lo = 0, hi = d->n_shards; /* answer in [lo, hi) */
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (d->shard_base[mid] <= pos) lo = mid;
-        else hi = mid;
-    }
-    return lo;
+    return wf_sorted_u64_upper_bound(d->shard_base, d->n_shards, pos) - 1;
 }
 
 wf_status wf_dataset_read(const wf_dataset *d, uint64_t start, size_t n, int32_t *out) {

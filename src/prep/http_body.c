@@ -71,18 +71,22 @@ static int dechunk(const char *p, const char *end, size_t max, wf_buf *out) {
     }
 }
 
-/* Inflates gzip or zlib/deflate data into out; 0 on success. */
-static int inflate_body(const char *p, size_t n, size_t max, int raw_ok, wf_buf *out) {
+/* Inflates p[0, n) into out (from its start) with zlib's `window_bits`
+ * (15 + 32: gzip or zlib, detected; -15: raw deflate). Returns the last
+ * inflate() result, or Z_MEM_ERROR when out cannot grow or passes max. A
+ * truncated stream keeps what came (Z_BUF_ERROR with no input left). */
+static int inflate_into(const char *p, size_t n, int window_bits, size_t max, wf_buf *out) {
     z_stream z;
     memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 15 + 32) != Z_OK) return -1; /* gzip or zlib, detected */
+    out->len = 0;
+    if (inflateInit2(&z, window_bits) != Z_OK) return Z_MEM_ERROR;
     z.next_in = (Bytef *)(uintptr_t)p;
     z.avail_in = (uInt)n;
     int ret = Z_OK;
     while (ret == Z_OK) {
         if (wf_buf_reserve(out, 1 << 16) != WF_OK || out->len > max) {
-            inflateEnd(&z);
-            return -1;
+            ret = Z_MEM_ERROR;
+            break;
         }
         z.next_out = (Bytef *)out->data + out->len;
         z.avail_out = (uInt)(out->cap - out->len - 1);
@@ -92,28 +96,14 @@ static int inflate_body(const char *p, size_t n, size_t max, int raw_ok, wf_buf 
         if (ret == Z_BUF_ERROR && z.avail_in == 0) break; /* truncated: keep what came */
     }
     inflateEnd(&z);
-    if (ret == Z_DATA_ERROR && raw_ok) {
-        /* "deflate" is sometimes raw deflate without the zlib wrapper. */
-        out->len = 0;
-        memset(&z, 0, sizeof z);
-        if (inflateInit2(&z, -15) != Z_OK) return -1;
-        z.next_in = (Bytef *)(uintptr_t)p;
-        z.avail_in = (uInt)n;
-        ret = Z_OK;
-        while (ret == Z_OK) {
-            if (wf_buf_reserve(out, 1 << 16) != WF_OK || out->len > max) {
-                inflateEnd(&z);
-                return -1;
-            }
-            z.next_out = (Bytef *)out->data + out->len;
-            z.avail_out = (uInt)(out->cap - out->len - 1);
-            size_t before = z.avail_out;
-            ret = inflate(&z, Z_NO_FLUSH);
-            out->len += before - z.avail_out;
-            if (ret == Z_BUF_ERROR && z.avail_in == 0) break;
-        }
-        inflateEnd(&z);
-    }
+    return ret;
+}
+
+/* Inflates gzip or zlib/deflate data into out; 0 on success. */
+static int inflate_body(const char *p, size_t n, size_t max, int raw_ok, wf_buf *out) {
+    int ret = inflate_into(p, n, 15 + 32, max, out);
+    /* "deflate" is sometimes raw deflate without the zlib wrapper. */
+    if (ret == Z_DATA_ERROR && raw_ok) ret = inflate_into(p, n, -15, max, out);
     if (ret != Z_STREAM_END && ret != Z_BUF_ERROR && ret != Z_OK) return -1;
     if (out->data) out->data[out->len] = '\0';
     return out->len > max ? -1 : 0;

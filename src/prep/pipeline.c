@@ -43,6 +43,7 @@
 #include "weft/json.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
+#include "weft/sorted.h"
 #include "weft/thread.h"
 
 #define BATCH_MAX_DOCS 8192
@@ -857,16 +858,6 @@ static size_t uf_find(size_t *parent, size_t x) {
     return x;
 }
 
-static size_t gid_index(const uint64_t *ids, size_t n, uint64_t g) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (ids[mid] < g) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
 static wf_status step_cluster(prep_run *r, size_t unit) {
     (void)unit;
     char path[4400];
@@ -899,8 +890,8 @@ static wf_status step_cluster(prep_run *r, size_t unit) {
         for (size_t i = 0; s == WF_OK && i < n; i++) parent[i] = i;
         /* Union by the lower id: each cluster's root is its first document. */
         for (size_t e = 0; s == WF_OK && e + 1 < edges.n; e += 2) {
-            size_t a = uf_find(parent, gid_index(ids.v, n, edges.v[e]));
-            size_t b = uf_find(parent, gid_index(ids.v, n, edges.v[e + 1]));
+            size_t a = uf_find(parent, wf_sorted_u64_lower_bound(ids.v, n, edges.v[e]));
+            size_t b = uf_find(parent, wf_sorted_u64_lower_bound(ids.v, n, edges.v[e + 1]));
             if (a < b) parent[b] = a;
             else if (b < a) parent[a] = b;
         }

@@ -50,6 +50,7 @@
 #include "weft/model.h"
 #include "weft/progress.h"
 #include "weft/shard.h"
+#include "weft/sorted.h"
 #include "weft/thread.h"
 #include "weft/tokenizer.h"
 #include "weft/train.h"
@@ -593,31 +594,11 @@ typedef struct {
     int config_warned;
 } watch;
 
-static size_t lower_bound(const uint64_t *a, size_t n, uint64_t k) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (a[mid] < k) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
-static int set_has(const uint64_t *a, size_t n, uint64_t k) {
-    size_t i = lower_bound(a, n, k);
-    return i < n && a[i] == k;
-}
-
+/* Sets of keys kept as sorted arrays (weft/sorted.h searches them). */
 static wf_status set_add(uint64_t **a, size_t *n, size_t *cap, uint64_t k) {
-    size_t i = lower_bound(*a, *n, k);
+    size_t i = wf_sorted_u64_lower_bound(*a, *n, k);
     if (i < *n && (*a)[i] == k) return WF_OK;
-    if (*n == *cap) {
-        size_t nc = *cap ? 2 * *cap : 64;
-        uint64_t *na = realloc(*a, nc * sizeof *na);
-        if (!na) return wf_error(WF_ERR_NOMEM, "out of memory");
-        *a = na;
-        *cap = nc;
-    }
+    WF_TRY(WF_GROW(*a, *cap, *n + 1, 64));
     memmove(*a + i + 1, *a + i, (*n - i) * sizeof **a);
     (*a)[i] = k;
     (*n)++;
@@ -733,7 +714,7 @@ static wf_status handle_step(watch *w, uint64_t step) {
     wf_evaluator *e = w->e;
     size_t missing = 0;
     /* With no dataset given, the run's own is known only from a checkpoint. */
-    for (size_t i = 0; i < e->n_data; i++) missing += !set_has(w->done, w->n_done, done_key(step, i));
+    for (size_t i = 0; i < e->n_data; i++) missing += !wf_sorted_u64_contains(w->done, w->n_done, done_key(step, i));
     if (e->n_data && !missing) {
         w->res->already_done++;
         return mark_handled(w, step);
@@ -771,7 +752,7 @@ static wf_status handle_step(watch *w, uint64_t step) {
     }
     WF_INFO("evaluating %s (step %" PRIu64 ") on %zu dataset%s", dir, step, missing, missing == 1 ? "" : "s");
     for (size_t i = 0; i < e->n_data && s == WF_OK; i++) {
-        if (set_has(w->done, w->n_done, done_key(step, i))) continue;
+        if (wf_sorted_u64_contains(w->done, w->n_done, done_key(step, i))) continue;
         wf_eval_result r;
         s = wf_eval_run(e, i, &r);
         if (s != WF_OK) break;
@@ -821,7 +802,7 @@ static wf_status scan(watch *w, int *found) {
     WF_TRY(wf_ckpt_list(w->root, &steps, &n));
     wf_status s = WF_OK;
     for (size_t i = 0; i < n && s == WF_OK; i++) {
-        if (set_has(w->handled, w->n_handled, steps[i])) continue;
+        if (wf_sorted_u64_contains(w->handled, w->n_handled, steps[i])) continue;
         (*found)++;
         s = handle_step(w, steps[i]);
     }

@@ -5,6 +5,7 @@ WEFT_BUILD names the main build folder (default: build); WEFT_SAN_BUILDS a
 space-separated list of sanitizer build folders whose unit tests also run.
 """
 import importlib.util
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -72,6 +73,29 @@ def corpus_dir():
     if not d.is_dir() or not any(d.iterdir()):
         pytest.fail(f"{d} is missing: run scripts/setup.sh")
     return d
+
+
+def tokenize_austen(d, corpus_dir, *tokenize_extra):
+    """The small dataset most training tests use, made under d: a byte-level
+    BPE tokenizer of vocabulary 512 (d/tok.json) trained on the first twelve
+    Pride and Prejudice chapters of corpus_dir, and those chapters tokenized
+    into d/data (20% validation, seed 3; tokenize_extra: more options of
+    `weft tokenize`). Returns d."""
+    inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
+    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + inputs)
+    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
+                  "--seed", 3, *tokenize_extra] + inputs)
+    return d
+
+
+def metrics_by_step(run):
+    """RUN_DIR/metrics.jsonl as a list of records in step order, one a step
+    (a resumed run appends the steps it redoes: the later line wins)."""
+    out = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        out[r["step"]] = r
+    return [out[s] for s in sorted(out)]
 
 
 def _weft_build():

@@ -13,16 +13,13 @@ import time
 
 import pytest
 
-from conftest import BUILD, run_weft_cmd
+from conftest import BUILD, run_weft_cmd, tokenize_austen
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory, corpus_dir):
     d = tmp_path_factory.mktemp("crash")
-    inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
-    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + inputs)
-    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
-                  "--seed", 3] + inputs)
+    tokenize_austen(d, corpus_dir)
     return d
 
 

@@ -18,10 +18,10 @@ import torch
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-from conftest import BUILD, ROOT, run_weft_cmd
+from conftest import BUILD, ROOT, run_weft_cmd, tokenize_austen
 
 sys.path.insert(0, str(ROOT / "tests" / "reference"))
-from llama_ref import LlamaRef  # noqa: E402
+from llama_ref import from_hf_dir  # noqa: E402
 
 HF_SITE = ROOT / ".venv" / "hf"
 TOKENS = [3, 17, 300, 45, 2, 511, 64, 128, 9, 1, 77, 250]
@@ -32,10 +32,7 @@ def trained(tmp_path_factory, corpus_dir):
     """A dataset and a tiny model trained on it for 12 steps (untied, so
     that lm_head is exported too)."""
     d = tmp_path_factory.mktemp("export")
-    inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
-    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + inputs)
-    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
-                  "--seed", 3] + inputs)
+    tokenize_austen(d, corpus_dir)
     run_weft_cmd(train_args(d, d / "run", "--model.tied=false"))
     return d
 
@@ -76,15 +73,7 @@ def transformers_logits(hf_dir, tmp_path):
 
 def reference_logits(hf_dir):
     """tests/reference/llama_ref.py with the exported weights (upcast to fp32)."""
-    cfg = json.loads((hf_dir / "config.json").read_text())
-    ref = LlamaRef({"dim": cfg["hidden_size"], "n_layers": cfg["num_hidden_layers"],
-                    "n_heads": cfg["num_attention_heads"], "n_kv_heads": cfg["num_key_value_heads"],
-                    "vocab_size": cfg["vocab_size"], "ffn_hidden_dim": cfg["intermediate_size"],
-                    "norm_eps": cfg["rms_norm_eps"], "rope_theta": cfg["rope_theta"],
-                    "tied_embeddings": cfg["tie_word_embeddings"]})
-    with safe_open(str(hf_dir / "model.safetensors"), framework="pt") as f:
-        state = {k: f.get_tensor(k).float() for k in f.keys()}
-    ref.load_state_dict(state, strict=True)
+    ref = from_hf_dir(hf_dir)
     with torch.no_grad():
         logits, _ = ref(torch.tensor([TOKENS]))
     return logits[0].numpy()

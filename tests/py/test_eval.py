@@ -37,12 +37,11 @@ import time
 import numpy as np
 import pytest
 import torch
-from safetensors import safe_open
 
-from conftest import BUILD, ROOT, run_weft_cmd
+from conftest import BUILD, ROOT, run_weft_cmd, tokenize_austen
 
 sys.path.insert(0, str(ROOT / "tests" / "reference"))
-from llama_ref import LlamaRef  # noqa: E402
+from llama_ref import from_hf_dir  # noqa: E402
 
 T, B = 32, 4
 
@@ -59,11 +58,8 @@ def env(tmp_path_factory, corpus_dir):
     validation split; Emma, half of it validation) and a run of 12 steps
     with a checkpoint every 4 (all kept)."""
     d = tmp_path_factory.mktemp("eval")
-    pp = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
+    tokenize_austen(d, corpus_dir)
     emma = sorted(corpus_dir.glob("emma-*.txt"))[:6]
-    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + pp)
-    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
-                  "--seed", 3] + pp)
     run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "emma", "--val-fraction", 0.5,
                   "--seed", 3] + emma)
     run_weft_cmd(train_args(d, d / "run"))
@@ -125,14 +121,7 @@ def token_bytes_table(tok_path):
 
 
 def torch_loss(hf_dir, seqs):
-    cfg = json.loads((hf_dir / "config.json").read_text())
-    ref = LlamaRef({"dim": cfg["hidden_size"], "n_layers": cfg["num_hidden_layers"],
-                    "n_heads": cfg["num_attention_heads"], "n_kv_heads": cfg["num_key_value_heads"],
-                    "vocab_size": cfg["vocab_size"], "ffn_hidden_dim": cfg["intermediate_size"],
-                    "norm_eps": cfg["rms_norm_eps"], "rope_theta": cfg["rope_theta"],
-                    "tied_embeddings": cfg["tie_word_embeddings"]})
-    with safe_open(str(hf_dir / "model.safetensors"), framework="pt") as f:
-        ref.load_state_dict({k: f.get_tensor(k).float() for k in f.keys()}, strict=True)
+    ref = from_hf_dir(hf_dir)
     x = torch.tensor(seqs)
     with torch.no_grad():
         logits, _ = ref(x[:, :-1])

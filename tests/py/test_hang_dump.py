@@ -26,7 +26,7 @@ import time
 import pytest
 
 import mpi_launch
-from conftest import BUILD, run_weft_cmd
+from conftest import BUILD, tokenize_austen
 
 WEFT = BUILD / "weft"
 STEP = re.compile(r"^step\s+(\d+)/(\d+) \|")
@@ -43,10 +43,7 @@ TSAN = "-fsanitize=thread" in ((BUILD / ".flags").read_text() if (BUILD / ".flag
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory, corpus_dir):
     d = tmp_path_factory.mktemp("hang")
-    inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
-    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + inputs)
-    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
-                  "--seed", 3] + inputs)
+    tokenize_austen(d, corpus_dir)
     return d
 
 

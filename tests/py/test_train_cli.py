@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from conftest import run_weft_cmd
+from conftest import run_weft_cmd, tokenize_austen
 
 STEP = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.]+) \| lr ([0-9.e+-]+) \| grad norm ([0-9.]+)")
 
@@ -18,10 +18,7 @@ STEP = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.]+) \| lr ([0-9.e+-]+) \| 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory, corpus_dir):
     d = tmp_path_factory.mktemp("train")
-    inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
-    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + inputs)
-    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
-                  "--seed", 3] + inputs)
+    tokenize_austen(d, corpus_dir)
     return d
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import mpi_launch
-from conftest import BUILD, run_weft_cmd
+from conftest import BUILD, run_weft_cmd, tokenize_austen
 
 WEFT = BUILD / "weft"
 STEP = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.]+) \| lr ([0-9.e+-]+) \| grad norm ([0-9.]+)")
@@ -50,10 +50,7 @@ def ok(impl, np_, args, codes=(0,), **kw):
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory, corpus_dir):
     d = tmp_path_factory.mktemp("dist")
-    inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
-    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + inputs)
-    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
-                  "--seed", 3] + inputs)
+    tokenize_austen(d, corpus_dir)
     return d
 
 

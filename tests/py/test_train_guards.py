@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, run_weft_cmd
+from conftest import BUILD, run_weft_cmd, tokenize_austen
 import mpi_launch
 
 STEP = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.a-z+-]+)")
@@ -20,10 +20,7 @@ STEP = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.a-z+-]+)")
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory, corpus_dir):
     d = tmp_path_factory.mktemp("guards")
-    inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
-    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + inputs)
-    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
-                  "--seed", 3] + inputs)
+    tokenize_austen(d, corpus_dir)
     return d
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import mpi_launch
-from conftest import BUILD, ROOT, run_weft_cmd
+from conftest import BUILD, ROOT, metrics_by_step, run_weft_cmd
 
 WEFT = BUILD / "weft"
 STEPS = 12
@@ -154,14 +154,6 @@ def ok(impl, np_, a, codes=(0,), env=None):
     return mpi_launch.check(mpi_launch.launch(WEFT, impl, np_, a, timeout=180, env=env), codes)
 
 
-def records(run):
-    out = {}
-    for line in (run / "metrics.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        out[r["step"]] = r
-    return [out[s] for s in sorted(out)]
-
-
 def token_rows(dump_dir, world):
     """{step: the global batch's rows (T ids each) in slot order}: for each
     micro-batch, rank 0's rows, then rank 1's, ..."""
@@ -240,7 +232,7 @@ def test_metrics_say_each_sources_tokens_loss_and_weight(data, whole):
     _, lookup = data
     _, run, dump = whole
     rows = token_rows(dump, 1)
-    recs = records(run)
+    recs = metrics_by_step(run)
     _, per_step = expected_sources(STEPS)
     seen = [0, 0]
     for rec, s in zip(recs, range(1, STEPS + 1)):
@@ -270,7 +262,7 @@ def test_tensorboard_has_the_sources(whole):
     _, run, _ = whole
     acc = ea.EventAccumulator(str(run / "tb"), size_guidance={ea.SCALARS: 0})
     acc.Reload()
-    recs = records(run)
+    recs = metrics_by_step(run)
     for name in ("pp", "emma"):
         loss = {e.step: e.value for e in acc.Scalars(f"sources/{name}/loss")}
         seen = {e.step: e.value for e in acc.Scalars(f"sources/{name}/tokens_seen")}
@@ -317,7 +309,7 @@ def test_resume_is_bit_for_bit(data, whole, tmp_path):
     ok(None, 1, args(d, run, "--ckpt.stop_at=7"), codes=(75,))
     r = ok(None, 1, args(d, run))
     assert "resumed from" in r.stderr and "the mixture's weights are now" in r.stderr  # step 9's change
-    a, b = records(full), records(run)
+    a, b = metrics_by_step(full), metrics_by_step(run)
     for k in ("loss", "grad_norm", "lr", "data_pos", "sources"):
         assert [x[k] for x in a] == [x[k] for x in b], k
     assert (full / "model.safetensors").read_bytes() == (run / "model.safetensors").read_bytes()
@@ -343,7 +335,7 @@ def test_resumed_at_four_two_one_ranks_reads_the_same_tokens(data, whole, tmp_pa
     for s in range(1, STEPS + 1):
         assert got[s] == ref[s], f"step {s}: other tokens than the uninterrupted run's"
     assert sorted({int(l.split()[0]) for l in (d4 / "rank-00003.txt").read_text().splitlines()}) == [1, 2, 3, 4]
-    a, b = records(full), records(run)
+    a, b = metrics_by_step(full), metrics_by_step(run)
     for k in ("data_pos", "tokens_seen"):
         assert [x[k] for x in a] == [x[k] for x in b], k
     for x, y in zip(a, b):
@@ -365,7 +357,7 @@ def test_a_changed_schedule_on_resume_starts_its_weights_there(data, whole, tmp_
     rows = token_rows(dump, 1)
     assert sorted(rows) == [4, 5, 6]
     assert all(lookup[row][0] == 1 for s in rows for row in rows[s])  # only emma from step 4
-    recs = records(run)
+    recs = metrics_by_step(run)
     assert [x["sources"]["pp"]["weight"] for x in recs] == [0.7, 0.7, 0.7, 0, 0, 0]
     # emma goes on where it was: its samples after the stop are new ones
     _, _, full_dump = whole
@@ -390,13 +382,13 @@ def test_old_single_dataset_checkpoint_resumes_into_a_mixture(tmp_path):
     r = run_weft_cmd(["train", *common, f"--data.sources=a={fix / 'dataset'}:1,b={fix / 'dataset'}:1"])
     assert "resumed from" in r.stderr and "step-0000150 (step 150)" in r.stderr
     assert "was saved reading one dataset (data.dir): the mixture starts at the beginning of each of its 2" in r.stderr
-    recs = records(run)
+    recs = metrics_by_step(run)
     assert [x["step"] for x in recs] == [151, 152]
     assert [x["sources"]["a"]["tokens_seen"] + x["sources"]["b"]["tokens_seen"] for x in recs] == [32, 64]
     # and back: the mixture's checkpoint resumes a run of one dataset, from its start
     r = run_weft_cmd(["train", *common[:-2], "--steps", "153", "--run-dir", run, "--data.dir", fix / "dataset"])
     assert "was saved reading a mixture (data.sources = a b); this run reads data.dir" in r.stderr
-    assert records(run)[-1]["step"] == 153 and "sources" not in records(run)[-1]
+    assert metrics_by_step(run)[-1]["step"] == 153 and "sources" not in metrics_by_step(run)[-1]
 
 
 def test_tokenizer_checked_by_content(data, tmp_path, corpus_dir):
@@ -515,7 +507,7 @@ def test_nonfinite_stop_saves_the_mixtures_cursor_at_the_steps_start(data, whole
     ok(None, 1, args(d, run, "--ckpt.stop_at=6"), codes=(75,), env={"WEFT_TEST_DATA_DUMP": str(dump)})
     got, ref = token_rows(dump, 1), token_rows(full_dump, 1)
     assert sorted(got) == [4, 5, 6] and all(got[s] == ref[s] for s in got)
-    a, b = records(full), records(run)
+    a, b = metrics_by_step(full), metrics_by_step(run)
     assert [x["step"] for x in b[3:6]] == [4, 5, 6]
     assert all(abs(x["loss"] - y["loss"]) <= LOSS_TOL for x, y in zip(a[3:6], b[3:6])), (a[3:6], b[3:6])
 

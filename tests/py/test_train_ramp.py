@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import mpi_launch
-from conftest import BUILD, ROOT, run_weft_cmd
+from conftest import BUILD, ROOT, metrics_by_step, run_weft_cmd, tokenize_austen
 
 WEFT = BUILD / "weft"
 STEPS = 14
@@ -34,10 +34,7 @@ LOSS_TOL = 2e-3
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory, corpus_dir):
     d = tmp_path_factory.mktemp("ramp")
-    inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
-    run_weft_cmd(["tokenizer", "train", "--vocab-size", 512, "--output", d / "tok.json"] + inputs)
-    run_weft_cmd(["tokenize", "--tokenizer", d / "tok.json", "--output", d / "data", "--val-fraction", 0.2,
-                  "--seed", 3] + inputs)
+    tokenize_austen(d, corpus_dir)
     return d / "data"
 
 
@@ -54,15 +51,6 @@ def args(data, run, *extra, steps=STEPS, ramp=RAMP):
 
 def ok(impl, np_, a, codes=(0,), env=None):
     return mpi_launch.check(mpi_launch.launch(WEFT, impl, np_, a, timeout=120, env=env), codes)
-
-
-def records(run):
-    """metrics.jsonl by step (a resumed run appends: later lines win)."""
-    out = {}
-    for line in (run / "metrics.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        out[r["step"]] = r
-    return [out[s] for s in sorted(out)]
 
 
 def ramp_sizes(steps, start=8, inc=8, final=FINAL, tokens=4096, seq_len=T, done=0):
@@ -108,7 +96,7 @@ def uninterrupted(dataset, tmp_path_factory):
 
 def test_batch_sizes_follow_the_ramp(uninterrupted):
     r, run, dump = uninterrupted
-    recs = records(run)
+    recs = metrics_by_step(run)
     want = ramp_sizes(STEPS)
     assert want == [8] * 6 + [16] * 3 + [24] * 2 + [32] * 3  # docs/loader.md's worked example
     assert [x["batch_seqs"] for x in recs] == want
@@ -163,7 +151,7 @@ def cosine_tokens(done, length, lr, min_lr, warmup, total):
 
 def test_learning_rate_counts_tokens(uninterrupted, dataset, tmp_path):
     r, run, _ = uninterrupted
-    recs = records(run)
+    recs = metrics_by_step(run)
     sizes = ramp_sizes(STEPS)
     total = sum(sizes) * T
     warmup = sum(sizes[:2]) * T  # warmup_tokens 0: the tokens of the first warmup_steps = 2 steps
@@ -177,12 +165,12 @@ def test_learning_rate_counts_tokens(uninterrupted, dataset, tmp_path):
     run2 = tmp_path / "warm"
     ok(None, 1, args(dataset, run2, "--optim.schedule_unit=tokens", "--optim.warmup_tokens=600",
                      "--optim.schedule=constant", steps=4))
-    assert [x["lr"] for x in records(run2)] == pytest.approx([0.01 * 256 / 600, 0.01 * 512 / 600, 0.01, 0.01],
+    assert [x["lr"] for x in metrics_by_step(run2)] == pytest.approx([0.01 * 256 / 600, 0.01 * 512 / 600, 0.01, 0.01],
                                                              rel=1e-12)
     # counted in steps (the default), a ramp leaves the schedule as it was
     run3 = tmp_path / "steps"
     ok(None, 1, args(dataset, run3, "--optim.schedule=constant", steps=3))
-    assert [x["lr"] for x in records(run3)] == pytest.approx([0.005, 0.01, 0.01], rel=1e-15)
+    assert [x["lr"] for x in metrics_by_step(run3)] == pytest.approx([0.005, 0.01, 0.01], rel=1e-15)
 
 
 def test_ramp_steps_are_constant_batch_steps(uninterrupted, dataset, tmp_path):
@@ -197,7 +185,7 @@ def test_ramp_steps_are_constant_batch_steps(uninterrupted, dataset, tmp_path):
     ok(None, 1, args(dataset, fixed, *common, f"--data.global_batch_tokens={8 * T}", steps=6, ramp=None))
     r = ok(None, 1, args(dataset, fixed, *common, f"--data.global_batch_tokens={16 * T}", steps=9, ramp=None))
     assert "was saved with a global batch of 8 sequences, this run uses 16" in r.stderr
-    a, b = records(ramp), records(fixed)
+    a, b = metrics_by_step(ramp), metrics_by_step(fixed)
     assert [x["batch_seqs"] for x in b] == [8] * 6 + [16] * 3
     assert [x["loss"] for x in a] == [x["loss"] for x in b]
     assert [x["grad_norm"] for x in a] == [x["grad_norm"] for x in b]
@@ -216,7 +204,7 @@ def test_resumes_mid_ramp_bit_for_bit(uninterrupted, dataset, tmp_path):
     r = ok(None, 1, base + ["--ckpt.stop_at=10"], codes=(75,))
     assert "16 for 2 steps, 24 for 2 steps, then 32 from step 12" in r.stderr  # the plan from step 8 on
     ok(None, 1, base)
-    a, b = records(whole), records(run)
+    a, b = metrics_by_step(whole), metrics_by_step(run)
     for k in ("loss", "grad_norm", "lr", "batch_seqs", "tokens_seen", "data_pos"):
         assert [x[k] for x in a] == [x[k] for x in b], k
     assert (whole / "model.safetensors").read_bytes() == (run / "model.safetensors").read_bytes()
@@ -245,7 +233,7 @@ def test_resumed_at_four_two_one_ranks_reads_the_same_tokens(uninterrupted, data
     # each part read only its own steps, each rank its share of every micro-batch
     assert sorted({int(l.split()[0]) for l in (d4 / "rank-00003.txt").read_text().splitlines()}) == [1, 2, 3, 4, 5]
     assert sorted({int(l.split()[0]) for l in (d2 / "rank-00001.txt").read_text().splitlines()}) == [6, 7, 8]
-    a, b = records(whole), records(run)
+    a, b = metrics_by_step(whole), metrics_by_step(run)
     assert [x["batch_seqs"] for x in b] == [x["batch_seqs"] for x in a]
     assert [x["tokens_seen"] for x in b] == [x["tokens_seen"] for x in a]
     assert [x["data_pos"] for x in b] == [x["data_pos"] for x in a]
@@ -263,7 +251,7 @@ def test_two_ranks_resume_mid_ramp_bit_for_bit(dataset, tmp_path, mode):
     ok("openmpi", 2, args(dataset, whole, *extra))
     ok("openmpi", 2, args(dataset, run, *extra, "--ckpt.stop_at=8"), codes=(75,))
     ok("openmpi", 2, args(dataset, run, *extra))
-    a, b = records(whole), records(run)
+    a, b = metrics_by_step(whole), metrics_by_step(run)
     assert [x["batch_seqs"] for x in a] == ramp_sizes(STEPS)
     for k in ("loss", "grad_norm", "lr", "batch_seqs", "tokens_seen", "data_pos"):
         assert [x[k] for x in a] == [x[k] for x in b], k
@@ -276,7 +264,7 @@ def test_ramp_changed_on_resume_warns_and_follows_the_new_one(dataset, tmp_path)
     r = ok(None, 1, args(dataset, run, steps=6, ramp={"start": 16, "step": 16, "tokens": 4096}))
     assert "was saved with data.batch_ramp_start = 8, this run has 16: from its 768 tokens trained on" in r.stderr
     # 768 tokens: level floor(768 * 1 / 4096) = 0 of the new ramp, 16 sequences
-    assert [x["batch_seqs"] for x in records(run)] == [8, 8, 8] + ramp_sizes(3, start=16, inc=16, done=768)
+    assert [x["batch_seqs"] for x in metrics_by_step(run)] == [8, 8, 8] + ramp_sizes(3, start=16, inc=16, done=768)
 
 
 def test_old_checkpoint_goes_on_with_the_ramp(tmp_path):
@@ -296,7 +284,7 @@ def test_old_checkpoint_goes_on_with_the_ramp(tmp_path):
                       "--data.global_batch_tokens=128", "--data.batch_ramp_start=2", "--data.batch_ramp_step=2",
                       "--data.batch_ramp_tokens=9600", "--run-dir", run])
     assert "does not record the tokens trained" in r.stderr and "4800" in r.stderr
-    recs = records(run)
+    recs = metrics_by_step(run)
     assert [x["batch_seqs"] for x in recs] == [4, 4, 4]
     assert [x["tokens_seen"] for x in recs] == [4864, 4928, 4992]
 

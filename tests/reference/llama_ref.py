@@ -15,7 +15,9 @@ architecture (not from weft's C code), for tests/py/test_model_vs_torch.py.
 - Loss: mean cross-entropy over targets >= 0 (ignore_index = -1).
 
 Parameter names follow Hugging Face's LlamaForCausalLM, so
-model.named_parameters() matches weft's tensor table.
+model.named_parameters() matches weft's tensor table. from_hf_dir() builds
+one from a Hugging Face directory (what `weft export` writes), for the tests
+of export and of `weft eval`.
 """
 import math
 
@@ -142,3 +144,25 @@ class LlamaRef(nn.Module):
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                    ignore_index=-1)
         return logits, loss
+
+
+def from_hf_dir(hf_dir):
+    """A LlamaRef with the weights of a Hugging Face Llama directory (its
+    config.json and model.safetensors, as `weft export` writes them), every
+    tensor upcast to float32. Only the config keys of the architecture are
+    read, under their Hugging Face names."""
+    import json
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    hf_dir = Path(hf_dir)
+    hf = json.loads((hf_dir / "config.json").read_text())
+    ref = LlamaRef({"dim": hf["hidden_size"], "n_layers": hf["num_hidden_layers"],
+                    "n_heads": hf["num_attention_heads"], "n_kv_heads": hf["num_key_value_heads"],
+                    "vocab_size": hf["vocab_size"], "ffn_hidden_dim": hf["intermediate_size"],
+                    "norm_eps": hf["rms_norm_eps"], "rope_theta": hf["rope_theta"],
+                    "tied_embeddings": hf["tie_word_embeddings"]})
+    with safe_open(str(hf_dir / "model.safetensors"), framework="pt") as f:
+        ref.load_state_dict({k: f.get_tensor(k).float() for k in f.keys()}, strict=True)
+    return ref

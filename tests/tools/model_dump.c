@@ -28,6 +28,7 @@
 #include "weft/model.h"
 #include "weft/rng.h"
 #include "lib/dump_record.h"
+#include "lib/tool_model.h"
 
 static int parse_kv(const char *arg, wf_model_config *c, long long *B, long long *T,
                     unsigned long long *seed, unsigned long long *data_seed, double *ignore,
@@ -36,23 +37,14 @@ static int parse_kv(const char *arg, wf_model_config *c, long long *B, long long
     if (!eq) return -1;
     size_t klen = (size_t)(eq - arg);
     const char *v = eq + 1;
+    int model = tool_model_key(c, arg, klen, v);
+    if (model != 0) return model > 0 ? 0 : -1;
 #define KEY_(s) (klen == strlen(s) && strncmp(arg, s, klen) == 0)
-    if (KEY_("preset")) return wf_model_config_preset(c, v) == WF_OK ? 0 : -1;
     if (KEY_("recompute")) return (*recompute = wf_model_recompute_parse(v)) < 0 ? -1 : 0;
     char *end;
     double d = strtod(v, &end);
     if (*v == '\0' || *end != '\0') return -1;
-    if (KEY_("dim")) c->dim = (int)d;
-    else if (KEY_("n_layers")) c->n_layers = (int)d;
-    else if (KEY_("n_heads")) c->n_heads = (int)d;
-    else if (KEY_("n_kv_heads")) c->n_kv_heads = (int)d;
-    else if (KEY_("vocab")) c->vocab_size = (int)d;
-    else if (KEY_("hidden")) c->ffn_hidden_dim = (int)d;
-    else if (KEY_("max_seq_len")) c->max_seq_len = (int)d;
-    else if (KEY_("eps")) c->norm_eps = d;
-    else if (KEY_("theta")) c->rope_theta = d;
-    else if (KEY_("tied")) c->tied_embeddings = (int)d;
-    else if (KEY_("B")) *B = (long long)d;
+    if (KEY_("B")) *B = (long long)d;
     else if (KEY_("T")) *T = (long long)d;
     else if (KEY_("seed")) *seed = strtoull(v, NULL, 10);
     else if (KEY_("data_seed")) *data_seed = strtoull(v, NULL, 10);

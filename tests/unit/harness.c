@@ -39,6 +39,15 @@ const char *wf_test_tmpdir(void) {
     return tmpdir_;
 }
 
+const char *wf_test_path(const char *name) {
+    static char buf[16][1024];
+    static unsigned k;
+    char *p = buf[k++ % 16];
+    if ((size_t)snprintf(p, sizeof buf[0], "%s/%s", wf_test_tmpdir(), name) >= sizeof buf[0])
+        wf_test_fail(__FILE__, __LINE__, "path too long: %s/%s", wf_test_tmpdir(), name);
+    return p;
+}
+
 void wf_test_write_file(const char *path, const void *data, size_t len) {
     FILE *fp = fopen(path, "wb");
     if (!fp) wf_test_fail(__FILE__, __LINE__, "cannot create %s", path);

@@ -19,6 +19,9 @@ void wf_test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 /* A fresh empty directory for this test (removed when the test passes). */
 const char *wf_test_tmpdir(void);
+/* "TMPDIR/name" in that directory, in one of 16 buffers used in turn: valid
+ * until 16 more calls. */
+const char *wf_test_path(const char *name);
 /* Writes `len` bytes to `path`; fails the test on error. */
 void wf_test_write_file(const char *path, const void *data, size_t len);
 

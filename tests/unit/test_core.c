@@ -1,10 +1,11 @@
 /* Unit tests for src/core: config (TOML + overrides + errors), arena
  * counters, the Philox RNG against the published known-answer vectors,
- * the permutation, atomic files, error messages, the directory lock and
- * the lines of JSON Lines texts. */
+ * the permutation, atomic files, error messages, the directory lock, the
+ * lines of JSON Lines texts and the search of sorted arrays. */
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 #include "harness.h"
 #include "weft/json.h"
 #include "weft/lines.h"
+#include "weft/sorted.h"
 #include "weft/weft.h"
 
 /* ------------------------------------------------------------ config */
@@ -180,29 +182,32 @@ WF_TEST(config_errors_name_file_line_key) {
     expect_file_error("[data]\ninputs = [1, 2]\n", WF_ERR_CONFIG, "item 0 is an integer");
 }
 
-WF_TEST(config_cli_errors) {
+/* The command line `argv` (argc words) fails with st and a message holding needle. */
+static void expect_cli_error(int argc, const char **argv, wf_status st, const char *needle) {
     cfg c;
     wf_strs pos;
+    WF_CHECK_ERR(parse_args(&c, argc, argv, &pos), st, needle);
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+}
+
+WF_TEST(config_cli_errors) {
     const char *a1[] = {"--model.dim=abc"};
-    WF_CHECK_ERR(parse_args(&c, 1, a1, &pos), WF_ERR_CONFIG, "command line '--model.dim=abc': key 'model.dim' expects an integer");
-    wf_opts_free(&cfg_spec, &c);
-    wf_opts_free_positional(&pos);
+    expect_cli_error(1, a1, WF_ERR_CONFIG, "command line '--model.dim=abc': key 'model.dim' expects an integer");
     const char *a2[] = {"--dim=100000"};
-    WF_CHECK_ERR(parse_args(&c, 1, a2, &pos), WF_ERR_RANGE, "out of range");
-    wf_opts_free(&cfg_spec, &c);
-    wf_opts_free_positional(&pos);
+    expect_cli_error(1, a2, WF_ERR_RANGE, "out of range");
     const char *a3[] = {"--bogus=1"};
-    WF_CHECK_ERR(parse_args(&c, 1, a3, &pos), WF_ERR_CONFIG, "unknown key 'bogus'");
-    wf_opts_free(&cfg_spec, &c);
-    wf_opts_free_positional(&pos);
+    expect_cli_error(1, a3, WF_ERR_CONFIG, "unknown key 'bogus'");
     const char *a4[] = {"--dim"};
-    WF_CHECK_ERR(parse_args(&c, 1, a4, &pos), WF_ERR_CONFIG, "option needs a value");
-    wf_opts_free(&cfg_spec, &c);
-    wf_opts_free_positional(&pos);
+    expect_cli_error(1, a4, WF_ERR_CONFIG, "option needs a value");
     const char *a5[] = {"--config=/nonexistent/x.toml"};
-    WF_CHECK_ERR(parse_args(&c, 1, a5, &pos), WF_ERR_CONFIG, "/nonexistent/x.toml");
-    wf_opts_free(&cfg_spec, &c);
-    wf_opts_free_positional(&pos);
+    expect_cli_error(1, a5, WF_ERR_CONFIG, "/nonexistent/x.toml");
+    /* A key with a named segment is checked under its full name, in both
+     * forms of the command line. */
+    const char *a6[] = {"--src.web.weight=abc"};
+    expect_cli_error(1, a6, WF_ERR_CONFIG, "key 'src.web.weight' expects");
+    const char *a7[] = {"--src.web.weight", "2"};
+    expect_cli_error(2, a7, WF_ERR_RANGE, "src.web.weight");
 }
 
 WF_TEST(config_help_lists_every_option) {
@@ -600,6 +605,18 @@ static void my_host(char *buf, size_t n) {
     WF_CHECK_TRUE(gethostname(buf, n) == 0);
 }
 
+/* Takes DIR's lock over (it must succeed), checks that the lock now names
+ * this process, and releases it. */
+static void expect_taken_over(const char *dir) {
+    wf_dirlock *l = NULL;
+    WF_CHECK_OK(wf_dirlock_acquire(&l, dir, NULL));
+    char who[512], want[64];
+    WF_CHECK_EQ(wf_dirlock_describe(dir, who, sizeof who), 0);
+    snprintf(want, sizeof want, "pid %ld,", (long)getpid());
+    WF_CHECK_TRUE(strstr(who, want) != NULL);
+    wf_dirlock_release(l);
+}
+
 /* A second job on the same directory fails at once, naming the holder; the
  * lock is gone after release and can be taken again. */
 WF_TEST(dirlock_second_job_is_refused) {
@@ -631,16 +648,47 @@ WF_TEST(dirlock_dead_pid_is_taken_over) {
     if (child == 0) _exit(0);
     waitpid(child, NULL, 0); /* its pid now names no process */
     write_lock_file(dir, host, (long long)child, 0);
-    wf_dirlock *l = NULL;
-    WF_CHECK_OK(wf_dirlock_acquire(&l, dir, NULL));
-    char who[512], want[64];
-    WF_CHECK_EQ(wf_dirlock_describe(dir, who, sizeof who), 0);
-    snprintf(want, sizeof want, "pid %ld,", (long)getpid());
-    WF_CHECK_TRUE(strstr(who, want) != NULL);
-    wf_dirlock_release(l);
+    expect_taken_over(dir);
     /* A live process of this host (our parent) keeps its lock, however old. */
+    wf_dirlock *l = NULL;
     write_lock_file(dir, host, (long long)getppid(), 1e6);
     WF_CHECK_ERR(wf_dirlock_acquire(&l, dir, NULL), WF_ERR_INVALID, "in use by another job");
+}
+
+/* A holder that was killed but not yet reaped by its parent is a zombie:
+ * kill(pid, 0) still succeeds on it, yet it is gone and its lock is taken
+ * over at once, without waiting for the heartbeat to go stale. */
+WF_TEST(dirlock_zombie_pid_is_taken_over) {
+    const char *dir = lock_dir();
+    char host[256];
+    my_host(host, sizeof host);
+    /* The child waits on a pipe whose write end only this process holds,
+     * so it ends with this test however the test ends. */
+    int hold[2];
+    WF_CHECK_TRUE(pipe(hold) == 0);
+    pid_t child = fork();
+    if (child == 0) {
+        char c;
+        close(hold[1]);
+        while (read(hold[0], &c, 1) > 0) {}
+        _exit(0);
+    }
+    WF_CHECK_TRUE(child > 0);
+    close(hold[0]);
+    /* A live holder keeps its lock, however old its heartbeat. */
+    write_lock_file(dir, host, (long long)child, 1e6);
+    wf_dirlock *l = NULL;
+    WF_CHECK_ERR(wf_dirlock_acquire(&l, dir, NULL), WF_ERR_INVALID, "in use by another job");
+    WF_CHECK_TRUE(kill(child, SIGKILL) == 0);
+    /* Waits until it has died but leaves it unreaped (WNOWAIT). */
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    WF_CHECK_TRUE(waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT) == 0);
+    WF_CHECK_TRUE(kill(child, 0) == 0); /* what the lock once went by */
+    write_lock_file(dir, host, (long long)child, 0); /* a fresh heartbeat */
+    expect_taken_over(dir);
+    WF_CHECK_TRUE(waitpid(child, NULL, 0) == child);
+    close(hold[1]);
 }
 
 /* Another host's lock (a shared filesystem): live while its heartbeat is
@@ -711,6 +759,62 @@ WF_TEST(dirlock_concurrent_start_one_wins) {
     for (int i = 0; i < N; i++) waitpid(kids[i], NULL, 0);
     WF_CHECK_EQ(wins, 1);
     WF_CHECK_EQ(losses, N - 1);
+}
+
+/* ------------------------------------------------------------ sorted */
+
+/* The edges, by hand: empty, before the first, the first, between, the
+ * last, after the last, and a key repeated (lower bound at its first copy,
+ * upper bound past its last). */
+WF_TEST(sorted_u64_edges) {
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(NULL, 0, 7), 0);
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(NULL, 0, 7), 0);
+    WF_CHECK_EQ(wf_sorted_u64_contains(NULL, 0, 7), 0);
+    const uint64_t one[] = {5};
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(one, 1, 4), 0);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(one, 1, 5), 0);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(one, 1, 6), 1);
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(one, 1, 5), 1);
+    const uint64_t a[] = {0, 3, 3, 3, 9, UINT64_MAX};
+    const size_t n = sizeof a / sizeof *a;
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n, 0), 0);          /* first */
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(a, n, 0), 1);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n, 3), 1);          /* repeated */
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(a, n, 3), 4);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n, 4), 4);          /* absent, between */
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(a, n, 4), 4);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n, UINT64_MAX), 5); /* last */
+    WF_CHECK_EQ(wf_sorted_u64_upper_bound(a, n, UINT64_MAX), 6);
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a + 1, n - 2, 0), 0);  /* absent, before all */
+    WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n - 1, 10), 5);     /* absent, after all */
+    WF_CHECK_EQ(wf_sorted_u64_contains(a, n, 0), 1);
+    WF_CHECK_EQ(wf_sorted_u64_contains(a, n, 3), 1);
+    WF_CHECK_EQ(wf_sorted_u64_contains(a, n, UINT64_MAX), 1);
+    WF_CHECK_EQ(wf_sorted_u64_contains(a, n, 4), 0);
+    WF_CHECK_EQ(wf_sorted_u64_contains(a, n - 1, UINT64_MAX), 0);
+}
+
+/* Against a linear scan, on every prefix of arrays with runs of equal
+ * keys, for every key from below the smallest to above the largest. */
+WF_TEST(sorted_u64_matches_a_linear_scan) {
+    uint64_t a[40];
+    for (int trial = 0; trial < 50; trial++) {
+        uint64_t v = 1;
+        for (size_t i = 0; i < 40; i++) {
+            v += wf_rng_at(7, (uint64_t)trial, i) % 3; /* steps of 0, 1 or 2 */
+            a[i] = v;
+        }
+        for (size_t n = 0; n <= 40; n++) {
+            for (uint64_t key = 0; key <= v + 1; key++) {
+                size_t lo = 0, up = 0;
+                while (lo < n && a[lo] < key) lo++;
+                while (up < n && a[up] <= key) up++;
+                WF_CHECK_EQ(wf_sorted_u64_lower_bound(a, n, key), lo);
+                WF_CHECK_EQ(wf_sorted_u64_upper_bound(a, n, key), up);
+                WF_CHECK_EQ(wf_sorted_u64_contains(a, n, key), lo < n && a[lo] == key);
+            }
+        }
+    }
 }
 
 /* ------------------------------------------------------- buf, json, grow */

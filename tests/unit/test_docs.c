@@ -8,14 +8,6 @@
 #include "weft/docs.h"
 #include "weft/fileio.h"
 
-static const char *tpath(const char *name) {
-    static char buf[8][600];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", wf_test_tmpdir(), name);
-    return buf[k];
-}
-
 /* Reads every document of the inputs and joins them as "doc|doc|...". */
 static wf_status read_all(const char *const *paths, size_t n, wf_text_doc_mode mode, const char *field,
                           char *out, size_t cap, uint64_t *count) {
@@ -44,7 +36,7 @@ static wf_status read_all(const char *const *paths, size_t n, wf_text_doc_mode m
 
 WF_TEST(docs_text_modes) {
     const char *text = "para one\nline two\n\n\n  \npara two\r\nend";
-    const char *a = tpath("a.txt"), *b = tpath("empty.txt");
+    const char *a = wf_test_path("a.txt"), *b = wf_test_path("empty.txt");
     wf_test_write_file(a, text, strlen(text));
     wf_test_write_file(b, "", 0);
     const char *paths[] = {a, b, a};
@@ -63,7 +55,7 @@ WF_TEST(docs_text_modes) {
 
 WF_TEST(docs_invalid_utf8_passes_through) {
     const char raw[] = "ok \xff\xfe bytes\n\xc3(";
-    const char *a = tpath("bin.txt");
+    const char *a = wf_test_path("bin.txt");
     wf_test_write_file(a, raw, sizeof raw - 1);
     wf_docs *d;
     wf_docs_opts o = {WF_TEXT_DOC_FILE, NULL};
@@ -79,7 +71,7 @@ WF_TEST(docs_invalid_utf8_passes_through) {
 WF_TEST(docs_jsonl) {
     const char *j = "{\"text\": \"first\\ndoc\", \"id\": 1}\n\n{\"id\": 2, \"text\": \"caf\\u00e9\"}\n"
                     "{\"text\": \"\"}\n{\"body\": \"other\", \"text\": \"x\"}";
-    const char *a = tpath("d.jsonl");
+    const char *a = wf_test_path("d.jsonl");
     wf_test_write_file(a, j, strlen(j));
     char out[1024];
     uint64_t n;
@@ -88,7 +80,7 @@ WF_TEST(docs_jsonl) {
     WF_CHECK_STREQ(out, "first\ndoc|caf\xc3\xa9|x|");
     WF_CHECK_EQ(n, 3);
     const char *k = "{\"body\": \"b1\"}\n{\"body\": \"b2\"}\n";
-    const char *b = tpath("e.jsonl");
+    const char *b = wf_test_path("e.jsonl");
     wf_test_write_file(b, k, strlen(k));
     paths[0] = b;
     WF_CHECK_OK(read_all(paths, 1, WF_TEXT_DOC_FILE, "body", out, sizeof out, &n));
@@ -96,7 +88,7 @@ WF_TEST(docs_jsonl) {
 }
 
 WF_TEST(docs_jsonl_errors_name_file_and_line) {
-    const char *a = tpath("bad.jsonl");
+    const char *a = wf_test_path("bad.jsonl");
     const char *j = "{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n";
     wf_test_write_file(a, j, strlen(j));
     const char *paths[] = {a};
@@ -135,7 +127,7 @@ WF_TEST(docs_compressed_inputs) {
     char *text = malloc(n + 1);
     for (size_t i = 0; i < n; i++) text[i] = (i % 61 == 60) ? '\n' : (char)('a' + i % 26);
     text[n] = '\0';
-    const char *gz = tpath("big.txt.gz"), *zs = tpath("big.txt.zst");
+    const char *gz = wf_test_path("big.txt.gz"), *zs = wf_test_path("big.txt.zst");
     write_gz(gz, text, n);
     size_t bound = ZSTD_compressBound(n);
     char *z = malloc(bound);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "model_fixture.h"
 #include "weft/generate.h"
 #include "weft/kernels.h"
 #include "weft/model.h"
@@ -28,31 +29,6 @@
  * 1e-2 and more. */
 #define KV_TOL 4e-6
 
-typedef struct {
-    wf_arena *arena;
-    wf_model *m;
-} fixture;
-
-static fixture make_model(const wf_model_config *cfg, uint64_t seed) {
-    fixture f = {0};
-    WF_CHECK_OK(wf_arena_create(&f.arena, 1 << 20));
-    WF_CHECK_OK(wf_model_create(&f.m, cfg, f.arena));
-    wf_model_init(f.m, seed);
-    WF_CHECK_OK(wf_model_plan(f.m, 1, cfg->max_seq_len));
-    return f;
-}
-
-static void free_model(fixture *f) {
-    wf_model_destroy(f->m);
-    wf_arena_destroy(f->arena);
-}
-
-static wf_model_config tiny(void) {
-    wf_model_config c;
-    WF_CHECK_OK(wf_model_config_preset(&c, "tiny"));
-    return c;
-}
-
 static void random_tokens(int32_t *tokens, int n, int V, uint64_t seed) {
     wf_rng r = wf_rng_make(seed, 11);
     for (int i = 0; i < n; i++) tokens[i] = (int32_t)wf_rng_below(&r, (uint64_t)V);
@@ -70,7 +46,7 @@ static double rel_err(const float *x, const float *ref, int n) {
 
 /* The configs the cache is checked on. */
 static wf_model_config kv_config(int which) {
-    wf_model_config c = tiny(); /* dim 64, 4 heads, 2 kv heads (GQA), tied */
+    wf_model_config c = wf_test_tiny_config(); /* dim 64, 4 heads, 2 kv heads (GQA), tied */
     c.max_seq_len = 150;        /* longer than a prefill chunk (64) */
     switch (which) {
     case 0:
@@ -94,7 +70,7 @@ static wf_model_config kv_config(int which) {
 /* Checks the cached logits of every position of `tokens` (T) against row t
  * of the full forward, for a first prefill of `n_first` tokens followed by
  * single steps. Returns the worst relative error. */
-static double check_cache(fixture *f, wf_generator *g, const int32_t *tokens, int T, int n_first) {
+static double check_cache(wf_test_model *f, wf_generator *g, const int32_t *tokens, int T, int n_first) {
     int V = wf_model_get_config(f->m)->vocab_size;
     WF_CHECK_OK(wf_model_forward(f->m, tokens, NULL, 1, T, NULL));
     const float *full = wf_model_logits(f->m);
@@ -121,7 +97,7 @@ static double check_cache(fixture *f, wf_generator *g, const int32_t *tokens, in
 WF_TEST(kv_cache_logits_equal_the_full_forward) {
     for (int which = 0; which < 4; which++) {
         wf_model_config cfg = kv_config(which);
-        fixture f = make_model(&cfg, 100 + (uint64_t)which);
+        wf_test_model f = wf_test_model_make(&cfg, 100 + (uint64_t)which, WF_RECOMPUTE_NONE, 1, cfg.max_seq_len);
         const int T = cfg.max_seq_len;
         int32_t *tokens = malloc((size_t)T * sizeof *tokens);
         random_tokens(tokens, T, cfg.vocab_size, 7 + (uint64_t)which);
@@ -140,13 +116,13 @@ WF_TEST(kv_cache_logits_equal_the_full_forward) {
         WF_CHECK_TRUE(check_cache(&f, g, tokens + 3, 20, 4) <= KV_TOL);
         wf_generator_destroy(g);
         free(tokens);
-        free_model(&f);
+        wf_test_model_free(&f);
     }
 }
 
 WF_TEST(cache_of_fewer_positions_than_the_model) {
     wf_model_config cfg = kv_config(1);
-    fixture f = make_model(&cfg, 5);
+    wf_test_model f = wf_test_model_make(&cfg, 5, WF_RECOMPUTE_NONE, 1, cfg.max_seq_len);
     int32_t tokens[12];
     random_tokens(tokens, 12, cfg.vocab_size, 9);
     wf_generator *g;
@@ -154,14 +130,14 @@ WF_TEST(cache_of_fewer_positions_than_the_model) {
     WF_CHECK_EQ(wf_generator_capacity(g), 12);
     WF_CHECK_TRUE(check_cache(&f, g, tokens, 12, 3) <= KV_TOL);
     wf_generator_destroy(g);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 /* The step's thread count: clamped, restored after each step, and the
  * logits the same to rounding on one thread or all. */
 WF_TEST(step_threads_are_clamped_restored_and_change_only_rounding) {
     wf_model_config cfg = kv_config(1);
-    fixture f = make_model(&cfg, 8);
+    wf_test_model f = wf_test_model_make(&cfg, 8, WF_RECOMPUTE_NONE, 1, cfg.max_seq_len);
     int32_t tokens[40];
     random_tokens(tokens, 40, cfg.vocab_size, 10);
     const int all = wf_kern_threads();
@@ -178,7 +154,7 @@ WF_TEST(step_threads_are_clamped_restored_and_change_only_rounding) {
         WF_CHECK_EQ(wf_kern_threads(), all); /* the caller's setting is back */
     }
     wf_generator_destroy(g);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 /* Collects generated tokens through wf_generate's callback. */
@@ -209,7 +185,7 @@ static int32_t argmax_ref(const float *x, int n) {
  * within KV_TOL can swap them. */
 WF_TEST(greedy_generation_follows_the_full_forward_argmax) {
     wf_model_config cfg = kv_config(3);
-    fixture f = make_model(&cfg, 21);
+    wf_test_model f = wf_test_model_make(&cfg, 21, WF_RECOMPUTE_NONE, 1, cfg.max_seq_len);
     int32_t seq[150];
     random_tokens(seq, 4, cfg.vocab_size, 3);
     wf_generator *g;
@@ -240,7 +216,7 @@ WF_TEST(greedy_generation_follows_the_full_forward_argmax) {
         seq[T++] = best;
     }
     wf_generator_destroy(g);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 /* ------------------------------------------------------------- sampler */
@@ -481,7 +457,7 @@ WF_TEST(sampled_frequencies_match_the_softmax) {
 
 WF_TEST(the_same_seed_gives_the_same_text) {
     wf_model_config cfg = kv_config(0);
-    fixture f = make_model(&cfg, 3);
+    wf_test_model f = wf_test_model_make(&cfg, 3, WF_RECOMPUTE_NONE, 1, cfg.max_seq_len);
     wf_generator *g;
     WF_CHECK_OK(wf_generator_create(&g, f.m, 0));
     int32_t prompt[3] = {1, 2, 3};
@@ -509,12 +485,12 @@ WF_TEST(the_same_seed_gives_the_same_text) {
     free(scratch);
     free(idx);
     wf_generator_destroy(g);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 WF_TEST(generation_stops_at_the_stop_token_or_when_the_callback_says) {
     wf_model_config cfg = kv_config(3);
-    fixture f = make_model(&cfg, 21);
+    wf_test_model f = wf_test_model_make(&cfg, 21, WF_RECOMPUTE_NONE, 1, cfg.max_seq_len);
     wf_generator *g;
     WF_CHECK_OK(wf_generator_create(&g, f.m, 0));
     int32_t prompt[2] = {5, 6};
@@ -538,14 +514,14 @@ WF_TEST(generation_stops_at_the_stop_token_or_when_the_callback_says) {
     WF_CHECK_OK(wf_generate(g, prompt, 2, 0, &GREEDY, 0, -1, NULL, NULL, &n_gen));
     WF_CHECK_EQ(n_gen, 0);
     wf_generator_destroy(g);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 /* -------------------------------------------------------------- errors */
 
 WF_TEST(overflowing_the_cache_is_an_error_that_changes_nothing) {
     wf_model_config cfg = kv_config(0);
-    fixture f = make_model(&cfg, 3);
+    wf_test_model f = wf_test_model_make(&cfg, 3, WF_RECOMPUTE_NONE, 1, cfg.max_seq_len);
     wf_generator *g;
     WF_CHECK_ERR(wf_generator_create(&g, f.m, cfg.max_seq_len + 1), WF_ERR_RANGE,
                  "model.max_seq_len = 150");
@@ -592,7 +568,7 @@ WF_TEST(overflowing_the_cache_is_an_error_that_changes_nothing) {
     WF_CHECK_ERR(wf_generate(g, tokens, 2, 3, &c, 0, -1, NULL, NULL, NULL), WF_ERR_CONFIG,
                  "temperature = -1");
     wf_generator_destroy(g);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 WF_TEST(sampler_configs_are_checked) {

@@ -21,14 +21,6 @@
 #include "weft/runctl.h"
 #include "weft/model.h"
 
-static char *path_in_tmp(const char *name) {
-    static char buf[4][700];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", wf_test_tmpdir(), name);
-    return buf[k];
-}
-
 static long file_size(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 ? (long)st.st_size : -1;
@@ -93,7 +85,7 @@ static int check_records(const char *path, int corrupt_ok) {
 }
 
 WF_TEST(tb_framing_and_crc) {
-    const char *dir = path_in_tmp("tb");
+    const char *dir = wf_test_path("tb");
     wf_tb_writer *w;
     WF_CHECK_OK(wf_tb_open(&w, dir, 3600));
     char path[800];
@@ -400,7 +392,7 @@ static json_t *load_line(const char *text, int k) {
 
 WF_TEST(jsonl_buffered_fields_and_append) {
     const char *dir = wf_test_tmpdir();
-    const char *path = path_in_tmp("metrics.jsonl");
+    const char *path = wf_test_path("metrics.jsonl");
     wf_metrics *m;
     wf_metrics_options o = {dir, 1, 0, 3600};
     WF_CHECK_OK(wf_metrics_open(&m, &o));
@@ -461,7 +453,7 @@ WF_TEST(jsonl_buffered_fields_and_append) {
     json_decref(d);
     free(text);
 
-    wf_metrics_options missing = {path_in_tmp("nope"), 1, 1, 0};
+    wf_metrics_options missing = {wf_test_path("nope"), 1, 1, 0};
     WF_CHECK_ERR(wf_metrics_open(&m, &missing), WF_ERR_NOTFOUND, "does not exist");
     WF_CHECK_OK(wf_metrics_close(NULL));
 }
@@ -477,7 +469,7 @@ WF_TEST(peak_configured_measured_cached) {
     wf_peak_describe(&p, line, sizeof line);
     WF_CHECK_TRUE(strstr(line, "config") != NULL);
 
-    const char *cache = path_in_tmp("cache/weft/peak.json");
+    const char *cache = wf_test_path("cache/weft/peak.json");
     o = (wf_peak_options){0, cache, 0.05, 256, 0};
     WF_CHECK_OK(wf_peak_get(&p, &o));
     WF_CHECK_EQ(p.source, WF_PEAK_MEASURED);
@@ -529,7 +521,7 @@ static void write_peak_cache(const char *cache, const char *key, double tflops) 
  * cached peak that is higher than the new measurement and stores a higher
  * measurement; WF_PEAK_REMEASURE (the user's) replaces the entry either way. */
 WF_TEST(peak_recheck_keeps_the_higher) {
-    const char *cache = path_in_tmp("recheck/weft/peak.json");
+    const char *cache = wf_test_path("recheck/weft/peak.json");
     wf_peak p, q;
     wf_peak_options o = {0, cache, 0.05, 256, 0};
     WF_CHECK_OK(wf_peak_get(&p, &o));
@@ -571,7 +563,7 @@ WF_TEST(run_record_contents) {
     wf_run_record rec = {"[train]\nsteps = 3\n", 4, argv, &pk, 835584.0, 131392, NULL, NULL, NULL, &ar};
     WF_CHECK_OK(wf_run_record_write(dir, &rec));
     json_error_t err;
-    json_t *r = json_load_file(path_in_tmp("run.json"), 0, &err);
+    json_t *r = json_load_file(wf_test_path("run.json"), 0, &err);
     WF_CHECK_TRUE(r != NULL);
     WF_CHECK_STREQ(json_string_value(json_object_get(r, "format")), "weft-run");
     WF_CHECK_EQ(json_integer_value(json_object_get(r, "version")), 3);
@@ -612,14 +604,14 @@ WF_TEST(run_record_contents) {
     /* A source directory that is not a checkout gives null, not an error. */
     rec.source_dir = dir;
     WF_CHECK_OK(wf_run_record_write(dir, &rec));
-    r = json_load_file(path_in_tmp("run.json"), 0, &err);
+    r = json_load_file(wf_test_path("run.json"), 0, &err);
     WF_CHECK_TRUE(r && json_is_null(json_object_get(r, "git")));
     json_decref(r);
 }
 
 WF_TEST(run_record_dirty_checkout) {
     if (system("git --version >/dev/null 2>&1") != 0) return; /* no git: nothing to test */
-    const char *repo = path_in_tmp("repo");
+    const char *repo = wf_test_path("repo");
     char cmd[2400];
     snprintf(cmd, sizeof cmd,
              "mkdir -p '%s' && cd '%s' && git init -q && echo one > a.txt && git add a.txt && "
@@ -629,7 +621,7 @@ WF_TEST(run_record_dirty_checkout) {
     wf_run_record rec = {NULL, 0, NULL, NULL, 0, -1, repo, NULL, NULL, NULL};
     WF_CHECK_OK(wf_run_record_write(wf_test_tmpdir(), &rec));
     json_error_t err;
-    json_t *r = json_load_file(path_in_tmp("run.json"), 0, &err);
+    json_t *r = json_load_file(wf_test_path("run.json"), 0, &err);
     json_t *git = json_object_get(r, "git");
     WF_CHECK_TRUE(json_is_true(json_object_get(git, "dirty")));
     WF_CHECK_STREQ(json_string_value(json_array_get(json_object_get(git, "changes"), 0)), " M a.txt");
@@ -637,7 +629,7 @@ WF_TEST(run_record_dirty_checkout) {
     WF_CHECK_TRUE(json_is_null(json_object_get(r, "config_toml")));
     char *diff;
     size_t len;
-    WF_CHECK_OK(wf_file_read(path_in_tmp("git.diff"), &diff, &len));
+    WF_CHECK_OK(wf_file_read(wf_test_path("git.diff"), &diff, &len));
     WF_CHECK_TRUE(strstr(diff, "+two") != NULL);
     WF_CHECK_EQ(json_integer_value(json_object_get(git, "diff_bytes")), (long long)len);
     free(diff);
@@ -670,8 +662,8 @@ WF_TEST(report_reads_stitches_and_draws) {
         "{\"step\":6,\"loss\":2.9,\"lr\":0.001,\"grad_norm\":null,\"spike\":0}\n"
         "{\"step\":7,\"loss\":2.8,\"lr\":0.001,\"grad_norm\":1,\"spike\":0}\n"
         "{\"step\":8,\"loss\":2.7,\"lr\":0.001,\"gra";
-    wf_test_write_file(path_in_tmp("metrics.jsonl"), lines, strlen(lines));
-    const char *out = path_in_tmp("r.html");
+    wf_test_write_file(wf_test_path("metrics.jsonl"), lines, strlen(lines));
+    const char *out = wf_test_path("r.html");
     WF_CHECK_OK(wf_report_write(dir, out));
     char *html;
     size_t len;
@@ -702,7 +694,7 @@ WF_TEST(report_reads_stitches_and_draws) {
     WF_CHECK_TRUE(strstr(html, "src=") == NULL && strstr(html, "href=") == NULL);
     free(html);
 
-    WF_CHECK_ERR(wf_report_write(path_in_tmp("none"), out), WF_ERR_NOTFOUND, "metrics.jsonl");
-    wf_test_write_file(path_in_tmp("metrics.jsonl"), "\n\n", 2);
+    WF_CHECK_ERR(wf_report_write(wf_test_path("none"), out), WF_ERR_NOTFOUND, "metrics.jsonl");
+    wf_test_write_file(wf_test_path("metrics.jsonl"), "\n\n", 2);
     WF_CHECK_ERR(wf_report_write(dir, out), WF_ERR_EMPTY, "no step records");
 }

@@ -11,42 +11,9 @@
 #include <string.h>
 
 #include "harness.h"
+#include "model_fixture.h"
 #include "weft/kernels.h"
 #include "weft/model.h"
-#include "weft/rng.h"
-
-typedef struct {
-    wf_arena *arena;
-    wf_model *m;
-} fixture;
-
-static fixture make_model(const wf_model_config *cfg, uint64_t seed, int B, int T) {
-    fixture f = {0};
-    WF_CHECK_OK(wf_arena_create(&f.arena, 1 << 20));
-    WF_CHECK_OK(wf_model_create(&f.m, cfg, f.arena));
-    wf_model_init(f.m, seed);
-    WF_CHECK_OK(wf_model_plan(f.m, B, T));
-    return f;
-}
-
-static void free_model(fixture *f) {
-    wf_model_destroy(f->m);
-    wf_arena_destroy(f->arena);
-}
-
-static void random_batch(int32_t *tokens, int32_t *targets, int n, int V, uint64_t seed) {
-    wf_rng r = wf_rng_make(seed, 3);
-    for (int i = 0; i < n; i++) {
-        tokens[i] = (int32_t)wf_rng_below(&r, (uint64_t)V);
-        targets[i] = (int32_t)wf_rng_below(&r, (uint64_t)V);
-    }
-}
-
-static wf_model_config tiny(void) {
-    wf_model_config c;
-    WF_CHECK_OK(wf_model_config_preset(&c, "tiny"));
-    return c;
-}
 
 /* ------------------------------------------------------------- configs */
 
@@ -75,31 +42,31 @@ WF_TEST(presets_have_the_documented_sizes) {
 }
 
 WF_TEST(bad_configs_say_which_values_and_why) {
-    wf_model_config c = tiny();
+    wf_model_config c = wf_test_tiny_config();
     c.dim = 100, c.n_heads = 3;
     WF_CHECK_ERR(wf_model_config_validate(&c), WF_ERR_CONFIG,
                  "model.dim = 100 is not divisible by model.n_heads = 3");
-    c = tiny();
+    c = wf_test_tiny_config();
     c.n_heads = 4, c.n_kv_heads = 3;
     WF_CHECK_ERR(wf_model_config_validate(&c), WF_ERR_CONFIG,
                  "model.n_heads = 4 is not divisible by model.n_kv_heads = 3");
-    c = tiny();
+    c = wf_test_tiny_config();
     c.dim = 12, c.n_heads = 4, c.n_kv_heads = 4;
     WF_CHECK_ERR(wf_model_config_validate(&c), WF_ERR_CONFIG, "head_dim");
-    c = tiny();
+    c = wf_test_tiny_config();
     c.n_kv_heads = 8;
     WF_CHECK_ERR(wf_model_config_validate(&c), WF_ERR_CONFIG, "model.n_kv_heads = 8");
-    c = tiny();
+    c = wf_test_tiny_config();
     c.vocab_size = 0;
     WF_CHECK_ERR(wf_model_config_validate(&c), WF_ERR_CONFIG, "model.vocab_size = 0");
-    c = tiny();
+    c = wf_test_tiny_config();
     c.norm_eps = 0;
     WF_CHECK_ERR(wf_model_config_validate(&c), WF_ERR_CONFIG, "model.norm_eps");
-    c = tiny();
+    c = wf_test_tiny_config();
     c.rope_theta = -1;
     WF_CHECK_ERR(wf_model_config_validate(&c), WF_ERR_CONFIG, "model.rope_theta");
     /* wf_model_create validates too. */
-    c = tiny();
+    c = wf_test_tiny_config();
     c.n_layers = 0;
     wf_arena *a;
     wf_model *m = (wf_model *)&c;
@@ -167,7 +134,7 @@ static double tensor_std(wf_model *m, const char *name, double *mean_out) {
 }
 
 WF_TEST(init_is_seeded_scaled_and_per_tensor) {
-    wf_model_config c = tiny();
+    wf_model_config c = wf_test_tiny_config();
     c.tied_embeddings = 0;
     wf_arena *a;
     wf_model *m1, *m2, *m3;
@@ -216,13 +183,13 @@ WF_TEST(init_is_seeded_scaled_and_per_tensor) {
 /* ------------------------------------------------------ plan and inputs */
 
 WF_TEST(sequence_and_input_errors_say_where) {
-    wf_model_config c = tiny();
+    wf_model_config c = wf_test_tiny_config();
     wf_arena *a;
     wf_model *m;
     WF_CHECK_OK(wf_arena_create(&a, 0));
     WF_CHECK_OK(wf_model_create(&m, &c, a));
     int32_t tok[2 * 8], tgt[2 * 8];
-    random_batch(tok, tgt, 16, c.vocab_size, 1);
+    wf_test_random_batch(tok, tgt, 16, c.vocab_size, 1, 3, 0);
     WF_CHECK_ERR(wf_model_forward(m, tok, tgt, 2, 8, NULL), WF_ERR_INVALID, "wf_model_plan");
     WF_CHECK_ERR(wf_model_plan(m, 2, 65), WF_ERR_CONFIG,
                  "T = 65 is longer than model.max_seq_len = 64");
@@ -251,10 +218,10 @@ WF_TEST(sequence_and_input_errors_say_where) {
 }
 
 WF_TEST(a_step_allocates_nothing) {
-    wf_model_config c = tiny();
-    fixture f = make_model(&c, 1, 2, 8);
+    wf_model_config c = wf_test_tiny_config();
+    wf_test_model f = wf_test_model_make(&c, 1, WF_RECOMPUTE_NONE, 2, 8);
     int32_t tok[16], tgt[16];
-    random_batch(tok, tgt, 16, c.vocab_size, 2);
+    wf_test_random_batch(tok, tgt, 16, c.vocab_size, 2, 3, 0);
     wf_arena_stats before = wf_arena_get_stats(f.arena);
     wf_model_memory mem = wf_model_get_memory(f.m);
     WF_CHECK_TRUE(before.in_use >= mem.param_bytes + mem.grad_bytes + mem.activation_bytes);
@@ -266,29 +233,29 @@ WF_TEST(a_step_allocates_nothing) {
     wf_arena_stats after = wf_arena_get_stats(f.arena);
     WF_CHECK_EQ(after.n_allocs, before.n_allocs);
     WF_CHECK_EQ(after.in_use, before.in_use);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 /* ---------------------------------------------------- forward/backward */
 
 WF_TEST(initial_loss_is_near_log_vocab) {
-    wf_model_config c = tiny();
-    fixture f = make_model(&c, 3, 2, 16);
+    wf_model_config c = wf_test_tiny_config();
+    wf_test_model f = wf_test_model_make(&c, 3, WF_RECOMPUTE_NONE, 2, 16);
     int32_t tok[32], tgt[32];
-    random_batch(tok, tgt, 32, c.vocab_size, 4);
+    wf_test_random_batch(tok, tgt, 32, c.vocab_size, 4, 3, 0);
     float loss = 0;
     WF_CHECK_OK(wf_model_forward(f.m, tok, tgt, 2, 16, &loss));
     /* Logits of std ~0.02 * |x| leave the softmax nearly uniform. */
     WF_CHECK_NEAR(loss, log(512.0), 0.05);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 WF_TEST(gradients_accumulate_and_scale) {
-    wf_model_config c = tiny();
+    wf_model_config c = wf_test_tiny_config();
     c.tied_embeddings = 0;
-    fixture f = make_model(&c, 5, 2, 8);
+    wf_test_model f = wf_test_model_make(&c, 5, WF_RECOMPUTE_NONE, 2, 8);
     int32_t tok[16], tgt[16];
-    random_batch(tok, tgt, 16, c.vocab_size, 6);
+    wf_test_random_batch(tok, tgt, 16, c.vocab_size, 6, 3, 0);
     tgt[3] = -1;
     size_t n = wf_model_num_params(f.m);
     float *once = malloc(n * sizeof *once);
@@ -325,26 +292,27 @@ WF_TEST(gradients_accumulate_and_scale) {
     WF_CHECK_NEAR(row, 0.0, 1e-7);
     for (int v = 0; v < c.vocab_size; v++) WF_CHECK_TRUE(dl[3 * c.vocab_size + v] == 0.0f);
     free(once);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 WF_TEST(all_targets_ignored_gives_zero_loss_and_gradient) {
-    wf_model_config c = tiny();
-    fixture f = make_model(&c, 5, 1, 4);
+    wf_model_config c = wf_test_tiny_config();
+    wf_test_model f = wf_test_model_make(&c, 5, WF_RECOMPUTE_NONE, 1, 4);
     int32_t tok[4] = {1, 2, 3, 4}, tgt[4] = {-1, -1, -1, -1};
     float loss = 1;
     WF_CHECK_OK(wf_model_forward(f.m, tok, tgt, 1, 4, &loss));
     WF_CHECK_NEAR(loss, 0.0, 0);
     WF_CHECK_OK(wf_model_backward(f.m, 1.0f));
     for (size_t i = 0; i < wf_model_num_params(f.m); i++) WF_CHECK_TRUE(wf_model_grads(f.m)[i] == 0.0f);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 WF_TEST(same_seed_same_bits_and_smaller_batches) {
-    wf_model_config c = tiny();
-    fixture a = make_model(&c, 9, 2, 8), b = make_model(&c, 9, 2, 8);
+    wf_model_config c = wf_test_tiny_config();
+    wf_test_model a = wf_test_model_make(&c, 9, WF_RECOMPUTE_NONE, 2, 8);
+    wf_test_model b = wf_test_model_make(&c, 9, WF_RECOMPUTE_NONE, 2, 8);
     int32_t tok[16], tgt[16];
-    random_batch(tok, tgt, 16, c.vocab_size, 10);
+    wf_test_random_batch(tok, tgt, 16, c.vocab_size, 10, 3, 0);
     float la, lb;
     WF_CHECK_OK(wf_model_forward(a.m, tok, tgt, 2, 8, &la));
     WF_CHECK_OK(wf_model_backward(a.m, 1.0f));
@@ -356,14 +324,14 @@ WF_TEST(same_seed_same_bits_and_smaller_batches) {
     /* A 1 x 5 batch through the 2 x 8 plan equals the same batch through a
      * model planned for exactly 1 x 5 (to fp32 rounding: sgemm may block a
      * different row count differently). */
-    fixture s = make_model(&c, 9, 1, 5);
+    wf_test_model s = wf_test_model_make(&c, 9, WF_RECOMPUTE_NONE, 1, 5);
     float l1, l2;
     WF_CHECK_OK(wf_model_forward(a.m, tok, tgt, 1, 5, &l1));
     WF_CHECK_OK(wf_model_forward(s.m, tok, tgt, 1, 5, &l2));
     WF_CHECK_NEAR(l1, l2, 1e-6 * fabs(l2));
     const float *x = wf_model_logits(a.m), *y = wf_model_logits(s.m);
     for (int i = 0; i < 5 * c.vocab_size; i++) WF_CHECK_NEAR(x[i], y[i], 1e-6);
-    free_model(&a), free_model(&b), free_model(&s);
+    wf_test_model_free(&a), wf_test_model_free(&b), wf_test_model_free(&s);
 }
 
 /* ------------------------------------------------------------- threads */
@@ -394,10 +362,10 @@ WF_TEST(a_step_uses_one_thread_pool) {
     WF_CHECK_TRUE(pthread_create(&th, NULL, idle_thread, NULL) == 0);
     WF_CHECK_TRUE(pthread_join(th, NULL) == 0);
     int before = count_threads();
-    wf_model_config c = tiny();
-    fixture f = make_model(&c, 1, 2, 32);
+    wf_model_config c = wf_test_tiny_config();
+    wf_test_model f = wf_test_model_make(&c, 1, WF_RECOMPUTE_NONE, 2, 32);
     int32_t tok[64], tgt[64];
-    random_batch(tok, tgt, 64, c.vocab_size, 2);
+    wf_test_random_batch(tok, tgt, 64, c.vocab_size, 2, 3, 0);
     float loss;
     for (int step = 0; step < 2; step++) {
         WF_CHECK_OK(wf_model_forward(f.m, tok, tgt, 2, 32, &loss));
@@ -409,7 +377,7 @@ WF_TEST(a_step_uses_one_thread_pool) {
     if (extra > pool - 1)
         wf_test_fail(__FILE__, __LINE__, "a step added %d threads; one pool of %d adds at most %d",
                      extra, pool, pool - 1);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 /* ---------------------------------------------------------------- units */
@@ -439,9 +407,9 @@ static wf_status fail_unit(void *ctx, int unit, wf_model_unit_event ev) {
  * the usual model; the hook sees every unit's forward in order and its
  * backward in reverse; units tile the layout; init by unit is init. */
 static void units_match(int tied) {
-    wf_model_config c = tiny();
+    wf_model_config c = wf_test_tiny_config();
     c.tied_embeddings = tied;
-    fixture f = make_model(&c, 9, 2, 8);
+    wf_test_model f = wf_test_model_make(&c, 9, WF_RECOMPUTE_NONE, 2, 8);
     wf_arena *a;
     WF_CHECK_OK(wf_arena_create(&a, 1 << 20));
     wf_model *m;
@@ -466,7 +434,7 @@ static void units_match(int tied) {
     WF_CHECK_EQ(end, wf_model_num_params(m));
     wf_model_set_unit_hook(m, log_unit, &L);
     int32_t tok[16], tgt[16];
-    random_batch(tok, tgt, 16, c.vocab_size, 10);
+    wf_test_random_batch(tok, tgt, 16, c.vocab_size, 10, 3, 0);
     float l1, l2;
     WF_CHECK_OK(wf_model_forward(f.m, tok, tgt, 2, 8, &l1));
     WF_CHECK_OK(wf_model_backward(f.m, 0.5f));
@@ -493,7 +461,7 @@ static void units_match(int tied) {
     for (int u = 0; u < U; u++) free(L.p[u]), free(L.g[u]);
     wf_model_destroy(m);
     wf_arena_destroy(a);
-    free_model(&f);
+    wf_test_model_free(&f);
 }
 
 WF_TEST(units_bound_elsewhere_compute_the_same_bits) {

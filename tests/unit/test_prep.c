@@ -15,14 +15,6 @@
 #include "prep/prep_impl.h"
 #include "weft/fileio.h"
 
-static const char *tpath(const char *name) {
-    static char buf[8][600];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", wf_test_tmpdir(), name);
-    return buf[k];
-}
-
 static wf_prep_config defaults(void) {
     wf_prep_config c;
     WF_CHECK_OK(wf_prep_config_default(&c));
@@ -79,7 +71,7 @@ WF_TEST(warc_reader_records) {
     warc_record(&b, "metadata", "http://x/", "application/warc-fields", "outlinks: a\r\n");
     warc_record(&b, "resource", "metadata://wget/log", "text/plain", "wget log text");
     warc_record(&b, "resource", "https://z/", "text/html", "<p>resource page</p>");
-    const char *p = tpath("a.warc");
+    const char *p = wf_test_path("a.warc");
     wf_test_write_file(p, b.data, b.len);
     wf_prep_config c = defaults();
     char out[2048];
@@ -91,7 +83,7 @@ WF_TEST(warc_reader_records) {
     WF_CHECK_EQ(damaged, 0);
 
     /* The same as gzip members, one per record, as Common Crawl writes. */
-    const char *gz = tpath("a.warc.gz");
+    const char *gz = wf_test_path("a.warc.gz");
     gzFile g = gzopen(gz, "wb");
     WF_CHECK_TRUE(g != NULL);
     gzwrite(g, b.data, (unsigned)b.len);
@@ -112,7 +104,7 @@ WF_TEST(warc_reader_bad_records) {
     warc_record(&b, "conversion", "http://b/", "text/plain", "second");
     /* A record cut short by the end of the file. */
     WF_CHECK_OK(wf_buf_append(&b, "WARC/1.0\r\nWARC-Type: conversion\r\nContent-Length: 500\r\n\r\nshort", 61));
-    const char *p = tpath("bad.warc");
+    const char *p = wf_test_path("bad.warc");
     wf_test_write_file(p, b.data, b.len);
     wf_prep_config c = defaults();
     char out[2048];
@@ -130,7 +122,7 @@ WF_TEST(warc_reader_truncated_gzip_and_too_large) {
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     for (int i = 0; i < 200; i++) warc_record(&b, "conversion", "http://a/", "text/plain", i == 1 ? big : "doc text");
-    const char *gz = tpath("t.warc.gz");
+    const char *gz = wf_test_path("t.warc.gz");
     gzFile g = gzopen(gz, "wb");
     gzwrite(g, b.data, (unsigned)b.len);
     gzclose(g);
@@ -160,7 +152,7 @@ WF_TEST(warc_reader_truncated_gzip_and_too_large) {
     huge[(1 << 20) + 9] = '\0';
     warc_record(&big2, "conversion", "http://h/", "text/plain", huge);
     warc_record(&big2, "conversion", "http://i/", "text/plain", "after");
-    const char *p = tpath("big.warc");
+    const char *p = wf_test_path("big.warc");
     wf_test_write_file(p, big2.data, big2.len);
     char out[512];
     read_all(p, &c, out, sizeof out, NULL, NULL);
@@ -216,7 +208,7 @@ WF_TEST(readers_survive_damaged_warcs) {
             default: m.data[at] = "\r\n:W0 \x00<>"[RND() % 9]; break;
             }
         }
-        const char *p = tpath(it % 3 == 0 ? "m.warc.gz" : "m.warc");
+        const char *p = wf_test_path(it % 3 == 0 ? "m.warc.gz" : "m.warc");
         if (it % 3 == 0) {
             gzFile g = gzopen(p, "wb");
             gzwrite(g, m.data, (unsigned)m.len);
@@ -276,7 +268,7 @@ WF_TEST(readers_survive_damaged_warcs) {
 }
 
 WF_TEST(jsonl_and_text_readers) {
-    const char *j = tpath("d.jsonl");
+    const char *j = wf_test_path("d.jsonl");
     const char *jt = "{\"text\": \"one\", \"url\": \"http://u/\"}\n\n{bad json\n{\"other\": 1}\n{\"text\": \"two\"}\n";
     wf_test_write_file(j, jt, strlen(jt));
     wf_prep_config c = defaults();
@@ -284,7 +276,7 @@ WF_TEST(jsonl_and_text_readers) {
     read_all(j, &c, out, sizeof out, NULL, NULL);
     WF_CHECK_STREQ(out, "0:0:ok:one|1:0:bad_json:|2:0:missing_field:|3:0:ok:two|");
 
-    const char *t = tpath("d.txt");
+    const char *t = wf_test_path("d.txt");
     const char *tt = "para one\nline two\n\n\n  \npara two\r\nend";
     wf_test_write_file(t, tt, strlen(tt));
     read_all(t, &c, out, sizeof out, NULL, NULL);
@@ -324,25 +316,33 @@ WF_TEST(http_bodies) {
     WF_CHECK_EQ(wf__prep_http_parse(chunked, strlen(chunked), 1 << 20, &body, &html, cs), R_NONE);
     WF_CHECK_EQ(html, 0);
     WF_CHECK_TRUE(body.len == 11 && memcmp(body.data, "hello world", 11) == 0);
-    /* gzip content coding */
+    /* Content codings: gzip; deflate as the standard says (zlib-wrapped)
+     * and as some servers send it (raw, no wrapper). */
     const char *plain = "<p>compressed page</p>";
-    unsigned char z[256];
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    WF_CHECK_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-    zs.next_in = (Bytef *)(uintptr_t)plain;
-    zs.avail_in = (uInt)strlen(plain);
-    zs.next_out = z;
-    zs.avail_out = sizeof z;
-    WF_CHECK_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-    size_t zn = sizeof z - zs.avail_out;
-    deflateEnd(&zs);
+    const struct {
+        const char *coding;
+        int window_bits;
+    } codings[] = {{"gzip", 15 + 16}, {"deflate", 15}, {"deflate", -15}};
     wf_buf resp = {0};
-    const char *hdr = "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Type: text/html\r\n\r\n";
-    WF_CHECK_OK(wf_buf_append(&resp, hdr, strlen(hdr)));
-    WF_CHECK_OK(wf_buf_append(&resp, z, zn));
-    WF_CHECK_EQ(wf__prep_http_parse(resp.data, resp.len, 1 << 20, &body, &html, cs), R_NONE);
-    WF_CHECK_TRUE(body.len == strlen(plain) && memcmp(body.data, plain, body.len) == 0);
+    for (size_t k = 0; k < sizeof codings / sizeof *codings; k++) {
+        unsigned char z[256];
+        z_stream zs;
+        memset(&zs, 0, sizeof zs);
+        WF_CHECK_EQ(deflateInit2(&zs, 6, Z_DEFLATED, codings[k].window_bits, 8, Z_DEFAULT_STRATEGY), Z_OK);
+        zs.next_in = (Bytef *)(uintptr_t)plain;
+        zs.avail_in = (uInt)strlen(plain);
+        zs.next_out = z;
+        zs.avail_out = sizeof z;
+        WF_CHECK_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+        size_t zn = sizeof z - zs.avail_out;
+        deflateEnd(&zs);
+        resp.len = 0;
+        WF_CHECK_OK(wf_buf_printf(&resp, "HTTP/1.1 200 OK\r\nContent-Encoding: %s\r\nContent-Type: text/html\r\n\r\n",
+                                  codings[k].coding));
+        WF_CHECK_OK(wf_buf_append(&resp, z, zn));
+        WF_CHECK_EQ(wf__prep_http_parse(resp.data, resp.len, 1 << 20, &body, &html, cs), R_NONE);
+        WF_CHECK_TRUE(body.len == strlen(plain) && memcmp(body.data, plain, body.len) == 0);
+    }
     /* and a body past the cap is refused */
     WF_CHECK_EQ(wf__prep_http_parse(chunked, strlen(chunked), 4, &body, &html, cs), R_BAD_HTTP);
     wf_buf_free(&resp);
@@ -1279,7 +1279,7 @@ WF_TEST(quality_rules_config_per_language) {
     wf_prep_config_free(&c);
 
     /* [quality] applies to every language; the written config reads back. */
-    const char *path = tpath("p.toml");
+    const char *path = wf_test_path("p.toml");
     const char *toml = "output = \"o\"\n[quality]\nmin_words = 500\n[quality.de]\nstop_words = [\"der\", \"die\"]\n"
                        "[quality.\"zh-Hant\"]\nmin_sentences_typo = 1\n";
     wf_test_write_file(path, toml, strlen(toml));

@@ -19,14 +19,6 @@
 #include "weft/fileio.h"
 #include "weft/rng.h"
 
-static const char *tpath(const char *name) {
-    static char buf[16][600];
-    static int k;
-    k = (k + 1) % 16;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", wf_test_tmpdir(), name);
-    return buf[k];
-}
-
 static void set_str(char **field, const char *v) {
     free(*field);
     *field = strdup(v);
@@ -185,11 +177,11 @@ WF_TEST(dedup_first_occurrence_wins) {
     memcpy(w, " one ", 5);
     jsonl_add(&f2, d, strlen(d));
     jsonl_add(&f2, b.data, b.len);
-    const char *in1 = tpath("1.jsonl"), *in2 = tpath("2.jsonl");
+    const char *in1 = wf_test_path("1.jsonl"), *in2 = wf_test_path("2.jsonl");
     wf_test_write_file(in1, f1.data, f1.len);
     wf_test_write_file(in2, f2.data, f2.len);
 
-    const char *out = tpath("out");
+    const char *out = wf_test_path("out");
     wf_prep_config c = config(out);
     c.quality = 0;
     c.threads = 2;
@@ -326,9 +318,9 @@ static void check_same_output(const char *a, const char *b) {
 }
 
 WF_TEST(same_output_for_any_thread_count) {
-    const char *paths[3] = {tpath("a.jsonl"), tpath("b.jsonl"), tpath("c.jsonl")};
+    const char *paths[3] = {wf_test_path("a.jsonl"), wf_test_path("b.jsonl"), wf_test_path("c.jsonl")};
     make_corpus(paths);
-    const char *o1 = tpath("t1"), *o2 = tpath("t2"), *o3 = tpath("t3");
+    const char *o1 = wf_test_path("t1"), *o2 = wf_test_path("t2"), *o3 = wf_test_path("t3");
     wf_prep_config c = config(o1);
     c.quality = 0; /* the generated prose is too short for Gopher */
     c.shard_mb = 0.05;
@@ -375,9 +367,9 @@ static void crash_in(const wf_prep_config *c, const char *const *paths, size_t n
 }
 
 WF_TEST(resume_after_sigkill_gives_the_same_output) {
-    const char *paths[3] = {tpath("a.jsonl"), tpath("b.jsonl"), tpath("c.jsonl")};
+    const char *paths[3] = {wf_test_path("a.jsonl"), wf_test_path("b.jsonl"), wf_test_path("c.jsonl")};
     make_corpus(paths);
-    const char *full = tpath("full"), *crashed = tpath("crashed");
+    const char *full = wf_test_path("full"), *crashed = wf_test_path("crashed");
     wf_prep_config c = config(full);
     c.quality = 0;
     c.shard_mb = 0.05; /* shards roll over inside each input */
@@ -412,7 +404,7 @@ WF_TEST(resume_after_sigkill_gives_the_same_output) {
 
     /* One process that says it is task 1 of 3 does every unit (the others'
      * too, since nobody claims them): the same bytes. */
-    const char *t3 = tpath("t3");
+    const char *t3 = wf_test_path("t3");
     set_str(&c.output, t3);
     c.force = 0;
     c.tasks = 3;
@@ -437,7 +429,7 @@ WF_TEST(many_small_inputs_resume_to_the_same_output) {
         wf_buf_free(&doc);
         paths[i] = names[i];
     }
-    const char *full = tpath("full"), *crashed = tpath("crashed");
+    const char *full = wf_test_path("full"), *crashed = wf_test_path("crashed");
     wf_prep_config c = config(full);
     c.quality = 0;
     c.shard_mb = 0.005;
@@ -460,19 +452,19 @@ WF_TEST(bad_inputs_are_counted) {
      * an empty file: the run finishes and says what it dropped. */
     unsigned char junk[4096];
     for (size_t i = 0; i < sizeof junk; i++) junk[i] = (unsigned char)(wf_rng_at(5, 1, i) & 0xff);
-    const char *bin = tpath("junk.bin");
+    const char *bin = wf_test_path("junk.bin");
     wf_test_write_file(bin, junk, sizeof junk);
     wf_buf good = {0};
     prose(&good, 9, 8);
     wf_buf bad = {0};
     WF_CHECK_OK(wf_buf_append(&bad, good.data, good.len));
     WF_CHECK_OK(wf_buf_append(&bad, "caf\xe9 \xff\n", 7));
-    const char *inv = tpath("latin1.txt");
+    const char *inv = wf_test_path("latin1.txt");
     wf_test_write_file(inv, bad.data, bad.len);
-    const char *js = tpath("bad.jsonl");
+    const char *js = wf_test_path("bad.jsonl");
     const char *jt = "{\"text\": 5}\nnot json at all\n{\"text\": \"short but fine text here.\"}\n";
     wf_test_write_file(js, jt, strlen(jt));
-    const char *empty = tpath("empty.txt");
+    const char *empty = wf_test_path("empty.txt");
     wf_test_write_file(empty, "", 0);
     /* a WARC.gz cut in the middle */
     wf_buf w = {0};
@@ -488,7 +480,7 @@ WF_TEST(bad_inputs_are_counted) {
         WF_CHECK_OK(wf_buf_append(&w, "\r\n\r\n", 4));
         wf_buf_free(&doc);
     }
-    const char *gz = tpath("cut.warc.wet.gz");
+    const char *gz = wf_test_path("cut.warc.wet.gz");
     gzFile g = gzopen(gz, "wb");
     gzwrite(g, w.data, (unsigned)w.len);
     gzclose(g);
@@ -498,7 +490,7 @@ WF_TEST(bad_inputs_are_counted) {
     wf_test_write_file(gz, data, len * 2 / 3);
     free(data);
 
-    const char *out = tpath("out");
+    const char *out = wf_test_path("out");
     wf_prep_config c = config(out);
     c.quality = 0;
     c.minhash = 0;
@@ -524,7 +516,7 @@ WF_TEST(bad_inputs_are_counted) {
     json_decref(s);
 
     /* A missing input is an error that names it, before anything runs. */
-    const char *missing[] = {inv, tpath("nope.warc.gz")};
+    const char *missing[] = {inv, wf_test_path("nope.warc.gz")};
     WF_CHECK_ERR(wf_prep_run(&c, missing, 2), WF_ERR_NOTFOUND, "nope.warc.gz");
     wf_buf_free(&good);
     wf_buf_free(&bad);
@@ -536,7 +528,7 @@ WF_TEST(bad_inputs_are_counted) {
  * whole-file one: the same documents for any read size (1 byte up), and a
  * damaged file refused, by the last read or, with verify_first, at open. */
 WF_TEST(streamed_docs_match_the_whole_file) {
-    const char *path = tpath("stream.docs");
+    const char *path = wf_test_path("stream.docs");
     prep_iw w;
     WF_CHECK_OK(wf__prep_iw_open(&w, path, PI_DOCS));
     char text[3000];
@@ -601,5 +593,5 @@ WF_TEST(streamed_docs_match_the_whole_file) {
     WF_CHECK_TRUE(n < 40);
     wf__prep_dr_close(&dr);
     WF_CHECK_ERR(wf__prep_dr_open(&dr, path, PI_BLOB, 64, 0), WF_ERR_FORMAT, "where blob records were expected");
-    WF_CHECK_ERR(wf__prep_dr_open(&dr, tpath("nothing"), PI_DOCS, 64, 0), WF_ERR_IO, "cannot open");
+    WF_CHECK_ERR(wf__prep_dr_open(&dr, wf_test_path("nothing"), PI_DOCS, 64, 0), WF_ERR_IO, "cannot open");
 }

@@ -10,51 +10,13 @@
 #include <string.h>
 
 #include "harness.h"
+#include "model_fixture.h"
 #include "weft/kernels.h"
 #include "weft/model.h"
-#include "weft/rng.h"
 
 static const wf_model_recompute modes[] = {WF_RECOMPUTE_NONE, WF_RECOMPUTE_BLOCK,
                                            WF_RECOMPUTE_SELECTIVE};
 enum { N_MODES = 3 };
-
-typedef struct {
-    wf_arena *arena;
-    wf_model *m;
-} fixture;
-
-static fixture make(const wf_model_config *cfg, wf_model_recompute mode, int B, int T) {
-    fixture f = {0};
-    WF_CHECK_OK(wf_arena_create(&f.arena, 1 << 20));
-    WF_CHECK_OK(wf_model_create(&f.m, cfg, f.arena));
-    WF_CHECK_OK(wf_model_set_recompute(f.m, mode));
-    wf_model_init(f.m, 77);
-    WF_CHECK_OK(wf_model_plan(f.m, B, T));
-    return f;
-}
-
-static void drop(fixture *f) {
-    wf_model_destroy(f->m);
-    wf_arena_destroy(f->arena);
-}
-
-static void batch(int32_t *tok, int32_t *tgt, int n, int V, uint64_t seed) {
-    wf_rng r = wf_rng_make(seed, 5);
-    for (int i = 0; i < n; i++) {
-        tok[i] = (int32_t)wf_rng_below(&r, (uint64_t)V);
-        tgt[i] = wf_rng_uniform_double(&r) < 0.1 ? -1 : (int32_t)wf_rng_below(&r, (uint64_t)V);
-    }
-}
-
-static wf_model_config config(int dim, int layers, int heads, int kv, int vocab, int hidden,
-                              int seq, int tied) {
-    wf_model_config c;
-    WF_CHECK_OK(wf_model_config_preset(&c, "tiny"));
-    c.dim = dim, c.n_layers = layers, c.n_heads = heads, c.n_kv_heads = kv;
-    c.vocab_size = vocab, c.ffn_hidden_dim = hidden, c.max_seq_len = seq;
-    c.tied_embeddings = tied;
-    return c;
-}
 
 /* Every activation `got` reports has the same bits as the one of the same
  * name in `ref` (which reports all); returns how many it reports. */
@@ -80,10 +42,10 @@ static int check_activations(const wf_model *got, const wf_model *ref, const cha
 
 WF_TEST(every_mode_gives_the_same_bits_as_none) {
     const wf_model_config cfgs[] = {
-        config(64, 2, 4, 2, 512, 0, 64, 1),  /* tiny: GQA, tied */
-        config(48, 2, 3, 3, 97, 80, 16, 0),  /* MHA, untied, odd sizes */
-        config(36, 3, 6, 1, 53, 70, 13, 1),  /* MQA, three layers */
-        config(10, 1, 1, 1, 7, 17, 8, 0),    /* one head, one layer */
+        wf_test_model_config(64, 2, 4, 2, 512, 0, 64, 1),  /* tiny: GQA, tied */
+        wf_test_model_config(48, 2, 3, 3, 97, 80, 16, 0),  /* MHA, untied, odd sizes */
+        wf_test_model_config(36, 3, 6, 1, 53, 70, 13, 1),  /* MQA, three layers */
+        wf_test_model_config(10, 1, 1, 1, 7, 17, 8, 0),    /* one head, one layer */
     };
     const int shapes[][2] = {{1, 1}, {2, 8}, {3, 13}};
     const int threads[] = {1, 3};
@@ -97,13 +59,13 @@ WF_TEST(every_mode_gives_the_same_bits_as_none) {
                 wf_kern_set_threads(threads[ti]);
                 int32_t *tok = malloc(2 * (size_t)N * sizeof *tok);
                 int32_t *tgt = malloc(2 * (size_t)N * sizeof *tgt);
-                batch(tok, tgt, 2 * N, V, 100 + ci * 10 + si);
-                fixture f[N_MODES];
+                wf_test_random_batch(tok, tgt, 2 * N, V, 100 + ci * 10 + si, 5, 0.1);
+                wf_test_model f[N_MODES];
                 float loss[N_MODES][2];
                 /* Two micro-batches accumulate, the second smaller when it can be. */
                 int B2 = B > 1 ? B - 1 : B;
                 for (int k = 0; k < N_MODES; k++) {
-                    f[k] = make(c, modes[k], B, T);
+                    f[k] = wf_test_model_make(c, 77, modes[k], B, T);
                     WF_CHECK_OK(wf_model_forward(f[k].m, tok, tgt, B, T, &loss[k][0]));
                     WF_CHECK_OK(wf_model_backward(f[k].m, 0.5f));
                 }
@@ -135,7 +97,7 @@ WF_TEST(every_mode_gives_the_same_bits_as_none) {
                     WF_CHECK_EQ(n, expect);
                     WF_CHECK_EQ(wf_model_num_activations(f[0].m), 1 + 8 * L + 3);
                 }
-                for (int k = 0; k < N_MODES; k++) drop(&f[k]);
+                for (int k = 0; k < N_MODES; k++) wf_test_model_free(&f[k]);
                 free(tok), free(tgt);
                 cases++;
             }
@@ -162,14 +124,15 @@ static size_t formula_bytes(const wf_model_config *c, int Bi, int Ti, int thread
 }
 
 WF_TEST(memory_shrinks_by_the_documented_formulas) {
-    wf_model_config cs[2] = {config(64, 4, 4, 2, 512, 0, 64, 1), config(36, 3, 6, 1, 53, 70, 13, 0)};
+    wf_model_config cs[2] = {wf_test_model_config(64, 4, 4, 2, 512, 0, 64, 1),
+                             wf_test_model_config(36, 3, 6, 1, 53, 70, 13, 0)};
     for (int ci = 0; ci < 2; ci++) {
         wf_kern_set_threads(2);
         int threads = wf_kern_threads(); /* 1 in a build without OpenMP */
         int B = 3, T = cs[ci].max_seq_len;
         size_t bytes[N_MODES];
         for (int k = 0; k < N_MODES; k++) {
-            fixture f = make(&cs[ci], modes[k], B, T);
+            wf_test_model f = wf_test_model_make(&cs[ci], 77, modes[k], B, T);
             wf_model_memory mem = wf_model_get_memory(f.m);
             bytes[k] = mem.activation_bytes;
             WF_CHECK_EQ(bytes[k], formula_bytes(&cs[ci], B, T, threads, modes[k]));
@@ -184,7 +147,7 @@ WF_TEST(memory_shrinks_by_the_documented_formulas) {
             /* The arena holds at least parameters, gradients and activations. */
             wf_arena_stats st = wf_arena_get_stats(f.arena);
             WF_CHECK_TRUE(st.in_use >= mem.param_bytes + mem.grad_bytes + mem.activation_bytes);
-            drop(&f);
+            wf_test_model_free(&f);
         }
         WF_CHECK_TRUE(bytes[WF_RECOMPUTE_BLOCK] < bytes[WF_RECOMPUTE_SELECTIVE]);
         WF_CHECK_TRUE(bytes[WF_RECOMPUTE_SELECTIVE] < bytes[WF_RECOMPUTE_NONE]);
@@ -202,15 +165,15 @@ WF_TEST(memory_shrinks_by_the_documented_formulas) {
 }
 
 WF_TEST(the_mode_is_fixed_by_the_plan_and_named) {
-    wf_model_config c = config(64, 2, 4, 2, 512, 0, 64, 1);
-    fixture f = make(&c, WF_RECOMPUTE_SELECTIVE, 1, 8);
+    wf_model_config c = wf_test_model_config(64, 2, 4, 2, 512, 0, 64, 1);
+    wf_test_model f = wf_test_model_make(&c, 77, WF_RECOMPUTE_SELECTIVE, 1, 8);
     WF_CHECK_EQ(wf_model_get_recompute(f.m), WF_RECOMPUTE_SELECTIVE);
     WF_CHECK_OK(wf_model_set_recompute(f.m, WF_RECOMPUTE_SELECTIVE));
     WF_CHECK_ERR(wf_model_set_recompute(f.m, WF_RECOMPUTE_BLOCK), WF_ERR_INVALID,
                  "from selective to block after wf_model_plan");
     WF_CHECK_ERR(wf_model_set_recompute(f.m, (wf_model_recompute)7), WF_ERR_INVALID,
                  "unknown recompute mode 7");
-    drop(&f);
+    wf_test_model_free(&f);
     for (int k = 0; k < N_MODES; k++)
         WF_CHECK_EQ(wf_model_recompute_parse(wf_model_recompute_name(modes[k])), (int)modes[k]);
     WF_CHECK_STREQ(wf_model_recompute_name(WF_RECOMPUTE_BLOCK), "block");
@@ -219,11 +182,11 @@ WF_TEST(the_mode_is_fixed_by_the_plan_and_named) {
 }
 
 WF_TEST(a_recomputing_step_allocates_nothing_and_times_its_reruns) {
-    wf_model_config c = config(64, 3, 4, 2, 512, 0, 64, 1);
+    wf_model_config c = wf_test_model_config(64, 3, 4, 2, 512, 0, 64, 1);
     int32_t tok[32], tgt[32];
-    batch(tok, tgt, 32, c.vocab_size, 9);
+    wf_test_random_batch(tok, tgt, 32, c.vocab_size, 9, 5, 0.1);
     for (int k = 0; k < N_MODES; k++) {
-        fixture f = make(&c, modes[k], 2, 16);
+        wf_test_model f = wf_test_model_make(&c, 77, modes[k], 2, 16);
         wf_arena_stats before = wf_arena_get_stats(f.arena);
         float loss;
         for (int step = 0; step < 2; step++) {
@@ -242,6 +205,6 @@ WF_TEST(a_recomputing_step_allocates_nothing_and_times_its_reruns) {
         else WF_CHECK_TRUE(t.rec[WF_OP_RMSNORM] > 0 && t.rec[WF_OP_SWIGLU] > 0);
         WF_CHECK_TRUE((t.rec[WF_OP_MATMUL] > 0) == (modes[k] == WF_RECOMPUTE_BLOCK));
         WF_CHECK_TRUE((t.rec[WF_OP_ATTENTION] > 0) == (modes[k] == WF_RECOMPUTE_BLOCK));
-        drop(&f);
+        wf_test_model_free(&f);
     }
 }

@@ -15,14 +15,6 @@
 
 /* ------------------------------------------------------------- helpers */
 
-static char *tpath(const char *name) {
-    static char buf[8][1024];
-    static int slot;
-    char *p = buf[slot++ % 8];
-    snprintf(p, 1024, "%s/%s", wf_test_tmpdir(), name);
-    return p;
-}
-
 /* A deterministic document: length 1 + (d * 7919) % max_len, tokens from an
  * LCG, ending with `eos`. */
 static size_t make_doc(uint64_t d, uint32_t vocab, size_t max_len, int32_t *out) {
@@ -154,7 +146,7 @@ static void reseal(const char *dir, const char *file) {
 /* ---------------------------------------------------------- round trips */
 
 WF_TEST(roundtrip_uint16_multi_shard) {
-    const char *dir = tpath("ds");
+    const char *dir = wf_test_path("ds");
     expected e;
     write_dataset(dir, 1000, 100, 200, 40, &e);
     check_split(dir, "train", &e, 0);
@@ -193,7 +185,7 @@ WF_TEST(roundtrip_uint16_multi_shard) {
 }
 
 WF_TEST(roundtrip_uint32) {
-    const char *dir = tpath("ds32");
+    const char *dir = wf_test_path("ds32");
     expected e;
     write_dataset(dir, 70000, 1000, 60, 50, &e);
     check_split(dir, "train", &e, 0);
@@ -210,19 +202,19 @@ WF_TEST(roundtrip_uint32) {
 }
 
 WF_TEST(dtype_boundary_65536_is_uint16) {
-    const char *dir = tpath("ds");
+    const char *dir = wf_test_path("ds");
     expected e;
     write_dataset(dir, 65536, 1000, 10, 20, &e); /* ids up to 65535 fit 16 bits */
     check_split(dir, "train", &e, 0);
     wf_shard s;
-    WF_CHECK_OK(wf_shard_open(&s, tpath("ds/train-00000.wfs"), 1));
+    WF_CHECK_OK(wf_shard_open(&s, wf_test_path("ds/train-00000.wfs"), 1));
     WF_CHECK_EQ(s.token_bytes, 2);
     wf_shard_close(&s);
     expected_free(&e);
 }
 
 WF_TEST(reads_span_shard_boundaries) {
-    const char *dir = tpath("ds");
+    const char *dir = wf_test_path("ds");
     expected e;
     write_dataset(dir, 500, 30, 90, 12, &e);
     wf_dataset d;
@@ -243,7 +235,7 @@ WF_TEST(reads_span_shard_boundaries) {
 }
 
 WF_TEST(long_document_gets_its_own_shard) {
-    const char *dir = tpath("ds");
+    const char *dir = wf_test_path("ds");
     wf_dataset_writer *w;
     wf_dataset_writer_opts o = {.dir = dir, .vocab_size = 100, .shard_tokens = 10};
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
@@ -269,7 +261,7 @@ WF_TEST(long_document_gets_its_own_shard) {
 }
 
 WF_TEST(bad_token_is_refused_and_writer_stays_usable) {
-    const char *dir = tpath("ds");
+    const char *dir = wf_test_path("ds");
     wf_dataset_writer *w;
     wf_dataset_writer_opts o = {.dir = dir, .vocab_size = 100, .shard_tokens = 1000};
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
@@ -281,7 +273,7 @@ WF_TEST(bad_token_is_refused_and_writer_stays_usable) {
     WF_CHECK_OK(wf_dataset_writer_add(w, 0, good, 2));
     WF_CHECK_OK(wf_dataset_writer_finish(w));
     wf_dataset_writer_destroy(w);
-    WF_CHECK_TRUE(!wf_path_exists(tpath("ds/val-00000.wfs"))); /* the refused doc left no shard */
+    WF_CHECK_TRUE(!wf_path_exists(wf_test_path("ds/val-00000.wfs"))); /* the refused doc left no shard */
     wf_dataset d;
     WF_CHECK_OK(wf_dataset_open(&d, dir, "train", 1));
     WF_CHECK_EQ(d.n_tokens, 2);
@@ -289,29 +281,29 @@ WF_TEST(bad_token_is_refused_and_writer_stays_usable) {
 }
 
 WF_TEST(rewriting_replaces_the_old_dataset) {
-    const char *dir = tpath("ds");
+    const char *dir = wf_test_path("ds");
     expected e;
     write_dataset(dir, 300, 20, 100, 10, &e);
-    WF_CHECK_TRUE(wf_path_exists(tpath("ds/train-00005.wfs")));
+    WF_CHECK_TRUE(wf_path_exists(wf_test_path("ds/train-00005.wfs")));
     expected_free(&e);
     write_dataset(dir, 300, 1000, 10, 10, &e); /* fewer shards */
-    WF_CHECK_TRUE(!wf_path_exists(tpath("ds/train-00005.wfs")));
-    WF_CHECK_TRUE(!wf_path_exists(tpath("ds/train-00001.wfs")));
+    WF_CHECK_TRUE(!wf_path_exists(wf_test_path("ds/train-00005.wfs")));
+    WF_CHECK_TRUE(!wf_path_exists(wf_test_path("ds/train-00001.wfs")));
     check_split(dir, "train", &e, 0);
     expected_free(&e);
 }
 
 WF_TEST(unfinished_writer_leaves_no_dataset) {
-    const char *dir = tpath("ds");
+    const char *dir = wf_test_path("ds");
     wf_dataset_writer *w;
     wf_dataset_writer_opts o = {.dir = dir, .vocab_size = 100, .shard_tokens = 5};
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
     int32_t doc[4] = {1, 2, 3, 4};
     for (int i = 0; i < 6; i++) WF_CHECK_OK(wf_dataset_writer_add(w, 0, doc, 4));
-    WF_CHECK_TRUE(wf_path_exists(tpath("ds/train-00000.wfs"))); /* committed as it filled */
+    WF_CHECK_TRUE(wf_path_exists(wf_test_path("ds/train-00000.wfs"))); /* committed as it filled */
     wf_dataset_writer_destroy(w); /* no finish */
-    WF_CHECK_TRUE(!wf_path_exists(tpath("ds/train-00000.wfs")));
-    WF_CHECK_TRUE(!wf_path_exists(tpath("ds/dataset.json")));
+    WF_CHECK_TRUE(!wf_path_exists(wf_test_path("ds/train-00000.wfs")));
+    WF_CHECK_TRUE(!wf_path_exists(wf_test_path("ds/dataset.json")));
     wf_dataset d;
     WF_CHECK_ERR(wf_dataset_open(&d, dir, "train", 0), WF_ERR_NOTFOUND, "dataset.json");
 }
@@ -319,13 +311,13 @@ WF_TEST(unfinished_writer_leaves_no_dataset) {
 /* ----------------------------------------------------- empty datasets */
 
 WF_TEST(empty_dataset_is_an_error) {
-    const char *dir = tpath("empty");
+    const char *dir = wf_test_path("empty");
     wf_dataset_writer *w;
     wf_dataset_writer_opts o = {.dir = dir, .vocab_size = 100, .shard_tokens = 5};
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
     WF_CHECK_ERR(wf_dataset_writer_finish(w), WF_ERR_EMPTY, dir);
     wf_dataset_writer_destroy(w);
-    WF_CHECK_TRUE(!wf_path_exists(tpath("empty/dataset.json")));
+    WF_CHECK_TRUE(!wf_path_exists(wf_test_path("empty/dataset.json")));
 
     /* only val documents: no training split */
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
@@ -333,11 +325,11 @@ WF_TEST(empty_dataset_is_an_error) {
     WF_CHECK_OK(wf_dataset_writer_add(w, 1, doc, 2));
     WF_CHECK_ERR(wf_dataset_writer_finish(w), WF_ERR_EMPTY, "none to train");
     wf_dataset_writer_destroy(w);
-    WF_CHECK_TRUE(!wf_path_exists(tpath("empty/val-00000.wfs")));
+    WF_CHECK_TRUE(!wf_path_exists(wf_test_path("empty/val-00000.wfs")));
 }
 
 WF_TEST(empty_split_is_an_error_on_open) {
-    const char *dir = tpath("ds");
+    const char *dir = wf_test_path("ds");
     wf_dataset_writer *w;
     wf_dataset_writer_opts o = {.dir = dir, .vocab_size = 100, .shard_tokens = 5};
     WF_CHECK_OK(wf_dataset_writer_create(&w, &o));
@@ -360,7 +352,7 @@ static void small_dataset(const char *dir) {
 }
 
 WF_TEST(wrong_magic) {
-    const char *dir = tpath("ds"), *shard = tpath("ds/train-00001.wfs");
+    const char *dir = wf_test_path("ds"), *shard = wf_test_path("ds/train-00001.wfs");
     small_dataset(dir);
     poke(shard, 0, "X", 1);
     wf_shard s;
@@ -368,14 +360,14 @@ WF_TEST(wrong_magic) {
     wf_dataset d;
     WF_CHECK_ERR(wf_dataset_open(&d, dir, "train", 0), WF_ERR_FORMAT, "train-00001.wfs: not a weft token shard");
     /* not a shard at all */
-    wf_test_write_file(tpath("junk.wfs"), "hello", 5);
-    WF_CHECK_ERR(wf_shard_open(&s, tpath("junk.wfs"), 0), WF_ERR_FORMAT, "junk.wfs: truncated");
-    wf_test_write_file(tpath("zero.wfs"), "", 0);
-    WF_CHECK_ERR(wf_shard_open(&s, tpath("zero.wfs"), 0), WF_ERR_FORMAT, "zero.wfs: truncated");
+    wf_test_write_file(wf_test_path("junk.wfs"), "hello", 5);
+    WF_CHECK_ERR(wf_shard_open(&s, wf_test_path("junk.wfs"), 0), WF_ERR_FORMAT, "junk.wfs: truncated");
+    wf_test_write_file(wf_test_path("zero.wfs"), "", 0);
+    WF_CHECK_ERR(wf_shard_open(&s, wf_test_path("zero.wfs"), 0), WF_ERR_FORMAT, "zero.wfs: truncated");
 }
 
 WF_TEST(truncated_shard) {
-    const char *dir = tpath("ds"), *shard = tpath("ds/train-00000.wfs");
+    const char *dir = wf_test_path("ds"), *shard = wf_test_path("ds/train-00000.wfs");
     small_dataset(dir);
     struct stat st;
     WF_CHECK_TRUE(stat(shard, &st) == 0);
@@ -389,7 +381,7 @@ WF_TEST(truncated_shard) {
 }
 
 WF_TEST(flipped_payload_byte_fails_checksum) {
-    const char *dir = tpath("ds"), *shard = tpath("ds/val-00000.wfs");
+    const char *dir = wf_test_path("ds"), *shard = wf_test_path("ds/val-00000.wfs");
     small_dataset(dir);
     unsigned char b;
     FILE *fp = fopen(shard, "rb");
@@ -407,7 +399,7 @@ WF_TEST(flipped_payload_byte_fails_checksum) {
 }
 
 WF_TEST(flipped_header_byte_fails_header_checksum) {
-    const char *dir = tpath("ds"), *shard = tpath("ds/train-00000.wfs");
+    const char *dir = wf_test_path("ds"), *shard = wf_test_path("ds/train-00000.wfs");
     small_dataset(dir);
     unsigned char b = 0x7f;
     poke(shard, 24, &b, 1); /* n_tokens */
@@ -416,7 +408,7 @@ WF_TEST(flipped_header_byte_fails_header_checksum) {
 }
 
 WF_TEST(unsupported_version) {
-    const char *dir = tpath("ds"), *shard = tpath("ds/train-00000.wfs");
+    const char *dir = wf_test_path("ds"), *shard = wf_test_path("ds/train-00000.wfs");
     small_dataset(dir);
     unsigned char v[4] = {2, 0, 0, 0};
     poke(shard, 8, v, 4);
@@ -426,7 +418,7 @@ WF_TEST(unsupported_version) {
 }
 
 WF_TEST(sizes_that_do_not_add_up) {
-    const char *dir = tpath("ds"), *shard = tpath("ds/train-00000.wfs");
+    const char *dir = wf_test_path("ds"), *shard = wf_test_path("ds/train-00000.wfs");
     small_dataset(dir);
     wf_shard s;
     WF_CHECK_OK(wf_shard_open(&s, shard, 1));
@@ -444,7 +436,7 @@ WF_TEST(sizes_that_do_not_add_up) {
 }
 
 WF_TEST(token_outside_vocabulary) {
-    const char *dir = tpath("ds"), *shard = tpath("ds/train-00000.wfs");
+    const char *dir = wf_test_path("ds"), *shard = wf_test_path("ds/train-00000.wfs");
     small_dataset(dir);
     unsigned char t[2] = {0xe8, 0x03}; /* 1000 == vocab_size */
     poke(shard, 4096 + 2 * 5, t, 2);
@@ -461,7 +453,7 @@ WF_TEST(token_outside_vocabulary) {
 }
 
 WF_TEST(document_index_not_increasing) {
-    const char *dir = tpath("ds"), *shard = tpath("ds/train-00000.wfs");
+    const char *dir = wf_test_path("ds"), *shard = wf_test_path("ds/train-00000.wfs");
     small_dataset(dir);
     wf_shard s;
     WF_CHECK_OK(wf_shard_open(&s, shard, 1));
@@ -482,12 +474,12 @@ WF_TEST(document_index_not_increasing) {
 }
 
 WF_TEST(shard_from_another_dataset) {
-    const char *dir = tpath("ds"), *other = tpath("other");
+    const char *dir = wf_test_path("ds"), *other = wf_test_path("other");
     small_dataset(dir);
     expected e;
     write_dataset(other, 1000, 50, 30, 19, &e); /* other document lengths */
     expected_free(&e);
-    WF_CHECK_TRUE(rename(tpath("other/train-00000.wfs"), tpath("ds/train-00000.wfs")) == 0);
+    WF_CHECK_TRUE(rename(wf_test_path("other/train-00000.wfs"), wf_test_path("ds/train-00000.wfs")) == 0);
     wf_dataset d;
     WF_CHECK_ERR(wf_dataset_open(&d, dir, "train", 0), WF_ERR_FORMAT, "train-00000.wfs: its");
 }
@@ -495,9 +487,9 @@ WF_TEST(shard_from_another_dataset) {
 /* ----------------------------------------------------- damaged indexes */
 
 WF_TEST(missing_shard) {
-    const char *dir = tpath("ds");
+    const char *dir = wf_test_path("ds");
     small_dataset(dir);
-    WF_CHECK_TRUE(unlink(tpath("ds/train-00001.wfs")) == 0);
+    WF_CHECK_TRUE(unlink(wf_test_path("ds/train-00001.wfs")) == 0);
     wf_dataset d;
     WF_CHECK_ERR(wf_dataset_open(&d, dir, "train", 0), WF_ERR_NOTFOUND, "train-00001.wfs: missing (listed in");
     WF_CHECK_OK(wf_dataset_open(&d, dir, "val", 0)); /* the other split is whole */
@@ -506,15 +498,16 @@ WF_TEST(missing_shard) {
 
 WF_TEST(missing_dataset_json) {
     wf_dataset d;
-    WF_CHECK_ERR(wf_dataset_open(&d, tpath("nope"), "train", 0), WF_ERR_NOTFOUND, "nope: no such dataset directory");
-    const char *dir = tpath("ds");
+    WF_CHECK_ERR(wf_dataset_open(&d, wf_test_path("nope"), "train", 0), WF_ERR_NOTFOUND,
+                 "nope: no such dataset directory");
+    const char *dir = wf_test_path("ds");
     small_dataset(dir);
-    WF_CHECK_TRUE(unlink(tpath("ds/dataset.json")) == 0);
+    WF_CHECK_TRUE(unlink(wf_test_path("ds/dataset.json")) == 0);
     WF_CHECK_ERR(wf_dataset_open(&d, dir, "train", 0), WF_ERR_NOTFOUND, "ds/dataset.json: missing");
 }
 
 WF_TEST(malformed_dataset_json) {
-    const char *dir = tpath("ds"), *json = tpath("ds/dataset.json");
+    const char *dir = wf_test_path("ds"), *json = wf_test_path("ds/dataset.json");
     small_dataset(dir);
     wf_dataset d;
     const char *bad_syntax = "{\n  \"format\": \"weft-token-dataset\",\n  oops\n}\n";
@@ -555,14 +548,14 @@ WF_TEST(malformed_dataset_json) {
  * too: opening must either fail cleanly or give a shard whose every token
  * and document can be read in bounds (the sanitizer builds catch the rest). */
 WF_TEST(random_damage_fails_cleanly) {
-    const char *dir = tpath("ds");
+    const char *dir = wf_test_path("ds");
     small_dataset(dir);
     char *orig;
     size_t len;
-    WF_CHECK_OK(wf_file_read(tpath("ds/train-00000.wfs"), &orig, &len));
+    WF_CHECK_OK(wf_file_read(wf_test_path("ds/train-00000.wfs"), &orig, &len));
     unsigned char *buf = malloc(len);
     int32_t *toks = malloc(len * sizeof *toks);
-    const char *victim = tpath("victim.wfs");
+    const char *victim = wf_test_path("victim.wfs");
     uint64_t x = 88172645463325252ull;
     int opened = 0, refused = 0;
     for (int it = 0; it < 400; it++) {

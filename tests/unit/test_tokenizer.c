@@ -20,16 +20,8 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static char *tmp_path(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 512, "%s/%s", wf_test_tmpdir(), name);
-    return p;
-}
-
 static wf_tokenizer *load_json(const char *json) {
-    const char *path = tmp_path("tok.json");
+    const char *path = wf_test_path("tok.json");
     wf_test_write_file(path, json, strlen(json));
     wf_tokenizer *t = NULL;
     WF_CHECK_OK(wf_tokenizer_load(&t, path));
@@ -37,7 +29,7 @@ static wf_tokenizer *load_json(const char *json) {
 }
 
 static wf_status load_json_status(const char *json) {
-    const char *path = tmp_path("bad.json");
+    const char *path = wf_test_path("bad.json");
     wf_test_write_file(path, json, strlen(json));
     wf_tokenizer *t = NULL;
     wf_status s = wf_tokenizer_load(&t, path);
@@ -158,7 +150,7 @@ static wf_tokenizer *train_on(const char *const *paths, size_t n_paths, size_t v
 static wf_tokenizer *train_small(const char *pattern) {
     size_t len;
     char *text = make_corpus(1, 20000, &len);
-    const char *path = tmp_path("corpus.txt");
+    const char *path = wf_test_path("corpus.txt");
     wf_test_write_file(path, text, len);
     free(text);
     const char *paths[] = {path};
@@ -623,7 +615,7 @@ WF_TEST(load_malformed_json_names_line_and_column) {
     const char *json = "{\n  \"model\": {\n    \"type\": \"BPE\",,\n  }\n}\n";
     WF_CHECK_ERR(load_json_status(json), WF_ERR_FORMAT, "bad.json:3:");
     wf_tokenizer *t = NULL;
-    WF_CHECK_ERR(wf_tokenizer_load(&t, tmp_path("missing.json")), WF_ERR_NOTFOUND, "missing.json");
+    WF_CHECK_ERR(wf_tokenizer_load(&t, wf_test_path("missing.json")), WF_ERR_NOTFOUND, "missing.json");
 }
 
 WF_TEST(load_rejects_unsupported_parts) {
@@ -670,7 +662,7 @@ WF_TEST(load_rejects_unsupported_parts) {
 
 WF_TEST(save_load_roundtrip) {
     wf_tokenizer *t = train_small("gpt2");
-    const char *path = tmp_path("saved.json");
+    const char *path = wf_test_path("saved.json");
     WF_CHECK_OK(wf_tokenizer_save(t, path));
     wf_tokenizer *u = NULL;
     WF_CHECK_OK(wf_tokenizer_load(&u, path));
@@ -689,7 +681,7 @@ WF_TEST(save_load_roundtrip) {
     WF_CHECK_EQ(x.n, y.n);
     WF_CHECK_TRUE(memcmp(x.ids, y.ids, x.n * sizeof *x.ids) == 0);
     /* Saving the loaded one gives the same file. */
-    const char *path2 = tmp_path("saved2.json");
+    const char *path2 = wf_test_path("saved2.json");
     WF_CHECK_OK(wf_tokenizer_save(u, path2));
     char *f1, *f2;
     size_t l1, l2;
@@ -756,7 +748,7 @@ WF_TEST(encode_shared_from_threads) {
 WF_TEST(train_is_deterministic_across_threads) {
     /* Several files, one of them a single document over 2 MB (cut into
      * units for counting). */
-    const char *paths[3] = {tmp_path("c1.txt"), tmp_path("c2.txt"), tmp_path("c3.txt")};
+    const char *paths[3] = {wf_test_path("c1.txt"), wf_test_path("c2.txt"), wf_test_path("c3.txt")};
     size_t lens[3] = {2000, 30000, 400000};
     for (int i = 0; i < 3; i++) {
         size_t len;
@@ -772,8 +764,8 @@ WF_TEST(train_is_deterministic_across_threads) {
         WF_CHECK_EQ(wf_tokenizer_vocab_size(t), 1000);
         char name[32];
         snprintf(name, sizeof name, "t%d.json", threads);
-        WF_CHECK_OK(wf_tokenizer_save(t, tmp_path(name)));
-        WF_CHECK_OK(wf_file_read(tmp_path(name), &files[k], &flen[k]));
+        WF_CHECK_OK(wf_tokenizer_save(t, wf_test_path(name)));
+        WF_CHECK_OK(wf_file_read(wf_test_path(name), &files[k], &flen[k]));
         wf_tokenizer_destroy(t);
     }
     for (int k = 1; k < 3; k++) {
@@ -804,7 +796,7 @@ WF_TEST(train_learns_frequent_words_and_layout) {
 }
 
 WF_TEST(train_min_frequency_stops_early) {
-    const char *path = tmp_path("tiny.txt");
+    const char *path = wf_test_path("tiny.txt");
     wf_test_write_file(path, "abab abab xyz", 13);
     const char *paths[] = {path};
     wf_bpe_train_opts o = {.vocab_size = 5000, .min_frequency = 2, .n_threads = 1,
@@ -821,7 +813,7 @@ WF_TEST(train_min_frequency_stops_early) {
 }
 
 WF_TEST(train_rejects_bad_options) {
-    const char *path = tmp_path("x.txt");
+    const char *path = wf_test_path("x.txt");
     wf_test_write_file(path, "hello", 5);
     const char *paths[] = {path};
     wf_bpe_train_opts o = {.vocab_size = 200, .n_threads = 1, .paths = paths, .n_paths = 1};
@@ -836,7 +828,7 @@ WF_TEST(train_rejects_bad_options) {
     o.n_special = 2;
     WF_CHECK_ERR(wf_tokenizer_train(&t, &o), WF_ERR_INVALID, "twice");
     o.special_tokens = NULL;
-    const char *none[] = {tmp_path("nope.txt")};
+    const char *none[] = {wf_test_path("nope.txt")};
     o.paths = none;
     WF_CHECK_TRUE(wf_tokenizer_train(&t, &o) != WF_OK);
     WF_CHECK_TRUE(t == NULL);
@@ -889,7 +881,7 @@ WF_TEST(split_with_string_pattern_and_kept_post_processor) {
     wf_ids ids = {0};
     encode(t, "ab", 2, 1, &ids);
     check_ids(&ids, (int32_t[]){'a', 'b'}, 2); /* nothing added around the text */
-    const char *path = tmp_path("resaved.json");
+    const char *path = wf_test_path("resaved.json");
     WF_CHECK_OK(wf_tokenizer_save(t, path));
     char *saved;
     size_t sl;
@@ -917,11 +909,11 @@ WF_TEST(split_with_string_pattern_and_kept_post_processor) {
  * count does not change the files, and the errors name what is wrong. */
 WF_TEST(tokenize_run_writes_the_dataset_for_any_thread_count) {
     wf_tokenizer *t = train_small("gpt2");
-    const char *tok_path = tmp_path("tok.json");
+    const char *tok_path = wf_test_path("tok.json");
     WF_CHECK_OK(wf_tokenizer_save(t, tok_path));
     size_t len;
     char *text = make_corpus(7, 5000, &len);
-    const char *in = tmp_path("docs.txt");
+    const char *in = wf_test_path("docs.txt");
     wf_test_write_file(in, text, len);
     uint64_t want_tokens = 0, want_docs = 0;
     for (size_t b = 0; b < len;) {
@@ -946,7 +938,7 @@ WF_TEST(tokenize_run_writes_the_dataset_for_any_thread_count) {
         free(c.output);
         free(c.text_mode);
         c.tokenizer = strdup(tok_path);
-        c.output = strdup(tmp_path("ds"));
+        c.output = strdup(wf_test_path("ds"));
         c.text_mode = strdup("line");
         c.threads = threads;
         c.val_fraction = 0.2;
