@@ -18,6 +18,11 @@ BUILD = ROOT / os.environ.get("WEFT_BUILD", "build")
 # CLI runs against a sanitizer build (WEFT_BUILD=build-address-undefined).
 os.environ.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
 os.environ.setdefault("ASAN_OPTIONS", "detect_leaks=1")
+# Leaks inside the MPI implementations (Open MPI, MPICH and their helpers),
+# which ranks of the AddressSanitizer build load: tests/lsan.supp says why
+# and what it covers; mpi_launch.launcher_env() adds the full unwinding
+# that those suppressions need.
+os.environ.setdefault("LSAN_OPTIONS", f"suppressions={ROOT / 'tests' / 'lsan.supp'}")
 # OpenBLAS threads on libgomp, which TSan cannot see: tests/tsan.supp says why.
 os.environ.setdefault(
     "TSAN_OPTIONS",
@@ -25,6 +30,12 @@ os.environ.setdefault(
 # `weft train` caches its measured sgemm peak (MFU) in $XDG_CACHE_HOME/weft:
 # keep tests out of the user's ~/.cache; the build folder keeps it between runs.
 os.environ.setdefault("XDG_CACHE_HOME", str(BUILD / "test-cache"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "asan_mpi: an MPI test that scripts/check.sh also runs against the AddressSanitizer "
+        "build (WEFT_BUILD=build-address-undefined pytest -m asan_mpi; docs/robustness.md, \"Sanitizers\")")
 
 
 @pytest.fixture(scope="session")
