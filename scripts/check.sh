@@ -4,7 +4,7 @@
 # UndefinedBehaviorSanitizer and ThreadSanitizer builds, the libFuzzer build
 # with each fuzz target run for a short fixed time (FUZZ_SECONDS, default 15
 # s each; docs/fuzzing.md), a chosen set of the MPI tests against the
-# AddressSanitizer build (pytest -m asan_mpi), then pytest, which runs
+# AddressSanitizer build (pytest -m asan), then pytest, which runs
 # every C unit test in each of those builds, the fuzz targets over their
 # seeds and regression inputs, and the Python end-to-end and
 # interoperability tests. Ends with pytest's summary line; exits non-zero
@@ -38,14 +38,14 @@ if ! scripts/fuzz.sh --check "${FUZZ_SECONDS:-15}"; then
   exit 1
 fi
 
-# A chosen set of the MPI tests (marked asan_mpi) against the
+# A chosen set of the MPI tests (marked asan) against the
 # AddressSanitizer + UndefinedBehaviorSanitizer build: every rank runs
 # instrumented, LeakSanitizer included (tests/lsan.supp keeps the MPI
 # libraries' own leaks out). About a minute; docs/robustness.md,
 # "Sanitizers". Before pytest, for the same reason as the fuzz targets.
 echo "[check] MPI tests under AddressSanitizer"
 if ! WEFT_BUILD=build-address-undefined .venv/bin/python -m pytest tests/py -q -p no:cacheprovider \
-    -m asan_mpi; then
+    -m asan; then
   echo "[check] MPI tests under AddressSanitizer: a test failed (above)"
   exit 1
 fi

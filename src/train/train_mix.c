@@ -66,9 +66,9 @@ void wf__train_mix_free(trainer *t) {
 
 /* ------------------------------------------------------------- the data */
 
-wf_status wf__train_mix_check_data(trainer *t, uint32_t *vocab, char **tokenizer) {
+/* wf__train_mix_check_data's checks; *tokenizer may be set on an error. */
+static wf_status check_sources(trainer *t, uint32_t *vocab, char **tokenizer) {
     train_mix *mx = &t->mix;
-    *tokenizer = NULL;
     uint64_t fp[WF_MIX_MAX_SOURCES];
     char from[WF_MIX_MAX_SOURCES][320];
     int known[WF_MIX_MAX_SOURCES], first = -1;
@@ -135,6 +135,18 @@ wf_status wf__train_mix_check_data(trainer *t, uint32_t *vocab, char **tokenizer
                             given, g, fp[first], from[first]);
     }
     return WF_OK;
+}
+
+wf_status wf__train_mix_check_data(trainer *t, uint32_t *vocab, char **tokenizer) {
+    *tokenizer = NULL;
+    wf_status s = check_sources(t, vocab, tokenizer);
+    if (s != WF_OK) {
+        /* A source refused after the first one's tokenizer path was copied
+         * (found by LeakSanitizer: docs/robustness.md, "Sanitizers"). */
+        free(*tokenizer);
+        *tokenizer = NULL;
+    }
+    return s;
 }
 
 wf_status wf__train_mix_loaders(trainer *t, const wf_loader_opts *lo, const wf_loader_opts *vo) {

@@ -10,17 +10,11 @@ import subprocess
 
 import pytest
 
-# MPI tests that scripts/check.sh also runs against the AddressSanitizer
-# build (`-m asan_mpi`): chosen to cover the comm layer, DDP, ZeRO-1/2 and
-# FSDP at 2 ranks and a checkpoint resumed across world sizes in about a
-# minute (docs/robustness.md, "Sanitizers").
-ASAN_MPI = pytest.mark.asan_mpi
-
-
 def asan_cases(cases, ids, chosen):
     """The parametrized cases (tuples) with their ids, those whose id is in
-    chosen marked ASAN_MPI."""
-    return [pytest.param(*c, id=i, marks=[ASAN_MPI] if i in chosen else []) for c, i in zip(cases, ids)]
+    chosen marked `asan` (scripts/check.sh also runs them against the
+    AddressSanitizer build: conftest.py)."""
+    return [pytest.param(*c, id=i, marks=[pytest.mark.asan] if i in chosen else []) for c, i in zip(cases, ids)]
 
 
 LAUNCH = {

@@ -367,7 +367,7 @@ def test_watchdog_gives_the_first_steps_longer():
 
 # ---- backend selection errors ------------------------------------------------
 
-@mpi_launch.ASAN_MPI
+@pytest.mark.asan
 @pytest.mark.parametrize("impl", list(LAUNCH))
 def test_leak_sanitizer_reports_a_ranks_own_leak_alone(impl):
     # Under the AddressSanitizer build every rank checks for leaks at exit:
