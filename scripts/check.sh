@@ -3,8 +3,8 @@
 # gcc and with clang (warnings are errors), the AddressSanitizer +
 # UndefinedBehaviorSanitizer and ThreadSanitizer builds, the libFuzzer build
 # with each fuzz target run for a short fixed time (FUZZ_SECONDS, default 15
-# s each; docs/fuzzing.md), a chosen set of the MPI tests against the
-# AddressSanitizer build (pytest -m asan), then pytest, which runs
+# s each; docs/fuzzing.md), the tests marked asan (a chosen set of the MPI
+# tests) against the AddressSanitizer build, then pytest, which runs
 # every C unit test in each of those builds, the fuzz targets over their
 # seeds and regression inputs, and the Python end-to-end and
 # interoperability tests. Ends with pytest's summary line; exits non-zero
@@ -38,10 +38,10 @@ if ! scripts/fuzz.sh --check "${FUZZ_SECONDS:-15}"; then
   exit 1
 fi
 
-# A chosen set of the MPI tests (marked asan) against the
-# AddressSanitizer + UndefinedBehaviorSanitizer build: every rank runs
-# instrumented, LeakSanitizer included (tests/lsan.supp keeps the MPI
-# libraries' own leaks out). About a minute; docs/robustness.md,
+# The tests marked asan against the AddressSanitizer + UBSan build: a
+# chosen set of the MPI tests, every rank instrumented, LeakSanitizer
+# included (tests/lsan.supp keeps the MPI libraries' own leaks out), and
+# regression tests of leaks found there. 30 to 40 s; docs/robustness.md,
 # "Sanitizers". Before pytest, for the same reason as the fuzz targets.
 echo "[check] MPI tests under AddressSanitizer"
 if ! WEFT_BUILD=build-address-undefined .venv/bin/python -m pytest tests/py -q -p no:cacheprovider \
