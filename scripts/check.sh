@@ -3,10 +3,12 @@
 # gcc and with clang (warnings are errors), the AddressSanitizer +
 # UndefinedBehaviorSanitizer and ThreadSanitizer builds, the libFuzzer build
 # with each fuzz target run for a short fixed time (FUZZ_SECONDS, default 15
-# s each; docs/fuzzing.md), then pytest, which runs every C unit test in each
-# of those builds, the fuzz targets over their seeds and regression inputs,
-# and the Python end-to-end and interoperability tests. Ends with pytest's
-# summary line; exits non-zero on any failure.
+# s each; docs/fuzzing.md), the tests marked asan (a chosen set of the MPI
+# tests) against the AddressSanitizer build, then pytest, which runs
+# every C unit test in each of those builds, the fuzz targets over their
+# seeds and regression inputs, and the Python end-to-end and
+# interoperability tests. Ends with pytest's summary line; exits non-zero
+# on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +35,18 @@ build fuzz fuzz
 echo "[check] fuzz: each target ${FUZZ_SECONDS:-15} s"
 if ! scripts/fuzz.sh --check "${FUZZ_SECONDS:-15}"; then
   echo "[check] fuzz: a target failed (reproducers above)"
+  exit 1
+fi
+
+# The tests marked asan against the AddressSanitizer + UBSan build: a
+# chosen set of the MPI tests, every rank instrumented, LeakSanitizer
+# included (tests/lsan.supp keeps the MPI libraries' own leaks out), and
+# regression tests of leaks found there. 30 to 40 s; docs/robustness.md,
+# "Sanitizers". Before pytest, for the same reason as the fuzz targets.
+echo "[check] MPI tests under AddressSanitizer"
+if ! WEFT_BUILD=build-address-undefined .venv/bin/python -m pytest tests/py -q -p no:cacheprovider \
+    -m asan; then
+  echo "[check] MPI tests under AddressSanitizer: a test failed (above)"
   exit 1
 fi
 

@@ -282,7 +282,8 @@ double wf__train_units_local_sumsq(const trainer *t);
 wf_status wf__train_mix_config(trainer *t);
 /* The sources' dataset.json files: one vocabulary and one tokenizer (by
  * fingerprint, and data.tokenizer's if given). *vocab gets it, *tokenizer
- * the tokenizer file the first source records (owned by the caller). */
+ * the tokenizer file the first source records (owned by the caller; NULL
+ * after an error). */
 wf_status wf__train_mix_check_data(trainer *t, uint32_t *vocab, char **tokenizer);
 /* The mixture's training loader (lo without dir) and each source's
  * validation loader (vo: the options of a validation loader but the dir). */

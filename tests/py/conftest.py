@@ -17,8 +17,15 @@ BUILD = ROOT / os.environ.get("WEFT_BUILD", "build")
 
 # Sanitizer findings must fail the run that hits them, in C unit tests and in
 # CLI runs against a sanitizer build (WEFT_BUILD=build-address-undefined).
-os.environ.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
-os.environ.setdefault("ASAN_OPTIONS", "detect_leaks=1")
+# They exit 23, not the sanitizers' default 1: weft exits 1 on an error, so a
+# test of an error path (exit 1 expected) would not see a leak on that path.
+os.environ.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1:exitcode=23")
+os.environ.setdefault("ASAN_OPTIONS", "detect_leaks=1:exitcode=23")
+# Leaks inside the MPI implementations (Open MPI, MPICH and their helpers),
+# which ranks of the AddressSanitizer build load: tests/lsan.supp says why
+# and what it covers; mpi_launch.launcher_env() adds the full unwinding
+# that those suppressions need.
+os.environ.setdefault("LSAN_OPTIONS", f"suppressions={ROOT / 'tests' / 'lsan.supp'}")
 # OpenBLAS threads on libgomp, which TSan cannot see: tests/tsan.supp says why.
 os.environ.setdefault(
     "TSAN_OPTIONS",
@@ -26,6 +33,14 @@ os.environ.setdefault(
 # `weft train` caches its measured sgemm peak (MFU) in $XDG_CACHE_HOME/weft:
 # keep tests out of the user's ~/.cache; the build folder keeps it between runs.
 os.environ.setdefault("XDG_CACHE_HOME", str(BUILD / "test-cache"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "asan: a test that scripts/check.sh also runs against the AddressSanitizer build "
+        "(WEFT_BUILD=build-address-undefined pytest -m asan): MPI tests chosen to cover the comm layer, "
+        "DDP, ZeRO-1/2, FSDP and resuming across world sizes in about a minute, and regression tests of "
+        "leaks found there (docs/robustness.md, \"Sanitizers\")")
 
 
 @pytest.fixture(scope="session")

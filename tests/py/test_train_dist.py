@@ -89,7 +89,10 @@ def single(dataset, tmp_path_factory):
     return r.stdout, run
 
 
-@pytest.mark.parametrize("impl,np_", [("openmpi", 2), ("mpich", 2), ("openmpi", 4)])
+# Not openmpi-4 under AddressSanitizer: that build's weights differ from one
+# process's by 1.26e-4 there, past WEIGHT_TOL (docs/robustness.md, "Sanitizers").
+@pytest.mark.parametrize("impl,np_", [pytest.param("openmpi", 2, marks=pytest.mark.asan),
+                                      pytest.param("mpich", 2, marks=pytest.mark.asan), ("openmpi", 4)])
 def test_ranks_give_the_same_losses_as_one_process(dataset, single, tmp_path, impl, np_):
     out1, run1 = single
     run = tmp_path / "run"
@@ -214,7 +217,8 @@ def test_rank_failing_mid_run_ends_every_rank(dataset, tmp_path, impl):
     assert not list((run / "checkpoints").glob("step-*"))
 
 
-@pytest.mark.parametrize("extra", [(), ("--dist.zero1",)], ids=["ddp", "zero1"])
+@pytest.mark.parametrize("extra", [pytest.param((), id="ddp"),
+                                   pytest.param(("--dist.zero1",), id="zero1", marks=pytest.mark.asan)])
 def test_asynchronous_saves_of_two_ranks_commit_every_step(dataset, tmp_path, extra):
     """ckpt.async (the default) with 2 ranks: each rank's writer thread
     writes its data file; the commit is collective, at the first step whose
@@ -281,6 +285,7 @@ def test_untied_model_reports_lm_head_too(dataset, tmp_path):
     assert m and m.group(1) == m.group(2) and int(m.group(2)) > 5, two.stderr[-2000:]
 
 
+@pytest.mark.asan
 def test_saved_at_four_resumes_at_two_then_one(dataset, single, tmp_path):
     # 4 ranks save at step 2 (each writes a quarter of every tensor), 2 ranks
     # resume and save at step 4, 1 process finishes: the same losses as one

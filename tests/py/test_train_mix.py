@@ -441,6 +441,26 @@ def test_tokenizer_checked_by_content(data, tmp_path, corpus_dir):
     assert r.returncode == 1 and f"data.tokenizer = {tmp_path / 'other.json'}" in r.stderr
 
 
+@pytest.mark.asan
+def test_a_refused_source_leaks_nothing(data, tmp_path):
+    """A second source refused (another tokenizer's fingerprint) after the
+    first one's tokenizer path was read: exit 1 with the message and, in
+    the AddressSanitizer build, no leak (LeakSanitizer would make it 23:
+    the path was not freed before the fix)."""
+    d, _ = data
+    shutil.copytree(d / "emma", tmp_path / "other")
+    idx = json.loads((d / "pp" / "dataset.json").read_text())
+    assert idx["tokenizer"] and re.fullmatch(r"[0-9a-f]{16}", idx["tokenizer_fingerprint"])
+    idx = json.loads((tmp_path / "other" / "dataset.json").read_text())
+    idx["tokenizer_fingerprint"] = f"{int(idx['tokenizer_fingerprint'], 16) ^ 1:016x}"
+    (tmp_path / "other" / "dataset.json").write_text(json.dumps(idx))
+    r = run_weft_cmd(args(d, tmp_path / "run", steps=1, schedule=None, sources=["pp:1", f"{tmp_path / 'other'}:1"]),
+                     check=False)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "data.sources: source 'other' (" in r.stderr and "was tokenized with another tokenizer than source 'pp'" \
+        in r.stderr
+
+
 def test_data_batch_shows_the_mixed_batch(data, whole):
     """`weft data batch --sources` prints the rows training read, with their sources."""
     d, lookup = data

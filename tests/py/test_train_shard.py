@@ -48,8 +48,11 @@ def n_units_line(mode, r):
                      r"as its unit's backward ended; (\d+) parameter all-gathers, (\d+) of them prefetched", r.stderr)
 
 
+# Not openmpi-4 under AddressSanitizer: that build's weights differ from one
+# process's by 1.5e-4 there, past WEIGHT_TOL (docs/robustness.md, "Sanitizers").
 @pytest.mark.parametrize("mode", ["zero2", "fsdp"])
-@pytest.mark.parametrize("impl,np_", [(None, 1), ("openmpi", 2), ("mpich", 2), ("openmpi", 4)])
+@pytest.mark.parametrize("impl,np_", [(None, 1), pytest.param("openmpi", 2, marks=pytest.mark.asan), ("mpich", 2),
+                                      ("openmpi", 4)])
 def test_modes_give_the_losses_of_one_process(dataset, single, tmp_path, mode, impl, np_):
     out1, run1 = single
     run = tmp_path / "run"
@@ -88,6 +91,7 @@ def test_untied_fsdp_and_zero2_at_four_ranks(dataset, tmp_path):
     assert m and int(m.group(3)) >= int(m.group(2)) - 2, rf.stderr[-2000:]
 
 
+@pytest.mark.asan
 def test_one_micro_batch_at_two_ranks_is_ddp_bit_for_bit(dataset, tmp_path):
     # one order for a sum of two terms: the same bits as DDP, losses,
     # weights and every tensor of the checkpoint (FSDP's parameters and

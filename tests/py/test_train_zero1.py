@@ -27,6 +27,7 @@ import json
 import re
 
 import numpy as np
+import pytest
 
 import test_ckpt_cli
 from test_train_dist import (LOSS_TOL, WEIGHT_TOL, args, close, dataset, losses, ok, single,  # noqa: F401
@@ -94,6 +95,7 @@ def test_one_process_ignores_zero1(dataset, single, tmp_path):
     assert json.loads((run / "run.json").read_text())["dist"]["mode"] == "single"
 
 
+@pytest.mark.asan
 def test_two_ranks_equal_ddp_bit_for_bit(dataset, single, tmp_path):
     out1, run1 = single
     z, d = tmp_path / "zero1", tmp_path / "ddp"

@@ -34,8 +34,8 @@ def _cases():
 @pytest.mark.parametrize("exe,name", _cases())
 def test_c_unit(exe, name, tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path), WEFT_ROOT=str(ROOT))
-    env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
-    env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+    env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1:exitcode=23")
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=23")
     p = subprocess.run([str(exe), name], capture_output=True, text=True, env=env, timeout=600,
                        cwd=str(ROOT))
     assert p.returncode == 0, f"{exe.name} {name} exited {p.returncode}\n{p.stdout}\n{p.stderr}"

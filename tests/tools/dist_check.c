@@ -39,6 +39,11 @@
  *       step K's; the watchdog (timeouts A for steps < F, then B) ends a
  *       rank that waits too long. Prints "rank r finished" if all went
  *       through.
+ *   dist_check leak
+ *       drops one allocation of its own (64 bytes, made by leak_one_block
+ *       between MPI_Init and MPI_Finalize) and exits 0: under the
+ *       AddressSanitizer build LeakSanitizer must report exactly that leak
+ *       on every rank and none of the MPI library's (tests/lsan.supp).
  *
  * The synthetic data are exact float32 values made from a splitmix64 hash
  * of (kind, step, sample, element), which the Python test recomputes.
@@ -816,9 +821,27 @@ static int cmd_stall(wf_comm *c, int argc, char **argv) {
     return 0;
 }
 
+/* ---- leak -------------------------------------------------------------- */
+
+/* The pointer is dropped inside a function of its own (not inlined), so
+ * that no copy of it outlives the call in a live stack frame or register
+ * that LeakSanitizer would count as a reference. */
+static __attribute__((noinline)) void leak_one_block(void) {
+    static char *volatile block;
+    block = malloc(64);
+    if (block) snprintf(block, 64, "dist_check leak: rank %d", rank_);
+    block = NULL;
+}
+
+static int cmd_leak(wf_comm *c) {
+    leak_one_block();
+    printf("rank %d leaked 64 bytes\n", rank_);
+    return wf_comm_barrier(c, "leak") == WF_OK ? 0 : die("barrier");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: dist_check info|collectives|overlap|ddp|zero1|agree|stall ...\n");
+        fprintf(stderr, "usage: dist_check info|collectives|overlap|ddp|zero1|agree|stall|leak ...\n");
         return 2;
     }
     const char *cmd = argv[1];
@@ -844,6 +867,7 @@ int main(int argc, char **argv) {
     else if (strcmp(cmd, "zero1") == 0 && argc >= 3) rc = cmd_zero1(c, argc - 3, argv + 3, argv[2]);
     else if (strcmp(cmd, "agree") == 0) rc = cmd_agree(c, argc - 2, argv + 2);
     else if (strcmp(cmd, "stall") == 0) rc = cmd_stall(c, argc - 2, argv + 2);
+    else if (strcmp(cmd, "leak") == 0) rc = cmd_leak(c);
     else fprintf(stderr, "dist_check: unknown command or missing argument: %s\n", cmd);
     fflush(stdout);
     wf_comm_destroy(c);
