@@ -120,6 +120,9 @@ def main():
     ap.add_argument("--inputs", nargs="+", help="input files (default: made from data/)")
     ap.add_argument("--tasks", default="1,2,4")
     ap.add_argument("--peer-python", default=os.environ.get("PEER_PYTHON"))
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="MinHash comparison: best of this many one-task runs and peer runs (weft's LSH steps "
+                         "take milliseconds here, so one run is noisy)")
     ap.add_argument("--extra", nargs="*", default=["--quality.enabled=false"],
                     help="weft prep options (default: quality off, so that most of the text reaches MinHash: the "
                          "man pages are not prose the Gopher rules keep)")
@@ -156,7 +159,12 @@ def main():
         mh_mb = mh["bytes_in"] / 1e6
         sig_s = mh["seconds"]
         lsh_s = st1["steps"]["lsh"]["seconds"] + st1["steps"]["cluster"]["seconds"]
-        print(f"\nMinHash on {mh['docs_in']} documents, {mh_mb:.1f} MB of text, one core:")
+        for r in range(1, args.repeat):
+            _, st = run_tasks(work / f"again{r}", inputs, 1, args.extra)
+            sig_s = min(sig_s, st["stages"]["minhash"]["seconds"])
+            lsh_s = min(lsh_s, st["steps"]["lsh"]["seconds"] + st["steps"]["cluster"]["seconds"])
+        best = f"best of {args.repeat}" if args.repeat > 1 else "one run"
+        print(f"\nMinHash on {mh['docs_in']} documents, {mh_mb:.1f} MB of text, one core ({best} each):")
         print(f"  weft signature {mh_mb / sig_s:8.1f} MB/s   lsh+cluster {mh_mb / lsh_s:8.1f} MB/s")
         if args.peer_python:
             texts = work / "texts.jsonl"
@@ -165,16 +173,24 @@ def main():
                     raw = subprocess.run(["zstd", "-dcq", str(shard)], capture_output=True, check=True).stdout
                     for line in raw.decode().splitlines():
                         w.write(json.dumps({"text": json.loads(line)["text"]}, ensure_ascii=False) + "\n")
-            (work / "peer").mkdir()
-            r = subprocess.run([args.peer_python, "-c", PEER_SCRIPT, str(texts), str(work / "peer")],
-                               capture_output=True, text=True)
-            if r.returncode != 0:
-                sys.exit(f"the peer failed:\n{r.stderr[-3000:]}")
-            p = json.loads(r.stdout.strip().splitlines()[-1])
+            p = None
+            for r in range(max(1, args.repeat)):
+                (work / f"peer{r}").mkdir()
+                res = subprocess.run([args.peer_python, "-c", PEER_SCRIPT, str(texts), str(work / f"peer{r}")],
+                                     capture_output=True, text=True)
+                if res.returncode != 0:
+                    sys.exit(f"the peer failed:\n{res.stderr[-3000:]}")
+                q = json.loads(res.stdout.strip().splitlines()[-1])
+                if p is None:
+                    p = q
+                else:
+                    p["signature_s"] = min(p["signature_s"], q["signature_s"])
+                    if q["buckets_s"] + q["cluster_s"] < p["buckets_s"] + p["cluster_s"]:
+                        p["buckets_s"], p["cluster_s"] = q["buckets_s"], q["cluster_s"]
             # The peer ran on weft's output documents; weft's stage saw the
             # documents entering minhash (a few more): compare MB/s.
             psig, plsh = p["mb"] / p["signature_s"], p["mb"] / (p["buckets_s"] + p["cluster_s"])
-            print(f"  datatrove {p['version']} signature {psig:8.1f} MB/s   buckets+cluster {plsh:8.1f} MB/s "
+            print(f"  datatrove {p['version']} signature {psig:8.2f} MB/s   buckets+cluster {plsh:8.1f} MB/s "
                   f"({p['docs']} documents, {p['mb']:.1f} MB)")
             print(f"  weft / datatrove: signature {mh_mb / sig_s / psig:.1f}x, lsh {mh_mb / lsh_s / plsh:.1f}x")
 
