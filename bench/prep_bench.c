@@ -208,35 +208,29 @@ int main(int argc, char **argv) {
     /* minhash */
     int H = (int)(c.mh_bands * c.mh_rows);
     uint64_t *sig = malloc((size_t)H * sizeof *sig), keys[512];
-    best = 1e30;
-    for (int k = 0; k < repeat; k++) {
-        double t0 = wf_time_now();
-        for (size_t i = 0; i < norm.n; i++) {
-            if (wf_minhash_signature(norm.v[i].data, norm.v[i].len, (int)c.mh_ngram, H, 1, sig)) {
-                wf__prep_minhash_bands(sig, (int)c.mh_bands, (int)c.mh_rows, keys);
-                sink += keys[0];
+    /* On words, then on character 5-grams as for the languages written
+     * without spaces (minhash.char_languages): on CJK text a shingle every
+     * 3 bytes, on English text one every byte. */
+    static const struct {
+        const char *name;
+        size_t (*sign)(const char *, size_t, int, int, uint64_t, uint64_t *);
+    } sigs[] = {{"minhash (14x8)", wf_minhash_signature}, {"minhash-chars (14x8)", wf_minhash_signature_chars}};
+    for (size_t f = 0; f < sizeof sigs / sizeof sigs[0]; f++) {
+        int ngram = (int)(f == 0 ? c.mh_ngram : c.mh_char_ngram);
+        best = 1e30;
+        for (int k = 0; k < repeat; k++) {
+            double t0 = wf_time_now();
+            for (size_t i = 0; i < norm.n; i++) {
+                if (sigs[f].sign(norm.v[i].data, norm.v[i].len, ngram, H, 1, sig)) {
+                    wf__prep_minhash_bands(sig, (int)c.mh_bands, (int)c.mh_rows, keys);
+                    sink += keys[0];
+                }
             }
+            double dt = wf_time_now() - t0;
+            if (dt < best) best = dt;
         }
-        double dt = wf_time_now() - t0;
-        if (dt < best) best = dt;
+        report(sigs[f].name, norm.bytes, best, norm.n);
     }
-    report("minhash (14x8)", norm.bytes, best, norm.n);
-    /* The same on character 5-grams, as for the languages written without
-     * spaces (minhash.char_languages): on CJK text a shingle every 3
-     * bytes, on English text one every byte. */
-    best = 1e30;
-    for (int k = 0; k < repeat; k++) {
-        double t0 = wf_time_now();
-        for (size_t i = 0; i < norm.n; i++) {
-            if (wf_minhash_signature_chars(norm.v[i].data, norm.v[i].len, (int)c.mh_char_ngram, H, 1, sig)) {
-                wf__prep_minhash_bands(sig, (int)c.mh_bands, (int)c.mh_rows, keys);
-                sink += keys[0];
-            }
-        }
-        double dt = wf_time_now() - t0;
-        if (dt < best) best = dt;
-    }
-    report("minhash-chars (14x8)", norm.bytes, best, norm.n);
 
     if (dump_text) {
         FILE *f = fopen(dump_text, "wb");
