@@ -183,7 +183,7 @@ def bench_tokenizer(weft, a, tmp):
         tok_path = Path(tmp) / "tokenizer.json"
         subprocess.run([str(BUILD / "weft"), "tokenizer", "train", "--vocab-size", "8192", "--output",
                         str(tok_path)] + [str(p) for p in corpus], check=True, capture_output=True)
-        print(f"tokenizer: trained by weft on data/corpus/austen, 8192 ids")
+        print("tokenizer: trained by weft on data/corpus/austen, 8192 ids")
     docs, n_bytes = tokenizer_bench.read_docs(text_path)
     print(f"text: {text_path} ({n_bytes / 1e6:.2f} MB in {len(docs)} non-empty lines)")
     threads = [int(x) for x in a.threads.split(",")]

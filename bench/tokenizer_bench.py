@@ -69,7 +69,6 @@ def bench_hf(tok_path, text_path, threads, repeat):
 
 def tiktoken_encoding(tok_path):
     import tiktoken
-    from tokenizers import Tokenizer
     tj = json.loads(Path(tok_path).read_text(encoding="utf-8"))
     # The GPT-2 byte alphabet, inverted: token string -> bytes.
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))

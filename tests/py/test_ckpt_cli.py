@@ -7,7 +7,6 @@ also read by an independent reader written here from
 docs/formats/checkpoint.md (numpy + the xxhash library), and compared with
 the run's model.safetensors read by the safetensors library."""
 import json
-import os
 import re
 import signal
 import subprocess

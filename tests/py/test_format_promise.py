@@ -84,7 +84,7 @@ def test_a_checkpoint_resumes_training(run_weft, tmp_path):
                   "--data.batch_size", "2", "--steps", str(step + 3), "--lr", "1e-2", "--optim.warmup_steps", "0",
                   "--train.eval_every", "0", "--metrics.tensorboard", "false", "--metrics.peak_tflops", "1",
                   "--threads", "1", "--run-dir", run_dir])
-    assert f"resum" in p.stderr.lower()
+    assert "resum" in p.stderr.lower()
     assert (run_dir / "model.safetensors").exists()
 
 

@@ -27,7 +27,6 @@ import subprocess
 
 import pytest
 
-import mpi_launch
 from test_train_dist import WEFT, dataset, ok  # noqa: F401
 
 PAD = 64

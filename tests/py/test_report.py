@@ -296,7 +296,7 @@ def test_report_ranks_damaged_files(ranks_run, run_weft, tmp_path):
     del lines[2]  # step 3
     f.write_text("".join(lines) + lines[-1][:40])  # a last line cut short
     (run / "ranks" / "rank-00002").mkdir()
-    p = run_weft(["report", run])
+    run_weft(["report", run])
     html = (run / "report.html").read_text()
     assert "rank 1: 1 line of ranks/rank-00001/metrics.jsonl could not be read and was skipped (the first: line 6)" in html
     assert "rank 1 has no record of 1 of rank 0's 6 steps" in html
@@ -374,7 +374,7 @@ def test_report_evaluation_section(report, run_weft, tmp_path):
     (the later line wins), a line cut short, a loss that is null."""
     run = tmp_path / "run"
     shutil.copytree(report, run)
-    lines, want = [], {}
+    lines = []
     for step in range(50, 301, 50):
         for name, every, base in (("austen", 50, 5.0), ("web<b>", 100, 6.0)):
             if step % every:

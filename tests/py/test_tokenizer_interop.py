@@ -17,7 +17,6 @@ the exact bytes of the raw random bytes). weft is driven through its CLI
 """
 import json
 import random
-from pathlib import Path
 
 import pytest
 

@@ -207,7 +207,6 @@ def test_overflow_in_a_layer_is_reported_there_and_the_last_good_state_saved(dat
     projection as the first non-finite activation (as PyTorch's forward on
     the same weights and tokens does), saves the state before the step and
     exits 1."""
-    import numpy as np
     import torch
     model = tmp_path / "bad.safetensors"
 
