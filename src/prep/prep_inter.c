@@ -151,6 +151,13 @@ wf_status wf__prep_ir_parse(prep_ir *r, const char *what, const char *data, size
     return WF_OK;
 }
 
+/* A file that fails to open or parse: its error gets how to get past it. */
+static void force_hint(wf_status s) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", wf_error_msg());
+    wf_error(s, "%s; rerun with --force to start over", msg);
+}
+
 wf_status wf__prep_ir_load(prep_ir *r, const char *path, int kind) {
     memset(r, 0, sizeof *r);
     char *data = NULL;
@@ -167,9 +174,7 @@ wf_status wf__prep_ir_load(prep_ir *r, const char *path, int kind) {
     memcpy(r->path, path, n);
     s = wf__prep_ir_parse(r, r->path, data, len, kind);
     if (s != WF_OK) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", wf_error_msg());
-        wf_error(s, "%s; rerun with --force to start over", msg);
+        force_hint(s);
         wf__prep_ir_free(r);
     }
     return s;
@@ -339,9 +344,7 @@ wf_status wf__prep_dr_open(prep_dr *r, const char *path, int kind, size_t chunk,
     if (r->fp) r->own_fp = 1;
     else fclose(fp);
     if (s != WF_OK) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", wf_error_msg());
-        wf_error(s, "%s; rerun with --force to start over", msg);
+        force_hint(s);
         wf__prep_dr_close(r);
     }
     return s;

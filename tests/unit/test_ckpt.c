@@ -681,19 +681,6 @@ WF_TEST(meta_key_is_a_value_or_a_section) {
     wf_ckpt_meta_destroy(m);
 }
 
-/* Reads a whole file into a malloc'd buffer. */
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long len = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len + 1);
-    *n = b ? fread(b, 1, (size_t)len, fp) : 0;
-    fclose(fp);
-    return b;
-}
-
 /* The streaming safetensors writer (fsdp's export): the model's floats
  * put in uneven pieces give wf_safetensors_save_as's bytes, in F32 and
  * BF16; a writer short of values, or given too many, keeps no file. */
@@ -723,8 +710,10 @@ WF_TEST(safetensors_writer_streams_the_bytes_of_save) {
         }
         WF_CHECK_OK(wf_safetensors_writer_commit(w));
         size_t n1 = 0, n2 = 0;
-        unsigned char *b1 = slurp(whole, &n1), *b2 = slurp(streamed, &n2);
-        WF_CHECK_TRUE(b1 && b2 && n1 == n2 && n1 > n * (bf16 ? 2 : 4) && memcmp(b1, b2, n1) == 0);
+        char *b1 = NULL, *b2 = NULL;
+        WF_CHECK_OK(wf_file_read(whole, &b1, &n1));
+        WF_CHECK_OK(wf_file_read(streamed, &b2, &n2));
+        WF_CHECK_TRUE(n1 == n2 && n1 > n * (bf16 ? 2 : 4) && memcmp(b1, b2, n1) == 0);
         free(b1), free(b2);
     }
     char bad[4096];
