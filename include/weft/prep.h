@@ -100,6 +100,7 @@ typedef struct {
     /* [minhash] */
     int minhash;
     int64_t mh_ngram, mh_bands, mh_rows, mh_seed, mh_max_mb;
+    int64_t mh_ranges;       /* hash ranges per band: the lsh step's units are bands x ranges */
     int64_t mh_char_ngram;   /* code points per shingle for the languages of mh_char_languages */
     wf_strs mh_char_languages; /* languages shingled on characters (written without spaces); empty:
                                   words for every language */

@@ -8,7 +8,8 @@
  *      order is kept; the others go to per-input drop lists;
  *   3. filter (per input): the duplicate paragraphs removed, language id,
  *      quality rules, MinHash signatures; band keys by band;
- *   4. lsh (per band): documents that share a key are joined (edges);
+ *   4. lsh (per band and key range): documents that share a key are joined
+ *      (edges);
  *   5. cluster (one unit): union-find over the edges; every document of a
  *      cluster but its first (lowest id) is a near duplicate;
  *   6. output (per input): perplexity and the JSONL of the kept documents,
@@ -99,7 +100,8 @@ typedef struct {
     size_t max_doc;
     int tasks, task;               /* this task: task of tasks */
     long array_id, array_min;      /* SLURM_ARRAY_TASK_ID and _MIN, or -1 when not a Slurm array task */
-    int ranges, bands;             /* units of the dedup and lsh steps */
+    int ranges;                    /* units of the dedup step */
+    int bands, lsh_ranges;         /* the lsh step's units: bands x lsh_ranges */
     char pdir[4200];               /* OUT/_prep */
     double started;                /* the run's start (run.json), epoch seconds */
     prep_stats st;                 /* the counters of the unit being done */
@@ -791,7 +793,7 @@ static wf_status step_filter(prep_run *r, size_t in) {
     return s;
 }
 
-/* ---- step 4: lsh (one unit per band) ---- */
+/* ---- step 4: lsh (one unit per band and key range) ---- */
 
 typedef struct {
     uint64_t key, gid;
@@ -806,8 +808,13 @@ static int cmp_band(const void *a, const void *b) {
 /* A document's global id: its input and its number there. */
 #define GID(in, pos) ((uint64_t)(in) << 32 | (uint64_t)(pos))
 
-static wf_status step_lsh(prep_run *r, size_t band) {
+/* Unit u holds the keys k of band u / R with k % R == u % R (R =
+ * minhash.ranges): a key's documents are all in one unit, and a unit's
+ * memory is 16 bytes a document of its range. Each band file is read by
+ * the R units of its band. */
+static wf_status step_lsh(prep_run *r, size_t unit) {
     char path[4400];
+    size_t band = unit / (size_t)r->lsh_ranges, range = unit % (size_t)r->lsh_ranges;
     band_entry *v = NULL;
     size_t n = 0, cap = 0;
     wf_status s = WF_OK;
@@ -821,15 +828,19 @@ static wf_status step_lsh(prep_run *r, size_t band) {
             uint32_t doc;
             s = wf__prep_ir_u64(&ir, &key, "band key");
             if (s == WF_OK) s = wf__prep_ir_u32(&ir, &doc, "band key");
-            if (s == WF_OK) s = WF_GROW(v, cap, n + 1, 1024);
+            if (s != WF_OK || key % (uint64_t)r->lsh_ranges != range) continue;
+            s = WF_GROW(v, cap, n + 1, 1024);
             if (s == WF_OK) v[n++] = (band_entry){key, GID(in, doc)};
         }
         wf__prep_ir_free(&ir);
     }
     if (s == WF_OK && n) qsort(v, n, sizeof *v, cmp_band);
+    if (s == WF_OK)
+        WF_DEBUG("prep: lsh %zu (band %zu, range %zu of %d): %zu keys, %.2f MiB", unit, band, range, r->lsh_ranges,
+                 n, (double)(cap * sizeof *v) / 1048576.0);
     prep_iw w = {0};
     if (s == WF_OK) {
-        rpath(r, path, sizeof path, "lsh/%04zu.edges", band);
+        rpath(r, path, sizeof path, "lsh/%04zu.r%04zu.edges", band, range);
         s = wf__prep_iw_open(&w, path, PI_EDGES);
     }
     /* Every document of a key's group is joined to the group's first. */
@@ -841,7 +852,7 @@ static wf_status step_lsh(prep_run *r, size_t band) {
         s = wf__prep_iw_u64(&w, v[first].gid);
         if (s == WF_OK) s = wf__prep_iw_u64(&w, v[i].gid);
     }
-    if (s == WF_OK) maybe_crash(PS_LSH, band);
+    if (s == WF_OK) maybe_crash(PS_LSH, unit);
     if (s == WF_OK) s = wf__prep_iw_commit(&w);
     wf__prep_iw_abort(&w);
     free(v);
@@ -864,9 +875,9 @@ static wf_status step_cluster(prep_run *r, size_t unit) {
     u64vec edges = {0}, ids = {0};
     size_t *parent = NULL;
     wf_status s = WF_OK;
-    for (int b = 0; b < r->bands && s == WF_OK; b++) {
+    for (int u = 0; u < r->bands * r->lsh_ranges && s == WF_OK; u++) {
         prep_ir ir;
-        rpath(r, path, sizeof path, "lsh/%04d.edges", b);
+        rpath(r, path, sizeof path, "lsh/%04d.r%04d.edges", u / r->lsh_ranges, u % r->lsh_ranges);
         if ((s = wf__prep_ir_load(&ir, path, PI_EDGES)) != WF_OK) break;
         r->st.step_bytes[PS_CLUSTER] += ir.len;
         while (s == WF_OK && !wf__prep_ir_end(&ir)) {
@@ -1140,6 +1151,18 @@ static wf_status shard_close(const wf_prep_config *c, shard_stream *w, prep_stat
     return s;
 }
 
+/* How many units a step has. */
+static size_t step_units(const prep_run *r, int step) {
+    const wf_prep_config *c = r->c;
+    switch (step) {
+    case PS_DEDUP: return c->dedup ? (size_t)r->ranges : 0;
+    case PS_LSH: return c->minhash ? (size_t)r->bands * (size_t)r->lsh_ranges : 0;
+    case PS_CLUSTER: return c->minhash ? 1 : 0;
+    case PS_FINISH: return 1;
+    default: return r->n_inputs;
+    }
+}
+
 /* Adds up the units' counters; joins the output units' pieces into shards
  * (a shard is closed once it holds shard_mb of JSONL); writes the stats. */
 static wf_status step_finish(prep_run *r, size_t unit) {
@@ -1152,11 +1175,7 @@ static wf_status step_finish(prep_run *r, size_t unit) {
     wf_status s = WF_OK;
     static const int steps[] = {PS_EXTRACT, PS_DEDUP, PS_FILTER, PS_LSH, PS_CLUSTER, PS_OUTPUT};
     for (size_t k = 0; k < sizeof steps / sizeof *steps && s == WF_OK; k++) {
-        size_t n = steps[k] == PS_DEDUP ? (c->dedup ? (size_t)r->ranges : 0)
-                 : steps[k] == PS_LSH   ? (c->minhash ? (size_t)r->bands : 0)
-                 : steps[k] == PS_CLUSTER ? (c->minhash ? 1 : 0)
-                                          : r->n_inputs;
-        for (size_t u = 0; u < n && s == WF_OK; u++) {
+        for (size_t u = 0, n = step_units(r, steps[k]); u < n && s == WF_OK; u++) {
             prep_stats part;
             memset(&part, 0, sizeof part);
             rpath(r, path, sizeof path, "stats/%s.%06zu.json", wf__prep_step_name(steps[k]), u);
@@ -1249,17 +1268,6 @@ static wf_status step_finish(prep_run *r, size_t unit) {
 }
 
 /* ---- units, claims and the task's loop ---- */
-
-static size_t step_units(const prep_run *r, int step) {
-    const wf_prep_config *c = r->c;
-    switch (step) {
-    case PS_DEDUP: return c->dedup ? (size_t)r->ranges : 0;
-    case PS_LSH: return c->minhash ? (size_t)r->bands : 0;
-    case PS_CLUSTER: return c->minhash ? 1 : 0;
-    case PS_FINISH: return 1;
-    default: return r->n_inputs;
-    }
-}
 
 static int unit_done(const prep_run *r, int step, size_t u) {
     char path[4400];
@@ -1731,6 +1739,7 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     r.max_doc = (size_t)c->max_doc_mb << 20;
     r.ranges = (int)c->dedup_ranges;
     r.bands = (int)c->mh_bands;
+    r.lsh_ranges = (int)c->mh_ranges;
     r.nopts.form = strcmp(c->unicode_form, "NFKC") == 0 ? 2 : strcmp(c->unicode_form, "NFC") == 0 ? 1 : 0;
     if (!c->normalize) r.nopts.form = 0;
     r.nopts.cleanup = c->normalize;

@@ -114,8 +114,11 @@ static const wf_opt prep_opts[] = {
     {"minhash.rows", NULL, WF_OPT_INT, O(mh_rows), "8", 1, 64,
      "hashes per band; bands x rows hash functions (14 x 8 flags ~50% at Jaccard 0.72, ~99% at 0.85)"},
     {"minhash.seed", NULL, WF_OPT_INT, O(mh_seed), "1", 0, 9.2e18, "seed of the hash functions"},
+    {"minhash.ranges", NULL, WF_OPT_INT, O(mh_ranges), "1", 1, 4096,
+     "hash ranges each band's keys are split into: the lsh step has bands x ranges units, each holding "
+     "the keys of one range of one band (16 bytes a document of that range)"},
     {"minhash.max_mb", NULL, WF_OPT_INT, O(mh_max_mb), "128", 1, 1 << 20,
-     "unused (kept so that old configs load): the lsh step holds one band's keys, 16 bytes a document"},
+     "unused (kept so that old configs load): an lsh unit's memory is set by minhash.ranges"},
     /* [perplexity] */
     {"perplexity.model", NULL, WF_OPT_STR, O(ppl_model), "", WF_NO_RANGE,
      "a weft model (model.safetensors or its run directory) to score documents with; empty: stage off"},

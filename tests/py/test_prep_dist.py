@@ -170,6 +170,35 @@ def test_a_task_killed_in_the_middle_of_a_unit_resumes(inputs, single, tmp_path)
         assert not list(out.rglob("*.tmp*")) and not list(out.rglob("*.part"))
 
 
+def test_lsh_key_ranges_split_each_band_and_give_the_same_bytes(inputs, single, tmp_path):
+    """minhash.ranges = 3: the lsh step is 6 bands x 3 ranges, a unit holds
+    the keys of one range (so about a third of a band's), every band's
+    ranges hold its keys together, and the output is the bytes of the
+    one-range run. Task 0 is killed in the middle of the unit of band 1,
+    range 2, and run again with task 1."""
+    out = tmp_path / "out"
+    debug = {"WEFT_LOG": "debug"}
+    # task 0 alone first, so that it surely reaches its unit 5
+    res = wait_all(start_tasks(out, inputs, 2, lambda i: {**debug, "WEFT_PREP_CRASH": "lsh:5"},
+                               extra=["--minhash.ranges=3"], only=[0]))
+    res += wait_all(start_tasks(out, inputs, 2, lambda i: debug, extra=["--minhash.ranges=3"]))
+    assert res[0][0] == -signal.SIGKILL and res[1][0] == 0 and res[2][0] == 0, res
+    assert shard_bytes(out) == shard_bytes(single)
+    assert counts(out) == counts(single)
+    assert stats(out)["steps"]["lsh"]["units"] == 18
+    units = {}
+    for _, err in res:
+        for m in re.finditer(r"prep: lsh (\d+) \(band (\d+), range (\d+) of 3\): (\d+) keys", err):
+            u, band, rng, keys = map(int, m.groups())
+            assert u == band * 3 + rng
+            units[u] = keys  # the killed unit's redo logs it again
+    assert sorted(units) == list(range(18)), units
+    per_band = [sum(units[b * 3 + k] for k in range(3)) for b in range(6)]
+    assert len(set(per_band)) == 1 and per_band[0] > 100, per_band  # every kept document has a key in each band
+    assert max(units.values()) < 0.5 * per_band[0], units
+    assert sorted(p.name for p in (out / "_prep" / "done").glob("lsh.*"))[-1] == "lsh.000017"
+
+
 def test_a_killed_task_is_taken_over_by_the_others(inputs, single, tmp_path):
     """Task 1 of 3 dies holding the claim of its first filter unit; the
     other two take the claim over (its pid is gone) and finish the run;
