@@ -11,7 +11,8 @@ summed in another order (float32: the per-rank means and the all-reduce's
 sum add rounding errors of a few ulps relative to the gradient). Over a few
 steps of a tiny model these differences stay far below the printed
 precision's last digit: the losses (4 decimals) must agree within 2e-3 and
-the final weights within 1e-4 absolute. A wrong split (ranks reading the same
+the final weights within 3e-4 absolute (a measurement with margin, not a
+derived bound: docs/distributed.md, "Correctness"). A wrong split (ranks reading the same
 sequences, no gradient averaging, a rank's loss alone) changes the losses in
 the second or first decimal from step 2 on.
 
@@ -35,7 +36,11 @@ WEFT = BUILD / "weft"
 STEP = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.]+) \| lr ([0-9.e+-]+) \| grad norm ([0-9.]+)")
 VAL = re.compile(r"val loss ([0-9.]+)")
 LOSS_TOL = 2e-3
-WEIGHT_TOL = 1e-4
+# Measured (docs/robustness.md, "Numbers in the sanitizer builds"): 5.7e-5
+# to 9.5e-5 in the release build, by CPU (OpenBLAS's sgemm kernel and the
+# kernels' vector width set the order of the sums), 1.47e-4 under ASan;
+# a wrong split or a missing all-gather: ~1e-2.
+WEIGHT_TOL = 3e-4
 
 
 def launch(impl, np_, args, timeout=60):
@@ -89,8 +94,7 @@ def single(dataset, tmp_path_factory):
     return r.stdout, run
 
 
-# Not openmpi-4 under AddressSanitizer: that build's weights differ from one
-# process's by 1.26e-4 there, past WEIGHT_TOL (docs/robustness.md, "Sanitizers").
+# The asan set runs the 2-rank cases: the same code as 4 ranks, in less time.
 @pytest.mark.parametrize("impl,np_", [pytest.param("openmpi", 2, marks=pytest.mark.asan),
                                       pytest.param("mpich", 2, marks=pytest.mark.asan), ("openmpi", 4)])
 def test_ranks_give_the_same_losses_as_one_process(dataset, single, tmp_path, impl, np_):

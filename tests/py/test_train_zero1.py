@@ -16,9 +16,10 @@ in different orders: a relative change of a few u = 2^-24 per gradient
 element, the same kind as (and smaller than) DDP's own difference from one
 process (docs/distributed.md, "Correctness"), so ZeRO-1 gets DDP's
 tolerance against one process: printed losses within 2e-3, final weights
-within 1e-4 (test_train_dist.py's LOSS_TOL and WEIGHT_TOL; measured: the
-printed losses are equal, the weights differ by <= 8.3e-5 from one process
-as DDP's do, and by <= 1e-6 from DDP at 4 ranks). A missing all-gather, a
+within 3e-4 (test_train_dist.py's LOSS_TOL and WEIGHT_TOL; measured: the
+printed losses are equal, the weights differ from one process's as DDP's
+do, by 5.7e-5 to 9.2e-5 depending on the CPU, and by <= 1e-6 from DDP at
+4 ranks). A missing all-gather, a
 shard updated at the wrong offset or moments saved at the wrong place
 change the weights by ~1e-2 and the losses from step 2 on.
 
