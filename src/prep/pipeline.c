@@ -869,44 +869,81 @@ static size_t uf_find(size_t *parent, size_t x) {
     return x;
 }
 
-static wf_status step_cluster(prep_run *r, size_t unit) {
-    (void)unit;
+/* Sorts and dedups v in place. */
+static void sort_unique(u64vec *v) {
+    if (!v->n) return;
+    qsort(v->v, v->n, sizeof *v->v, cmp_u64);
+    size_t n = 1;
+    for (size_t i = 1; i < v->n; i++)
+        if (v->v[i] != v->v[n - 1]) v->v[n++] = v->v[i];
+    v->n = n;
+}
+
+/* Reads every lsh unit's edges file, one at a time: pass 0 collects the
+ * documents that have an edge into ids (kept sorted and unique as it
+ * grows, so it holds about one id a document), pass 1 joins each edge's
+ * ends in parent. counts: the edges and the compactions of pass 0. */
+static wf_status cluster_pass(prep_run *r, int pass, u64vec *ids, size_t *parent, size_t counts[2]) {
     char path[4400];
-    u64vec edges = {0}, ids = {0};
-    size_t *parent = NULL;
-    wf_status s = WF_OK;
-    for (int u = 0; u < r->bands * r->lsh_ranges && s == WF_OK; u++) {
+    size_t compact_at = 1024; /* then twice the ids kept */
+    for (int u = 0; u < r->bands * r->lsh_ranges; u++) {
         prep_ir ir;
         rpath(r, path, sizeof path, "lsh/%04d.r%04d.edges", u / r->lsh_ranges, u % r->lsh_ranges);
-        if ((s = wf__prep_ir_load(&ir, path, PI_EDGES)) != WF_OK) break;
+        WF_TRY(wf__prep_ir_load(&ir, path, PI_EDGES));
         r->st.step_bytes[PS_CLUSTER] += ir.len;
+        wf_status s = WF_OK;
         while (s == WF_OK && !wf__prep_ir_end(&ir)) {
-            uint64_t g;
-            s = wf__prep_ir_u64(&ir, &g, "edge");
-            if (s == WF_OK && (g >> 32) >= r->n_inputs)
-                s = wf_error(WF_ERR_FORMAT, "%s: an edge at byte %zu names input %llu of %zu; rerun with --force",
-                             ir.what, ir.pos - 8, (unsigned long long)(g >> 32), r->n_inputs);
-            if (s == WF_OK) s = wf__prep_u64vec_push(&edges, g);
-            if (s == WF_OK) s = wf__prep_u64vec_push(&ids, g);
-        }
-        wf__prep_ir_free(&ir);
-    }
-    size_t n = 0;
-    if (s == WF_OK && ids.n) {
-        qsort(ids.v, ids.n, sizeof *ids.v, cmp_u64);
-        for (size_t i = 0; i < ids.n; i++)
-            if (i == 0 || ids.v[i] != ids.v[n - 1]) ids.v[n++] = ids.v[i];
-        parent = malloc(n * sizeof *parent);
-        if (!parent) s = wf_error(WF_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; s == WF_OK && i < n; i++) parent[i] = i;
-        /* Union by the lower id: each cluster's root is its first document. */
-        for (size_t e = 0; s == WF_OK && e + 1 < edges.n; e += 2) {
-            size_t a = uf_find(parent, wf_sorted_u64_lower_bound(ids.v, n, edges.v[e]));
-            size_t b = uf_find(parent, wf_sorted_u64_lower_bound(ids.v, n, edges.v[e + 1]));
+            uint64_t g[2];
+            for (int k = 0; k < 2 && s == WF_OK; k++) {
+                s = wf__prep_ir_u64(&ir, &g[k], "edge");
+                if (s == WF_OK && (g[k] >> 32) >= r->n_inputs)
+                    s = wf_error(WF_ERR_FORMAT, "%s: an edge at byte %zu names input %llu of %zu; rerun with --force",
+                                 ir.what, ir.pos - 8, (unsigned long long)(g[k] >> 32), r->n_inputs);
+            }
+            if (s != WF_OK) break;
+            if (pass == 0) {
+                counts[0]++;
+                s = wf__prep_u64vec_push(ids, g[0]);
+                if (s == WF_OK) s = wf__prep_u64vec_push(ids, g[1]);
+                if (s == WF_OK && ids->n >= compact_at) {
+                    sort_unique(ids);
+                    counts[1]++;
+                    compact_at = ids->n * 2 > compact_at ? ids->n * 2 : compact_at;
+                }
+                continue;
+            }
+            /* Union by the lower index: each cluster's root is its first
+             * document (ids are sorted). */
+            size_t a = uf_find(parent, wf_sorted_u64_lower_bound(ids->v, ids->n, g[0]));
+            size_t b = uf_find(parent, wf_sorted_u64_lower_bound(ids->v, ids->n, g[1]));
             if (a < b) parent[b] = a;
             else if (b < a) parent[a] = b;
         }
+        wf__prep_ir_free(&ir);
+        WF_TRY(s);
     }
+    if (pass == 0) sort_unique(ids);
+    return WF_OK;
+}
+
+static wf_status step_cluster(prep_run *r, size_t unit) {
+    (void)unit;
+    char path[4400];
+    u64vec ids = {0};
+    size_t *parent = NULL;
+    size_t counts[2] = {0, 0};
+    wf_status s = cluster_pass(r, 0, &ids, NULL, counts);
+    size_t n = ids.n;
+    if (s == WF_OK && n) {
+        parent = malloc(n * sizeof *parent);
+        if (!parent) s = wf_error(WF_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; s == WF_OK && i < n; i++) parent[i] = i;
+        if (s == WF_OK) s = cluster_pass(r, 1, &ids, parent, counts);
+    }
+    if (s == WF_OK)
+        WF_DEBUG("prep: cluster: %zu documents with a near duplicate, %zu edges (their ids compacted %zu times), "
+                 "%.2f MiB", n, counts[0], counts[1],
+                 (double)(ids.cap * sizeof *ids.v + n * sizeof *parent) / 1048576.0);
     prep_iw w = {0};
     if (s == WF_OK) {
         rpath(r, path, sizeof path, "cluster/drops");
@@ -918,7 +955,6 @@ static wf_status step_cluster(prep_run *r, size_t unit) {
     if (s == WF_OK) s = wf__prep_iw_commit(&w);
     wf__prep_iw_abort(&w);
     free(parent);
-    wf__prep_u64vec_free(&edges);
     wf__prep_u64vec_free(&ids);
     return s;
 }

@@ -6,6 +6,7 @@ files, another number of tasks) refused with a message that says what and
 where. The crawl, the WET file and the man pages are test_prep_cli's."""
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -197,6 +198,39 @@ def test_lsh_key_ranges_split_each_band_and_give_the_same_bytes(inputs, single, 
     assert len(set(per_band)) == 1 and per_band[0] > 100, per_band  # every kept document has a key in each band
     assert max(units.values()) < 0.5 * per_band[0], units
     assert sorted(p.name for p in (out / "_prep" / "done").glob("lsh.*"))[-1] == "lsh.000017"
+
+
+def test_the_cluster_unit_holds_documents_not_edges(tmp_path):
+    """300 pages and, in a second input, a near copy of each (one word
+    changed): every copy is dropped, whatever the tasks and key ranges, and
+    the cluster unit collects the 600 documents from their edges (one per
+    band where a pair collides: about 1500) keeping the ids unique as they
+    come, not every edge's ends."""
+    rng = random.Random(5)
+    vocab = [w for w in (ROOT / "README.md").read_text(encoding="utf-8").lower().split() if w.isalpha()]
+    pages = [[rng.choice(vocab) for _ in range(200)] for _ in range(300)]
+    d = tmp_path / "in"
+    d.mkdir()
+    first, second = d / "pages.jsonl", d / "copies.jsonl"
+    with open(first, "w") as f, open(second, "w") as g:
+        for i, words in enumerate(pages):
+            f.write(json.dumps({"url": f"https://pages.example/{i}", "text": " ".join(words)}) + "\n")
+            words = list(words)
+            words[100] = "changed"
+            g.write(json.dumps({"url": f"https://copies.example/{i}", "text": " ".join(words)}) + "\n")
+    one = tmp_path / "one"
+    prep(one, first, second, extra=EXTRA + ["--tasks=1"])
+    assert stats(one)["stages"]["minhash"]["dropped"]["near_duplicate"]["docs"] == 300
+    assert {doc["url"].split("/")[2] for doc in read_docs(one)} == {"pages.example"}
+    out = tmp_path / "two"
+    res = wait_all(start_tasks(out, [first, second], 2, lambda i: {"WEFT_LOG": "debug"},
+                               extra=["--minhash.ranges=2"]))
+    assert all(rc == 0 for rc, _ in res), res
+    assert shard_bytes(out) == shard_bytes(one) and counts(out) == counts(one)
+    m = [re.search(r"prep: cluster: (\d+) documents with a near duplicate, (\d+) edges \(their ids compacted (\d+) "
+                   r"times\)", err) for _, err in res]
+    docs, edges, compactions = map(int, next(x for x in m if x).groups())
+    assert docs == 600 and edges > 2 * docs and compactions >= 1, (docs, edges, compactions)
 
 
 def test_a_killed_task_is_taken_over_by_the_others(inputs, single, tmp_path):
