@@ -283,6 +283,16 @@ def test_signal_saves_and_exits_for_requeue(dataset, tmp_path, sig):
     assert (run / "model.safetensors").read_bytes() == (tmp_path / "full" / "model.safetensors").read_bytes()
 
 
+def test_a_sigusr1_after_the_run_is_over_does_not_kill_it(dataset, tmp_path):
+    """A scheduler's warning that lands after training ended (while the
+    process finalizes MPI and exits) finds nothing to save: the run exits 0
+    instead of dying by the signal (a job script would requeue it). The
+    test hook raises SIGUSR1 at that point."""
+    r = run_weft_cmd(train_args(dataset, tmp_path / "run", 3, ("--ckpt.every=0",)), check=False,
+                     env={"WEFT_TEST_LATE_SIGNAL": "1"})
+    assert r.returncode == 0, r.stderr and (tmp_path / "run" / "model.safetensors").exists()
+
+
 def test_save_file_saves_and_stop_file_stops(dataset, tmp_path):
     run = tmp_path / "run"
     t = Training(dataset, run, 100000, "--ckpt.every=0")
