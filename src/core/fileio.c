@@ -91,6 +91,9 @@ int wf_path_is_dir(const char *path) {
 }
 
 wf_status wf_mkdirs(const char *path) {
+    /* Most calls find the directory there: one stat instead of a mkdir of
+     * every component (a metadata round trip each on NFS or Lustre). */
+    if (wf_path_is_dir(path)) return WF_OK;
     size_t n = strlen(path);
     char *p = malloc(n + 1);
     if (!p) return wf_error(WF_ERR_NOMEM, "out of memory");
