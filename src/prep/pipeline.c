@@ -793,6 +793,18 @@ static wf_status step_filter(prep_run *r, size_t in) {
     return s;
 }
 
+/* How many units a step has. */
+static size_t step_units(const prep_run *r, int step) {
+    const wf_prep_config *c = r->c;
+    switch (step) {
+    case PS_DEDUP: return c->dedup ? (size_t)r->ranges : 0;
+    case PS_LSH: return c->minhash ? (size_t)r->bands * (size_t)r->lsh_ranges : 0;
+    case PS_CLUSTER: return c->minhash ? 1 : 0;
+    case PS_FINISH: return 1;
+    default: return r->n_inputs;
+    }
+}
+
 /* ---- step 4: lsh (one unit per band and key range) ---- */
 
 typedef struct {
@@ -807,6 +819,11 @@ static int cmp_band(const void *a, const void *b) {
 
 /* A document's global id: its input and its number there. */
 #define GID(in, pos) ((uint64_t)(in) << 32 | (uint64_t)(pos))
+
+/* The edges file of lsh unit u: band u / R, key range u % R. */
+static void edges_path(const prep_run *r, size_t unit, char *path, size_t size) {
+    rpath(r, path, size, "lsh/%04zu.r%04zu.edges", unit / (size_t)r->lsh_ranges, unit % (size_t)r->lsh_ranges);
+}
 
 /* Unit u holds the keys k of band u / R with k % R == u % R (R =
  * minhash.ranges): a key's documents are all in one unit, and a unit's
@@ -840,7 +857,7 @@ static wf_status step_lsh(prep_run *r, size_t unit) {
                  n, (double)(cap * sizeof *v) / 1048576.0);
     prep_iw w = {0};
     if (s == WF_OK) {
-        rpath(r, path, sizeof path, "lsh/%04zu.r%04zu.edges", band, range);
+        edges_path(r, unit, path, sizeof path);
         s = wf__prep_iw_open(&w, path, PI_EDGES);
     }
     /* Every document of a key's group is joined to the group's first. */
@@ -886,9 +903,9 @@ static void sort_unique(u64vec *v) {
 static wf_status cluster_pass(prep_run *r, int pass, u64vec *ids, size_t *parent, size_t counts[2]) {
     char path[4400];
     size_t compact_at = 1024; /* then twice the ids kept */
-    for (int u = 0; u < r->bands * r->lsh_ranges; u++) {
+    for (size_t u = 0, n = step_units(r, PS_LSH); u < n; u++) {
         prep_ir ir;
-        rpath(r, path, sizeof path, "lsh/%04d.r%04d.edges", u / r->lsh_ranges, u % r->lsh_ranges);
+        edges_path(r, u, path, sizeof path);
         WF_TRY(wf__prep_ir_load(&ir, path, PI_EDGES));
         r->st.step_bytes[PS_CLUSTER] += ir.len;
         wf_status s = WF_OK;
@@ -1185,18 +1202,6 @@ static wf_status shard_close(const wf_prep_config *c, shard_stream *w, prep_stat
     w->shard++;
     w->raw = 0;
     return s;
-}
-
-/* How many units a step has. */
-static size_t step_units(const prep_run *r, int step) {
-    const wf_prep_config *c = r->c;
-    switch (step) {
-    case PS_DEDUP: return c->dedup ? (size_t)r->ranges : 0;
-    case PS_LSH: return c->minhash ? (size_t)r->bands * (size_t)r->lsh_ranges : 0;
-    case PS_CLUSTER: return c->minhash ? 1 : 0;
-    case PS_FINISH: return 1;
-    default: return r->n_inputs;
-    }
 }
 
 /* Adds up the units' counters; joins the output units' pieces into shards
