@@ -1599,7 +1599,10 @@ static wf_status resolve_task(const wf_prep_config *c, int *tasks, int *task, co
     return WF_OK;
 }
 
-/* OUT/_prep/run.json: what the run is (fingerprint, tasks, start). */
+/* OUT/_prep/run.json: what the run is (fingerprint, tasks, start).
+ * Version 2 names the lsh edges by band and key range; a version 1 run
+ * (edges by band) is read so that the config check can say which key its
+ * weft lacked (minhash.ranges) instead of a bare version error. */
 static wf_status run_read(const char *path, char fp[32], int *tasks, double *started, long *array_min) {
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
@@ -1607,10 +1610,11 @@ static wf_status run_read(const char *path, char fp[32], int *tasks, double *sta
                                path, err.line, err.text);
     json_t *f = json_object_get(root, "format"), *p = json_object_get(root, "fingerprint");
     json_t *t = json_object_get(root, "tasks"), *st = json_object_get(root, "started");
+    json_int_t version = json_integer_value(json_object_get(root, "version"));
     wf_status s = WF_OK;
     if (!json_is_string(f) || strcmp(json_string_value(f), "weft-prep-run") != 0 || !json_is_string(p) ||
-        !json_is_integer(t) || !json_is_number(st) || json_integer_value(json_object_get(root, "version")) != 1) {
-        s = wf_error(WF_ERR_FORMAT, "%s: not a weft prep run description (version 1); rerun with --force", path);
+        !json_is_integer(t) || !json_is_number(st) || version < 1 || version > 2) {
+        s = wf_error(WF_ERR_FORMAT, "%s: not a weft prep run description (version 1 or 2); rerun with --force", path);
     } else {
         snprintf(fp, 32, "%s", json_string_value(p));
         *tasks = (int)json_integer_value(t);
@@ -1627,7 +1631,7 @@ static wf_status run_read(const char *path, char fp[32], int *tasks, double *sta
 static wf_status run_create(const prep_run *r, const char *path, const char *fp, int *created) {
     json_t *root = json_object();
     json_object_set_new(root, "format", json_string("weft-prep-run"));
-    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "version", json_integer(2));
     json_object_set_new(root, "fingerprint", json_string(fp));
     json_object_set_new(root, "tasks", json_integer(r->tasks));
     json_object_set_new(root, "inputs", json_integer((json_int_t)r->n_inputs));

@@ -307,6 +307,22 @@ def test_bad_runs_are_refused_saying_what_and_where(inputs, tmp_path):
     p = prep(out, *inputs, extra=EXTRA + ["--tasks=2", "--task=1"])
     assert (out / "stats.json").exists()
 
+    # A run directory of version 1 (before minhash.ranges: its config.toml
+    # lacks the key) is refused naming the key; an unknown version naming
+    # run.json.
+    v1 = tmp_path / "v1"
+    prep(v1, *inputs, extra=EXTRA + ["--tasks=1"])
+    rj, ct = v1 / "_prep" / "run.json", v1 / "_prep" / "config.toml"
+    run_json = json.loads(rj.read_text())
+    assert run_json["version"] == 2
+    rj.write_text(json.dumps({**run_json, "version": 1, "fingerprint": "0" * 16}))
+    ct.write_text("".join(x for x in ct.read_text().splitlines(keepends=True) if not x.startswith("minhash.ranges")))
+    p = prep(v1, *inputs, extra=EXTRA + ["--tasks=1"], check=False)
+    assert p.returncode == 1 and "minhash.ranges is not in the run's" in p.stderr, p.stderr
+    rj.write_text(json.dumps({**run_json, "version": 3}))
+    p = prep(v1, *inputs, extra=EXTRA + ["--tasks=1"], check=False)
+    assert p.returncode == 1 and f"{rj}: not a weft prep run description" in p.stderr, p.stderr
+
     # A run directory of an earlier weft (resume state by input).
     old = tmp_path / "old"
     (old / "_prep").mkdir(parents=True)
