@@ -10,11 +10,13 @@ import random
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import threading
 import time
 
 import pytest
+import xxhash
 
 import mpi_launch
 import slurm_local
@@ -331,6 +333,23 @@ def test_bad_runs_are_refused_saying_what_and_where(inputs, tmp_path):
     assert p.returncode == 1 and "prep run of an earlier weft" in p.stderr and "--force" in p.stderr
     prep(old, *inputs, extra=EXTRA + ["--force"])
     assert (old / "stats.json").exists() and not (old / "_prep" / "state.json").exists()
+
+
+def test_an_edge_naming_an_input_the_run_lacks_is_refused(inputs, tmp_path):
+    """An edges file that is whole (its checksum right) but names input 99
+    of a run of fewer: the cluster step refuses it, naming the file and the
+    byte (its first pass over the edges reads it)."""
+    out = tmp_path / "out"
+    p = prep(out, *inputs, extra=EXTRA, check=False, env={"WEFT_PREP_CRASH": "cluster:0"})
+    assert p.returncode == -signal.SIGKILL
+    edges = out / "_prep" / "lsh" / "0002.r0000.edges"
+    assert edges.exists()
+    good = edges.read_bytes()
+    payload = good[32:] + struct.pack("<QQ", 1 << 32, 99 << 32 | 3)
+    edges.write_bytes(good[:16] + struct.pack("<QQ", len(payload), xxhash.xxh3_64_intdigest(payload)) + payload)
+    p = prep(out, *inputs, extra=EXTRA, check=False)
+    assert p.returncode == 1 and str(edges) in p.stderr, p.stderr
+    assert f"an edge at byte {32 + len(payload) - 8} names input 99 of {len(inputs)}" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("impl", ["openmpi", "mpich"])
