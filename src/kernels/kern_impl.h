@@ -51,11 +51,22 @@
  * min/max, which gcc vectorizes at -O2. */
 static inline float kern_expf_(float x) {
     /* x*log2(e) + 1.5*2^23 gives n only while |x*log2(e)| < 2^22: clamp
-     * first (below -128 the result is 0, above 128 inf either way; NaN
-     * stays NaN: both comparisons are false). Without it x in about
-     * [-1.7e7, -8.7e6] gave garbage: attention scores that large made NaN. */
-    x = x < -128.0f ? -128.0f : x;
-    x = x > 128.0f ? 128.0f : x;
+     * |x| to 128 first (below -128 the result is 0, above 128 inf either
+     * way). Without it x in about [-1.7e7, -8.7e6] gave garbage: attention
+     * scores that large made NaN. The clamp is integer min on the bits of
+     * |x| (for non-negative floats the bits order as the values do), NaN
+     * kept by a select: a float compare-and-select here (x < -128 ? -128 :
+     * x) left every loop that calls this unvectorized in gcc 12 ("control
+     * flow in loop"), which cost the training step 40% (bench/README.md,
+     * "kern_expf_'s clamp"); tests/py/test_vectorized.py checks the loops. */
+    uint32_t xa;
+    memcpy(&xa, &x, sizeof xa);
+    uint32_t sign = xa & 0x80000000u;
+    xa &= 0x7fffffffu;
+    uint32_t xc = xa < 0x43000000u ? xa : 0x43000000u; /* 0x43000000 is 128.0f */
+    xa = xa > 0x7f800000u ? xa : xc;                    /* NaN stays NaN */
+    xa |= sign;
+    memcpy(&x, &xa, sizeof x);
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693145751953125f;      /* few bits: n * ln2_hi is exact */
     const float ln2_lo = 1.42860676533018724e-6f; /* ln2 - ln2_hi */

@@ -32,6 +32,7 @@ static void rope_apply(float *x, const float *cos_tab, const float *sin_tab, int
         for (int h = 0; h < n_heads; h++) {
             float *restrict lo = x + (size_t)n * stride + (size_t)h * HD;
             float *restrict hi = lo + half;
+#pragma omp simd
             for (int i = 0; i < half; i++) {
                 float c = ct[i], s = dir * st[i];
                 float a = lo[i], b = hi[i];
