@@ -12,7 +12,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage prints its wall time when it ends ("[check] <stage>: 41 s"),
+# and pytest lists the ten slowest tests before its summary line
+# (--durations=10): the whole run must stay under 40 minutes on CI's
+# 2-core machine, and these say where the time goes when it grows.
+CHECK_T0=$SECONDS
+STAGE_T0=$SECONDS
+stage_done() {
+  echo "[check] $1: $((SECONDS - STAGE_T0)) s (total $((SECONDS - CHECK_T0)) s)"
+  STAGE_T0=$SECONDS
+}
+
 scripts/setup.sh
+stage_done setup
 
 JOBS=$(nproc 2>/dev/null || echo 2)
 build() {
@@ -24,6 +36,7 @@ build() {
     echo "[check] build $name failed"
     exit 1
   fi
+  stage_done "build $name"
 }
 build gcc
 build clang CC=clang BUILD=build-clang
@@ -37,6 +50,7 @@ if ! scripts/fuzz.sh --check "${FUZZ_SECONDS:-15}"; then
   echo "[check] fuzz: a target failed (reproducers above)"
   exit 1
 fi
+stage_done fuzz
 
 # The tests marked asan against the AddressSanitizer + UBSan build: a
 # chosen set of the MPI tests, every rank instrumented, LeakSanitizer
@@ -49,11 +63,12 @@ if ! WEFT_BUILD=build-address-undefined .venv/bin/python -m pytest tests/py -q -
   echo "[check] MPI tests under AddressSanitizer: a test failed (above)"
   exit 1
 fi
+stage_done "MPI tests under AddressSanitizer"
 
 export WEFT_SAN_BUILDS="build-clang build-address-undefined build-thread"
 echo "[check] tests"
 set +e
-.venv/bin/python -m pytest tests/py -q -p no:cacheprovider "$@"
+.venv/bin/python -m pytest tests/py -q -p no:cacheprovider --durations=10 "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected nothing: that is a failure here too.

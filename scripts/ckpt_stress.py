@@ -87,12 +87,61 @@ def wait_for(p, pred, timeout):
     return False
 
 
-def kill_group(p):
+def descendants(pid):
+    """Every process below pid, by the parent links in /proc: mpirun starts
+    its ranks in sessions of their own, outside its process group."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces: fields after its ')'.
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def alive(pid):
+    """pid exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def kill_job(p):
+    """SIGKILL the job and every process it started (under mpirun: the ranks
+    too), and wait until all are gone: a rank that outlives the kill still
+    holds the run directory's lock, and the next start would be refused for
+    it and counted as a failed resume."""
+    pids = descendants(p.pid)
     try:
         os.killpg(p.pid, 9)
     except ProcessLookupError:
         pass
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
     p.wait()
+    end = time.time() + 30
+    while any(alive(pid) for pid in pids):
+        if time.time() > end:
+            sys.exit("ckpt_stress: processes %s outlived SIGKILL by 30 s" %
+                     [pid for pid in pids if alive(pid)])
+        time.sleep(0.01)
 
 
 def trial(data, run_dir, mode, moment, rng):
@@ -113,7 +162,7 @@ def trial(data, run_dir, mode, moment, rng):
         resume_ok = p.returncode == 0
         note = "finished" if resume_ok else "exited %d: %s" % (p.returncode, err.strip().splitlines()[-1:] or "")
     else:
-        kill_group(p)
+        kill_job(p)
         # A start that got as far as a new checkpoint (or a save) resumed.
         resume_ok = True
         note = "killed"

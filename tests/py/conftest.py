@@ -35,6 +35,36 @@ os.environ.setdefault(
 os.environ.setdefault("XDG_CACHE_HOME", str(BUILD / "test-cache"))
 
 
+# Wall time of the tests by the build they run in (scripts/check.sh prints
+# it before pytest's summary line): the C unit tests and the fuzz inputs
+# run once per build, and their ids name it; everything else is "end to
+# end" (the CLI and interoperability tests, against WEFT_BUILD).
+_TIME_BY_BUILD = {}
+
+
+def _build_of(nodeid):
+    if "[" not in nodeid:
+        return "end to end"
+    param = nodeid[nodeid.index("[") + 1:-1]
+    if "test_unit.py::" in nodeid:
+        return param.split("/")[0]
+    if "test_fuzz_regressions.py::test_fuzz_inputs" in nodeid:
+        return param.split("-", 1)[1]  # "target-build": targets have no hyphen
+    return "end to end"
+
+
+def pytest_runtest_logreport(report):
+    key = _build_of(report.nodeid)
+    _TIME_BY_BUILD[key] = _TIME_BY_BUILD.get(key, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _TIME_BY_BUILD:
+        parts = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(_TIME_BY_BUILD.items(),
+                                                               key=lambda kv: -kv[1]))
+        terminalreporter.write_line(f"[check] pytest time by build: {parts}")
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "asan: a test that scripts/check.sh also runs against the AddressSanitizer build "
