@@ -58,7 +58,18 @@ typedef struct {
     const char *def;  /* default written as on the command line ("8192", "0.5", "true", "out") */
     double min, max;  /* inclusive range for INT and FLOAT, checked when min <= max */
     const char *help;
+    /* A WF_OPT_STR option whose value is one of a declared set (an enum
+     * option): the values, NULL-terminated; NULL for any string. Checked
+     * where every value is checked (defaults included): another value is an
+     * error that lists the set and, for a near miss, says "did you mean";
+     * --help lists the set. Give it with WF_CHOICES in a table written in
+     * order, or `.choices =`. */
+    const char *const *choices;
 } wf_opt;
+
+/* The range fields of an enum option, for a table written in order:
+ * {key, flag, WF_OPT_STR, offset, def, WF_CHOICES(values), .help = ...}. */
+#define WF_CHOICES(values) 1.0, 0.0, .choices = (values)
 
 /* A value of an option with a named segment. */
 typedef union {
@@ -123,6 +134,11 @@ wf_status wf_opts_defaults(const wf_cmd_spec *spec, void *dst);
  * "quality.<lang>.min_words") and `name`, or NULL. */
 const wf_opt_value *wf_opts_named_get(const wf_cmd_spec *spec, const void *dst, const char *key,
                                       const char *name);
+
+/* Whether every enum option (wf_opt.choices) of `dst` holds one of its
+ * values, with wf_opts_parse's message otherwise: for a struct filled in
+ * by code rather than parsed. */
+wf_status wf_opts_check_choices(const wf_cmd_spec *spec, const void *dst);
 
 /* Frees the strings wf_opts_parse stored in `dst` (and the named values). */
 void wf_opts_free(const wf_cmd_spec *spec, void *dst);

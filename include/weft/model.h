@@ -173,6 +173,10 @@ typedef enum {
 /* "none", "block", "selective"; parse returns -1 for any other name. */
 const char *wf_model_recompute_name(wf_model_recompute mode);
 int wf_model_recompute_parse(const char *name);
+/* The recompute modes' names, in wf_model_recompute order, NULL-terminated. */
+extern const char *const wf_model_recompute_names[];
+/* The presets' names (wf_model_config_preset), NULL-terminated. */
+extern const char *const wf_model_presets[];
 
 /* Chooses the recompute mode; call before wf_model_plan (afterwards the
  * memory is laid out: WF_ERR_INVALID, unless `mode` is the planned one). */

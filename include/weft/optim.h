@@ -121,6 +121,8 @@ typedef struct {
 
 /* Parses "cosine", "wsd" or "constant"; -1 otherwise. */
 int wf_lr_parse_kind(const char *name);
+/* The schedules' names, in wf_lr_kind order, NULL-terminated. */
+extern const char *const wf_lr_kind_names[];
 const char *wf_lr_kind_name(wf_lr_kind kind);
 /* WF_ERR_CONFIG, naming the optim.* key, unless lr > 0, 0 <= min_lr <= lr
  * and (for wsd) decay_frac in [0, 1]. */

@@ -76,6 +76,8 @@ void wf_spike_get_window(const wf_spike_detector *d, double *loss, double *grad_
 void wf_spike_set_window(wf_spike_detector *d, const double *loss, const double *grad_norm, int n);
 /* "warn", "skip", "rollback" <-> the enum; parse returns -1 if unknown. */
 int wf_spike_action_parse(const char *name);
+/* The actions' names, in wf_spike_action order, NULL-terminated. */
+extern const char *const wf_spike_action_names[];
 const char *wf_spike_action_name(wf_spike_action a);
 /* The log line of a spike: step, the batch's place in the data order,
  * values, z-scores, window statistics and the action. */

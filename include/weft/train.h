@@ -31,12 +31,15 @@
  * to the dataset's. docs/train.md lists them all.
  *
  * X(field, type, "section.key", "flag" or NULL, "default" or NULL,
- *   (min, max) or (WF_NO_RANGE), "help")
+ *   (min, max) or (WF_NO_RANGE) or (WF_CHOICES(values)), "help")
  * type is a wf_opt_type: WF_OPT_STR fields are char * (owned, freed by
- * wf_opts_free), WF_OPT_INT int64_t, WF_OPT_FLOAT double, WF_OPT_BOOL int. */
+ * wf_opts_free), WF_OPT_INT int64_t, WF_OPT_FLOAT double, WF_OPT_BOOL int.
+ * An enum key is a WF_OPT_STR with (WF_CHOICES(values)): `values` is one of
+ * the NULL-terminated name lists declared below or in the module the key
+ * belongs to, and the parser refuses any other value (config.h). */
 #define WF_TRAIN_KEYS(X) \
     /* [model] */ \
-    X(preset, WF_OPT_STR, "model.preset", "preset", "tiny", (WF_NO_RANGE), \
+    X(preset, WF_OPT_STR, "model.preset", "preset", "tiny", (WF_CHOICES(wf_model_presets)), \
       "starting sizes: tiny, stories15M or gpt2-small; every size below that is non-zero overrides it") \
     X(dim, WF_OPT_INT, "model.dim", NULL, "0", (0, 1 << 16), \
       "model width C (0: from the preset)") \
@@ -93,7 +96,7 @@
     X(data_seed, WF_OPT_INT, "data.seed", NULL, "0", (0, 9.2e18), \
       "seed of the data order") \
     /* [optim] */ \
-    X(schedule, WF_OPT_STR, "optim.schedule", "schedule", "cosine", (WF_NO_RANGE), \
+    X(schedule, WF_OPT_STR, "optim.schedule", "schedule", "cosine", (WF_CHOICES(wf_lr_kind_names)), \
       "learning-rate schedule after warmup: cosine, wsd or constant") \
     X(lr, WF_OPT_FLOAT, "optim.lr", "lr", "1e-3", (0, 10), \
       "peak learning rate") \
@@ -101,7 +104,7 @@
       "learning rate at the end of the decay") \
     X(warmup_steps, WF_OPT_INT, "optim.warmup_steps", NULL, "10", (0, 1e12), \
       "linear warmup steps") \
-    X(schedule_unit, WF_OPT_STR, "optim.schedule_unit", NULL, "steps", (WF_NO_RANGE), \
+    X(schedule_unit, WF_OPT_STR, "optim.schedule_unit", NULL, "steps", (WF_CHOICES(wf_train_schedule_units)), \
       "what the learning-rate schedule counts: steps, or tokens trained (for a batch-size ramp: warmup over " \
       "optim.warmup_tokens, the decay over the tokens of train.steps steps)") \
     X(warmup_tokens, WF_OPT_INT, "optim.warmup_tokens", NULL, "0", (0, 1e15), \
@@ -135,7 +138,7 @@
       "print a step line every N steps") \
     X(threads, WF_OPT_INT, "train.threads", "threads", "0", (0, 4096), \
       "compute threads for OpenMP and OpenBLAS together (0: WEFT_THREADS or every CPU)") \
-    X(recompute, WF_OPT_STR, "train.recompute", "recompute", "none", (WF_NO_RANGE), \
+    X(recompute, WF_OPT_STR, "train.recompute", "recompute", "none", (WF_CHOICES(wf_model_recompute_names)), \
       "activation recomputation, trading compute for memory: none (keep every block's activations), block " \
       "(keep each block's input, re-run its forward in the backward) or selective (keep the matmul outputs, " \
       "recompute norms and SwiGLU); the same results bit for bit (docs/model.md)") \
@@ -172,7 +175,7 @@
     X(ckpt_disk_warn_saves, WF_OPT_INT, "ckpt.disk_warn_saves", NULL, "3", (0, 1e9), \
       "warn when the checkpoint filesystem has room for fewer than this many more checkpoints (0: never)") \
     /* [guard] */ \
-    X(guard_nonfinite, WF_OPT_STR, "guard.nonfinite", NULL, "stop", (WF_NO_RANGE), \
+    X(guard_nonfinite, WF_OPT_STR, "guard.nonfinite", NULL, "stop", (WF_CHOICES(wf_train_nonfinite_actions)), \
       "at a NaN or Inf in the loss, the gradients or the parameters: stop (save the last good state, write " \
       "the report, exit 1) or skip (drop the step's update and go on); both write RUN_DIR/nonfinite/") \
     X(guard_nonfinite_max_skips, WF_OPT_INT, "guard.nonfinite_max_skips", NULL, "5", (1, 1e9), \
@@ -202,7 +205,7 @@
       "steps that only fill the window before the first check (2..window; 0: the window)") \
     X(spike_grad_norm, WF_OPT_BOOL, "spike.grad_norm", NULL, "true", (WF_NO_RANGE), \
       "the gradient norm can make a spike too, not only the loss") \
-    X(spike_action, WF_OPT_STR, "spike.action", NULL, "warn", (WF_NO_RANGE), \
+    X(spike_action, WF_OPT_STR, "spike.action", NULL, "warn", (WF_CHOICES(wf_spike_action_names)), \
       "on a spike: warn (log it), skip (drop the step's update) or rollback (reload the last checkpoint and " "skip the data from there to past the spike's batch)") \
     X(spike_skip_batches, WF_OPT_INT, "spike.skip_batches", NULL, "200", (0, 1e12), \
       "rollback: micro-batches skipped after the spike's own") \
@@ -226,7 +229,7 @@
       "several ranks: MB of gradients per all-reduce bucket (ddp, zero1; zero2 and fsdp reduce per unit)") \
     X(dist_zero1, WF_OPT_BOOL, "dist.zero1", NULL, "false", (WF_NO_RANGE), \
       "several ranks: ZeRO-1, each rank keeps the AdamW moments of its 1/W of the parameters (reduce-scatter " "the gradients, update the shard, all-gather the parameters) instead of DDP's all-reduce; one process " "ignores it; the same as dist.shard = zero1") \
-    X(dist_shard, WF_OPT_STR, "dist.shard", NULL, "ddp", (WF_NO_RANGE), \
+    X(dist_shard, WF_OPT_STR, "dist.shard", NULL, "ddp", (WF_CHOICES(wf_train_shard_names)), \
       "what is sharded over the ranks: ddp (nothing: every rank holds the whole model, gradients and optimizer " "state), zero1 (the optimizer state), zero2 (optimizer state and gradients: reduce-scattered per unit " "during the backward), fsdp (also the parameters: each unit all-gathered just before its forward and " "backward, prefetched); docs/distributed.md") \
     /* [trace] */ \
     X(trace_dir, WF_OPT_STR, "trace.dir", NULL, NULL, (WF_NO_RANGE), \
@@ -245,6 +248,12 @@
       "capture the next N steps when `weft trace request RUN_DIR --steps N` asks") \
     X(trace_buffer_events, WF_OPT_INT, "trace.buffer_events", NULL, "65536", (16, 1 << 30), \
       "spans each thread can hold per capture (40 bytes each); more are dropped and counted")
+
+/* The values of the enum keys that have no module of their own:
+ * optim.schedule_unit, guard.nonfinite, dist.shard (NULL-terminated). */
+extern const char *const wf_train_schedule_units[];
+extern const char *const wf_train_nonfinite_actions[];
+extern const char *const wf_train_shard_names[];
 
 #define WF_TRAIN_CTYPE_WF_OPT_STR char *
 #define WF_TRAIN_CTYPE_WF_OPT_INT int64_t

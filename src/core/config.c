@@ -512,6 +512,36 @@ static int strs_push(wf_strs *s, const char *v, size_t len) {
     return 0;
 }
 
+static size_t edit_distance(const char *a, const char *b);
+
+/* For an enum option (o->choices), whether v is one of its values; if not,
+ * the error lists them, with the nearest as a hint when it is close. */
+static wf_status check_choice(const wf_opt *o, const char *v, const char *where) {
+    const char *best = NULL;
+    size_t bd = 3;
+    char list[512];
+    size_t n = 0, k = 0;
+    list[0] = '\0';
+    for (const char *const *c = o->choices; *c; c++, k++) {
+        if (strcmp(*c, v) == 0) return WF_OK;
+        size_t d = edit_distance(v, *c);
+        if (d < bd) {
+            bd = d;
+            best = *c;
+        }
+    }
+    for (size_t i = 0; i < k && n < sizeof list; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == k ? " or " : ", ";
+        int w = snprintf(list + n, sizeof list - n, "%s%s", sep, o->choices[i]);
+        if (w < 0) break;
+        n += (size_t)w;
+    }
+    if (best)
+        return wf_error(WF_ERR_CONFIG, "%s: %s = '%s' (did you mean '%s'?): use %s", where, o->key, v, best,
+                        list);
+    return wf_error(WF_ERR_CONFIG, "%s: %s = '%s': use %s", where, o->key, v, list);
+}
+
 /* Stores value v into option o; `where` names the origin for messages. */
 static wf_status opt_assign(const wf_opt *o, void *dst, const tvalue *v, const char *where) {
     void *f = opt_field(o, dst);
@@ -548,6 +578,7 @@ static wf_status opt_assign(const wf_opt *o, void *dst, const tvalue *v, const c
         if (v->kind != TV_STR)
             return wf_error(WF_ERR_CONFIG, "%s: key '%s' expects a string, got %s", where, o->key,
                             tv_kind_name(v->kind));
+        if (o->choices) WF_TRY(check_choice(o, v->s, where));
         char *c = strdup(v->s);
         if (!c) return wf_error(WF_ERR_NOMEM, "out of memory");
         free(*(char **)f);
@@ -997,6 +1028,17 @@ wf_status wf_opts_defaults(const wf_cmd_spec *spec, void *dst) {
     return s;
 }
 
+wf_status wf_opts_check_choices(const wf_cmd_spec *spec, const void *dst) {
+    for (size_t i = 0; i < spec->n_opts; i++) {
+        const wf_opt *o = &spec->opts[i];
+        if (!o->choices || o->type != WF_OPT_STR || strchr(o->key, '<')) continue;
+        const char *v;
+        memcpy(&v, (const char *)dst + o->offset, sizeof v);
+        WF_TRY(check_choice(o, v ? v : "", "config"));
+    }
+    return WF_OK;
+}
+
 void wf_opts_free(const wf_cmd_spec *spec, void *dst) {
     for (size_t i = 0; i < spec->n_opts; i++) {
         const wf_opt *o = &spec->opts[i];
@@ -1037,6 +1079,10 @@ void wf_opts_print_help(const wf_cmd_spec *spec, FILE *out) {
         if (strchr(o->key, '<')) fprintf(out, " (default: unset");
         else fprintf(out, " (default: %s", o->def ? (o->def[0] ? o->def : "\"\"") : "none");
         if (o->min <= o->max) fprintf(out, "; range %.10g..%.10g", o->min, o->max);
+        if (o->choices) {
+            fprintf(out, "; one of");
+            for (const char *const *c = o->choices; *c; c++) fprintf(out, " %s", *c);
+        }
         fprintf(out, ")\n");
     }
     fprintf(out, "  --config <file>\n      TOML file with the options above, as [section] key = value\n");

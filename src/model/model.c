@@ -139,15 +139,15 @@ static wf_status check_seq_len(const wf_model *m, int T) {
     return WF_OK;
 }
 
-static const char *const recompute_names_[] = {"none", "block", "selective"};
+const char *const wf_model_recompute_names[] = {"none", "block", "selective", NULL};
 
 const char *wf_model_recompute_name(wf_model_recompute mode) {
-    return mode >= WF_RECOMPUTE_NONE && mode <= WF_RECOMPUTE_SELECTIVE ? recompute_names_[mode] : "?";
+    return mode >= WF_RECOMPUTE_NONE && mode <= WF_RECOMPUTE_SELECTIVE ? wf_model_recompute_names[mode] : "?";
 }
 
 int wf_model_recompute_parse(const char *name) {
     for (int i = 0; name && i <= (int)WF_RECOMPUTE_SELECTIVE; i++)
-        if (strcmp(name, recompute_names_[i]) == 0) return i;
+        if (strcmp(name, wf_model_recompute_names[i]) == 0) return i;
     return -1;
 }
 

@@ -25,6 +25,8 @@ static wf_model_config config_base(void) {
     return c;
 }
 
+const char *const wf_model_presets[] = {"tiny", "stories15M", "gpt2-small", NULL};
+
 wf_status wf_model_config_preset(wf_model_config *cfg, const char *name) {
     wf_model_config c = config_base();
     if (strcmp(name, "tiny") == 0) {

@@ -8,11 +8,11 @@
 
 #include "weft/optim.h"
 
+const char *const wf_lr_kind_names[] = {"cosine", "wsd", "constant", NULL};
+
 int wf_lr_parse_kind(const char *name) {
-    if (!name) return -1;
-    if (strcmp(name, "cosine") == 0) return WF_LR_COSINE;
-    if (strcmp(name, "wsd") == 0) return WF_LR_WSD;
-    if (strcmp(name, "constant") == 0) return WF_LR_CONSTANT;
+    for (int i = 0; name && wf_lr_kind_names[i]; i++)
+        if (strcmp(name, wf_lr_kind_names[i]) == 0) return i;
     return -1;
 }
 

@@ -369,6 +369,7 @@ wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_pla
                                     int *recompute) {
     memset(out, 0, sizeof *out);
     if (world < 1) return wf_error(WF_ERR_INVALID, "plan: --world-size %d, need at least 1", world);
+    WF_TRY(wf_opts_check_choices(wf_train_spec(), tc));
     uint32_t vocab = 0;
     int have_data = tc->data_dir && tc->data_dir[0];
     if (have_data) {

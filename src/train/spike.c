@@ -119,16 +119,16 @@ wf_spike_result wf_spike_check(wf_spike_detector *d, double loss, double grad_no
     return r;
 }
 
-static const char *const action_names[] = {"warn", "skip", "rollback"};
+const char *const wf_spike_action_names[] = {"warn", "skip", "rollback", NULL};
 
 int wf_spike_action_parse(const char *name) {
-    for (int i = 0; i < 3; i++)
-        if (strcmp(name, action_names[i]) == 0) return i;
+    for (int i = 0; name && wf_spike_action_names[i]; i++)
+        if (strcmp(name, wf_spike_action_names[i]) == 0) return i;
     return -1;
 }
 
 const char *wf_spike_action_name(wf_spike_action a) {
-    return (unsigned)a < 3 ? action_names[a] : "unknown";
+    return (unsigned)a < 3 ? wf_spike_action_names[a] : "unknown";
 }
 
 void wf_spike_describe(const wf_spike_result *r, int64_t step, int64_t data_pos, double loss,

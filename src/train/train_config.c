@@ -6,13 +6,19 @@
 #include <string.h>
 
 #include "weft/ckpt.h"
+#include "weft/model.h"
+#include "weft/optim.h"
+#include "weft/runctl.h"
 #include "weft/train.h"
+
+const char *const wf_train_schedule_units[] = {"steps", "tokens", NULL};
+const char *const wf_train_nonfinite_actions[] = {"stop", "skip", NULL};
 
 /* The table is made from WF_TRAIN_KEYS (include/weft/train.h), the list the
  * struct is made from. */
 #define WF_UNPAREN_(...) __VA_ARGS__
-#define WF_TRAIN_OPT_(field, type, key, flag, def, range, help) \
-    {key, flag, type, offsetof(wf_train_config, field), def, WF_UNPAREN_ range, help},
+#define WF_TRAIN_OPT_(field, type, key, flag, def, range, text) \
+    {key, flag, type, offsetof(wf_train_config, field), def, WF_UNPAREN_ range, .help = text},
 static const wf_opt train_opts[] = {WF_TRAIN_KEYS(WF_TRAIN_OPT_)};
 #undef WF_TRAIN_OPT_
 
@@ -36,6 +42,7 @@ static const wf_cmd_spec train_spec = {
 };
 
 const wf_cmd_spec *wf_train_spec(void) { return &train_spec; }
+
 
 /* The checks every model config passes, wherever it came from: the
  * dataset's vocabulary fits, the config is valid, the sequence fits. */

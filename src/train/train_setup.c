@@ -117,8 +117,6 @@ static wf_status parse_shard(trainer *t) {
     int shard = -1;
     for (int k = WF__SHARD_DDP; k <= WF__SHARD_FSDP; k++)
         if (strcmp(name, wf__train_shard_name(k)) == 0) shard = k;
-    if (shard < 0)
-        return wf_error(WF_ERR_CONFIG, "dist.shard = '%s': use ddp, zero1, zero2 or fsdp", name);
     if (tc->dist_zero1) {
         if (wf_opts_given(wf_train_spec(), tc, "dist.shard") && shard != WF__SHARD_ZERO1)
             return wf_error(WF_ERR_CONFIG,
@@ -228,32 +226,23 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     if ((!tc->data_dir || !tc->data_dir[0]) && !t->mix.n)
         return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR), or a mixture "
                                        "of datasets in data.sources");
-    if (wf_lr_parse_kind(tc->schedule) < 0)
-        return wf_error(WF_ERR_CONFIG, "optim.schedule = '%s': use cosine, wsd or constant", tc->schedule);
+    /* The enum keys (optim.schedule, optim.schedule_unit, spike.action,
+     * guard.nonfinite, train.recompute, dist.shard, model.preset) were
+     * checked against their values by the parser (WF_CHOICES in
+     * include/weft/train.h); here they are only mapped. A config filled
+     * in by code rather than parsed is checked here the same way. */
+    WF_TRY(wf_opts_check_choices(wf_train_spec(), tc));
     if (tc->min_lr > tc->lr)
         return wf_error(WF_ERR_CONFIG, "optim.min_lr = %g is above optim.lr = %g", tc->min_lr, tc->lr);
-    if (!tc->schedule_unit || (strcmp(tc->schedule_unit, "steps") != 0 && strcmp(tc->schedule_unit, "tokens") != 0))
-        return wf_error(WF_ERR_CONFIG, "optim.schedule_unit = '%s': use steps or tokens",
-                        tc->schedule_unit ? tc->schedule_unit : "");
     t->sched_tokens = strcmp(tc->schedule_unit, "tokens") == 0;
     if (!t->sched_tokens && tc->warmup_tokens)
         return wf_error(WF_ERR_CONFIG,
                         "optim.warmup_tokens = %lld is set but optim.schedule_unit = steps, whose warmup is "
                         "optim.warmup_steps: set optim.schedule_unit = tokens, or leave optim.warmup_tokens out",
                         (long long)tc->warmup_tokens);
-    int action = wf_spike_action_parse(tc->spike_action);
-    if (action < 0)
-        return wf_error(WF_ERR_CONFIG, "spike.action = '%s': use warn, skip or rollback",
-                        tc->spike_action ? tc->spike_action : "");
-    t->spike_action = (wf_spike_action)action;
-    if (!tc->guard_nonfinite || (strcmp(tc->guard_nonfinite, "stop") != 0 && strcmp(tc->guard_nonfinite, "skip") != 0))
-        return wf_error(WF_ERR_CONFIG, "guard.nonfinite = '%s': use stop or skip",
-                        tc->guard_nonfinite ? tc->guard_nonfinite : "");
+    t->spike_action = (wf_spike_action)wf_spike_action_parse(tc->spike_action);
     t->nonfinite_stop = strcmp(tc->guard_nonfinite, "stop") == 0;
     int recompute = wf_model_recompute_parse(tc->recompute);
-    if (recompute < 0)
-        return wf_error(WF_ERR_CONFIG, "train.recompute = '%s': use none, block or selective",
-                        tc->recompute ? tc->recompute : "");
     wf_spike_config sc = {.window = (int)tc->spike_window,
                           .z = tc->spike_z,
                           .warmup = (int)tc->spike_warmup,

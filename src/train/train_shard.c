@@ -441,7 +441,8 @@ void wf__train_units_free(trainer *t) {
     t->units = NULL;
 }
 
+const char *const wf_train_shard_names[] = {"ddp", "zero1", "zero2", "fsdp", NULL};
+
 const char *wf__train_shard_name(int shard) {
-    static const char *const names[] = {"ddp", "zero1", "zero2", "fsdp"};
-    return shard >= 0 && shard <= WF__SHARD_FSDP ? names[shard] : "?";
+    return shard >= 0 && shard <= WF__SHARD_FSDP ? wf_train_shard_names[shard] : "?";
 }

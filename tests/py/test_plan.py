@@ -184,7 +184,7 @@ def test_errors(dataset, tmp_path):
     assert r.returncode == 0 and json.loads(r.stdout)["model"]["vocab_size"] == 512
     if _train_knows("--dist.shard") and _train_knows("--train.recompute"):
         r = plan(a, 2, "--dist.shard=zero9", check=False)
-        assert r.returncode == 1 and "dist.shard = 'zero9': use ddp, zero1, zero2 or fsdp" in r.stderr, r.stderr
+        assert r.returncode == 1 and "dist.shard = 'zero9' (did you mean 'zero1'?): use ddp, zero1, zero2 or fsdp" in r.stderr, r.stderr
         r = plan(a, 2, "--train.recompute=all", check=False)
         assert r.returncode == 1 and "train.recompute = 'all'" in r.stderr, r.stderr
         p = plan(a, 2, "--dist.shard=fsdp", "--train.recompute=block")

@@ -93,7 +93,7 @@ def test_gradient_accumulation_matches_one_big_batch(dataset, tmp_path):
     (["--seq-len", 128], "data.seq_len = 128 is longer than model.max_seq_len = 64"),
     (["--model.vocab_size=300"], "model.vocab_size = 300 is smaller than the dataset's vocabulary (512 ids)"),
     (["--data.global_batch_tokens=100"], "data.global_batch_tokens = 100 is not a multiple of batch_size * seq_len"),
-    (["--preset", "huge"], "unknown preset 'huge'"),
+    (["--preset", "huge"], "model.preset = 'huge': use tiny, stories15M or gpt2-small"),
     (["--schedule", "linear"], "optim.schedule = 'linear'"),
 ])
 def test_bad_configs_fail_before_training(dataset, tmp_path, extra, needle):
@@ -146,3 +146,35 @@ def test_docs_list_every_train_key(root):
     assert len(keys) > 30
     missing = [f"{s}.{k}" for s, k in keys if f"`{k}`" not in text]
     assert not missing, f"docs/train.md does not describe {missing}"
+
+
+# The enum keys of `weft train` (an option type with declared values,
+# include/weft/train.h): a value not in the set is refused by the parser,
+# from the command line and from a config file alike, naming the key and
+# the values, with "did you mean" for a near miss; `weft plan`, which reads
+# the same config, refuses with the same words; --help lists the values.
+ENUMS = [
+    ("model.preset", "stories15", "stories15M", "tiny, stories15M or gpt2-small"),
+    ("optim.schedule", "cosin", "cosine", "cosine, wsd or constant"),
+    ("optim.schedule_unit", "token", "tokens", "steps or tokens"),
+    ("train.recompute", "blok", "block", "none, block or selective"),
+    ("guard.nonfinite", "skipp", "skip", "stop or skip"),
+    ("spike.action", "rollbak", "rollback", "warn, skip or rollback"),
+    ("dist.shard", "fsd", "fsdp", "ddp, zero1, zero2 or fsdp"),
+]
+
+
+@pytest.mark.parametrize("key,typo,meant,values", ENUMS, ids=[e[0] for e in ENUMS])
+def test_enum_keys_refuse_other_values(dataset, tmp_path, key, typo, meant, values):
+    want = f"{key} = '{typo}' (did you mean '{meant}'?): use {values}"
+    p = train(dataset, tmp_path / "run", f"--{key}={typo}", check=False)
+    assert p.returncode == 1 and want in p.stderr, p.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    section, name = key.split(".")
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f"[{section}]\n{name} = \"{typo}\"\n")
+    p = run_weft_cmd(["train", "--config", cfg, "--data", dataset / "data"], check=False)
+    assert p.returncode == 1 and f"run.toml:2: {want}" in p.stderr, p.stderr
+    p = run_weft_cmd(["plan", "--data", dataset / "data", "--world-size", 2, f"--{key}={typo}"], check=False)
+    assert p.returncode == 1 and want in p.stderr, p.stderr
+    assert "one of " + values.replace(",", "").replace(" or", "") in run_weft_cmd(["train", "--help"]).stdout

@@ -29,7 +29,10 @@ typedef struct {
     wf_strs inputs;
     int64_t top;
     wf_opt_named_list src; /* src.<name>.* */
+    char *mode;            /* an enum option */
 } cfg;
+
+static const char *const cfg_modes[] = {"fast", "careful", "off", NULL};
 
 static const wf_opt cfg_opts[] = {
     {"model.dim", "dim", WF_OPT_INT, offsetof(cfg, dim), "64", 1, 65536, "model width"},
@@ -42,6 +45,7 @@ static const wf_opt cfg_opts[] = {
     {"src.<name>.files", NULL, WF_OPT_STRS, offsetof(cfg, src), NULL, WF_NO_RANGE, "its files"},
     {"src.<name>.on", NULL, WF_OPT_BOOL, offsetof(cfg, src), NULL, WF_NO_RANGE, "use it"},
     {"src.<name>.label", NULL, WF_OPT_STR, offsetof(cfg, src), NULL, WF_NO_RANGE, "its label"},
+    {"run.mode", "mode", WF_OPT_STR, offsetof(cfg, mode), "fast", WF_CHOICES(cfg_modes), .help = "how"},
 };
 static const wf_cmd_spec cfg_spec = {"test", "weft test [options] [ARG...]", "a test command", cfg_opts,
                                      sizeof cfg_opts / sizeof *cfg_opts, 0, -1, 0};
@@ -69,6 +73,7 @@ WF_TEST(config_defaults) {
     WF_CHECK_STREQ(c.name, "run");
     WF_CHECK_EQ(c.inputs.n, 0);
     WF_CHECK_EQ(c.top, 7);
+    WF_CHECK_STREQ(c.mode, "fast");
     wf_opts_free(&cfg_spec, &c);
     wf_opts_free_positional(&pos);
 }
@@ -210,6 +215,36 @@ WF_TEST(config_cli_errors) {
     expect_cli_error(2, a7, WF_ERR_RANGE, "src.web.weight");
 }
 
+/* An enum option takes only its declared values, from the command line and
+ * from a file alike, says "did you mean" for a near miss, and
+ * wf_opts_check_choices applies the same check to a struct filled in by
+ * code. */
+WF_TEST(config_enum_option) {
+    const char *ok[] = {"--mode=careful"};
+    cfg c;
+    wf_strs pos;
+    WF_CHECK_OK(parse_args(&c, 1, ok, &pos));
+    WF_CHECK_STREQ(c.mode, "careful");
+    WF_CHECK_OK(wf_opts_check_choices(&cfg_spec, &c));
+    free(c.mode);
+    c.mode = strdup("slow");
+    WF_CHECK_ERR(wf_opts_check_choices(&cfg_spec, &c), WF_ERR_CONFIG,
+                 "run.mode = 'slow': use fast, careful or off");
+    wf_opts_free(&cfg_spec, &c);
+    wf_opts_free_positional(&pos);
+    const char *near[] = {"--run.mode=carefull"};
+    expect_cli_error(1, near, WF_ERR_CONFIG,
+                     "command line '--run.mode=carefull': run.mode = 'carefull' (did you mean 'careful'?): use "
+                     "fast, careful or off");
+    const char *far[] = {"--mode", "sideways"};
+    expect_cli_error(2, far, WF_ERR_CONFIG, "run.mode = 'sideways': use fast, careful or off");
+    const char *file = write_cfg("[run]\nmode = \"of\"\n");
+    char arg[700];
+    snprintf(arg, sizeof arg, "--config=%s", file);
+    const char *from_file[] = {arg};
+    expect_cli_error(1, from_file, WF_ERR_CONFIG, "run.toml:2: run.mode = 'of' (did you mean 'off'?)");
+}
+
 WF_TEST(config_help_lists_every_option) {
     char path[600];
     snprintf(path, sizeof path, "%s/help.txt", wf_test_tmpdir());
@@ -222,6 +257,7 @@ WF_TEST(config_help_lists_every_option) {
     WF_CHECK_OK(wf_file_read(path, &text, &n));
     for (size_t i = 0; i < cfg_spec.n_opts; i++) WF_CHECK_TRUE(strstr(text, cfg_opts[i].key) != NULL);
     WF_CHECK_TRUE(strstr(text, "model width (default: 64; range 1..65536)") != NULL);
+    WF_CHECK_TRUE(strstr(text, "how (default: fast; one of fast careful off)") != NULL);
     free(text);
 }
 
