@@ -54,7 +54,7 @@ const char *wf_kern_blas_config(void);
 int wf_kern_blas_check(char *msg, size_t size);
 /* The OPENBLAS_CORETYPE that would give this CPU its fast kernels when
  * OpenBLAS chose SSE ones, else NULL. `weft` restarts itself once with it
- * (tools/weft.c), so users get the fast kernels without knowing this. */
+ * (tools/cli_main.c), so users get the fast kernels without knowing this. */
 const char *wf_kern_blas_better_core(void);
 
 /* ---------------------------------------------------------------- matmul

@@ -9,9 +9,11 @@
  * captures profiling traces on a schedule or on request (docs/tracing.md).
  *
  * Data-parallel across processes when started by mpirun/mpiexec/srun (the
- * distributed layer, include/weft/dist.h; docs/distributed.md): DDP
- * (gradient buckets all-reduced during the backward), or ZeRO-1 with
- * dist.zero1 (the AdamW moments sharded over the ranks).
+ * distributed layer, include/weft/dist.h; docs/distributed.md), in one of
+ * four modes (dist.shard): ddp (gradient buckets all-reduced during the
+ * backward), zero1 (the AdamW moments sharded over the ranks), zero2 (the
+ * gradients too, reduce-scattered per unit) or fsdp (the parameters too,
+ * each unit all-gathered before use).
  */
 #ifndef WEFT_TRAIN_H
 #define WEFT_TRAIN_H

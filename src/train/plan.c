@@ -78,8 +78,7 @@ static size_t zero1_shard(size_t n, size_t W) {
     return s < n ? s : n;
 }
 
-/* The sharding units of ZeRO-2 and FSDP (wf_model_num_units on branch
- * is17-fsdp): the embedding, each block, the final norm with an untied
+/* The sharding units of ZeRO-2 and FSDP (wf_model_num_units): the embedding, each block, the final norm with an untied
  * head (a tied head is the embedding's tensor, unit 0). Per unit: its
  * length, FSDP's piece (ceil(n / W) rounded up to 16 floats), and rank 0's
  * part under FSDP (min(piece, n)) and under ZeRO-2 (the unit's overlap
