@@ -34,7 +34,10 @@ typedef enum {
 const char *wf_status_str(wf_status s);
 
 /* Records `fmt` as this thread's error message and returns `s`, so that
- * library code can write `return wf_error(WF_ERR_IO, "%s: %s", path, ...)`. */
+ * library code can write `return wf_error(WF_ERR_IO, "%s: %s", path, ...)`.
+ * A message longer than WF_ERROR_MSG_CAP - 1 bytes loses the middle of its
+ * longest word (a path, almost always) to "...", so that the reason after
+ * a long path is kept; wf_error_wrap does the same. */
 wf_status wf_error(wf_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -11,6 +11,41 @@
 
 #define WF_ERRMSG_CAP WF_ERROR_MSG_CAP
 static _Thread_local char errmsg_[WF_ERRMSG_CAP];
+/* A message as formatted, before it is fitted into errmsg_. */
+static _Thread_local char full_[WF_ERRMSG_CAP * 16];
+
+/* Copies the message msg (which it may change) into dst (cap bytes). One
+ * that does not fit has its longest words (paths, almost always) shortened
+ * in the middle to "...", longest first, not its end cut off:
+ * "DIR/rrrr...rrrr/checkpoints: No such file or directory" keeps the reason
+ * however long the path. When no word longer than 32 bytes is left to
+ * shorten (each is kept to its first and last 16), the end is cut to "...". */
+static void fit_message(char *dst, size_t cap, char *msg) {
+    size_t n = strlen(msg);
+    while (n >= cap) {
+        size_t best = 0, best_len = 0;
+        for (size_t i = 0; i < n;) {
+            while (i < n && msg[i] == ' ') i++;
+            size_t j = i;
+            while (j < n && msg[j] != ' ') j++;
+            if (j - i > best_len) best = i, best_len = j - i;
+            i = j;
+        }
+        if (best_len <= 36) break; /* shortened to 32 + "...", it gains nothing */
+        size_t excess = n - (cap - 1), shrink = best_len - 32; /* most it may lose */
+        size_t drop = (excess + 3 < shrink ? excess + 3 : shrink);    /* bytes replaced by "..." */
+        size_t keep = best_len - drop, head = best + keep / 2, tail = best + best_len - (keep - keep / 2);
+        memcpy(msg + head, "...", 3);
+        memmove(msg + head + 3, msg + tail, n - tail + 1);
+        n = strlen(msg);
+    }
+    if (n < cap) {
+        memcpy(dst, msg, n + 1);
+        return;
+    }
+    memcpy(dst, msg, cap - 4);
+    memcpy(dst + cap - 4, "...", 4);
+}
 
 const char *wf_status_str(wf_status s) {
     switch (s) {
@@ -24,24 +59,21 @@ const char *wf_status_str(wf_status s) {
 wf_status wf_error(wf_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errmsg_, sizeof errmsg_, fmt, ap);
+    vsnprintf(full_, sizeof full_, fmt, ap);
     va_end(ap);
+    fit_message(errmsg_, sizeof errmsg_, full_);
     return s;
 }
 
 wf_status wf_error_wrap(wf_status s, const char *fmt, ...) {
-    char prefix[WF_ERRMSG_CAP], old[WF_ERRMSG_CAP];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int np = vsnprintf(full_, sizeof full_ - WF_ERRMSG_CAP, fmt, ap);
     va_end(ap);
-    memcpy(old, errmsg_, sizeof old);
-    size_t np = strlen(prefix), no = strlen(old);
-    if (np > WF_ERRMSG_CAP - 1) np = WF_ERRMSG_CAP - 1;
-    if (no > WF_ERRMSG_CAP - 1 - np) no = WF_ERRMSG_CAP - 1 - np;
-    memcpy(errmsg_, prefix, np);
-    memcpy(errmsg_ + np, old, no);
-    errmsg_[np + no] = '\0';
+    if (np < 0) np = 0;
+    if ((size_t)np > sizeof full_ - WF_ERRMSG_CAP - 1) np = (int)(sizeof full_ - WF_ERRMSG_CAP - 1);
+    memcpy(full_ + np, errmsg_, strlen(errmsg_) + 1); /* errmsg_ fits in the room left */
+    fit_message(errmsg_, sizeof errmsg_, full_);
     return s;
 }
 

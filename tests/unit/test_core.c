@@ -531,6 +531,37 @@ WF_TEST(status_messages) {
     WF_CHECK_STREQ(wf_error_msg(), "");
 }
 
+/* A message with a path longer than the message buffer keeps its reason:
+ * the path loses its middle, not the message its end. */
+WF_TEST(long_path_keeps_the_reason) {
+    char path[4200];
+    memset(path, 'r', sizeof path - 1);
+    memcpy(path, "/run/", 5);
+    memcpy(path + sizeof path - 13, "/checkpoints", 13);
+    wf_error(WF_ERR_IO, "%s: No such file or directory", path);
+    const char *m = wf_error_msg();
+    WF_CHECK_TRUE(strlen(m) == WF_ERROR_MSG_CAP - 1);
+    WF_CHECK_TRUE(strncmp(m, "/run/rrr", 8) == 0);
+    WF_CHECK_TRUE(strstr(m, "r...r") != NULL);
+    WF_CHECK_TRUE(strstr(m, "rrr/checkpoints: No such file or directory") != NULL);
+    /* wrapped in more context: still the reason at the end */
+    wf_error_wrap(WF_ERR_IO, "saving %s: ", path);
+    m = wf_error_msg();
+    WF_CHECK_TRUE(strlen(m) < WF_ERROR_MSG_CAP);
+    WF_CHECK_TRUE(strncmp(m, "saving /run/", 12) == 0);
+    size_t n = strlen(m), tail = strlen(": No such file or directory");
+    WF_CHECK_STREQ(m + n - tail, ": No such file or directory");
+    /* a message whose words are all short is cut at its end */
+    char words[3000];
+    for (size_t i = 0; i < sizeof words - 1; i++) words[i] = i % 4 == 3 ? ' ' : 'w';
+    words[sizeof words - 1] = '\0';
+    wf_error(WF_ERR_IO, "%s", words);
+    m = wf_error_msg();
+    WF_CHECK_TRUE(strlen(m) == WF_ERROR_MSG_CAP - 1);
+    WF_CHECK_STREQ(m + WF_ERROR_MSG_CAP - 4, "...");
+    wf_error_clear();
+}
+
 typedef struct {
     int hits[4];
 } par_ctx;
