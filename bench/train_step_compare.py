@@ -27,6 +27,10 @@ otherwise, so both peers get the same one, set before they start):
     x tokens/s / peak;
   - with --also-default, two more peers: weft and torch with
     OMP_WAIT_POLICY unset;
+  - with --compile-python PY, one more peer: the current PyTorch of that
+    interpreter (a benchmark-only venv, bench/torch_venv.sh) with the model
+    under torch.compile and AdamW(fused=True), compiled in its warm-up
+    steps; it brings its own BLAS (the wheel's), not Debian's OpenBLAS;
   - prints weft's time per op and both peers' phases (median round).
 
 The machine's load average (/proc/loadavg) is printed with every round:
@@ -97,6 +101,11 @@ def start_peers(a, core):
     weft_argv = [str(ROOT / a.bin)] + common
     torch_argv = [a.python, str(ROOT / "bench" / "train_step_torch.py")] + common
     peers = [Peer("weft", weft_argv, waited), Peer("torch", torch_argv, waited)]
+    if a.compile_python:
+        # the current PyTorch (a benchmark-only venv: bench/torch_venv.sh),
+        # its model compiled by inductor and AdamW fused; its own BLAS
+        compiled_argv = [a.compile_python, str(ROOT / "bench" / "train_step_torch.py")] + common
+        peers.append(Peer("torch.compile", compiled_argv + ["--compile", "--fused"], waited))
     if a.also_default:
         peers += [Peer("weft-default", weft_argv, base), Peer("torch-default", torch_argv, base)]
     return peers
@@ -143,7 +152,7 @@ def compare(a, core, peers):
         print(f"  sgemm peak at start, {name}: {g:.1f} GFLOP/s (best shape {mnk})")
 
     for p in peers:
-        p.ask(f"run {a.warmup}")
+        p.ask(f"run {max(a.warmup, a.compile_warmup) if p.name == 'torch.compile' else a.warmup}")
     if a.warmup:
         weft.ask("ops")  # drop the warm-up's op times
 
@@ -205,6 +214,12 @@ def compare(a, core, peers):
           f"per round {min(ratios):.2f}x .. {max(ratios):.2f}x, median "
           f"{statistics.median(ratios):.2f}x; by CPU time "
           f"{summary['peers']['torch']['cpu_per_step'] / summary['peers']['weft']['cpu_per_step']:.2f}x")
+    if "torch.compile" in med:
+        cr = [rd["mean"]["torch.compile"] / rd["mean"]["weft"] for rd in rounds]
+        print(f"  weft/torch.compile tokens/s ({peers[2].info['torch']}): "
+              f"{med['torch.compile'] / med['weft']:.2f}x (median steps); per round "
+              f"{min(cr):.2f}x .. {max(cr):.2f}x; by CPU time "
+              f"{summary['peers']['torch.compile']['cpu_per_step'] / summary['peers']['weft']['cpu_per_step']:.2f}x")
     if "torch-default" in med:
         print(f"  with OMP_WAIT_POLICY unset, weft/torch tokens/s: "
               f"{med['torch-default'] / med['weft-default']:.2f}x; {a.wait or 'unset'} against "
@@ -253,6 +268,11 @@ def main():
                     help="also run both peers with OMP_WAIT_POLICY unset")
     ap.add_argument("--bin", default="build/bench/train_step_bench")
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--compile-python",
+                    help="an interpreter with the current PyTorch (bench/torch_venv.sh): adds the peer "
+                         "torch.compile (inductor, fused AdamW), warmed up (compiled) before the rounds")
+    ap.add_argument("--compile-warmup", type=int, default=3,
+                    help="warm-up steps of the torch.compile peer (its first steps compile)")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     if not (ROOT / a.bin).exists():

@@ -49,7 +49,7 @@ def flops_per_token(cfg, T):
 class Step:
     """The model, its optimizer and one fixed batch."""
 
-    def __init__(self, preset, B, T):
+    def __init__(self, preset, B, T, compile_model=False, fused=False):
         torch.manual_seed(0)
         self.cfg = dict(PRESETS[preset], norm_eps=1e-5, rope_theta=10000.0, tied_embeddings=1)
         self.model = LlamaRef(self.cfg).float()
@@ -66,7 +66,9 @@ class Step:
         self.params = decay + no_decay
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                                       {"params": no_decay, "weight_decay": 0.0}],
-                                     lr=LR, betas=(0.9, 0.95), eps=1e-8)
+                                     lr=LR, betas=(0.9, 0.95), eps=1e-8,
+                                     **({"fused": True} if fused else {}))
+        self.forward = torch.compile(self.model) if compile_model else self.model
         V = self.cfg["vocab_size"]
         self.tokens = torch.randint(0, V, (B, T))
         self.targets = torch.randint(0, V, (B, T))
@@ -77,7 +79,7 @@ class Step:
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         t1 = time.perf_counter()
-        _, loss = self.model(self.tokens, self.targets)
+        _, loss = self.forward(self.tokens, self.targets)
         t2 = time.perf_counter()
         loss.backward()
         t3 = time.perf_counter()
@@ -121,6 +123,7 @@ def peak(cfg, B, T):
 
 def serve(st, a):
     print("ready " + json.dumps(dict(torch=torch.__version__, threads=torch.get_num_threads(),
+                                     compiled=a.compile, fused=a.fused,
                                      params=sum(p.numel() for p in st.params),
                                      flops_per_token=flops_per_token(st.cfg, a.seq))), flush=True)
     for line in sys.stdin:
@@ -149,9 +152,12 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--serve", action="store_true")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (inductor; its first steps compile)")
+    ap.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    st = Step(a.preset, a.batch, a.seq)
+    st = Step(a.preset, a.batch, a.seq, compile_model=a.compile, fused=a.fused)
     if a.serve:
         serve(st, a)
         return
