@@ -30,6 +30,19 @@ void wf_mmap_close(wf_mmap *m); /* accepts a zeroed or closed mapping */
  * symbolic links; a path that does not exist is not an error. */
 wf_status wf_remove_tree(const char *path);
 
+/* The longest path weft builds, with its NUL: Linux's PATH_MAX. Buffers for
+ * paths are this size; a path that does not fit is an error, never cut. */
+#define WF_PATH_MAX 4096
+
+/* dir + "/" + name (just name when dir is "" or NULL) into buf (size
+ * bytes). A result that does not fit is not cut: buf is set to "" and the
+ * error (WF_ERR_RANGE) says how many bytes the path needs; *needed, when
+ * not NULL, gets that number (with the NUL) either way. */
+wf_status wf_path_join(char *buf, size_t size, const char *dir, const char *name, size_t *needed);
+/* The same with name made from a printf format ("rank-%05d.txt"). */
+wf_status wf_path_joinf(char *buf, size_t size, const char *dir, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* mkdir -p. */
 wf_status wf_mkdirs(const char *path);
 int wf_path_exists(const char *path);

@@ -10,6 +10,7 @@
 #include "weft/log.h"
 #include "weft/progress.h"
 #include "weft/rng.h"
+#include "weft/rundir.h"
 #include "weft/status.h"
 #include "weft/thread.h"
 

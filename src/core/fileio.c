@@ -7,6 +7,8 @@
 #include "weft/buf.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <ftw.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -88,6 +90,34 @@ int wf_path_exists(const char *path) {
 int wf_path_is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+wf_status wf_path_join(char *buf, size_t size, const char *dir, const char *name, size_t *needed) {
+    size_t nd = dir ? strlen(dir) : 0, nn = strlen(name);
+    int slash = nd > 0 && dir[nd - 1] != '/';
+    size_t need = nd + (size_t)slash + nn + 1;
+    if (needed) *needed = need;
+    if (need > size) {
+        if (size) buf[0] = '\0';
+        return wf_error(WF_ERR_RANGE, "%s%s%s: the path is %zu bytes, longer than the %zu this place allows",
+                        nd ? dir : "", slash ? "/" : "", name, need - 1, size ? size - 1 : 0);
+    }
+    if (nd) memmove(buf, dir, nd);
+    if (slash) buf[nd] = '/';
+    memmove(buf + nd + (size_t)slash, name, nn + 1);
+    return WF_OK;
+}
+
+wf_status wf_path_joinf(char *buf, size_t size, const char *dir, const char *fmt, ...) {
+    char name[WF_PATH_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof name)
+        return wf_error(WF_ERR_RANGE, "%s/%s...: the path is longer than %d bytes", dir ? dir : "", name,
+                        WF_PATH_MAX - 1);
+    return wf_path_join(buf, size, dir, name, NULL);
 }
 
 wf_status wf_mkdirs(const char *path) {

@@ -29,6 +29,7 @@
 
 #include "core/trace_impl.h"
 #include "weft/fileio.h"
+#include "weft/rundir.h"
 #include "weft/log.h"
 #include "weft/trace.h"
 
@@ -539,9 +540,7 @@ void wf_trace_discard(void) {
 
 static wf_status request_path(const char *run_dir, char *out, size_t cap) {
     if (!run_dir || !run_dir[0]) return wf_error(WF_ERR_INVALID, "trace request: no run directory given");
-    if ((size_t)snprintf(out, cap, "%s/%s", run_dir, WF_TRACE_REQUEST_FILE) >= cap)
-        return wf_error(WF_ERR_INVALID, "trace request: path too long: %s", run_dir);
-    return WF_OK;
+    return wf_error_wrap(wf_rundir_path(out, cap, run_dir, WF_RUN_TRACE_REQUEST), "trace request: ");
 }
 
 wf_status wf_trace_request_write(const char *run_dir, int64_t steps, wf_trace_request *out) {

@@ -38,8 +38,11 @@ static void on_stop_signal(int sig) { g_stop_signal = sig; }
 static void start_stack_dumps(const wf_train_config *tc, int rank, int world) {
     g_dumper_started = 0;
     if (!tc->run_dir) return;
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/hang", tc->run_dir);
+    char dir[WF_PATH_MAX];
+    if (wf_rundir_path(dir, sizeof dir, tc->run_dir, WF_RUN_HANG) != WF_OK) {
+        WF_WARN("stack dumps are off: %s", wf_error_msg());
+        return;
+    }
     wf_stackdump_options o = {.dir = dir,
                               .rank = rank,
                               .world = world,
@@ -85,7 +88,7 @@ void wf__train_signals_restore(void) {
 /* ---- stack dumps ---- */
 
 static void dump_path(const trainer *t, char *path, size_t size) {
-    snprintf(path, size, "%s/DUMP", t->tc->run_dir);
+    (void)wf_rundir_path(path, size, t->tc->run_dir, WF_RUN_DUMP); /* checked at the start: fits */
 }
 
 /* RUN_DIR/DUMP: every rank's dump at the same step (the dumper logs where

@@ -39,6 +39,7 @@
 #include "weft/optim.h"
 #include "weft/progress.h"
 #include "weft/runctl.h"
+#include "weft/rundir.h"
 #include "weft/safetensors.h"
 #include "weft/train.h"
 

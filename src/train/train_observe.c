@@ -68,13 +68,14 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
     /* Rank 0 records into the run directory; with metrics.all_ranks every
      * other rank too, into RUN_DIR/ranks/rank-NNNNN (its own times and
      * memory, the global loss and norm). */
-    char rank_dir[4096];
+    char rank_dir[WF_PATH_MAX];
     wf_metrics_options mo = {.dir = tc->run_dir,
                              .jsonl = tc->metrics_jsonl,
                              .tensorboard = tc->metrics_tensorboard,
                              .flush_every_s = tc->metrics_flush_every_s};
     if (t->rank > 0) {
-        snprintf(rank_dir, sizeof rank_dir, "%s/ranks/rank-%05d", tc->run_dir, t->rank);
+        WF_TRY(wf_rundir_path(rank_dir, sizeof rank_dir, tc->run_dir, WF_RUN_RANKS));
+        WF_TRY(wf_path_joinf(rank_dir, sizeof rank_dir, rank_dir, "rank-%05d", t->rank));
         mo.dir = rank_dir;
     }
     if ((t->rank == 0 || tc->metrics_all_ranks) && (mo.jsonl || mo.tensorboard)) {
@@ -87,9 +88,9 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
     }
 
     if (tc->trace_active > 0 || tc->trace_requests) {
-        char dir[4096];
-        if (is_set(tc->trace_dir)) snprintf(dir, sizeof dir, "%s", tc->trace_dir);
-        else snprintf(dir, sizeof dir, "%s/traces", tc->run_dir);
+        char dir[WF_PATH_MAX];
+        if (is_set(tc->trace_dir)) WF_TRY(wf_path_join(dir, sizeof dir, NULL, tc->trace_dir, NULL));
+        else WF_TRY(wf_rundir_path(dir, sizeof dir, tc->run_dir, WF_RUN_TRACES));
         wf_trace_config cfg = {
             .dir = dir,
             .request_dir = tc->trace_requests ? tc->run_dir : NULL,

@@ -197,17 +197,21 @@ wf_status wf_train_comm_create(const wf_train_config *tc, wf_comm **out) {
     co.timeout_name = "dist.timeout_s";
     co.first_steps = tc->dist_first_steps;
     co.report_dir = tc->run_dir;
-    if (tc->run_dir) WF_TRY(wf_mkdirs(tc->run_dir));
+    if (tc->run_dir) {
+        WF_TRY(wf_rundir_check(tc->run_dir, "train.run_dir"));
+        WF_TRY(wf_mkdirs(tc->run_dir));
+    }
     return wf_comm_create(out, &co);
 }
 
 wf_status wf_train_execute(const wf_train_config *tc, wf_comm *comm, wf_train_result *result) {
     memset(result, 0, sizeof *result);
     if (tc->run_dir) {
+        WF_TRY(wf_rundir_check(tc->run_dir, "train.run_dir"));
         /* The kill switch is polled first, so that a queue of jobs for a
          * stopped run exits at once. */
-        char stop[4096];
-        snprintf(stop, sizeof stop, "%s/STOP", tc->run_dir);
+        char stop[WF_PATH_MAX];
+        WF_TRY(wf_rundir_path(stop, sizeof stop, tc->run_dir, WF_RUN_STOP));
         if (wf_path_exists(stop)) {
             WF_INFO("%s exists: not training (remove it to continue the run)", stop);
             result->stop_file = 1;

@@ -4,6 +4,7 @@ model on a few Austen chapters. Checks the weights file with the
 accumulation, and that bad configs fail before training with messages that
 name the values."""
 import json
+import os
 import re
 
 import numpy as np
@@ -178,3 +179,31 @@ def test_enum_keys_refuse_other_values(dataset, tmp_path, key, typo, meant, valu
     p = run_weft_cmd(["plan", "--data", dataset / "data", "--world-size", 2, f"--{key}={typo}"], check=False)
     assert p.returncode == 1 and want in p.stderr, p.stderr
     assert "one of " + values.replace(",", "").replace(" or", "") in run_weft_cmd(["train", "--help"]).stdout
+
+
+def long_dir(base, n):
+    """A path of exactly n bytes under base, in components of at most 200."""
+    d = str(base)
+    while len(d) + 1 < n:
+        d += "/" + "r" * min(200, n - len(d) - 1)
+    assert len(d) == n
+    return d
+
+
+def test_run_dir_near_the_path_limit(dataset, tmp_path):
+    """A run directory longer than weft takes (WF_RUNDIR_MAX, 3840 bytes) is
+    refused before anything is written, with the reason whole (the message
+    shortens the path, not its end); one at the limit trains, checkpoints
+    and writes its model, every path under it whole."""
+    too_long = long_dir(tmp_path / "a", 4080)
+    p = train(dataset, too_long, "--steps", 2, check=False)
+    assert p.returncode == 1, p.stderr
+    assert "the run directory's path is 4080 bytes; weft takes at most 3840" in p.stderr, p.stderr
+    assert "train.run_dir = " + str(tmp_path / "a") in p.stderr
+    assert not (tmp_path / "a").exists()
+    at_limit = long_dir(tmp_path / "b", 3840)
+    train(dataset, at_limit, "--steps", 2, "--ckpt.every=1", "--train.eval_every=0")
+    assert (tmp_path / "b").exists()
+    for name in ("model.safetensors", "metrics.jsonl", "run.json", "config.toml"):
+        assert os.path.exists(os.path.join(at_limit, name)), name
+    assert os.path.exists(os.path.join(at_limit, "checkpoints", "step-0000002", "manifest.json"))

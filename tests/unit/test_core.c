@@ -1048,3 +1048,71 @@ WF_TEST(fs_free) {
     WF_CHECK_TRUE(bytes > 0 && inodes > 0);
     WF_CHECK_ERR(wf_fs_free("/nonexistent/weft/dir", &bytes, &inodes), WF_ERR_IO, "/nonexistent/weft/dir");
 }
+
+/* ------------------------------------------------------------ paths */
+
+/* A joined path that does not fit is refused, never cut: the message names
+ * it and the bytes it needs, the buffer is left empty. */
+WF_TEST(path_join_refuses_instead_of_cutting) {
+    char buf[16];
+    size_t need = 0;
+    WF_CHECK_OK(wf_path_join(buf, sizeof buf, "run", "SAVE", &need));
+    WF_CHECK_STREQ(buf, "run/SAVE");
+    WF_CHECK_EQ(need, 9);
+    WF_CHECK_OK(wf_path_join(buf, sizeof buf, "run/", "SAVE", NULL));
+    WF_CHECK_STREQ(buf, "run/SAVE");
+    WF_CHECK_OK(wf_path_join(buf, sizeof buf, "", "SAVE", NULL));
+    WF_CHECK_STREQ(buf, "SAVE");
+    WF_CHECK_OK(wf_path_join(buf, sizeof buf, "0123456789", "abcd", &need)); /* 15 + NUL: fits */
+    WF_CHECK_STREQ(buf, "0123456789/abcd");
+    WF_CHECK_ERR(wf_path_join(buf, sizeof buf, "0123456789", "abcde", &need), WF_ERR_RANGE,
+                 "0123456789/abcde: the path is 16 bytes, longer than the 15 this place allows");
+    WF_CHECK_EQ(need, 17);
+    WF_CHECK_STREQ(buf, "");
+    char big[32];
+    WF_CHECK_OK(wf_path_joinf(big, sizeof big, "h", "rank-%05d.txt", 3));
+    WF_CHECK_STREQ(big, "h/rank-00003.txt");
+    WF_CHECK_ERR(wf_path_joinf(buf, sizeof buf, "h", "rank-%05d.txt", 3), WF_ERR_RANGE, "h/rank-00003.txt");
+    /* in place: the directory is the buffer */
+    char p[WF_PATH_MAX] = "runs/a";
+    WF_CHECK_OK(wf_path_join(p, sizeof p, p, "tb", NULL));
+    WF_CHECK_STREQ(p, "runs/a/tb");
+}
+
+/* Every entry of a run directory has its name, and a run directory near
+ * WF_PATH_MAX gives an error naming the path, not a shorter path. */
+WF_TEST(rundir_paths) {
+    char buf[WF_PATH_MAX];
+    WF_CHECK_OK(wf_rundir_path(buf, sizeof buf, "runs/x", WF_RUN_SAVE));
+    WF_CHECK_STREQ(buf, "runs/x/SAVE");
+    WF_CHECK_OK(wf_rundir_path(buf, sizeof buf, "runs/x", WF_RUN_CHECKPOINTS));
+    WF_CHECK_STREQ(buf, "runs/x/checkpoints");
+    for (int e = 0; e < WF_RUN_N_ENTRIES; e++) WF_CHECK_TRUE(strcmp(wf_rundir_name((wf_run_entry)e), "?") != 0);
+    char dir[WF_PATH_MAX];
+    memset(dir, 'r', sizeof dir - 8);
+    dir[sizeof dir - 8] = '\0'; /* 4088 bytes: DIR/SAVE is 4093, DIR/checkpoints is not */
+    WF_CHECK_OK(wf_rundir_path(buf, sizeof buf, dir, WF_RUN_SAVE));
+    WF_CHECK_ERR(wf_rundir_path(buf, sizeof buf, dir, WF_RUN_CHECKPOINTS), WF_ERR_RANGE,
+                 "rrr/checkpoints: the path is 4100 bytes, longer than the 4095 this place allows");
+    WF_CHECK_STREQ(buf, "");
+    WF_CHECK_ERR(wf_rundir_path(buf, sizeof buf, "r", WF_RUN_N_ENTRIES), WF_ERR_INVALID, "unknown entry");
+}
+
+/* docs/formats/run-dir.md's table and wf_run_entry name the same entries. */
+WF_TEST(rundir_table_matches_docs) {
+    const char *root = getenv("WEFT_ROOT");
+    char path[WF_PATH_MAX];
+    WF_CHECK_OK(wf_path_join(path, sizeof path, root ? root : ".", "docs/formats/run-dir.md", NULL));
+    char *text;
+    size_t n;
+    WF_CHECK_OK(wf_file_read(path, &text, &n));
+    int rows = 0;
+    for (const char *l = strstr(text, "\n| `WF_RUN_"); l; l = strstr(l + 1, "\n| `WF_RUN_")) rows++;
+    WF_CHECK_EQ(rows, WF_RUN_N_ENTRIES);
+    for (int e = 0; e < WF_RUN_N_ENTRIES; e++) {
+        char cell[128];
+        snprintf(cell, sizeof cell, "` | `%s` |", wf_rundir_name((wf_run_entry)e));
+        if (!strstr(text, cell)) wf_test_fail(__FILE__, __LINE__, "run-dir.md has no row for %s", cell);
+    }
+    free(text);
+}
