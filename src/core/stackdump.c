@@ -540,12 +540,12 @@ static void header(wf_buf *out, const char *reason, const sd_capture *c) {
 
 /* One dump: capture, text, file, log line. On the dumper thread. */
 static wf_status dump(const char *reason, int warn, char *path, size_t path_size) {
-    char file[4200];
+    char file[WF_PATH_MAX], dir[WF_PATH_MAX];
     pthread_mutex_lock(&g.mu);
-    snprintf(file, sizeof file, "%s/rank-%05d.txt", g.dir, g.o.rank);
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", g.dir);
+    wf_status ps = wf_path_joinf(file, sizeof file, g.dir, "rank-%05d.txt", g.o.rank);
+    if (ps == WF_OK) ps = wf_path_join(dir, sizeof dir, NULL, g.dir, NULL);
     pthread_mutex_unlock(&g.mu);
+    if (ps != WF_OK) return ps;
     if (path && path_size) snprintf(path, path_size, "%s", file);
 
     pthread_mutex_lock(&g_capture_mu);

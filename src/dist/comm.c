@@ -193,9 +193,13 @@ static const wf_dist_backend *find_backend(const char *name, char *tried, size_t
     char path[PATH_MAX + 128];
     const char *dir = getenv("WEFT_DIST_LIB_DIR");
     if (dir && *dir) {
-        snprintf(path, sizeof path, "%s/%s", dir, file);
-        const wf_dist_backend *be = open_backend(path, tried, cap);
-        if (be) return be;
+        if (wf_path_join(path, sizeof path, dir, file, NULL) == WF_OK) {
+            const wf_dist_backend *be = open_backend(path, tried, cap);
+            if (be) return be;
+        } else {
+            append_tried(tried, cap, "WEFT_DIST_LIB_DIR", "the path is too long");
+            wf_error_clear();
+        }
     }
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);

@@ -14,6 +14,7 @@
 #include "obs/obs_impl.h"
 #include "weft/json.h"
 #include "weft/fileio.h"
+#include "weft/rundir.h"
 
 void wf_metrics_step_init(wf_metrics_step *r) {
 #define INIT_D_(f) r->f = NAN;
@@ -88,25 +89,16 @@ wf_status wf_metrics_open(wf_metrics **out, const wf_metrics_options *opt) {
     if (!m) return wf_error(WF_ERR_NOMEM, "out of memory");
     m->flush_every_s = opt->flush_every_s > 0 ? opt->flush_every_s : 0;
     m->last_flush = wf__obs_unix_now();
-    size_t len = strlen(opt->dir) + 32;
-    char *path = malloc(len);
-    if (!path) {
-        free(m);
-        return wf_error(WF_ERR_NOMEM, "out of memory");
-    }
+    char path[WF_PATH_MAX];
     wf_status s = WF_OK;
-    if (opt->jsonl) {
-        snprintf(path, len, "%s/metrics.jsonl", opt->dir);
+    if (opt->jsonl && (s = wf_rundir_path(path, sizeof path, opt->dir, WF_RUN_METRICS)) == WF_OK) {
         m->jsonl = fopen(path, "ab");
         if (!m->jsonl) s = wf_error(WF_ERR_IO, "%s: cannot open for appending: %s", path, strerror(errno));
         else m->jsonl_path = strdup(path);
         if (m->jsonl && !m->jsonl_path) s = wf_error(WF_ERR_NOMEM, "out of memory");
     }
-    if (s == WF_OK && opt->tensorboard) {
-        snprintf(path, len, "%s/tb", opt->dir);
+    if (s == WF_OK && opt->tensorboard && (s = wf_rundir_path(path, sizeof path, opt->dir, WF_RUN_TB)) == WF_OK)
         s = wf_tb_open(&m->tb, path, m->flush_every_s);
-    }
-    free(path);
     if (s != WF_OK) {
         wf_metrics_close(m);
         return s;

@@ -37,6 +37,7 @@
 #include "weft/kernels.h"
 #include "weft/thread.h"
 #include "weft/weft.h"
+#include "weft/rundir.h"
 
 #ifndef WF_BUILD_CC
 #define WF_BUILD_CC "unknown"
@@ -151,16 +152,13 @@ static json_t *git_record(const char *src, const char *dir) {
             json_object_set_new(g, "diff_xxh3", json_string(hex));
             json_object_set_new(g, "diff_bytes", json_integer((json_int_t)dlen));
             json_object_set_new(g, "diff_truncated", json_boolean(truncated));
-            size_t plen = strlen(dir) + 16;
-            char *path = malloc(plen);
-            if (path) {
-                snprintf(path, plen, "%s/git.diff", dir);
-                if (wf_file_write_atomic(path, diff, dlen) == WF_OK)
-                    json_object_set_new(g, "diff_file", json_string("git.diff"));
-                else
-                    wf_error_clear();
-                free(path);
-            }
+            char *path = malloc(WF_PATH_MAX);
+            if (path && wf_rundir_path(path, WF_PATH_MAX, dir, WF_RUN_GIT_DIFF) == WF_OK &&
+                wf_file_write_atomic(path, diff, dlen) == WF_OK)
+                json_object_set_new(g, "diff_file", json_string(wf_rundir_name(WF_RUN_GIT_DIFF)));
+            else
+                wf_error_clear();
+            free(path);
             free(diff);
         }
     }
@@ -394,17 +392,12 @@ wf_status wf_run_record_write(const char *dir, const wf_run_record *r) {
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
     json_decref(root);
     if (!text) return wf_error(WF_ERR_NOMEM, "out of memory writing run.json");
-    size_t plen = strlen(dir) + 16;
-    char *path = malloc(plen);
-    wf_status s = WF_OK;
-    if (!path) {
-        s = wf_error(WF_ERR_NOMEM, "out of memory");
-    } else {
-        snprintf(path, plen, "%s/run.json", dir);
+    char path[WF_PATH_MAX];
+    wf_status s = wf_rundir_path(path, sizeof path, dir, WF_RUN_RECORD);
+    if (s == WF_OK) {
         size_t tl = strlen(text);
         text[tl] = '\n'; /* json_dumps's NUL becomes the final newline */
         s = wf_file_write_atomic(path, text, tl + 1);
-        free(path);
     }
     free(text);
     return s;

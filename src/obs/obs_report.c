@@ -41,6 +41,7 @@
 #include "weft/lines.h"
 #include "weft/log.h"
 #include "weft/weft.h"
+#include "weft/rundir.h"
 
 /* Appends a string literal. */
 #define PUT(b, lit) wf_buf_append((b), lit, sizeof(lit) - 1)
@@ -823,13 +824,14 @@ static size_t missing_steps(const run_data *ref, const run_data *d) {
  * the page); only running out of memory fails. */
 static wf_status read_ranks(ranks_data *rd, const char *dir, const run_data *main_d) {
     memset(rd, 0, sizeof *rd);
-    size_t plen = strlen(dir) + 64;
+    char ranks[WF_PATH_MAX];
+    WF_TRY(wf_rundir_path(ranks, sizeof ranks, dir, WF_RUN_RANKS));
+    size_t plen = WF_PATH_MAX;
     char *path = malloc(plen);
     if (!path) return wf_error(WF_ERR_NOMEM, "out of memory");
-    snprintf(path, plen, "%s/ranks", dir);
     int *nums = NULL;
     size_t nr = 0;
-    wf_status s = list_ranks(path, &nums, &nr);
+    wf_status s = list_ranks(ranks, &nums, &nr);
     if (s == WF_OK && nr) {
         rd->r = calloc(nr + 1, sizeof *rd->r);
         if (!rd->r) s = wf_error(WF_ERR_NOMEM, "out of memory");
@@ -840,9 +842,10 @@ static wf_status read_ranks(ranks_data *rd, const char *dir, const run_data *mai
         for (size_t i = 0; i < nr && s == WF_OK; i++) {
             rank_info *ri = &rd->r[i + 1];
             ri->rank = nums[i];
-            snprintf(path, plen, "%s/ranks/rank-%05d/metrics.jsonl", dir, nums[i]);
-            wf_status rs = wf_path_exists(path) ? read_metrics(&ri->own, path)
-                                                : wf_error(WF_ERR_NOTFOUND, "%s: no such file", path);
+            wf_status rs = wf_path_joinf(path, plen, ranks, "rank-%05d/%s", nums[i], wf_rundir_name(WF_RUN_METRICS));
+            if (rs == WF_OK)
+                rs = wf_path_exists(path) ? read_metrics(&ri->own, path)
+                                          : wf_error(WF_ERR_NOTFOUND, "%s: no such file", path);
             if (rs == WF_ERR_NOMEM) {
                 s = rs;
             } else if (rs != WF_OK) {
@@ -1447,13 +1450,11 @@ wf_status wf_report_write(const char *dir, const char *out_path) {
     memset(&d, 0, sizeof d);
     ranks_data rd;
     memset(&rd, 0, sizeof rd);
-    size_t plen = strlen(dir) + 32;
-    char *path = malloc(plen);
+    char *path = malloc(WF_PATH_MAX);
     if (!path) return wf_error(WF_ERR_NOMEM, "out of memory");
-    snprintf(path, plen, "%s/metrics.jsonl", dir);
-    wf_status s = read_metrics(&d, path);
-    if (s == WF_OK) {
-        snprintf(path, plen, "%s/run.json", dir);
+    wf_status s = wf_rundir_path(path, WF_PATH_MAX, dir, WF_RUN_METRICS);
+    if (s == WF_OK) s = read_metrics(&d, path);
+    if (s == WF_OK && (s = wf_rundir_path(path, WF_PATH_MAX, dir, WF_RUN_RECORD)) == WF_OK) {
         if (wf_path_exists(path)) {
             json_error_t err;
             d.run = json_load_file(path, 0, &err);
@@ -1465,9 +1466,9 @@ wf_status wf_report_write(const char *dir, const char *out_path) {
     eval_data ev;
     memset(&ev, 0, sizeof ev);
     if (s == WF_OK) {
-        char *epath = malloc(plen);
+        char *epath = malloc(WF_PATH_MAX);
         if (!epath) s = wf_error(WF_ERR_NOMEM, "out of memory");
-        else snprintf(epath, plen, "%s/eval.jsonl", dir);
+        else s = wf_rundir_path(epath, WF_PATH_MAX, dir, WF_RUN_EVAL_JSONL);
         if (s == WF_OK) s = read_eval(&ev, epath);
         free(epath);
     }

@@ -35,6 +35,7 @@
 #include "obs/trace_analyze_impl.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
+#include "weft/rundir.h"
 
 #define NO_TS INT64_MIN
 
@@ -964,12 +965,10 @@ wf_status wf_trace_analyze(const char *dir, const wf_trace_analyze_opts *opts, w
     char **files = NULL;
     int nf = 0;
     char *used_dir = NULL, *sub = NULL;
-    size_t tlen = strlen(dir) + 8;
-    char *tdir = malloc(tlen);
+    char *tdir = malloc(WF_PATH_MAX);
     if (!tdir) return wf_error(WF_ERR_NOMEM, "out of memory");
-    snprintf(tdir, tlen, "%s/traces", dir);
-    wf_status s = WF_OK;
-    if (wf_path_is_dir(tdir)) s = newest_capture(tdir, &sub);
+    wf_status s = wf_rundir_path(tdir, WF_PATH_MAX, dir, WF_RUN_TRACES);
+    if (s == WF_OK && wf_path_is_dir(tdir)) s = newest_capture(tdir, &sub);
     free(tdir);
     if (s == WF_OK && !sub) {
         s = list_traces(dir, &files, &nf);
