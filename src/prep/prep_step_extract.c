@@ -24,7 +24,8 @@ static wf_status dedup_hash(const prep_run *r, pdoc *d) {
     return WF_OK;
 }
 
-/* Phase 2 for one document: extract, normalize, hash paragraphs. */
+/* Extract's work on one document (on all threads, wf__prep_batch_run):
+ * extract, normalize, hash paragraphs. */
 static wf_status phase_extract(prep_run *r, pdoc *d) {
     d->drop = R_NONE;
     d->last = ST_OUTPUT;

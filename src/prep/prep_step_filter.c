@@ -41,7 +41,8 @@ static wf_status remove_dups(prep_run *r, pdoc *d) {
     return WF_OK;
 }
 
-/* Phase 4 for one document: dedup's removal, langid, quality, MinHash. */
+/* Filter's work on one document (on all threads, wf__prep_batch_run):
+ * dedup's removal, langid, quality, MinHash. */
 static wf_status phase_filter(prep_run *r, pdoc *d) {
     const wf_prep_config *c = r->c;
     double t0 = wf_time_now();
