@@ -4,10 +4,12 @@
 #ifndef WEFT_PREP_IMPL_H
 #define WEFT_PREP_IMPL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
+#include "weft/dirlock.h"
 #include "weft/prep.h"
 
 /* ---- stages and the reasons a document is dropped ---- */
@@ -310,8 +312,8 @@ void wf__prep_ppl_close(prep_ppl *p);
 
 /* ---- stats ---- */
 
-/* The steps of a run (pipeline.c, docs/prep.md "Tasks and steps"): each a
- * set of units that any task may do. */
+/* The steps of a run (pipeline.c, prep_step_*.c, docs/prep.md "Tasks and
+ * steps"): each a set of units that any task may do. */
 #define PREP_STEPS(X)            \
     X(PS_EXTRACT, "extract")     \
     X(PS_DEDUP, "dedup")         \
@@ -361,6 +363,10 @@ typedef struct {
     uint64_t step_bytes[PS_COUNT]; /* bytes each step read: inputs, intermediate files */
 } prep_stats;
 
+/* Adds a document whose life ended (dropped at stage `last` for
+ * `drop_reason`, or written: last = ST_OUTPUT, drop_reason = R_NONE) to
+ * the stage counters, with at[st] the bytes that entered stage st. */
+void wf__prep_stats_account(prep_stats *s, int last, int drop_reason, const uint64_t *at);
 /* Adds src's counters to dst (languages matched by code). */
 wf_status wf__prep_stats_merge(prep_stats *dst, const prep_stats *src);
 /* One unit's counters: OUT/_prep/stats/<step>.<unit>.json. */
@@ -381,6 +387,9 @@ typedef struct {
 } u64vec;
 wf_status wf__prep_u64vec_push(u64vec *v, uint64_t x);
 void wf__prep_u64vec_free(u64vec *v);
+/* Sorts v in place, ascending; _unique also drops repeats. */
+void wf__prep_u64vec_sort(u64vec *v);
+void wf__prep_u64vec_sort_unique(u64vec *v);
 
 /* Deletes what a prep run writes in dir (and nothing else). */
 wf_status wf__prep_output_wipe(const char *dir);
@@ -483,5 +492,119 @@ typedef struct {
 wf_status wf__prep_iw_piece(prep_iw *w, const prep_piece *p);
 wf_status wf__prep_ir_piece(prep_ir *r, prep_piece *p);
 
-/* ---- small helpers ---- */
+/* ---- a run and its steps (pipeline.c, prep_step_<name>.c, prep_batch.c) ----
+ * pipeline.c runs the steps of PREP_STEPS over their units (claims, the
+ * completion markers, run.json); each step is one function in its own
+ * file, called from pipeline.c's table with the unit to do. */
+
+/* A document's global id: its input and its number there. */
+#define PREP_GID(in, pos) ((uint64_t)(in) << 32 | (uint64_t)(pos))
+
+/* Most documents in one batch (and at most batch_mb of them). */
+#define PREP_BATCH_MAX_DOCS 8192
+
+typedef struct {
+    /* from the reader */
+    int kind, reader_drop;
+    size_t input;                  /* which input it came from */
+    uint64_t index;
+    wf_buf raw, url;
+    /* work */
+    wf_buf text, tmp, norm;
+    int drop, last;                /* drop reason (R_NONE) and the last stage reached */
+    uint64_t at[ST_COUNT];         /* bytes entering each stage */
+    double t[ST_COUNT];            /* seconds in each stage */
+    int repaired, q_skipped, mh_no_words, mh_chars;
+    int rule_set;                  /* the rule set that judged it (index in prep_run.rules), -1: none */
+    uint64_t lines_removed;
+    /* dedup units: text[off, off + len) */
+    size_t *unit_off, *unit_len;
+    uint64_t *unit_hash;           /* 0: never removed */
+    unsigned char *unit_dup;
+    size_t n_units, unit_cap, units_removed;
+    /* langid */
+    char lang[16];
+    double lang_conf;
+    /* minhash */
+    uint64_t *sig, *keys;
+    int has_keys;
+    /* perplexity */
+    double ppl;
+    int bucket;                    /* -1 none, 0 head, 1 middle, 2 tail */
+    uint32_t pos;                  /* its number in the step's input file */
+} pdoc;
+
+typedef struct {
+    const wf_prep_config *c;
+    const char *const *inputs;
+    size_t n_inputs;
+    uint64_t *sizes;
+    int threads;
+    wf_normalize_opts nopts;
+    prep_ppl *ppl;
+    prep_rule_sets rules;          /* the quality rule sets */
+    pdoc *docs;
+    size_t n_docs, docs_cap;
+    atomic_size_t next;
+    wf_buf line;
+    int n_hashes;
+    size_t max_doc;
+    int tasks, task;               /* this task: task of tasks */
+    long array_id, array_min;      /* SLURM_ARRAY_TASK_ID and _MIN, or -1 when not a Slurm array task */
+    int ranges;                    /* units of the dedup step */
+    int bands, lsh_ranges;         /* the lsh step's units: bands x lsh_ranges */
+    char pdir[4200];               /* OUT/_prep */
+    double started;                /* the run's start (run.json), epoch seconds */
+    prep_stats st;                 /* the counters of the unit being done */
+    wf_dirlock *lock;              /* this task's lock (the output directory's with one task) */
+} prep_run;
+
+/* Does unit `unit` of a step: reads the files of the steps before it,
+ * writes its own (under temporary names, renamed at the end) and counts
+ * into r->st. */
+typedef wf_status (*prep_step_fn)(prep_run *r, size_t unit);
+wf_status wf__prep_step_extract(prep_run *r, size_t in);
+wf_status wf__prep_step_dedup(prep_run *r, size_t range);
+wf_status wf__prep_step_filter(prep_run *r, size_t in);
+wf_status wf__prep_step_lsh(prep_run *r, size_t unit);
+wf_status wf__prep_step_cluster(prep_run *r, size_t unit);
+wf_status wf__prep_step_output(prep_run *r, size_t in);
+wf_status wf__prep_step_finish(prep_run *r, size_t unit);
+
+/* How many units a step has. */
+size_t wf__prep_step_units(const prep_run *r, int step);
+/* The path of a run's file: OUT/_prep/ followed by fmt
+ * (docs/formats/prep-intermediate.md). */
+void wf__prep_run_path(const prep_run *r, char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The edges file of lsh unit u: band u / R, key range u % R. */
+void wf__prep_lsh_edges_path(const prep_run *r, size_t unit, char *path, size_t size);
+/* The read size of the streamed intermediate files (read_kb). */
+size_t wf__prep_read_chunk(const prep_run *r);
+/* The wall clock, epoch seconds (run.json's start, the run's wall time). */
+double wf__prep_epoch_now(void);
+/* The test hook of the killed-task tests (WEFT_PREP_CRASH, pipeline.c). */
+void wf__prep_maybe_crash(int step, size_t unit);
+
+/* Splits d's text into dedup units (lines, or blank-line separated
+ * blocks): what the dedup step's records number. */
+wf_status wf__prep_dedup_split(const prep_run *r, pdoc *d);
+
+/* A batch of documents (prep_batch.c). A slot keeps its buffers from batch
+ * to batch: wf__prep_batch_slot gives the next one, reset;
+ * wf__prep_batch_clear empties the batch; wf__prep_batch_free frees every
+ * slot (the run's end). */
+wf_status wf__prep_batch_slot(prep_run *r, pdoc **out);
+void wf__prep_batch_clear(prep_run *r);
+void wf__prep_batch_free(prep_run *r);
+/* Calls fn on every document of the batch, on r->threads threads. */
+typedef wf_status (*prep_doc_fn)(prep_run *r, pdoc *d);
+wf_status wf__prep_batch_run(prep_run *r, prep_doc_fn fn);
+/* d is dropped for `reason` (at the reason's stage). */
+void wf__prep_doc_drop(pdoc *d, int reason);
+/* Moves d's seconds per stage into the unit's counters. */
+void wf__prep_doc_seconds(prep_run *r, pdoc *d);
+void wf__prep_buf_swap(wf_buf *a, wf_buf *b);
+/* Whether s[0, n) is only ASCII white space (or empty). */
+int wf__prep_all_space(const char *s, size_t n);
 #endif

@@ -1,6 +1,6 @@
 /* What is done to the output directory on --force: the previous run's
  * files (shards, stats, _prep/) are deleted, and only those. The shards
- * themselves are written by the finish step (pipeline.c). Layout:
+ * themselves are written by the finish step (prep_step_finish.c). Layout:
  * docs/formats/prep-output.md. */
 #include <dirent.h>
 #include <errno.h>
@@ -107,6 +107,24 @@ wf_status wf__prep_u64vec_push(u64vec *v, uint64_t x) {
 void wf__prep_u64vec_free(u64vec *v) {
     free(v->v);
     memset(v, 0, sizeof *v);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+void wf__prep_u64vec_sort(u64vec *v) {
+    if (v->n) qsort(v->v, v->n, sizeof *v->v, cmp_u64);
+}
+
+void wf__prep_u64vec_sort_unique(u64vec *v) {
+    if (!v->n) return;
+    qsort(v->v, v->n, sizeof *v->v, cmp_u64);
+    size_t n = 1;
+    for (size_t i = 1; i < v->n; i++)
+        if (v->v[i] != v->v[n - 1]) v->v[n++] = v->v[i];
+    v->n = n;
 }
 
 #define HASHLOG_MAGIC "WFPRPHL1"

@@ -73,6 +73,23 @@ static const char *const step_names[] = {
 
 const char *wf__prep_step_name(int step) { return step >= 0 && step < PS_COUNT ? step_names[step] : "?"; }
 
+void wf__prep_stats_account(prep_stats *s, int last, int drop_reason, const uint64_t *at) {
+    for (int st = 0; st <= last && st < ST_COUNT; st++) {
+        s->docs_in[st]++;
+        s->bytes_in[st] += at[st];
+        if (st < last) {
+            s->docs_out[st]++;
+            s->bytes_out[st] += at[st + 1];
+        } else if (drop_reason != R_NONE) {
+            s->drop_docs[drop_reason]++;
+            s->drop_bytes[drop_reason] += at[st];
+        } else {
+            s->docs_out[st]++;
+            s->bytes_out[st] += at[st];
+        }
+    }
+}
+
 wf_status wf__prep_stats_merge(prep_stats *dst, const prep_stats *src) {
     for (int st = 0; st < ST_COUNT; st++) {
         dst->docs_in[st] += src->docs_in[st];
