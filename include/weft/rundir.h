@@ -34,14 +34,16 @@ typedef enum {
     WF_RUN_N_ENTRIES
 } wf_run_entry;
 
-/* The longest run directory weft takes: WF_PATH_MAX less 256 bytes for
- * what goes under it (checkpoints/.tmp-step-NNNNNNN.../rank-NNNNN..., the
- * TensorBoard event file's name), so that no path under it is too long. */
+/* The longest directory weft writes under (a run directory, `weft prep`'s
+ * and `weft tokenize`'s output, an export): WF_PATH_MAX less 256 bytes for
+ * what goes under it (checkpoints/step-NNNNNNN/data-..., the TensorBoard
+ * event file's name, _prep/lsh/...), so that no path under it is too long. */
 #define WF_RUNDIR_MAX (WF_PATH_MAX - 256)
 
 /* WF_ERR_RANGE, naming `key` (the option that gave it) and the lengths,
- * when run_dir is longer than WF_RUNDIR_MAX bytes. Commands check it before
- * anything is written, so that a run never stops halfway for a path. */
+ * when run_dir (or another directory weft writes under) is longer than
+ * WF_RUNDIR_MAX bytes. Commands check it before anything is written, so
+ * that a run never stops halfway for a path. */
 wf_status wf_rundir_check(const char *run_dir, const char *key);
 
 /* The entry's name inside the run directory ("checkpoints", "SAVE"). */

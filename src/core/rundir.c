@@ -32,8 +32,8 @@ wf_status wf_rundir_check(const char *run_dir, const char *key) {
     size_t n = run_dir ? strlen(run_dir) : 0;
     if (n > WF_RUNDIR_MAX)
         return wf_error(WF_ERR_RANGE,
-                        "%s = %s: the run directory's path is %zu bytes; weft takes at most %d (the paths under it "
-                        "must stay within %d)",
+                        "%s = %s: the directory's path is %zu bytes; weft writes under one of at most %d (the "
+                        "paths under it must stay within %d)",
                         key, run_dir, n, WF_RUNDIR_MAX, WF_PATH_MAX - 1);
     return WF_OK;
 }

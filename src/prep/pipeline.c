@@ -44,6 +44,7 @@
 #include "weft/dirlock.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
+#include "weft/rundir.h"
 #include "weft/thread.h"
 
 double wf__prep_epoch_now(void) {
@@ -557,6 +558,10 @@ static wf_status open_run(prep_run *r, int *complete) {
 
 wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t n_inputs) {
     WF_TRY(wf_prep_config_validate(c));
+    /* Every path prep makes is its output directory plus a short name
+     * (_prep/lsh/BBBB.rRRRR.edges, LANG/BUCKET_NNNNN.jsonl.zst.part): a
+     * directory within WF_RUNDIR_MAX keeps them all within WF_PATH_MAX. */
+    WF_TRY(wf_rundir_check(c->output, "output"));
     if (n_inputs == 0) return wf_error(WF_ERR_CONFIG, "no inputs: give WARC, WET, JSONL or text files");
     if (n_inputs >= ((size_t)1 << 31)) return wf_error(WF_ERR_CONFIG, "%zu inputs: at most 2^31 - 1", n_inputs);
     prep_run r;
@@ -575,7 +580,7 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     r.nopts.cleanup = c->normalize;
     r.nopts.drop_invalid = strcmp(c->invalid_utf8, "drop") == 0;
     r.nopts.max_control_ratio = c->max_control_ratio;
-    snprintf(r.pdir, sizeof r.pdir, "%s/_prep", c->output);
+    WF_TRY(wf_path_join(r.pdir, sizeof r.pdir, c->output, "_prep", NULL));
     const char *from;
     wf_status s = resolve_task(c, &r.tasks, &r.task, &from, &r.array_id, &r.array_min);
     if (s == WF_OK) s = join_array(&r);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "weft/dirlock.h"
+#include "weft/fileio.h"
 #include "weft/prep.h"
 
 /* ---- stages and the reasons a document is dropped ---- */
@@ -553,7 +554,7 @@ typedef struct {
     long array_id, array_min;      /* SLURM_ARRAY_TASK_ID and _MIN, or -1 when not a Slurm array task */
     int ranges;                    /* units of the dedup step */
     int bands, lsh_ranges;         /* the lsh step's units: bands x lsh_ranges */
-    char pdir[4200];               /* OUT/_prep */
+    char pdir[WF_PATH_MAX];        /* OUT/_prep */
     double started;                /* the run's start (run.json), epoch seconds */
     prep_stats st;                 /* the counters of the unit being done */
     wf_dirlock *lock;              /* this task's lock (the output directory's with one task) */

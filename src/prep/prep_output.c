@@ -45,9 +45,9 @@ static wf_status each_shard(const char *dir, shard_fn fn, void *ctx) {
     struct dirent *e;
     while (s == WF_OK && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.' || strcmp(e->d_name, "_prep") == 0 || strlen(e->d_name) >= 16) continue;
-        char sub[4096];
-        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-        if (!wf_path_is_dir(sub)) continue;
+        char sub[WF_PATH_MAX];
+        s = wf_path_join(sub, sizeof sub, dir, e->d_name, NULL);
+        if (s != WF_OK || !wf_path_is_dir(sub)) continue;
         DIR *sd = opendir(sub);
         if (!sd) continue;
         struct dirent *f;
@@ -56,9 +56,9 @@ static wf_status each_shard(const char *dir, shard_fn fn, void *ctx) {
             int64_t shard;
             int part;
             if (!parse_shard_name(f->d_name, bucket, &shard, &part)) continue;
-            char path[4400];
-            snprintf(path, sizeof path, "%s/%s", sub, f->d_name);
-            s = fn(ctx, e->d_name, bucket, shard, part, path);
+            char path[WF_PATH_MAX];
+            s = wf_path_join(path, sizeof path, sub, f->d_name, NULL);
+            if (s == WF_OK) s = fn(ctx, e->d_name, bucket, shard, part, path);
         }
         closedir(sd);
     }
@@ -75,12 +75,12 @@ static wf_status wipe_one(void *ctx, const char *lang, const char *bucket, int64
 
 wf_status wf__prep_output_wipe(const char *dir) {
     WF_TRY(each_shard(dir, wipe_one, NULL));
-    char p[4200];
-    snprintf(p, sizeof p, "%s/_prep", dir);
+    char p[WF_PATH_MAX];
+    WF_TRY(wf_path_join(p, sizeof p, dir, "_prep", NULL));
     if (wf_path_is_dir(p)) WF_TRY(wf_remove_tree(p));
-    snprintf(p, sizeof p, "%s/stats.json", dir);
+    WF_TRY(wf_path_join(p, sizeof p, dir, "stats.json", NULL));
     unlink(p);
-    snprintf(p, sizeof p, "%s/stats.txt", dir);
+    WF_TRY(wf_path_join(p, sizeof p, dir, "stats.txt", NULL));
     unlink(p);
     /* Language folders left empty go too. */
     DIR *d = opendir(dir);
@@ -88,7 +88,10 @@ wf_status wf__prep_output_wipe(const char *dir) {
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
             if (e->d_name[0] == '.') continue;
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            if (wf_path_join(p, sizeof p, dir, e->d_name, NULL) != WF_OK) {
+                wf_error_clear(); /* a name too long to be one of ours: not ours to remove */
+                continue;
+            }
             if (wf_path_is_dir(p)) rmdir(p); /* fails, harmlessly, unless empty */
         }
         closedir(d);

@@ -394,7 +394,7 @@ static void fmt_bytes(uint64_t b, char *out, size_t cap) {
 
 wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const prep_progress_state *ps,
                            const prep_stats *st) {
-    char path[4200];
+    char path[WF_PATH_MAX];
     /* JSON */
     json_t *root = json_object();
     json_object_set_new(root, "format", json_string("weft-prep-stats"));
@@ -436,7 +436,7 @@ wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const p
         json_object_set_new(json_object_get(json_object_get(root, "stages"), "quality"), "rule_sets",
                             rule_sets_json(c, &rules, st));
     wf__prep_rules_free(&rules);
-    snprintf(path, sizeof path, "%s/stats.json", dir);
+    if (s == WF_OK) s = wf_path_join(path, sizeof path, dir, "stats.json", NULL);
     if (s == WF_OK) s = write_json(path, root);
     json_decref(root);
     WF_TRY(s);
@@ -506,8 +506,8 @@ wf_status wf__prep_stats_write(const char *dir, const wf_prep_config *c, const p
                 ppl_percentile(st, 0.6), c->ppl_head_max, c->ppl_middle_max);
     }
     fclose(f);
-    snprintf(path, sizeof path, "%s/stats.txt", dir);
-    s = wf_file_write_atomic(path, text, tlen);
+    s = wf_path_join(path, sizeof path, dir, "stats.txt", NULL);
+    if (s == WF_OK) s = wf_file_write_atomic(path, text, tlen);
     free(text);
     return s;
 }

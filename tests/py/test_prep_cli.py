@@ -500,3 +500,19 @@ def test_prep_output_feeds_tokenizer_tokenize_train_and_perplexity(crawl, tmp_pa
     kept = read_docs(split)
     assert kept and all(d["bucket"] == "head" and d["perplexity"] <= mid for d in kept)
     assert stats(split)["stages"]["perplexity"]["dropped"]["tail"]["docs"] == len(docs) - len(kept)
+
+
+def test_an_output_directory_past_the_path_limit_is_refused(tmp_path):
+    """Every path prep makes is its output directory plus a short name: one
+    longer than weft writes under (3840 bytes) is refused before anything
+    is written, so that no path under it is cut (a cut path is another
+    path, and --force deletes by path)."""
+    src = tmp_path / "in.txt"
+    src.write_text("A short document.\n")
+    out = str(tmp_path / "o")
+    while len(out) < 4000:
+        out += "/" + "d" * min(200, 4000 - len(out) - 1)
+    p = prep(out, src, check=False)
+    assert p.returncode == 1, p.stderr
+    assert f"the directory's path is {len(out)} bytes; weft writes under one of at most 3840" in p.stderr
+    assert not (tmp_path / "o").exists()
