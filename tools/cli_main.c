@@ -17,6 +17,10 @@ typedef struct {
     const char *summary;
 } tool_cmd;
 
+/* The command line as main() received it, for wf_tool_argv. */
+static int tool_argc;
+static char **tool_argv;
+
 static int cmd_version(int argc, char **argv) {
     (void)argc;
     (void)argv;
@@ -56,8 +60,10 @@ static void usage(FILE *out) {
         fprintf(out, "  %-20s %s\n", commands[i].name, commands[i].summary);
 }
 
-int wf_tool_parse(const wf_cmd_spec *spec, void *opts, int argc, char **argv, wf_strs *pos,
-                  int *done) {
+/* Parses options for a command. Sets *done when the command should return
+ * at once with the returned status: after printing --help (0) or an error
+ * (1). Otherwise returns 0 with *done == 0. */
+static int tool_parse(const wf_cmd_spec *spec, void *opts, int argc, char **argv, wf_strs *pos, int *done) {
     int help = 0;
     *done = 0;
     if (wf_opts_parse(spec, opts, argc, argv, pos, &help) != WF_OK) {
@@ -75,11 +81,16 @@ int wf_tool_run(const wf_cmd_spec *spec, void *opts, size_t opts_size, int argc,
     memset(opts, 0, opts_size);
     wf_strs pos = {0};
     int done;
-    int rc = wf_tool_parse(spec, opts, argc, argv, &pos, &done);
+    int rc = tool_parse(spec, opts, argc, argv, &pos, &done);
     if (!done) rc = body(opts, &pos);
     wf_opts_free(spec, opts);
     wf_opts_free_positional(&pos);
     return rc;
+}
+
+char **wf_tool_argv(int *argc) {
+    *argc = tool_argc;
+    return tool_argv;
 }
 
 int wf_tool_fail(const char *cmd) {
@@ -109,6 +120,8 @@ static void runtime_settings(char **argv) {
 
 int main(int argc, char **argv) {
     runtime_settings(argv);
+    tool_argc = argc;
+    tool_argv = argv;
     /* Under a launcher the ranks' output is merged: each printed line must
      * leave whole (stderr's are, weft/log.h). */
     if (strcmp(wf_comm_detect_backend(NULL), "single") != 0) wf_log_line_buffer_stdout();

@@ -91,39 +91,38 @@ static int verify_one(const char *dir, int json) {
     return s == WF_OK ? 0 : 1;
 }
 
-int wf_cmd_ckpt_verify(int argc, char **argv) {
-    ckpt_opts o = {0};
-    wf_strs pos;
-    int done, rc = wf_tool_parse(&verify_spec, &o, argc, argv, &pos, &done);
-    if (done) return rc;
-    const char *path = pos.items[0];
+static int verify_main(void *opts, const wf_strs *pos) {
+    const ckpt_opts *o = opts;
+    const char *path = pos->items[0];
     char buf[4096];
     snprintf(buf, sizeof buf, "%s/" WF_CKPT_MANIFEST, path);
-    if (wf_path_exists(buf) || !wf_path_is_dir(path)) {
-        rc = verify_one(path, o.json);
+    if (wf_path_exists(buf) || !wf_path_is_dir(path)) return verify_one(path, o->json);
+    snprintf(buf, sizeof buf, "%s/checkpoints", path);
+    const char *root = wf_path_is_dir(buf) ? buf : path;
+    uint64_t *steps;
+    size_t n;
+    int rc;
+    if (wf_ckpt_list(root, &steps, &n) != WF_OK) {
+        rc = wf_tool_fail(verify_spec.name);
+    } else if (n == 0) {
+        rc = verify_one(path, o->json); /* says that manifest.json is missing */
     } else {
-        snprintf(buf, sizeof buf, "%s/checkpoints", path);
-        const char *root = wf_path_is_dir(buf) ? buf : path;
-        uint64_t *steps;
-        size_t n;
-        if (wf_ckpt_list(root, &steps, &n) != WF_OK) {
-            rc = wf_tool_fail(verify_spec.name);
-        } else if (n == 0) {
-            rc = verify_one(path, o.json); /* says that manifest.json is missing */
-        } else {
-            int bad = 0;
-            for (size_t i = 0; i < n; i++) {
-                char dir[4096];
-                wf_ckpt_step_dir(dir, sizeof dir, root, steps[i]);
-                bad += verify_one(dir, o.json);
-            }
-            if (bad && !o.json) fprintf(stderr, "weft ckpt verify: %d of %zu checkpoints failed\n", bad, n);
-            rc = bad ? 1 : 0;
+        int bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            char dir[4096];
+            wf_ckpt_step_dir(dir, sizeof dir, root, steps[i]);
+            bad += verify_one(dir, o->json);
         }
-        free(steps);
+        if (bad && !o->json) fprintf(stderr, "weft ckpt verify: %d of %zu checkpoints failed\n", bad, n);
+        rc = bad ? 1 : 0;
     }
-    wf_opts_free_positional(&pos);
+    free(steps);
     return rc;
+}
+
+int wf_cmd_ckpt_verify(int argc, char **argv) {
+    ckpt_opts o;
+    return wf_tool_run(&verify_spec, &o, sizeof o, argc, argv, verify_main);
 }
 
 /* Prints the scalar state (sections as "section.key"), leaving out the
@@ -162,19 +161,14 @@ static void print_state(const char *manifest) {
     json_decref(m);
 }
 
-int wf_cmd_ckpt_inspect(int argc, char **argv) {
-    ckpt_opts o = {0};
-    wf_strs pos;
-    int done, rc = wf_tool_parse(&inspect_spec, &o, argc, argv, &pos, &done);
-    if (done) return rc;
+static int inspect_main(void *opts, const wf_strs *pos) {
+    const ckpt_opts *o = opts;
     wf_ckpt *c;
-    if (wf_ckpt_open_path(&c, pos.items[0]) != WF_OK) {
-        wf_opts_free_positional(&pos);
-        return wf_tool_fail(inspect_spec.name);
-    }
-    if (o.json) {
+    if (wf_ckpt_open_path(&c, pos->items[0]) != WF_OK) return wf_tool_fail(inspect_spec.name);
+    int rc = 0;
+    if (o->json) {
         fputs(wf_ckpt_manifest_text(c), stdout);
-    } else if (o.config) {
+    } else if (o->config) {
         const char *cfg;
         if (wf_ckpt_get_str(c, "config", &cfg) == WF_OK) fputs(cfg, stdout);
         else rc = wf_tool_fail(inspect_spec.name);
@@ -208,6 +202,10 @@ int wf_cmd_ckpt_inspect(int argc, char **argv) {
         printf("  %" PRIu64 " values in all\n", total);
     }
     wf_ckpt_close(c);
-    wf_opts_free_positional(&pos);
     return rc;
+}
+
+int wf_cmd_ckpt_inspect(int argc, char **argv) {
+    ckpt_opts o;
+    return wf_tool_run(&inspect_spec, &o, sizeof o, argc, argv, inspect_main);
 }

@@ -76,12 +76,12 @@ static wf_status run_export(const export_opts *o) {
     return s;
 }
 
+static int export_main(void *opts, const wf_strs *pos) {
+    (void)pos;
+    return run_export(opts) == WF_OK ? 0 : wf_tool_fail(export_spec.name);
+}
+
 int wf_cmd_export(int argc, char **argv) {
-    export_opts o = {0};
-    wf_strs pos;
-    int done, rc = wf_tool_parse(&export_spec, &o, argc, argv, &pos, &done);
-    if (!done) rc = run_export(&o) == WF_OK ? 0 : wf_tool_fail(export_spec.name);
-    wf_opts_free(&export_spec, &o);
-    wf_opts_free_positional(&pos);
-    return rc;
+    export_opts o;
+    return wf_tool_run(&export_spec, &o, sizeof o, argc, argv, export_main);
 }

@@ -184,29 +184,27 @@ static wf_status show_batch(const batch_opts *o, const char *dir) {
     return s;
 }
 
-int wf_cmd_data_batch(int argc, char **argv) {
-    batch_opts o = {0};
-    wf_strs pos;
-    int done, rc = wf_tool_parse(&batch_spec, &o, argc, argv, &pos, &done);
-    if (!done) {
-        rc = 0;
-        if (o.batch % o.world_size != 0 || o.rank >= o.world_size) {
-            wf_error(WF_ERR_CONFIG, "--batch %" PRId64 " must be a multiple of --world-size %" PRId64
-                                    " and --rank below it (got rank %" PRId64 ")",
-                     o.batch, o.world_size, o.rank);
-            rc = wf_tool_fail(batch_spec.name);
-        } else if ((pos.n == 1) == (o.sources.n > 0)) {
-            wf_error(WF_ERR_CONFIG, "give a dataset directory or a mixture (--sources), not %s",
-                     pos.n ? "both" : "neither");
-            rc = wf_tool_fail(batch_spec.name);
-        } else if (o.weight_schedule.n && !o.sources.n) {
-            wf_error(WF_ERR_CONFIG, "--weight-schedule changes the weights of a mixture: give --sources");
-            rc = wf_tool_fail(batch_spec.name);
-        } else if (show_batch(&o, pos.n ? pos.items[0] : NULL) != WF_OK) {
-            rc = wf_tool_fail(batch_spec.name);
-        }
+static int batch_main(void *opts, const wf_strs *pos) {
+    const batch_opts *o = opts;
+    if (o->batch % o->world_size != 0 || o->rank >= o->world_size) {
+        wf_error(WF_ERR_CONFIG, "--batch %" PRId64 " must be a multiple of --world-size %" PRId64
+                                " and --rank below it (got rank %" PRId64 ")",
+                 o->batch, o->world_size, o->rank);
+        return wf_tool_fail(batch_spec.name);
     }
-    wf_opts_free(&batch_spec, &o);
-    wf_opts_free_positional(&pos);
-    return rc;
+    if ((pos->n == 1) == (o->sources.n > 0)) {
+        wf_error(WF_ERR_CONFIG, "give a dataset directory or a mixture (--sources), not %s",
+                 pos->n ? "both" : "neither");
+        return wf_tool_fail(batch_spec.name);
+    }
+    if (o->weight_schedule.n && !o->sources.n) {
+        wf_error(WF_ERR_CONFIG, "--weight-schedule changes the weights of a mixture: give --sources");
+        return wf_tool_fail(batch_spec.name);
+    }
+    return show_batch(o, pos->n ? pos->items[0] : NULL) == WF_OK ? 0 : wf_tool_fail(batch_spec.name);
+}
+
+int wf_cmd_data_batch(int argc, char **argv) {
+    batch_opts o;
+    return wf_tool_run(&batch_spec, &o, sizeof o, argc, argv, batch_main);
 }

@@ -165,46 +165,34 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
     }
 }
 
-int wf_cmd_plan(int argc, char **argv) {
-    const wf_cmd_spec *spec = make_spec();
-    plan_opts o;
-    memset(&o, 0, sizeof o);
-    wf_strs pos = {0};
-    int done, rc = wf_tool_parse(spec, &o, argc, argv, &pos, &done);
-    if (done) goto out;
+static int plan_main(void *opts, const wf_strs *pos) {
+    (void)pos;
+    plan_opts *o = opts;
     /* The train keys' "given" flags, where wf_train_model_config reads them. */
-    memcpy(o.tc.given, o.given + sizeof plan_own_opts / sizeof *plan_own_opts, sizeof o.tc.given);
+    memcpy(o->tc.given, o->given + sizeof plan_own_opts / sizeof *plan_own_opts, sizeof o->tc.given);
     size_t budget = 0;
-    int has_budget = o.budget != NULL;
-    if (has_budget && wf_plan_parse_bytes(o.budget, &budget) != WF_OK) {
-        rc = wf_tool_fail(spec->name);
-        goto out;
-    }
+    int has_budget = o->budget != NULL;
+    if (has_budget && wf_plan_parse_bytes(o->budget, &budget) != WF_OK) return wf_tool_fail(plan_spec.name);
     wf_plan_input in;
     int own_shard, own_rec;
-    if (wf_plan_from_train_config(&o.tc, (int)o.world, &in, &own_shard, &own_rec) != WF_OK) {
-        rc = wf_tool_fail(spec->name);
-        goto out;
-    }
+    if (wf_plan_from_train_config(&o->tc, (int)o->world, &in, &own_shard, &own_rec) != WF_OK)
+        return wf_tool_fail(plan_spec.name);
     static plan_result r;
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++) {
         for (int c = 0; c < WF_PLAN_N_RECOMPUTES; c++) {
             if (wf_plan_memory_of(&in, (wf_plan_shard)s, (wf_plan_recompute)c, &r.mem[s][c]) != WF_OK ||
                 (has_budget && wf_plan_max_micro_batch(&in, (wf_plan_shard)s, (wf_plan_recompute)c, budget, 1 << 24,
-                                                       &r.max_micro[s][c]) != WF_OK)) {
-                rc = wf_tool_fail(spec->name);
-                goto out;
-            }
+                                                       &r.max_micro[s][c]) != WF_OK))
+                return wf_tool_fail(plan_spec.name);
         }
-        if (wf_plan_comm_of(&in, (wf_plan_shard)s, &r.comm[s]) != WF_OK) {
-            rc = wf_tool_fail(spec->name);
-            goto out;
-        }
+        if (wf_plan_comm_of(&in, (wf_plan_shard)s, &r.comm[s]) != WF_OK) return wf_tool_fail(plan_spec.name);
     }
-    if (o.json) print_json(&o, &in, own_shard, own_rec, has_budget, budget, &r);
-    else print_tables(&in, o.tc.batch_size, own_shard, own_rec, has_budget, budget, &r);
-out:
-    wf_opts_free(spec, &o);
-    wf_opts_free_positional(&pos);
-    return rc;
+    if (o->json) print_json(o, &in, own_shard, own_rec, has_budget, budget, &r);
+    else print_tables(&in, o->tc.batch_size, own_shard, own_rec, has_budget, budget, &r);
+    return 0;
+}
+
+int wf_cmd_plan(int argc, char **argv) {
+    plan_opts o;
+    return wf_tool_run(make_spec(), &o, sizeof o, argc, argv, plan_main);
 }

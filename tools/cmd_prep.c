@@ -65,27 +65,16 @@ static wf_status expand(const char *path, path_list *out) {
     return s;
 }
 
-int wf_cmd_prep(int argc, char **argv) {
-    const wf_cmd_spec *spec = wf_prep_spec();
-    wf_prep_config c;
-    memset(&c, 0, sizeof c);
-    wf_strs pos = {0};
-    int done;
-    int rc = wf_tool_parse(spec, &c, argc, argv, &pos, &done);
-    if (done) {
-        wf_opts_free_positional(&pos);
-        wf_opts_free(spec, &c);
-        return rc;
-    }
+static wf_status run_prep(const wf_prep_config *c, const wf_strs *pos) {
     path_list inputs = {0};
     wf_status s = WF_OK;
-    if (!c.output || !realpath(c.output, out_real)) out_real[0] = '\0';
-    for (size_t i = 0; i < pos.n && s == WF_OK; i++) s = expand(pos.items[i], &inputs);
+    if (!c->output || !realpath(c->output, out_real)) out_real[0] = '\0';
+    for (size_t i = 0; i < pos->n && s == WF_OK; i++) s = expand(pos->items[i], &inputs);
     if (s == WF_OK && inputs.n == 0) s = wf_error(WF_ERR_CONFIG, "the input directories hold no files");
-    if (s == WF_OK) s = wf_prep_run(&c, (const char *const *)inputs.v, inputs.n);
+    if (s == WF_OK) s = wf_prep_run(c, (const char *const *)inputs.v, inputs.n);
     if (s == WF_OK) {
         char path[4200];
-        snprintf(path, sizeof path, "%s/%s", c.output, c.json ? "stats.json" : "stats.txt");
+        snprintf(path, sizeof path, "%s/%s", c->output, c->json ? "stats.json" : "stats.txt");
         char *text = NULL;
         size_t len = 0;
         s = wf_file_read(path, &text, &len);
@@ -93,7 +82,14 @@ int wf_cmd_prep(int argc, char **argv) {
         free(text);
     }
     list_free(&inputs);
-    wf_opts_free_positional(&pos);
-    wf_opts_free(spec, &c);
-    return s == WF_OK ? 0 : wf_tool_fail("prep");
+    return s;
+}
+
+static int prep_main(void *opts, const wf_strs *pos) {
+    return run_prep(opts, pos) == WF_OK ? 0 : wf_tool_fail(wf_prep_spec()->name);
+}
+
+int wf_cmd_prep(int argc, char **argv) {
+    wf_prep_config c;
+    return wf_tool_run(wf_prep_spec(), &c, sizeof c, argc, argv, prep_main);
 }

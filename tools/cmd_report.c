@@ -43,37 +43,31 @@ static const wf_cmd_spec report_spec = {
     0,
 };
 
-int wf_cmd_report(int argc, char **argv) {
-    report_opts o;
-    memset(&o, 0, sizeof o);
-    wf_strs pos = {0};
-    int done;
-    int rc = wf_tool_parse(&report_spec, &o, argc, argv, &pos, &done);
-    if (done) {
-        wf_opts_free(&report_spec, &o);
-        wf_opts_free_positional(&pos);
-        return rc;
-    }
-    const char *dir = pos.items[0];
+static int report_main(void *opts, const wf_strs *pos) {
+    const report_opts *o = opts;
+    const char *dir = pos->items[0];
     char *def = NULL;
-    const char *out = o.output;
+    const char *out = o->output;
     if (!out) {
         size_t len = strlen(dir) + 16;
         def = malloc(len);
         if (def) snprintf(def, len, "%s/report.html", dir);
         out = def;
     }
-    rc = 0;
+    int rc = 0;
     if (!out) {
         wf_error(WF_ERR_NOMEM, "out of memory");
-        rc = wf_tool_fail("report");
+        rc = wf_tool_fail(report_spec.name);
     } else if (wf_report_write(dir, out) != WF_OK) {
-        rc = wf_tool_fail("report");
+        rc = wf_tool_fail(report_spec.name);
     } else {
         printf("wrote %s\n", out);
     }
     free(def);
-    wf_opts_free(&report_spec, &o);
-    wf_opts_free_positional(&pos);
     return rc;
+}
+
+int wf_cmd_report(int argc, char **argv) {
+    report_opts o;
+    return wf_tool_run(&report_spec, &o, sizeof o, argc, argv, report_main);
 }

@@ -175,12 +175,12 @@ static wf_status run_sample(const sample_opts *o) {
     return s;
 }
 
+static int sample_main(void *opts, const wf_strs *pos) {
+    (void)pos;
+    return run_sample(opts) == WF_OK ? 0 : wf_tool_fail(sample_spec.name);
+}
+
 int wf_cmd_sample(int argc, char **argv) {
-    sample_opts o = {0};
-    wf_strs pos;
-    int done, rc = wf_tool_parse(&sample_spec, &o, argc, argv, &pos, &done);
-    if (!done) rc = run_sample(&o) == WF_OK ? 0 : wf_tool_fail(sample_spec.name);
-    wf_opts_free(&sample_spec, &o);
-    wf_opts_free_positional(&pos);
-    return rc;
+    sample_opts o;
+    return wf_tool_run(&sample_spec, &o, sizeof o, argc, argv, sample_main);
 }

@@ -65,45 +65,39 @@ static const wf_cmd_spec train_spec = {
     0,
 };
 
-int wf_cmd_tokenizer_train(int argc, char **argv) {
-    train_opts o;
-    memset(&o, 0, sizeof o);
-    wf_strs pos = {0};
-    int done, rc = wf_tool_parse(&train_spec, &o, argc, argv, &pos, &done);
-    if (done) {
-        wf_opts_free(&train_spec, &o);
-        return rc;
-    }
-    wf_tokenizer *t = NULL;
-    int mode = wf_docs_parse_mode(o.text_mode);
+static int train_main(void *opts, const wf_strs *pos) {
+    const train_opts *o = opts;
+    int mode = wf_docs_parse_mode(o->text_mode);
     if (mode < 0) {
-        wf_error(WF_ERR_CONFIG, "--text-mode is \"%s\": use file, line or paragraph", o.text_mode);
-        rc = wf_tool_fail(train_spec.name);
-        goto out;
+        wf_error(WF_ERR_CONFIG, "--text-mode is \"%s\": use file, line or paragraph", o->text_mode);
+        return wf_tool_fail(train_spec.name);
     }
     wf_bpe_train_opts to = {
-        .vocab_size = (size_t)o.vocab_size,
-        .min_frequency = (uint64_t)o.min_frequency,
-        .n_threads = (int)o.threads,
-        .pattern = o.pattern,
-        .special_tokens = (const char *const *)o.specials.items,
-        .n_special = o.specials.n,
-        .paths = (const char *const *)pos.items,
-        .n_paths = pos.n,
+        .vocab_size = (size_t)o->vocab_size,
+        .min_frequency = (uint64_t)o->min_frequency,
+        .n_threads = (int)o->threads,
+        .pattern = o->pattern,
+        .special_tokens = (const char *const *)o->specials.items,
+        .n_special = o->specials.n,
+        .paths = (const char *const *)pos->items,
+        .n_paths = pos->n,
         .text_mode = mode,
-        .field = o.field,
+        .field = o->field,
     };
     double t0 = wf_time_now();
-    if (wf_tokenizer_train(&t, &to) != WF_OK || wf_tokenizer_save(t, o.output) != WF_OK) {
+    wf_tokenizer *t = NULL;
+    int rc = 0;
+    if (wf_tokenizer_train(&t, &to) != WF_OK || wf_tokenizer_save(t, o->output) != WF_OK)
         rc = wf_tool_fail(train_spec.name);
-        goto out;
-    }
-    WF_INFO("wrote %s: %zu ids in %.2f s", o.output, wf_tokenizer_vocab_size(t), wf_time_now() - t0);
-out:
+    else
+        WF_INFO("wrote %s: %zu ids in %.2f s", o->output, wf_tokenizer_vocab_size(t), wf_time_now() - t0);
     wf_tokenizer_destroy(t);
-    wf_opts_free_positional(&pos);
-    wf_opts_free(&train_spec, &o);
     return rc;
+}
+
+int wf_cmd_tokenizer_train(int argc, char **argv) {
+    train_opts o;
+    return wf_tool_run(&train_spec, &o, sizeof o, argc, argv, train_main);
 }
 
 /* ----------------------------------------------------------------- encode */
@@ -193,46 +187,32 @@ static wf_status load_tokenizer(wf_tokenizer **t, const char *path) {
     return wf_tokenizer_load(t, path);
 }
 
-int wf_cmd_tokenizer_encode(int argc, char **argv) {
-    encode_opts o;
-    memset(&o, 0, sizeof o);
-    wf_strs pos = {0};
-    int done, rc = wf_tool_parse(&encode_spec, &o, argc, argv, &pos, &done);
-    if (done) {
-        wf_opts_free(&encode_spec, &o);
-        return rc;
-    }
+static int encode_main(void *opts, const wf_strs *pos) {
+    const encode_opts *o = opts;
     wf_tokenizer *t = NULL;
     char *text = NULL;
     size_t len = 0;
     wf_ids ids = {0};
     piece_printer pp = {stdout, 1, NULL, 0};
-    if (load_tokenizer(&t, o.tokenizer) != WF_OK ||
-        read_input(pos.n ? pos.items[0] : NULL, &text, &len) != WF_OK) {
-        rc = wf_tool_fail(encode_spec.name);
-        goto out;
-    }
-    for (size_t at = 0; at < len || (o.whole && at == 0);) {
-        const char *nl = o.whole ? NULL : memchr(text + at, '\n', len - at);
+    wf_status s = load_tokenizer(&t, o->tokenizer);
+    if (s == WF_OK) s = read_input(pos->n ? pos->items[0] : NULL, &text, &len);
+    for (size_t at = 0; s == WF_OK && (at < len || (o->whole && at == 0));) {
+        const char *nl = o->whole ? NULL : memchr(text + at, '\n', len - at);
         size_t end = nl ? (size_t)(nl - text) : len;
-        if (encode_one(t, &o, text + at, end - at, &ids, &pp) != WF_OK) {
-            rc = wf_tool_fail(encode_spec.name);
-            goto out;
-        }
+        s = encode_one(t, o, text + at, end - at, &ids, &pp);
         at = end + 1;
     }
-    if (fflush(stdout) != 0) {
-        wf_error(WF_ERR_IO, "<stdout>: write failed");
-        rc = wf_tool_fail(encode_spec.name);
-    }
-out:
+    if (s == WF_OK && fflush(stdout) != 0) s = wf_error(WF_ERR_IO, "<stdout>: write failed");
     free(pp.buf);
     wf_ids_free(&ids);
     free(text);
     wf_tokenizer_destroy(t);
-    wf_opts_free_positional(&pos);
-    wf_opts_free(&encode_spec, &o);
-    return rc;
+    return s == WF_OK ? 0 : wf_tool_fail(encode_spec.name);
+}
+
+int wf_cmd_tokenizer_encode(int argc, char **argv) {
+    encode_opts o;
+    return wf_tool_run(&encode_spec, &o, sizeof o, argc, argv, encode_main);
 }
 
 /* ----------------------------------------------------------------- decode */
@@ -262,73 +242,60 @@ static const wf_cmd_spec decode_spec = {
     0,
 };
 
-int wf_cmd_tokenizer_decode(int argc, char **argv) {
-    decode_opts o;
-    memset(&o, 0, sizeof o);
-    wf_strs pos = {0};
-    int done, rc = wf_tool_parse(&decode_spec, &o, argc, argv, &pos, &done);
-    if (done) {
-        wf_opts_free(&decode_spec, &o);
-        return rc;
+/* The ids of text[at, end), line line_no of `where`, into ids (emptied
+ * first). */
+static wf_status parse_ids(const char *text, size_t at, size_t end, const char *where, size_t line_no, wf_ids *ids) {
+    ids->n = 0;
+    for (size_t i = at; i < end;) {
+        if (strchr(" \t\r\n", text[i])) {
+            i++;
+            continue;
+        }
+        char *stop;
+        long v = strtol(text + i, &stop, 10);
+        if (stop == text + i || (size_t)(stop - text) > end || v < 0 || v > INT32_MAX || !strchr(" \t\r\n", *stop))
+            return wf_error(WF_ERR_FORMAT, "%s:%zu: \"%.20s\" is not a token id", where, line_no, text + i);
+        WF_TRY(wf_ids_push(ids, (int32_t)v));
+        i = (size_t)(stop - text);
     }
+    return WF_OK;
+}
+
+static int decode_main(void *opts, const wf_strs *pos) {
+    const decode_opts *o = opts;
     wf_tokenizer *t = NULL;
     char *text = NULL, *bytes = NULL;
     size_t len = 0, line_no = 1;
     wf_ids ids = {0};
-    const char *where = pos.n ? pos.items[0] : "<stdin>";
-    if (load_tokenizer(&t, o.tokenizer) != WF_OK ||
-        read_input(pos.n ? pos.items[0] : NULL, &text, &len) != WF_OK) {
-        rc = wf_tool_fail(decode_spec.name);
-        goto out;
-    }
-    for (size_t at = 0; at < len;) {
-        const char *nl = o.whole ? NULL : memchr(text + at, '\n', len - at);
+    const char *where = pos->n ? pos->items[0] : "<stdin>";
+    wf_status s = load_tokenizer(&t, o->tokenizer);
+    if (s == WF_OK) s = read_input(pos->n ? pos->items[0] : NULL, &text, &len);
+    for (size_t at = 0; s == WF_OK && at < len;) {
+        const char *nl = o->whole ? NULL : memchr(text + at, '\n', len - at);
         size_t end = nl ? (size_t)(nl - text) : len;
-        ids.n = 0;
-        for (size_t i = at; i < end;) {
-            if (strchr(" \t\r\n", text[i])) {
-                i++;
-                continue;
-            }
-            char *stop;
-            long v = strtol(text + i, &stop, 10);
-            if (stop == text + i || (size_t)(stop - text) > end || v < 0 || v > INT32_MAX ||
-                !strchr(" \t\r\n", *stop)) {
-                wf_error(WF_ERR_FORMAT, "%s:%zu: \"%.20s\" is not a token id", where, line_no, text + i);
-                rc = wf_tool_fail(decode_spec.name);
-                goto out;
-            }
-            if (wf_ids_push(&ids, (int32_t)v) != WF_OK) {
-                rc = wf_tool_fail(decode_spec.name);
-                goto out;
-            }
-            i = (size_t)(stop - text);
-        }
+        s = parse_ids(text, at, end, where, line_no, &ids);
         size_t blen;
-        if (wf_tokenizer_decode(t, ids.ids, ids.n, &bytes, &blen) != WF_OK) {
-            wf_error_wrap(WF_ERR_RANGE, "%s:%zu: ", where, line_no);
-            rc = wf_tool_fail(decode_spec.name);
-            goto out;
+        if (s == WF_OK && wf_tokenizer_decode(t, ids.ids, ids.n, &bytes, &blen) != WF_OK)
+            s = wf_error_wrap(WF_ERR_RANGE, "%s:%zu: ", where, line_no);
+        if (s == WF_OK) {
+            fwrite(bytes, 1, blen, stdout);
+            if (!o->whole) fputc('\n', stdout);
         }
-        fwrite(bytes, 1, blen, stdout);
-        if (!o.whole) fputc('\n', stdout);
         free(bytes);
         bytes = NULL;
         at = end + 1;
         line_no++;
     }
-    if (fflush(stdout) != 0) {
-        wf_error(WF_ERR_IO, "<stdout>: write failed");
-        rc = wf_tool_fail(decode_spec.name);
-    }
-out:
-    free(bytes);
+    if (s == WF_OK && fflush(stdout) != 0) s = wf_error(WF_ERR_IO, "<stdout>: write failed");
     wf_ids_free(&ids);
     free(text);
     wf_tokenizer_destroy(t);
-    wf_opts_free_positional(&pos);
-    wf_opts_free(&decode_spec, &o);
-    return rc;
+    return s == WF_OK ? 0 : wf_tool_fail(decode_spec.name);
+}
+
+int wf_cmd_tokenizer_decode(int argc, char **argv) {
+    decode_opts o;
+    return wf_tool_run(&decode_spec, &o, sizeof o, argc, argv, decode_main);
 }
 
 /* ------------------------------------------------------------------- info */
@@ -353,23 +320,14 @@ static const wf_cmd_spec info_spec = {
     0,
 };
 
-int wf_cmd_tokenizer_info(int argc, char **argv) {
-    info_opts o;
-    memset(&o, 0, sizeof o);
-    wf_strs pos = {0};
-    int done, rc = wf_tool_parse(&info_spec, &o, argc, argv, &pos, &done);
-    if (done) {
-        wf_opts_free(&info_spec, &o);
-        return rc;
-    }
+static int info_main(void *opts, const wf_strs *pos) {
+    (void)pos;
+    const info_opts *o = opts;
     wf_tokenizer *t = NULL;
-    if (load_tokenizer(&t, o.tokenizer) != WF_OK) {
-        rc = wf_tool_fail(info_spec.name);
-        goto out;
-    }
+    if (load_tokenizer(&t, o->tokenizer) != WF_OK) return wf_tool_fail(info_spec.name);
     wf_tokenizer_info in;
     wf_tokenizer_get_info(t, &in);
-    printf("tokenizer:      %s\n", o.tokenizer);
+    printf("tokenizer:      %s\n", o->tokenizer);
     printf("vocab size:     %zu (ids 0..%zu)\n", in.vocab_size, in.vocab_size - 1);
     printf("model tokens:   %zu\n", in.n_model_tokens);
     printf("merges:         %zu\n", in.n_merges);
@@ -387,9 +345,11 @@ int wf_cmd_tokenizer_info(int argc, char **argv) {
     }
     int32_t b = wf_tokenizer_bos(t), e = wf_tokenizer_eos(t), p = wf_tokenizer_pad(t);
     printf("bos / eos / pad: %d / %d / %d\n", b, e, p);
-out:
     wf_tokenizer_destroy(t);
-    wf_opts_free_positional(&pos);
-    wf_opts_free(&info_spec, &o);
-    return rc;
+    return 0;
+}
+
+int wf_cmd_tokenizer_info(int argc, char **argv) {
+    info_opts o;
+    return wf_tool_run(&info_spec, &o, sizeof o, argc, argv, info_main);
 }

@@ -42,43 +42,34 @@ static const wf_cmd_spec request_spec = {
     0,
 };
 
-int wf_cmd_trace_request(int argc, char **argv) {
-    request_opts o;
-    wf_strs pos = {0};
-    int done;
-    int rc = wf_tool_parse(&request_spec, &o, argc, argv, &pos, &done);
-    if (done) {
-        wf_opts_free_positional(&pos);
-        return rc;
-    }
-    const char *run_dir = pos.items[0];
+static int request_main(void *opts, const wf_strs *pos) {
+    const request_opts *o = opts;
+    const char *run_dir = pos->items[0];
     wf_trace_request req;
-    if (wf_trace_request_write(run_dir, o.steps, &req) != WF_OK) {
-        wf_opts_free_positional(&pos);
-        return wf_tool_fail(request_spec.name);
-    }
+    if (wf_trace_request_write(run_dir, o->steps, &req) != WF_OK) return wf_tool_fail(request_spec.name);
     printf("requested a capture of %" PRId64 " steps (request %s) in %s/%s\n", req.steps, req.id, run_dir,
            WF_TRACE_REQUEST_FILE);
-    rc = 0;
-    if (o.wait > 0) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", run_dir, WF_TRACE_REQUEST_FILE);
-        double until = wf_time_now() + o.wait;
-        while (wf_path_exists(path) && wf_time_now() < until) {
-            struct timespec ts = {0, 50 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-        if (wf_path_exists(path)) {
-            fprintf(stderr, "weft trace request: error: no job claimed the request within %.0f s: is `weft train` "
-                    "running with run directory %s and trace requests enabled? (the request stays pending)\n",
-                    o.wait, run_dir);
-            rc = 1;
-        } else {
-            printf("claimed: traces will appear in %s/traces/step-<first step>/\n", run_dir);
-        }
+    if (o->wait <= 0) return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", run_dir, WF_TRACE_REQUEST_FILE);
+    double until = wf_time_now() + o->wait;
+    while (wf_path_exists(path) && wf_time_now() < until) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
     }
-    wf_opts_free_positional(&pos);
-    return rc;
+    if (wf_path_exists(path)) {
+        fprintf(stderr, "weft trace request: error: no job claimed the request within %.0f s: is `weft train` "
+                "running with run directory %s and trace requests enabled? (the request stays pending)\n",
+                o->wait, run_dir);
+        return 1;
+    }
+    printf("claimed: traces will appear in %s/traces/step-<first step>/\n", run_dir);
+    return 0;
+}
+
+int wf_cmd_trace_request(int argc, char **argv) {
+    request_opts o;
+    return wf_tool_run(&request_spec, &o, sizeof o, argc, argv, request_main);
 }
 
 /* ---- weft trace analyze ----------------------------------------------------- */
@@ -120,31 +111,25 @@ static const wf_cmd_spec analyze_spec = {
     0,
 };
 
-int wf_cmd_trace_analyze(int argc, char **argv) {
-    analyze_opts o;
-    wf_strs pos = {0};
-    int done;
-    int rc = wf_tool_parse(&analyze_spec, &o, argc, argv, &pos, &done);
-    if (done) {
-        wf_opts_free_positional(&pos);
-        return rc;
-    }
+static int analyze_main(void *opts, const wf_strs *pos) {
+    const analyze_opts *o = opts;
     wf_trace_analyze_opts ao = {
-        .top = (int)o.top, .skip_last_step = o.skip_last_step, .kernel_wait_us = o.kernel_wait_us,
-        .stragglers = (int)o.stragglers, .hta_rounding = o.hta_rounding,
+        .top = (int)o->top, .skip_last_step = o->skip_last_step, .kernel_wait_us = o->kernel_wait_us,
+        .stragglers = (int)o->stragglers, .hta_rounding = o->hta_rounding,
     };
     wf_trace_analysis a;
-    if (wf_trace_analyze(pos.items[0], &ao, &a) != WF_OK) {
-        wf_opts_free_positional(&pos);
-        return wf_tool_fail(analyze_spec.name);
-    }
-    rc = 0;
-    if (o.json) {
-        if (wf_trace_analysis_write_json(&a, (int)o.top, stdout) != WF_OK) rc = wf_tool_fail(analyze_spec.name);
+    if (wf_trace_analyze(pos->items[0], &ao, &a) != WF_OK) return wf_tool_fail(analyze_spec.name);
+    int rc = 0;
+    if (o->json) {
+        if (wf_trace_analysis_write_json(&a, (int)o->top, stdout) != WF_OK) rc = wf_tool_fail(analyze_spec.name);
     } else {
-        wf_trace_analysis_print(&a, (int)o.top, stdout);
+        wf_trace_analysis_print(&a, (int)o->top, stdout);
     }
     wf_trace_analysis_free(&a);
-    wf_opts_free_positional(&pos);
     return rc;
+}
+
+int wf_cmd_trace_analyze(int argc, char **argv) {
+    analyze_opts o;
+    return wf_tool_run(&analyze_spec, &o, sizeof o, argc, argv, analyze_main);
 }

@@ -1,15 +1,10 @@
 /* The weft CLI's subcommands. Each takes the arguments after its own name
- * (argv[0] is the first option) and returns the process exit status. */
+ * (argv[0] is the first option) and returns the process exit status; each
+ * is an option table and a body, run by wf_tool_run. */
 #ifndef WEFT_TOOLS_COMMANDS_H
 #define WEFT_TOOLS_COMMANDS_H
 
 #include "weft/config.h"
-
-/* Parses options for a command. Sets *done when the command should return
- * at once with the returned status: after printing --help (0) or an error
- * (1). Otherwise returns 0 with *done == 0. */
-int wf_tool_parse(const wf_cmd_spec *spec, void *opts, int argc, char **argv, wf_strs *pos,
-                  int *done);
 
 /* What a command does once its options are parsed: runs with them (the
  * command's own struct) and the positional arguments, and returns the
@@ -21,6 +16,10 @@ typedef int (*wf_tool_body)(void *opts, const wf_strs *pos);
  * wrong (printed: 1), then frees the options and positional arguments.
  * Returns the exit status. */
 int wf_tool_run(const wf_cmd_spec *spec, void *opts, size_t opts_size, int argc, char **argv, wf_tool_body body);
+
+/* The whole command line as main() received it ("weft train ..."), for a
+ * body that records it (run.json). */
+char **wf_tool_argv(int *argc);
 
 /* Prints "weft <cmd>: error: <this thread's message>" and returns 1. */
 int wf_tool_fail(const char *cmd);
