@@ -94,10 +94,10 @@ static int verify_one(const char *dir, int json) {
 static int verify_main(void *opts, const wf_strs *pos) {
     const ckpt_opts *o = opts;
     const char *path = pos->items[0];
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s/" WF_CKPT_MANIFEST, path);
+    char buf[WF_PATH_MAX];
+    if (wf_path_join(buf, sizeof buf, path, WF_CKPT_MANIFEST, NULL) != WF_OK) return wf_tool_fail(verify_spec.name);
     if (wf_path_exists(buf) || !wf_path_is_dir(path)) return verify_one(path, o->json);
-    snprintf(buf, sizeof buf, "%s/checkpoints", path);
+    if (wf_rundir_path(buf, sizeof buf, path, WF_RUN_CHECKPOINTS) != WF_OK) return wf_tool_fail(verify_spec.name);
     const char *root = wf_path_is_dir(buf) ? buf : path;
     uint64_t *steps;
     size_t n;

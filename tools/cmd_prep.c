@@ -73,11 +73,11 @@ static wf_status run_prep(const wf_prep_config *c, const wf_strs *pos) {
     if (s == WF_OK && inputs.n == 0) s = wf_error(WF_ERR_CONFIG, "the input directories hold no files");
     if (s == WF_OK) s = wf_prep_run(c, (const char *const *)inputs.v, inputs.n);
     if (s == WF_OK) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s", c->output, c->json ? "stats.json" : "stats.txt");
+        char path[WF_PATH_MAX];
         char *text = NULL;
         size_t len = 0;
-        s = wf_file_read(path, &text, &len);
+        s = wf_path_join(path, sizeof path, c->output, c->json ? "stats.json" : "stats.txt", NULL);
+        if (s == WF_OK) s = wf_file_read(path, &text, &len);
         if (s == WF_OK) fwrite(text, 1, len, stdout);
         free(text);
     }

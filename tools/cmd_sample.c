@@ -82,17 +82,17 @@ static int emit_token(void *user, int32_t token) {
 }
 
 static wf_status run_sample(const sample_opts *o) {
-    char path[4096], dir[4096] = "", tok_default[4200] = "", source[4200];
+    char path[WF_PATH_MAX], dir[WF_PATH_MAX] = "", tok_default[WF_PATH_MAX] = "", source[4200];
     if (!o->model)
         return wf_error(WF_ERR_CONFIG,
                         "--model is required (a run directory, its model.safetensors, or a Hugging Face Llama "
                         "directory)");
     if (wf_path_is_dir(o->model)) {
-        snprintf(dir, sizeof dir, "%s", o->model);
-        snprintf(path, sizeof path, "%s/model.safetensors", o->model);
-        snprintf(tok_default, sizeof tok_default, "%s/tokenizer.json", o->model);
+        WF_TRY(wf_path_join(dir, sizeof dir, NULL, o->model, NULL));
+        WF_TRY(wf_rundir_path(path, sizeof path, o->model, WF_RUN_MODEL));
+        WF_TRY(wf_path_join(tok_default, sizeof tok_default, o->model, "tokenizer.json", NULL));
     } else {
-        snprintf(path, sizeof path, "%s", o->model);
+        WF_TRY(wf_path_join(path, sizeof path, NULL, o->model, NULL));
     }
     wf_sampler_config sc = {o->temperature, (int)o->top_k, o->top_p};
     WF_TRY(wf_sampler_config_validate(&sc));

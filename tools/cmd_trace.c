@@ -50,8 +50,9 @@ static int request_main(void *opts, const wf_strs *pos) {
     printf("requested a capture of %" PRId64 " steps (request %s) in %s/%s\n", req.steps, req.id, run_dir,
            WF_TRACE_REQUEST_FILE);
     if (o->wait <= 0) return 0;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", run_dir, WF_TRACE_REQUEST_FILE);
+    char path[WF_PATH_MAX];
+    if (wf_rundir_path(path, sizeof path, run_dir, WF_RUN_TRACE_REQUEST) != WF_OK)
+        return wf_tool_fail(request_spec.name);
     double until = wf_time_now() + o->wait;
     while (wf_path_exists(path) && wf_time_now() < until) {
         struct timespec ts = {0, 50 * 1000 * 1000};
