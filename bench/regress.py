@@ -23,14 +23,18 @@ first):
     its peers (OMP_WAIT_POLICY=PASSIVE for both).
 
 It prints, per workload, each round's ratio (base time / this tree's time:
-above 1 is faster) and the median ratio with its spread over rounds, and
-the load average with every round: on a machine shared with other jobs the
-ratio, measured in alternation, is the figure to trust. Not a test: it
+above 1 is faster) and the median ratio with its spread over rounds, the
+same by CPU time (process CPU seconds a step: for the demo the whole
+process's over its steps, start-up included; it moves less with other jobs
+than the wall clock), and the load average with every round: on a machine
+shared with other jobs the ratio, measured in alternation, is the figure to
+trust. Not a test: it
 asserts nothing, and exits non-zero only when something could not be run.
 """
 import argparse
 import json
 import os
+import resource
 import re
 import shutil
 import statistics
@@ -114,16 +118,19 @@ def demo_run(weft, data, tok, run_dir, steps, threads):
             f"--data.dir={data}", f"--data.tokenizer={tok}", f"--train.run_dir={run_dir}",
             "--no-resume", f"--train.steps={steps}", "--train.eval_every=0",
             f"--train.log_every={steps}"]
+    u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         die(f"{weft} train failed: {r.stderr.strip()[-800:]}")
+    cpu = (u1.ru_utime + u1.ru_stime - u0.ru_utime - u0.ru_stime) / steps
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
             if line.strip()]
     rows = [x for x in rows if "step_s" in x]
     times = [x["step_s"] for x in rows[1:]]
     losses = [x["loss"] for x in rows]
     shutil.rmtree(run_dir, ignore_errors=True)
-    return statistics.median(times), losses
+    return statistics.median(times), losses, cpu
 
 
 def spread(ratios):
@@ -134,17 +141,18 @@ def bench_demo(a, builds, work):
     data, tok = demo_data(builds["this tree"] / "build" / "weft", work)
     print(f"\n=== demo: configs/austen-small.toml, {a.steps} steps a run, {a.rounds} rounds ===")
     names = list(builds)
-    ratios, losses = [], {}
+    ratios, cpu_ratios, losses = [], [], {}
     for r in range(a.rounds):
         order = names if r % 2 == 0 else names[::-1]
-        t = {}
+        t, cpu = {}, {}
         for name in order:
-            t[name], losses[name] = demo_run(builds[name] / "build" / "weft", data, tok,
-                                             work / "run", a.steps, a.threads)
+            t[name], losses[name], cpu[name] = demo_run(builds[name] / "build" / "weft", data, tok,
+                                                        work / "run", a.steps, a.threads)
         ratios.append(t["base"] / t["this tree"])
+        cpu_ratios.append(cpu["base"] / cpu["this tree"])
         print(f"  round {r + 1}: base {t['base'] * 1e3:.1f} ms, this tree "
-              f"{t['this tree'] * 1e3:.1f} ms a step: {ratios[-1]:.3f}x "
-              f"(load {load_avg():.2f})", flush=True)
+              f"{t['this tree'] * 1e3:.1f} ms a step: {ratios[-1]:.3f}x; CPU time "
+              f"{cpu_ratios[-1]:.3f}x (load {load_avg():.2f})", flush=True)
     same = losses["base"] == losses["this tree"]
     if same:
         verdict = "bit-identical"
@@ -153,10 +161,10 @@ def bench_demo(a, builds, work):
                      if x != y)
         verdict = (f"DIFFER from step {first + 1} ({losses['base'][first]!r} against "
                    f"{losses['this tree'][first]!r})")
-    print(f"  demo: this tree / base speed {spread(ratios)}; losses over {a.steps} steps "
-          f"{verdict}")
+    print(f"  demo: this tree / base speed {spread(ratios)}, by CPU time {spread(cpu_ratios)}; "
+          f"losses over {a.steps} steps {verdict}")
     return dict(workload="demo", ratios=ratios, median=statistics.median(ratios),
-                losses_identical=same)
+                cpu_ratios=cpu_ratios, losses_identical=same)
 
 
 def bench_stories(a, builds):
@@ -172,23 +180,26 @@ def bench_stories(a, builds):
                                env)
         for p in peers.values():
             p.ask("run 1")  # warm-up
-        ratios, loss = [], {}
+        ratios, cpu_ratios = [], []
         names = list(peers)
         for r in range(a.rounds):
             order = names if r % 2 == 0 else names[::-1]
-            t = {}
+            t, cpu = {}, {}
             for name in order:
                 out = peers[name].ask(f"run {a.bench_steps}")
                 t[name] = statistics.median(out["times"])
-                loss[name] = out.get("loss")
+                cpu[name] = out["cpu"]
             ratios.append(t["base"] / t["this tree"])
+            cpu_ratios.append(cpu["base"] / cpu["this tree"])
             print(f"  round {r + 1}: base {t['base']:.3f} s, this tree {t['this tree']:.3f} s "
-                  f"a step: {ratios[-1]:.3f}x (load {load_avg():.2f})", flush=True)
+                  f"a step: {ratios[-1]:.3f}x; CPU time {cpu_ratios[-1]:.3f}x "
+                  f"(load {load_avg():.2f})", flush=True)
     finally:
         for p in peers.values():
             p.close()
-    print(f"  stories15M: this tree / base speed {spread(ratios)}")
-    return dict(workload="stories15M", ratios=ratios, median=statistics.median(ratios))
+    print(f"  stories15M: this tree / base speed {spread(ratios)}, by CPU time {spread(cpu_ratios)}")
+    return dict(workload="stories15M", ratios=ratios, median=statistics.median(ratios),
+                cpu_ratios=cpu_ratios)
 
 
 def main():
@@ -226,7 +237,7 @@ def main():
         results.append(bench_stories(a, builds))
     print("\n[regress] summary (base time / this tree's time; above 1 is faster):")
     for r in results:
-        print(f"  {r['workload']}: {spread(r['ratios'])}")
+        print(f"  {r['workload']}: {spread(r['ratios'])}; by CPU time {spread(r['cpu_ratios'])}")
     if a.json:
         Path(a.json).write_text(json.dumps(dict(base=sha, results=results), indent=1))
     return 0
