@@ -463,6 +463,20 @@ wf_status wf__s3_head(const char *url, wf_store_stat *st) {
     WF_TRY(wf__s3_url_parse(url, &u));
     s3_req r = {.method = "HEAD", .url = url, .u = &u};
     wf_status s = s3_request(&r);
+    if (s == WF_ERR_NOTFOUND && u.key[0]) {
+        /* A HEAD answer has no body to say whether the bucket or the key
+         * is missing: ask about the bucket. */
+        char none[1] = "";
+        wf__s3_url b = {u.bucket, none};
+        s3_req rb = {.method = "HEAD", .url = url, .u = &b};
+        const s3_config *c;
+        if (s3_request(&rb) == WF_ERR_NOTFOUND && config_get(&c) == WF_OK)
+            wf_error(WF_ERR_NOTFOUND, "%s: no bucket '%s' at %s", url, u.bucket, c->endpoint);
+        else
+            wf_error(WF_ERR_NOTFOUND, "%s: no object '%s' in bucket '%s' at %s", url, u.key, u.bucket,
+                     g_cfg.endpoint);
+        req_free(&rb);
+    }
     if (s == WF_OK && !r.have_length) s = wf_error(WF_ERR_FORMAT, "HEAD %s: the answer has no Content-Length", url);
     if (s == WF_OK) st->size = r.content_length;
     req_free(&r);

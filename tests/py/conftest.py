@@ -138,3 +138,13 @@ def weft():
                     f"{built.SOURCE_HASH}, built from {built.SOURCE_DIR}; this checkout's is {want}): "
                     "run scripts/setup.sh")
     return pkg
+
+
+@pytest.fixture(scope="session")
+def seaweedfs():
+    """A SeaweedFS S3 server on 127.0.0.1 (tests/py/s3_servers.py) with the
+    bucket `weft`; stopped at the end of the session."""
+    import s3_servers
+    server = s3_servers.start_seaweedfs()
+    yield server
+    server.stop()
