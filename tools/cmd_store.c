@@ -71,7 +71,7 @@ static const wf_cmd_spec stat_spec = {"store stat", "weft store stat URL [--stor
 
 static int configure(const char *cmd, const store_opts *o) {
     wf_store_options so = {o->endpoint, o->region, o->retries ? (int)o->retries : -1, o->timeout_s, (int)o->part_mb,
-                           (int)o->threads};
+                           (int)o->threads, NULL};
     return wf_store_configure(&so) == WF_OK ? 0 : wf_tool_fail(cmd);
 }
 

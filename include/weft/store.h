@@ -35,6 +35,8 @@ typedef struct {
     double timeout_s;      /* connect timeout and the longest stall of a transfer; 0: 30 */
     int part_mb;           /* multipart part size in MiB (>= 5); 0: 16 */
     int threads;           /* parts in flight at once; 0: 4 */
+    const char *cache_dir; /* local copies of objects (wf_store_local_copy); NULL: WEFT_STORE_CACHE,
+                              else $XDG_CACHE_HOME/weft/store, else ~/.cache/weft/store */
 } wf_store_options;
 
 /* Sets the options (copied). Call before any transfer, from one thread. */
@@ -42,6 +44,8 @@ wf_status wf_store_configure(const wf_store_options *o);
 
 typedef struct {
     uint64_t size;
+    char xxh3[17];   /* the XXH3-64 weft wrote it with (16 hex digits), "" when unknown */
+    char etag[128];  /* S3's ETag (quotes removed), "" for a local file */
 } wf_store_stat;
 
 /* Size of an object or file. WF_ERR_NOTFOUND (naming bucket and key, or
@@ -68,6 +72,16 @@ wf_status wf_store_upload(const char *path, const char *url);
 
 /* Copies `url` to the local file `path` (atomically). */
 wf_status wf_store_download(const char *url, const char *path);
+
+/* A local file with the bytes of `url`, malloc'ed into *local (the
+ * caller frees it): for a local path, a copy of the path itself; for an
+ * object, its copy in the cache directory (<cache>/<host>/<bucket>/<key>),
+ * downloaded atomically when absent. A copy already there is used only
+ * when it still matches the object: the same size and the XXH3 the object
+ * was written with (recomputed over the copy), or for an object weft did
+ * not write, the same ETag as when it was downloaded; otherwise it is
+ * downloaded again. Ranks and processes may share one cache directory. */
+wf_status wf_store_local_copy(const char *url, char **local);
 
 /* Removes an object or file; one that is not there is not an error. */
 wf_status wf_store_delete(const char *url);

@@ -48,7 +48,7 @@ typedef struct {
 
 static s3_config g_cfg;
 static wf_store_options g_opts;
-static char g_opt_endpoint[300], g_opt_region[64];
+static char g_opt_endpoint[300], g_opt_region[64], g_opt_cache[1024];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static wf_status g_init_status;
 static char g_init_msg[512];
@@ -59,6 +59,8 @@ wf_status wf_store_configure(const wf_store_options *o) {
     if (o->region) snprintf(g_opt_region, sizeof g_opt_region, "%s", o->region);
     g_opts.endpoint = o->endpoint ? g_opt_endpoint : NULL;
     g_opts.region = o->region ? g_opt_region : NULL;
+    if (o->cache_dir) snprintf(g_opt_cache, sizeof g_opt_cache, "%s", o->cache_dir);
+    g_opts.cache_dir = o->cache_dir ? g_opt_cache : NULL;
     if (o->part_mb && o->part_mb < 5)
         return wf_error(WF_ERR_CONFIG, "store.part_mb = %d: S3 parts are at least 5 MiB", o->part_mb);
     if (o->retries < -1) return wf_error(WF_ERR_CONFIG, "store.retries = %d: must be >= 0", o->retries);
@@ -180,6 +182,17 @@ static wf_status config_get(const s3_config **out) {
                         "(AWS_PROFILE picks the profile)",
                         g_cfg.profile);
     *out = &g_cfg;
+    return WF_OK;
+}
+
+wf_status wf__store_cache_root(char *out, size_t cap, char *host, size_t host_cap) {
+    pthread_once(&g_once, config_init);
+    if (g_init_status != WF_OK) return wf_error(g_init_status, "%s", g_init_msg);
+    const char *dir = g_opts.cache_dir ? g_opts.cache_dir : env("WEFT_STORE_CACHE");
+    if (dir) snprintf(out, cap, "%s", dir);
+    else if (env("XDG_CACHE_HOME")) snprintf(out, cap, "%s/weft/store", env("XDG_CACHE_HOME"));
+    else snprintf(out, cap, "%s/.cache/weft/store", env("HOME") ? env("HOME") : "/tmp");
+    snprintf(host, host_cap, "%s", g_cfg.host);
     return WF_OK;
 }
 
@@ -478,7 +491,11 @@ wf_status wf__s3_head(const char *url, wf_store_stat *st) {
         req_free(&rb);
     }
     if (s == WF_OK && !r.have_length) s = wf_error(WF_ERR_FORMAT, "HEAD %s: the answer has no Content-Length", url);
-    if (s == WF_OK) st->size = r.content_length;
+    if (s == WF_OK) {
+        st->size = r.content_length;
+        snprintf(st->xxh3, sizeof st->xxh3, "%.16s", strlen(r.meta_xxh3) == 16 ? r.meta_xxh3 : "");
+        snprintf(st->etag, sizeof st->etag, "%s", r.etag);
+    }
     req_free(&r);
     wf__s3_url_free(&u);
     return s;

@@ -15,6 +15,7 @@
 
 #include "store/store_impl.h"
 #include "weft/fileio.h"
+#include "weft/log.h"
 
 int wf_store_is_remote(const char *url) { return url && strncmp(url, "s3://", 5) == 0; }
 
@@ -25,6 +26,7 @@ wf_status wf_store_head(const char *url, wf_store_stat *st) {
         return wf_error(errno == ENOENT ? WF_ERR_NOTFOUND : WF_ERR_IO, "%s: %s", url, strerror(errno));
     if (!S_ISREG(sb.st_mode)) return wf_error(WF_ERR_INVALID, "%s: not a regular file", url);
     st->size = (uint64_t)sb.st_size;
+    st->xxh3[0] = st->etag[0] = 0;
     return WF_OK;
 }
 
@@ -99,6 +101,91 @@ wf_status wf_store_download(const char *url, const char *path) {
     wf_status s = wf_file_write_atomic(path, data, len);
     free(data);
     return s;
+}
+
+/* Whether the cached copy at `path` still holds the object described by st. */
+static int copy_matches(const char *path, const wf_store_stat *st) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || (uint64_t)sb.st_size != st->size) return 0;
+    if (st->xxh3[0]) {
+        wf_mmap m = {0};
+        if (st->size && wf_mmap_open(&m, path) != WF_OK) {
+            wf_error_clear();
+            return 0;
+        }
+        char have[17];
+        snprintf(have, sizeof have, "%016" PRIx64, wf_hash64(m.data ? (const void *)m.data : "", m.size));
+        wf_mmap_close(&m);
+        if (strcmp(have, st->xxh3) == 0) return 1;
+        WF_WARN("store: the cached copy %s hashes to %s, the object to %s: downloading it again", path, have,
+                st->xxh3);
+        return 0;
+    }
+    wf_buf side = {0};
+    wf_buf_printf(&side, "%s.weft-etag", path);
+    char *etag = NULL;
+    size_t n = 0;
+    int ok = !side.failed && st->etag[0] && wf_file_read(side.data, &etag, &n) == WF_OK && strcmp(etag, st->etag) == 0;
+    wf_error_clear();
+    free(etag);
+    wf_buf_free(&side);
+    return ok;
+}
+
+wf_status wf_store_local_copy(const char *url, char **local) {
+    *local = NULL;
+    if (!wf_store_is_remote(url)) {
+        *local = strdup(url);
+        return *local ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
+    }
+    wf__s3_url u;
+    WF_TRY(wf__s3_url_parse(url, &u));
+    /* The key becomes a path below the cache: no "." or ".." segment may
+     * lead it elsewhere, and no empty one. */
+    wf_status s = WF_OK;
+    for (const char *seg = u.key; s == WF_OK;) {
+        size_t n = strcspn(seg, "/");
+        if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+            s = wf_error(WF_ERR_INVALID, "%s: a key with an empty, '.' or '..' part has no local copy", url);
+        if (!seg[n]) break;
+        seg += n + 1;
+    }
+    char root[1024], host[256];
+    if (s == WF_OK) s = wf__store_cache_root(root, sizeof root, host, sizeof host);
+    wf_buf path = {0};
+    wf_buf_printf(&path, "%s/%s/%s/%s", root, host, u.bucket, u.key);
+    if (s == WF_OK && path.failed) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    wf_store_stat st;
+    if (s == WF_OK) s = wf_store_head(url, &st);
+    if (s == WF_OK && !copy_matches(path.data, &st)) {
+        char *dir = strdup(path.data);
+        if (!dir) s = wf_error(WF_ERR_NOMEM, "out of memory");
+        if (s == WF_OK) {
+            *strrchr(dir, '/') = 0;
+            s = wf_mkdirs(dir);
+        }
+        free(dir);
+        WF_INFO("store: copying %s (%" PRIu64 " bytes) to %s", url, st.size, path.data);
+        if (s == WF_OK) s = wf_store_download(url, path.data);
+        wf_store_stat got;
+        if (s == WF_OK && wf_store_head(path.data, &got) == WF_OK && got.size != st.size)
+            s = wf_error(WF_ERR_IO, "%s: the copy in %s has %" PRIu64 " bytes, the object %" PRIu64
+                         " (it changed while read?)", url, path.data, got.size, st.size);
+        if (s == WF_OK && !st.xxh3[0] && st.etag[0]) {
+            wf_buf side = {0};
+            wf_buf_printf(&side, "%s.weft-etag", path.data);
+            s = side.failed ? wf_error(WF_ERR_NOMEM, "out of memory")
+                            : wf_file_write_atomic(side.data, st.etag, strlen(st.etag));
+            wf_buf_free(&side);
+        }
+    }
+    wf__s3_url_free(&u);
+    if (s != WF_OK) {
+        wf_buf_free(&path);
+        return s;
+    }
+    *local = path.data;
+    return WF_OK;
 }
 
 wf_status wf_store_delete(const char *url) {
