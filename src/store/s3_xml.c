@@ -96,6 +96,7 @@ int wf__xml_next(const char *xml, size_t len, size_t *pos, const char *tag, char
         wf_buf_free(&b);
         return -1;
     }
+    if (b.len == 0) wf_buf_free(&b);  /* reserved but empty: not NUL-terminated */
     *text = b.data ? b.data : strdup("");
     if (!*text) return -1;
     *pos = (size_t)(z - xml) + strlen(close);
