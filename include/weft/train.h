@@ -150,6 +150,9 @@
     /* [ckpt] */ \
     X(ckpt_every, WF_OPT_INT, "ckpt.every", NULL, "100", (0, 1e12), \
       "save a checkpoint every N steps into RUN_DIR/checkpoints/step-NNNNNNN (0: only at the end, on " "signals and on a SAVE or STOP file)") \
+    X(ckpt_dir, WF_OPT_STR, "ckpt.dir", NULL, NULL, (WF_NO_RANGE), \
+      "where checkpoints go instead of RUN_DIR/checkpoints: a folder, or an object store prefix " \
+      "s3://bucket/prefix (docs/storage.md); logs, metrics and run.json stay in the run directory") \
     X(ckpt_keep_last, WF_OPT_INT, "ckpt.keep_last", NULL, "2", (0, 1e9), \
       "keep the newest N checkpoints, delete older ones (0: keep all)") \
     X(ckpt_keep_every, WF_OPT_INT, "ckpt.keep_every", NULL, "0", (0, 1e12), \

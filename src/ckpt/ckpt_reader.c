@@ -14,6 +14,7 @@
 #include "ckpt/ckpt_impl.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
+#include "weft/store.h"
 
 typedef struct {
     size_t tensor;
@@ -107,7 +108,17 @@ static wf_status open_files(wf_ckpt *c, const json_t *files) {
         if (!rf->name || !rf->path) return wf_error(WF_ERR_NOMEM, "out of memory");
         snprintf(rf->path, n, "%s/%s", c->dir, name);
         rf->bytes = (uint64_t)bytes;
-        wf_status s = wf_mmap_open(&rf->map, rf->path);
+        wf_status s;
+        if (wf_store_is_remote(rf->path)) {
+            /* In an object store: mapped from its local copy (the store
+             * cache), checked below like a local file. */
+            char *local = NULL;
+            s = wf_store_local_copy(rf->path, &local);
+            if (s == WF_OK) s = wf_mmap_open(&rf->map, local);
+            free(local);
+        } else {
+            s = wf_mmap_open(&rf->map, rf->path);
+        }
         if (s == WF_ERR_NOTFOUND)
             return wf_error(WF_ERR_FORMAT, "%s: data file of rank %d is missing (the manifest lists it)", rf->path, r);
         WF_TRY(s);
@@ -283,7 +294,10 @@ wf_status wf_ckpt_open(wf_ckpt **out, const char *dir) {
     snprintf(c->mpath, n, "%s/%s", dir, WF_CKPT_MANIFEST);
     size_t len;
     wf_status s;
-    if (!wf_path_is_dir(dir)) s = wf_error(WF_ERR_NOTFOUND, "%s: no such checkpoint directory", dir);
+    if (wf_store_is_remote(dir)) {
+        if ((s = wf_store_read(c->mpath, &c->text, &len)) == WF_ERR_NOTFOUND)
+            s = wf_error(WF_ERR_NOTFOUND, "%s is missing: not a committed checkpoint", c->mpath);
+    } else if (!wf_path_is_dir(dir)) s = wf_error(WF_ERR_NOTFOUND, "%s: no such checkpoint directory", dir);
     else if ((s = wf_file_read(c->mpath, &c->text, &len)) == WF_ERR_NOTFOUND)
         s = wf_error(WF_ERR_NOTFOUND, "%s is missing: not a checkpoint directory", c->mpath);
     if (s == WF_OK) s = parse_manifest(c);
