@@ -405,7 +405,9 @@ wf_status wf__ckpt_write_data(const wf_ckpt_plan *p, int rank, const char *tmp_d
     wf__ckpt_data_name(name, sizeof name, rank, p->world_size);
     snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
     char *dest = remote_dest(tmp_dir);
+    int made = 0;
     if (dest) {  /* every rank stages in a folder of its own machine */
+        made = !wf_path_is_dir(tmp_dir);
         wf_status m = wf_mkdirs(tmp_dir);
         if (m != WF_OK) {
             free(dest);
@@ -413,6 +415,8 @@ wf_status wf__ckpt_write_data(const wf_ckpt_plan *p, int rank, const char *tmp_d
         }
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ENOENT && dest && wf_mkdirs(tmp_dir) == WF_OK) /* another rank's rmdir came between */
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return wf_error(WF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     int ok = 1;
     if (image) {
@@ -441,7 +445,10 @@ wf_status wf__ckpt_write_data(const wf_ckpt_plan *p, int rank, const char *tmp_d
     if (dest) {
         if (s == WF_OK) s = upload_one(tmp_dir, dest, name);
         unlink(path); /* uploaded, or failed: the local copy is not needed either way */
-        if (rank != 0) rmdir(tmp_dir); /* rank 0's commit removes its folder */
+        /* A folder this rank made on a machine without rank 0 goes when
+         * empty (rmdir removes nothing else); rank 0's commit removes its
+         * own, which ranks on its machine share. */
+        if (made && rank != 0) rmdir(tmp_dir);
         free(dest);
     }
     return s;

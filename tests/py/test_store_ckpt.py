@@ -78,3 +78,35 @@ def test_a_checkpoint_without_manifest_is_invisible(seaweedfs, dataset, tmp_path
     assert v.returncode == 1 and "manifest.json is missing" in v.stdout + v.stderr
     p = train(dataset, tmp_path / "run", env, f"--ckpt.dir={url}", "--ckpt.async=false")
     assert min(losses(p)) == 5  # resumed from step 4, the last committed one
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_ranks_save_to_s3_and_resume_at_one(seaweedfs, dataset, tmp_path, mode):
+    """Two ranks (Open MPI) each upload their own data file; the checkpoint
+    resumes at one rank (resharded) with the losses of a straight run
+    (within the multi-rank tolerance of test_train_dist.py)."""
+    import mpi_launch
+    from conftest import BUILD
+    s3 = seaweedfs.client()
+    # the launcher's environment is launcher_env() updated with these
+    extra = {k: v for k, v in seaweedfs.env(WEFT_STORE_CACHE=str(tmp_path / "cache")).items()
+             if k.startswith(("AWS_", "WEFT_STORE"))}
+    prefix = f"ck2-{mode}"
+    base = ["train", "--data", dataset, "--preset", "tiny", "--steps", 12, "--batch-size", 4, "--seq-len", 32,
+            "--lr", 0.01, "--optim.warmup_steps=2", "--train.eval_every=0", "--threads", 1, "--ckpt.every=4",
+            f"--ckpt.async={'true' if mode == 'async' else 'false'}"]
+    straight = losses(train(dataset, tmp_path / "straight", seaweedfs.env()))
+    r = mpi_launch.check(mpi_launch.launch(BUILD / "weft", "openmpi", 2, base + [
+        "--run-dir", tmp_path / "run", f"--ckpt.dir=s3://weft/{prefix}", "--ckpt.stop_at=8"], timeout=240,
+        env=extra), codes=(75,))
+    assert keys(s3, f"{prefix}/step-0000008/") == [f"{prefix}/step-0000008/{n}" for n in (
+        "data-00000-of-00002.bin", "data-00001-of-00002.bin", "manifest.json")]
+    first = losses(r)
+    env = seaweedfs.env(WEFT_STORE_CACHE=str(tmp_path / "cache"))
+    p = train(dataset, tmp_path / "run", env, f"--ckpt.dir=s3://weft/{prefix}", "--threads", 1)
+    second = losses(p)
+    assert min(second) == 9
+    got = {**first, **second}
+    assert sorted(got) == sorted(straight)
+    for s in straight:
+        assert abs(float(got[s]) - float(straight[s])) <= 2e-3, (s, got[s], straight[s])
