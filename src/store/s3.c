@@ -430,8 +430,10 @@ static wf_status request_error(const s3_config *c, const s3_req *r, CURLcode cc,
                         msg, c->access_key, c->profile, c->region);
     if (r->status == 416)
         return wf_error(WF_ERR_RANGE, "%s %s: the range asked for is past the object's end", r->method, r->url);
-    return wf_error(WF_ERR_IO, "%s %s: HTTP %ld from %s%s%s%s%s%s", r->method, r->url, r->status, c->endpoint,
-                    code[0] ? " (" : "", code, msg[0] ? ": " : "", msg, code[0] ? ")" : "");
+    return wf_error(WF_ERR_IO, "%s %s: HTTP %ld from %s%s%s%s%s%s after %d attempt%s%s", r->method, r->url, r->status,
+                    c->endpoint, code[0] ? " (" : "", code, msg[0] ? ": " : "", msg, code[0] ? ")" : "", attempts,
+                    attempts == 1 ? "" : "s",
+                    retryable(CURLE_OK, r->status, code) ? "; raise store.retries if the server is busy" : "");
 }
 
 static wf_status s3_request(s3_req *r) {

@@ -117,3 +117,116 @@ def start_seaweedfs(bucket="weft"):
     server = S3Server("seaweedfs", f"http://127.0.0.1:{p[6]}", proc, work, log)
     _wait_ready(server, bucket)
     return server
+
+
+class FaultProxy:
+    """A TCP proxy on 127.0.0.1 in front of an S3 server that injects faults.
+    Each connection carries one request (weft's and the proxy's are
+    closed after one answer). `rule(method, path, n)` (n: the request's
+    number, from 0) says what to do with it:
+      "ok"    forward it (with Connection: close) and relay the answer;
+      "503"   answer 503 with an S3 SlowDown error, not forwarding it;
+      "500"   answer 500 InternalError;
+      "reset" close the connection with a TCP reset, not answering;
+      "stall" forward it, then hold the answer back for `stall_s` seconds;
+      "down"  close at once without reading (a server that died).
+    `log` lists (n, method, path, action) of every request seen."""
+
+    def __init__(self, upstream, rule=None, stall_s=5.0):
+        import threading
+        host, port = upstream.split("://", 1)[1].rsplit(":", 1)
+        self.up = (host, int(port))
+        self.rule = rule or (lambda m, p, n: "ok")
+        self.stall_s = stall_s
+        self.log, self.n = [], 0
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.endpoint = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stopped = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        import threading
+        while not self.stopped:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def _read_request(c):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = c.recv(65536)
+            if not chunk:
+                return None, None
+            data += chunk
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                length = int(v.strip())
+        while len(body) < length:
+            chunk = c.recv(min(1 << 20, length - len(body)))
+            if not chunk:
+                return None, None
+            body += chunk
+        return head, body
+
+    def _one(self, c):
+        import struct
+        try:
+            with self.lock:
+                n = self.n
+                self.n += 1
+            head, body = self._read_request(c)
+            if head is None:
+                return
+            method, path = head.split(b" ")[0].decode(), head.split(b" ")[1].decode()
+            action = self.rule(method, path, n)
+            with self.lock:
+                self.log.append((n, method, path, action))
+            if action == "down":
+                return
+            if action == "reset":
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                return
+            if action in ("503", "500"):
+                code, text = ("SlowDown", "Please reduce your request rate.") if action == "503" else (
+                    "InternalError", "We encountered an internal error. Please try again.")
+                xml = f"<?xml version=\"1.0\"?><Error><Code>{code}</Code><Message>{text}</Message></Error>".encode()
+                reason = b"Slow Down" if action == "503" else b"Internal Server Error"
+                c.sendall(b"HTTP/1.1 " + action.encode() + b" " + reason + b"\r\nContent-Type: application/xml\r\n"
+                          b"Content-Length: " + str(len(xml)).encode() + b"\r\nConnection: close\r\n\r\n" + xml)
+                return
+            lines = [ln for ln in head.split(b"\r\n") if not ln.lower().startswith(b"connection:")]
+            up = socket.create_connection(self.up)
+            up.sendall(b"\r\n".join(lines) + b"\r\nConnection: close\r\n\r\n" + body)
+            first = True
+            while True:
+                chunk = up.recv(65536)
+                if not chunk:
+                    break
+                if first and action == "stall":
+                    time.sleep(self.stall_s)
+                first = False
+                c.sendall(chunk)
+            up.close()
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def actions(self):
+        with self.lock:
+            return [a for _, _, _, a in self.log]
+
+    def stop(self):
+        self.stopped = True
+        self.sock.close()
