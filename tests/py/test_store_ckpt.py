@@ -12,6 +12,11 @@ from conftest import run_weft_cmd, tokenize_austen
 
 pytest.importorskip("boto3")
 
+
+@pytest.fixture(params=["seaweedfs", "rclone_s3"])
+def server(request):
+    return request.getfixturevalue(request.param)
+
 STEP = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.]+)", re.M)
 
 
@@ -38,9 +43,9 @@ def keys(s3, prefix):
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_save_prune_resume_on_s3(seaweedfs, dataset, tmp_path, mode):
-    env = seaweedfs.env(WEFT_STORE_CACHE=str(tmp_path / "cache"))
-    s3 = seaweedfs.client()
+def test_save_prune_resume_on_s3(server, dataset, tmp_path, mode):
+    env = server.env(WEFT_STORE_CACHE=str(tmp_path / "cache"))
+    s3 = server.client()
     async_flag = f"--ckpt.async={'true' if mode == 'async' else 'false'}"
     prefix = f"ck-{mode}"
     straight = losses(train(dataset, tmp_path / "straight", env, async_flag))

@@ -13,6 +13,11 @@ from test_train_cli import losses
 pytest.importorskip("boto3")
 
 
+@pytest.fixture(params=["seaweedfs", "rclone_s3"])
+def server(request):
+    return request.getfixturevalue(request.param)
+
+
 @pytest.fixture(scope="module")
 def local_dataset(tmp_path_factory, corpus_dir):
     return tokenize_austen(tmp_path_factory.mktemp("store-train"), corpus_dir)
@@ -24,13 +29,13 @@ def train(data, run, env):
     return run_weft_cmd(args, env=env)
 
 
-def test_tokenize_to_s3_and_train_from_it(seaweedfs, local_dataset, corpus_dir, tmp_path):
-    env = seaweedfs.env(WEFT_STORE_CACHE=str(tmp_path / "cache"))
+def test_tokenize_to_s3_and_train_from_it(server, local_dataset, corpus_dir, tmp_path):
+    env = server.env(WEFT_STORE_CACHE=str(tmp_path / "cache"))
     inputs = sorted(corpus_dir.glob("prideprejudice-*.txt"))[:12]
     url = "s3://weft/datasets/austen"
     run_weft_cmd(["tokenize", "--tokenizer", local_dataset / "tok.json", "--output", url, "--val-fraction", 0.2,
                   "--seed", 3] + inputs, env=env)
-    s3 = seaweedfs.client()
+    s3 = server.client()
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="weft", Prefix="datasets/austen/")["Contents"])
     local = sorted(p.name for p in (local_dataset / "data").iterdir() if not p.name.startswith("."))
     assert keys == [f"datasets/austen/{n}" for n in local]
