@@ -95,6 +95,7 @@ wf_status wf_store_upload(const char *path, const char *url) {
 }
 
 wf_status wf_store_download(const char *url, const char *path) {
+    if (wf_store_is_remote(url)) return wf__s3_download_file(url, path);
     char *data = NULL;
     size_t len = 0;
     WF_TRY(wf_store_read(url, &data, &len));

@@ -108,6 +108,10 @@ wf_status wf__s3_get(const char *url, uint64_t offset, uint64_t len, int ranged,
                      size_t meta_cap);
 wf_status wf__s3_put(const char *url, const void *data, size_t len);
 wf_status wf__s3_upload_file(const char *url, const char *path);
+/* Object to local file: store.threads ranged GETs of store.part_mb in
+ * flight, written in place into a temporary file, checked against the
+ * object's XXH3 metadata, renamed into place. */
+wf_status wf__s3_download_file(const char *url, const char *path);
 wf_status wf__s3_delete(const char *url);
 wf_status wf__s3_list(const char *prefix_url, wf_store_entry **out, size_t *n);
 

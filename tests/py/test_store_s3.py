@@ -95,6 +95,14 @@ def test_multipart_upload(weft_bin, server, tmp_path):
     assert not s3.list_multipart_uploads(Bucket="weft", Prefix="mp/").get("Uploads")
     got, _ = run(weft_bin, env, "cat", "s3://weft/mp/big.bin", binary=True)
     assert got == data
+    # downloaded as three ranged GETs in parallel, into place
+    run(weft_bin, env, "cp", "--store.part_mb=5", "--store.threads=3", "s3://weft/mp/big.bin", str(tmp_path / "back"))
+    assert (tmp_path / "back").read_bytes() == data
+    # a download whose bytes do not hash to the object's XXH3 is refused and leaves no file
+    s3.put_object(Bucket="weft", Key="mp/bad.bin", Body=data, Metadata={"weft-xxh3": "0123456789abcdef"})
+    _, err = run(weft_bin, env, "cp", "--store.part_mb=5", "s3://weft/mp/bad.bin", str(tmp_path / "bad"), ok=False)
+    assert "0123456789abcdef" in err and not (tmp_path / "bad").exists()
+    assert not list(tmp_path.glob("bad*"))
 
 
 def test_listing_across_pages(weft_bin, server):
