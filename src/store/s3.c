@@ -371,6 +371,10 @@ static wf_status attempt(const s3_config *c, s3_req *r, CURLcode *cc, char *curl
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->timeout_s * 1000));
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)(c->timeout_s + 0.999));
+    /* Larger socket reads than libcurl's 16 KiB: fewer callbacks per
+     * megabyte (bench/README.md, "Object storage"). */
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
+    curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &r->resp);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
@@ -389,7 +393,8 @@ static wf_status attempt(const s3_config *c, s3_req *r, CURLcode *cc, char *curl
     } else if (strcmp(r->method, "GET") != 0) {
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
     }
-    wf_buf_free(&r->resp);
+    r->resp.len = 0; /* keeps the room a caller reserved (a ranged GET's size) */
+    r->resp.failed = 0;
     r->status = 0;
     r->etag[0] = r->meta_xxh3[0] = 0;
     r->have_length = 0;
@@ -511,7 +516,8 @@ wf_status wf__s3_get(const char *url, uint64_t offset, uint64_t len, int ranged,
     wf__kv hdr = {"range", range};
     snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64, offset, offset + len - 1);
     s3_req r = {.method = "GET", .url = url, .u = &u, .headers = &hdr, .n_headers = ranged ? 1 : 0};
-    wf_status s = s3_request(&r);
+    wf_status s = ranged && len ? wf_buf_reserve(&r.resp, (size_t)len) : WF_OK;
+    if (s == WF_OK) s = s3_request(&r);
     if (s == WF_OK && ranged && r.resp.len != len)
         s = wf_error(WF_ERR_RANGE, "GET %s: asked for %" PRIu64 " bytes at %" PRIu64 ", got %zu: the object is shorter",
                      url, len, offset, r.resp.len);
@@ -792,7 +798,7 @@ static wf_status dl_worker(void *arg, int tid, int n_threads) {
     return s;
 }
 
-wf_status wf__s3_download_file(const char *url, const char *path) {
+wf_status wf__s3_download_file(const char *url, const char *path, int durable) {
     const s3_config *c;
     WF_TRY(config_get(&c));
     wf_store_stat st;
@@ -821,7 +827,8 @@ wf_status wf__s3_download_file(const char *url, const char *path) {
         }
         wf_mmap_close(&m);
     }
-    if (s == WF_OK && fsync(fd) != 0) s = wf_error(WF_ERR_IO, "%s: fsync failed: %s", tmp.data, strerror(errno));
+    if (s == WF_OK && durable && fsync(fd) != 0)
+        s = wf_error(WF_ERR_IO, "%s: fsync failed: %s", tmp.data, strerror(errno));
     if (fd >= 0 && close(fd) != 0 && s == WF_OK) s = wf_error(WF_ERR_IO, "%s: close failed: %s", tmp.data, strerror(errno));
     if (s == WF_OK && rename(tmp.data, path) != 0)
         s = wf_error(WF_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp.data, strerror(errno));

@@ -95,7 +95,7 @@ wf_status wf_store_upload(const char *path, const char *url) {
 }
 
 wf_status wf_store_download(const char *url, const char *path) {
-    if (wf_store_is_remote(url)) return wf__s3_download_file(url, path);
+    if (wf_store_is_remote(url)) return wf__s3_download_file(url, path, 1);
     char *data = NULL;
     size_t len = 0;
     WF_TRY(wf_store_read(url, &data, &len));
@@ -167,7 +167,9 @@ wf_status wf_store_local_copy(const char *url, char **local) {
         }
         free(dir);
         WF_INFO("store: copying %s (%" PRIu64 " bytes) to %s", url, st.size, path.data);
-        if (s == WF_OK) s = wf_store_download(url, path.data);
+        /* No fsync: a copy torn by a crash fails the check above next time
+         * and is fetched again. */
+        if (s == WF_OK) s = wf__s3_download_file(url, path.data, 0);
         wf_store_stat got;
         if (s == WF_OK && wf_store_head(path.data, &got) == WF_OK && got.size != st.size)
             s = wf_error(WF_ERR_IO, "%s: the copy in %s has %" PRIu64 " bytes, the object %" PRIu64

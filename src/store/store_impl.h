@@ -110,8 +110,9 @@ wf_status wf__s3_put(const char *url, const void *data, size_t len);
 wf_status wf__s3_upload_file(const char *url, const char *path);
 /* Object to local file: store.threads ranged GETs of store.part_mb in
  * flight, written in place into a temporary file, checked against the
- * object's XXH3 metadata, renamed into place. */
-wf_status wf__s3_download_file(const char *url, const char *path);
+ * object's XXH3 metadata, renamed into place; with `durable`, fsync'ed
+ * first (a cache copy is not: it is checked at every use instead). */
+wf_status wf__s3_download_file(const char *url, const char *path, int durable);
 wf_status wf__s3_delete(const char *url);
 wf_status wf__s3_list(const char *prefix_url, wf_store_entry **out, size_t *n);
 
