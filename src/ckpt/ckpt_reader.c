@@ -628,6 +628,23 @@ wf_status wf_ckpt_open_path(wf_ckpt **out, const char *path) {
     *out = NULL;
     char buf[4096];
     snprintf(buf, sizeof buf, "%s/" WF_CKPT_MANIFEST, path);
+    if (wf_store_is_remote(path)) {
+        /* In an object store: a checkpoint (its manifest is there), else a
+         * prefix of checkpoints (ckpt.dir), whose newest valid one opens. */
+        wf_store_stat st;
+        wf_status s = wf_store_head(buf, &st);
+        if (s == WF_OK) return wf_ckpt_open(out, path);
+        if (s != WF_ERR_NOTFOUND) return s;
+        wf_error_clear();
+        size_t n = strlen(path);
+        while (n > 5 && path[n - 1] == '/') n--;
+        snprintf(buf, sizeof buf, "%.*s", (int)n, path);
+        WF_TRY(wf_ckpt_open_latest(buf, out));
+        if (!*out)
+            return wf_error(WF_ERR_NOTFOUND, "%s: no committed checkpoint (looked for %s/manifest.json and %s/step-*)",
+                            path, buf, buf);
+        return WF_OK;
+    }
     if (wf_path_exists(buf)) return wf_ckpt_open(out, path);
     snprintf(buf, sizeof buf, "%s/checkpoints", path);
     const char *root = wf_path_is_dir(buf) ? buf : path;

@@ -51,6 +51,7 @@
 #include "weft/progress.h"
 #include "weft/shard.h"
 #include "weft/sorted.h"
+#include "weft/store.h"
 #include "weft/thread.h"
 #include "weft/tokenizer.h"
 #include "weft/train.h"
@@ -160,7 +161,7 @@ static wf_status id_byte_table(eval_data *d, const wf_tokenizer *tok) {
 static wf_status open_dataset(eval_data *d, const char *tokenizer) {
     wf_dataset_info info;
     memset(&info, 0, sizeof info);
-    if (!wf_path_is_dir(d->dir))
+    if (!wf_store_is_remote(d->dir) && !wf_path_is_dir(d->dir))
         return wf_error(WF_ERR_NOTFOUND, "dataset %s: %s is not a directory (a dataset written by `weft tokenize`)",
                         d->name, d->dir);
     wf_status s = wf_dataset_info_load(&info, d->dir);
