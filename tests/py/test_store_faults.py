@@ -8,6 +8,7 @@ resumes from the last good one."""
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -110,7 +111,67 @@ def test_server_gone_mid_save_leaves_no_checkpoint(weft_bin, seaweedfs, proxy, t
     assert "ck-gone/step-0000009/manifest.json" in keys
     s3.delete_object(Bucket="weft", Key="ck-gone/step-0000009/manifest.json")  # as if it had failed too
 
+    # A store that fails while the checkpoint is read: the run stops, it
+    # neither falls back past the checkpoint nor starts over.
+    proxy.rule = lambda m, p, n: "500" if p.endswith("step-0000004/manifest.json") else "ok"
+    p = run_weft_cmd(args + ["--run-dir", tmp_path / "run", f"--ckpt.dir={url}"], env=env, check=False)
+    assert p.returncode == 1 and "the store failed, not the checkpoint" in p.stderr
+    assert not STEP.search(p.stdout)
+
     proxy.rule = lambda m, p, n: "ok"
     p = run_weft_cmd(args + ["--run-dir", tmp_path / "run", f"--ckpt.dir={url}"], env=env)
     got = {int(m.group(1)): m.group(3) for m in STEP.finditer(p.stdout)}
     assert min(got) == 5 and all(got[s] == want[s] for s in got)
+
+
+def test_server_killed_mid_upload(weft_bin, tmp_path, corpus_dir):
+    """A server of its own, killed (SIGKILL) as step 8's data file starts to
+    upload (through the proxy, which sees the request first): the save
+    fails, nothing of step 8 is committed, the run goes on to its stop; the
+    server restarted on its folder, the next run resumes from step 4 with
+    the losses of a run that never failed."""
+    server = s3_servers.start_seaweedfs()
+    proxy = s3_servers.FaultProxy(server.endpoint)
+    try:
+        (tmp_path / "ds").mkdir()
+        d = tokenize_austen(tmp_path / "ds", corpus_dir) / "data"
+        env = server.env(AWS_ENDPOINT_URL=proxy.endpoint, WEFT_STORE_CACHE=str(tmp_path / "cache"))
+        args = ["train", "--data", d, "--preset", "tiny", "--steps", 10, "--batch-size", 4, "--seq-len", 32,
+                "--lr", 0.01, "--optim.warmup_steps=2", "--train.eval_every=0", "--threads", 2, "--ckpt.every=4",
+                "--store.retries=2", "--store.timeout_s=2"]
+        want = {int(m.group(1)): m.group(3) for m in STEP.finditer(
+            run_weft_cmd(args + ["--run-dir", tmp_path / "straight"], env=env).stdout)}
+
+        def rule(method, path, n):
+            if "step-0000008/data" in path:
+                server.kill()
+            return "ok"
+        proxy.rule = rule
+        url = "s3://weft/ck-killed"
+        p = run_weft_cmd(args + ["--run-dir", tmp_path / "run", f"--ckpt.dir={url}", "--ckpt.stop_at=9"], env=env,
+                         check=False)
+        assert server.proc.poll() is not None, "the server was not killed"
+        assert "step-0000008" in p.stderr and p.returncode in (1, 75), p.stderr[-3000:]
+
+        server = s3_servers.start_seaweedfs(again=server)
+        proxy.rule = lambda m, p, n: "ok"
+        # Just restarted, SeaweedFS may answer 500 for a moment (its volume
+        # server not yet registered): a resume then fails rather than start
+        # over or fall back past a checkpoint it could not read.
+        deadline = time.monotonic() + 60
+        while True:
+            p = run_weft_cmd(["ckpt", "verify", f"{url}/step-0000004"], env=env, check=False)
+            if p.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert p.returncode == 0, p.stdout + p.stderr
+        s3 = server.client()
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="weft", Prefix="ck-killed/").get("Contents", [])]
+        assert "ck-killed/step-0000004/manifest.json" in keys
+        assert not [k for k in keys if k.startswith(("ck-killed/step-0000008/manifest", "ck-killed/step-0000009/m"))]
+        p = run_weft_cmd(args + ["--run-dir", tmp_path / "run", f"--ckpt.dir={url}"], env=env)
+        got = {int(m.group(1)): m.group(3) for m in STEP.finditer(p.stdout)}
+        assert min(got) == 5 and all(got[s] == want[s] for s in got), p.stderr[-3000:]
+    finally:
+        proxy.stop()
+        server.stop()
