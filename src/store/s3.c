@@ -367,6 +367,7 @@ static wf_status attempt(const s3_config *c, s3_req *r, CURLcode *cc, char *curl
     curl_easy_setopt(h, CURLOPT_URL, url.data);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (env("AWS_CA_BUNDLE")) curl_easy_setopt(h, CURLOPT_CAINFO, env("AWS_CA_BUNDLE")); /* as the AWS tools */
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curl_err);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->timeout_s * 1000));
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
