@@ -45,6 +45,7 @@
 #include "weft/fileio.h"
 #include "weft/log.h"
 #include "weft/sorted.h"
+#include "weft/store.h"
 #include "weft/thread.h"
 
 #define BATCH_MAX_DOCS 8192
@@ -564,7 +565,13 @@ static wf_status step_extract(prep_run *r, size_t in) {
     int nh = c->dedup ? r->ranges : 0;
     prep_iw *hw = calloc((size_t)nh + 1, sizeof *hw);
     if (!hw) return wf_error(WF_ERR_NOMEM, "out of memory");
-    wf_status s = wf__prep_reader_open(&rd, r->inputs[in], c);
+    /* An input in an object store is read from its local copy (the store
+     * cache, docs/storage.md); its URL stays its name (document ids, the
+     * run's fingerprint), so every machine names it alike. */
+    char *local = NULL;
+    wf_status s = wf_store_local_copy(r->inputs[in], &local);
+    if (s == WF_OK) s = wf__prep_reader_open(&rd, local, c);
+    free(local);
     if (s == WF_OK) {
         rpath(r, path, sizeof path, "extract/%06zu.docs", in);
         s = wf__prep_iw_open(&docs, path, PI_DOCS);
@@ -1798,7 +1805,12 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     if (s == WF_OK && !r.sizes) s = wf_error(WF_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n_inputs && s == WF_OK; i++) {
         struct stat stt;
-        if (stat(inputs[i], &stt) != 0) s = wf_error(WF_ERR_NOTFOUND, "input %s: cannot read it: %s", inputs[i], strerror(errno));
+        wf_store_stat ost;
+        if (wf_store_is_remote(inputs[i])) {
+            s = wf_store_head(inputs[i], &ost);
+            if (s == WF_OK) r.sizes[i] = ost.size;
+            else wf_error_wrap(s, "input %s: ", inputs[i]);
+        } else if (stat(inputs[i], &stt) != 0) s = wf_error(WF_ERR_NOTFOUND, "input %s: cannot read it: %s", inputs[i], strerror(errno));
         else if (!S_ISREG(stt.st_mode)) s = wf_error(WF_ERR_INVALID, "input %s is not a regular file", inputs[i]);
         else r.sizes[i] = (uint64_t)stt.st_size;
     }
