@@ -66,6 +66,10 @@ def test_save_prune_resume_on_s3(server, dataset, tmp_path, mode):
     second = losses(p)
     assert min(second) == 9 and "resum" in (p.stdout + p.stderr).lower()
     assert {**first, **second} == straight  # the same losses as without the stop
+    # the secret is in no file of the run (run.json, config.toml, logs)
+    for f in (tmp_path / "run").rglob("*"):
+        if f.is_file():
+            assert server.secret_key.encode() not in f.read_bytes(), f
     # keep_last = 2: step 4 pruned after 12 was committed
     steps = sorted({k.split("/")[1] for k in keys(s3, prefix + "/")})
     assert steps == ["step-0000008", "step-0000012"]
