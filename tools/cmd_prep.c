@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "weft/prep.h"
+#include "weft/store.h"
 #include "weft/weft.h"
 
 typedef struct {
@@ -85,10 +86,12 @@ int wf_cmd_prep(int argc, char **argv) {
     if (s == WF_OK) s = wf_prep_run(&c, (const char *const *)inputs.v, inputs.n);
     if (s == WF_OK) {
         char path[4200];
-        snprintf(path, sizeof path, "%s/%s", c.output, c.json ? "stats.json" : "stats.txt");
+        size_t olen = strlen(c.output);
+        while (olen > 1 && c.output[olen - 1] == '/') olen--;
+        snprintf(path, sizeof path, "%.*s/%s", (int)olen, c.output, c.json ? "stats.json" : "stats.txt");
         char *text = NULL;
         size_t len = 0;
-        s = wf_file_read(path, &text, &len);
+        s = wf_store_read(path, &text, &len); /* the output may be in an object store */
         if (s == WF_OK) fwrite(text, 1, len, stdout);
         free(text);
     }

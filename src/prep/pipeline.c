@@ -1777,7 +1777,7 @@ static wf_status open_run(prep_run *r, int *complete) {
     return wf_error(WF_ERR_INTERNAL, "%s: the run's description appeared and vanished", runjson);
 }
 
-wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t n_inputs) {
+static wf_status prep_run_local(const wf_prep_config *c, const char *const *inputs, size_t n_inputs) {
     WF_TRY(wf_prep_config_validate(c));
     if (n_inputs == 0) return wf_error(WF_ERR_CONFIG, "no inputs: give WARC, WET, JSONL or text files");
     if (n_inputs >= ((size_t)1 << 31)) return wf_error(WF_ERR_CONFIG, "%zu inputs: at most 2^31 - 1", n_inputs);
@@ -1842,5 +1842,58 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     if (s == WF_OK && finished_here) remove_intermediates(&r);
     if (s == WF_OK && !finished_here) WF_INFO("prep: task %d of %d: the run in %s is complete", r.task, r.tasks, c->output);
     run_free(&r);
+    return s;
+}
+
+/* --output s3://...: the run goes into a local staging folder named after
+ * the URL (so that a killed run resumes from it), then its outputs are
+ * uploaded, stats.json last: as on disk, where stats.json is written when
+ * the run is complete, its presence says the output is whole. The run's own
+ * files (_prep/, the lock) stay local and the folder is removed once
+ * uploaded. One task only: tasks on several machines share a run through
+ * its folder, which must then be a shared one (docs/storage.md). */
+wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t n_inputs) {
+    if (!c->output || !wf_store_is_remote(c->output)) return prep_run_local(c, inputs, n_inputs);
+    if (c->tasks > 1)
+        return wf_error(WF_ERR_CONFIG, "--output %s: a run split into tasks shares its folder, which must be a local "
+                                       "or shared one (an object store output takes one task)", c->output);
+    size_t olen = strlen(c->output);
+    while (olen > 5 && c->output[olen - 1] == '/') olen--;
+    wf_buf url = {0};
+    wf_buf_printf(&url, "%.*s/stats.json", (int)olen, c->output);
+    if (url.failed) return wf_error(WF_ERR_NOMEM, "out of memory");
+    wf_store_stat st;
+    wf_status s = wf_store_head(url.data, &st);
+    if (s == WF_OK && !c->force) {
+        WF_INFO("prep: %s is already complete (it has stats.json); --force starts over", c->output);
+        wf_buf_free(&url);
+        return WF_OK;
+    }
+    if (s == WF_ERR_NOTFOUND || s == WF_OK) wf_error_clear(), s = WF_OK;
+    char stage[4200] = "";
+    if (s == WF_OK) {
+        const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+        snprintf(stage, sizeof stage, "%s/weft-prep-%016llx", tmp,
+                 (unsigned long long)wf_hash64(c->output, olen));
+        wf_prep_config lc = *c; /* shallow: only the output differs */
+        lc.output = stage;
+        s = prep_run_local(&lc, inputs, n_inputs);
+    }
+    wf_store_entry *files = NULL;
+    size_t n_files = 0;
+    if (s == WF_OK) s = wf_store_list(stage, &files, &n_files);
+    for (int last = 0; s == WF_OK && last < 2; last++)
+        for (size_t i = 0; s == WF_OK && i < n_files; i++) {
+            const char *name = files[i].url + strlen(stage) + 1;
+            if (strncmp(name, "_prep/", 6) == 0 || name[0] == '.') continue; /* the run's own files, the lock */
+            if ((strcmp(name, "stats.json") == 0) != last) continue;
+            wf_buf dst = {0};
+            wf_buf_printf(&dst, "%.*s/%s", (int)olen, c->output, name);
+            s = dst.failed ? wf_error(WF_ERR_NOMEM, "out of memory") : wf_store_upload(files[i].url, dst.data);
+            wf_buf_free(&dst);
+        }
+    wf_store_list_free(files, n_files);
+    if (s == WF_OK) s = wf_remove_tree(stage);
+    wf_buf_free(&url);
     return s;
 }
