@@ -175,3 +175,19 @@ def test_server_killed_mid_upload(weft_bin, tmp_path, corpus_dir):
     finally:
         proxy.stop()
         server.stop()
+
+
+def test_failed_multipart_upload_is_aborted(weft_bin, seaweedfs, proxy, tmp_path):
+    """Parts that keep failing: the upload fails naming the part's URL, is
+    aborted (no upload left open, no object), and the error is the part's,
+    not the abort's."""
+    proxy.rule = lambda m, p, n: "503" if "partNumber=2" in p else "ok"
+    env = seaweedfs.env(AWS_ENDPOINT_URL=proxy.endpoint)
+    (tmp_path / "big").write_bytes(os.urandom(5 * 1024 * 1024 * 2 + 1))
+    p = store(weft_bin, env, "cp", "--store.part_mb=5", "--store.retries=1", str(tmp_path / "big"),
+              "s3://weft/faults/aborted")
+    assert p.returncode == 1 and "HTTP 503" in p.stderr and "s3://weft/faults/aborted" in p.stderr
+    assert any(m == "DELETE" and "uploadId=" in path for _, m, path, _ in proxy.log)
+    s3 = seaweedfs.client()
+    assert not s3.list_multipart_uploads(Bucket="weft", Prefix="faults/aborted").get("Uploads")
+    assert not s3.list_objects_v2(Bucket="weft", Prefix="faults/aborted").get("Contents")
