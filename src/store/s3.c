@@ -445,7 +445,7 @@ static wf_status request_error(const s3_config *c, const s3_req *r, CURLcode cc,
 static wf_status s3_request(s3_req *r) {
     const s3_config *c;
     WF_TRY(config_get(&c));
-    double t0 = wf_time_now(), delay = 0.1;
+    double delay = 0.1;
     for (int a = 0;; a++) {
         CURLcode cc = CURLE_OK;
         char curl_err[CURL_ERROR_SIZE] = "", code[64] = "", msg[256] = "";
@@ -468,7 +468,6 @@ static wf_status s3_request(s3_req *r) {
         else
             WF_WARN("s3: %s %s: HTTP %ld%s%s; retry %d of %d in %.2f s", r->method, r->url, r->status,
                     code[0] ? " " : "", code, a + 1, c->retries, wait);
-        (void)t0;
         struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
         nanosleep(&ts, NULL);
         delay = delay * 2 > 20 ? 20 : delay * 2;
