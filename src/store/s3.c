@@ -798,7 +798,18 @@ static wf_status dl_worker(void *arg, int tid, int n_threads) {
     return s;
 }
 
+static wf_status download_once(const char *url, const char *path, int durable);
+
 wf_status wf__s3_download_file(const char *url, const char *path, int durable) {
+    wf_status s = download_once(url, path, durable);
+    if (s == WF_ERR_CHECKSUM) { /* damaged on the way? once more before giving up */
+        WF_WARN("store: %s; fetching it once more", wf_error_msg());
+        s = download_once(url, path, durable);
+    }
+    return s;
+}
+
+static wf_status download_once(const char *url, const char *path, int durable) {
     const s3_config *c;
     WF_TRY(config_get(&c));
     wf_store_stat st;

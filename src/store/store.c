@@ -57,8 +57,21 @@ wf_status wf_store_read_range(const char *url, uint64_t offset, size_t len, void
     return s;
 }
 
+static wf_status read_remote(const char *url, char **data, size_t *len);
+
 wf_status wf_store_read(const char *url, char **data, size_t *len) {
     if (!wf_store_is_remote(url)) return wf_file_read(url, data, len);
+    /* Bytes that do not hash to what the object was written with may have
+     * been damaged on the way: fetched once more before giving up. */
+    wf_status s = read_remote(url, data, len);
+    if (s == WF_ERR_CHECKSUM) {
+        WF_WARN("store: %s; fetching it once more", wf_error_msg());
+        s = read_remote(url, data, len);
+    }
+    return s;
+}
+
+static wf_status read_remote(const char *url, char **data, size_t *len) {
     wf_buf b = {0};
     char sum[40] = "";
     WF_TRY(wf__s3_get(url, 0, 0, 0, &b, sum, sizeof sum));

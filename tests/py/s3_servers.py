@@ -141,7 +141,8 @@ class FaultProxy:
       "500"   answer 500 InternalError;
       "reset" close the connection with a TCP reset, not answering;
       "stall" forward it, then hold the answer back for `stall_s` seconds;
-      "down"  close at once without reading (a server that died).
+      "down"  close at once without reading (a server that died);
+      "corrupt" forward it, and flip the last byte of the answer (its body's).
     `log` lists (n, method, path, action) of every request seen."""
 
     def __init__(self, upstream, rule=None, stall_s=5.0):
@@ -220,7 +221,7 @@ class FaultProxy:
             lines = [ln for ln in head.split(b"\r\n") if not ln.lower().startswith(b"connection:")]
             up = socket.create_connection(self.up)
             up.sendall(b"\r\n".join(lines) + b"\r\nConnection: close\r\n\r\n" + body)
-            first = True
+            first, held = True, b""
             while True:
                 chunk = up.recv(65536)
                 if not chunk:
@@ -228,7 +229,12 @@ class FaultProxy:
                 if first and action == "stall":
                     time.sleep(self.stall_s)
                 first = False
-                c.sendall(chunk)
+                if action == "corrupt":
+                    held += chunk
+                else:
+                    c.sendall(chunk)
+            if action == "corrupt" and held:
+                c.sendall(held[:-1] + bytes([held[-1] ^ 0xFF]))
             up.close()
         except OSError:
             pass

@@ -191,3 +191,35 @@ def test_failed_multipart_upload_is_aborted(weft_bin, seaweedfs, proxy, tmp_path
     s3 = seaweedfs.client()
     assert not s3.list_multipart_uploads(Bucket="weft", Prefix="faults/aborted").get("Uploads")
     assert not s3.list_objects_v2(Bucket="weft", Prefix="faults/aborted").get("Contents")
+
+
+def test_corrupted_transfer_is_fetched_again(weft_bin, seaweedfs, proxy, tmp_path):
+    """An answer damaged on the way (its last byte flipped by the proxy)
+    fails the XXH3 check and is fetched once more; damaged twice, it is
+    refused naming both hashes, and no file is left."""
+    env = seaweedfs.env(AWS_ENDPOINT_URL=proxy.endpoint)
+    data = os.urandom(6 * 1024 * 1024 + 5)
+    (tmp_path / "x").write_bytes(data)
+    assert store(weft_bin, env, "cp", str(tmp_path / "x"), "s3://weft/faults/c").returncode == 0
+    gets = []
+
+    def rule(times):
+        def r(m, p, n):
+            if m == "GET" and "/faults/c" in p:  # the object's GETs (whole or ranged)
+                gets.append(n)
+                return "corrupt" if len(gets) <= times else "ok"
+            return "ok"
+        return r
+    for how in (["cat", "s3://weft/faults/c"], ["cp", "--store.part_mb=5", "s3://weft/faults/c", str(tmp_path / "y")]):
+        gets.clear()
+        proxy.rule = rule(1)
+        p = subprocess.run([str(weft_bin), "store", *how], env=env, capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert b"fetching it once more" in p.stderr
+        got = p.stdout if how[0] == "cat" else (tmp_path / "y").read_bytes()
+        assert got == data
+    (tmp_path / "y").unlink()
+    gets.clear()
+    proxy.rule = rule(100)
+    p = store(weft_bin, env, "cp", "s3://weft/faults/c", str(tmp_path / "y"))
+    assert p.returncode == 1 and "hash to" in p.stderr and not list(tmp_path.glob("y*"))
