@@ -76,3 +76,15 @@ def test_python_dataset_and_checkpoint(weft, both):
     finally:
         os.environ.clear()
         os.environ.update(old)
+
+
+def test_eval_watch_follows_ckpt_dir(both):
+    """`weft eval --watch RUN_DIR` of a run whose ckpt.dir is on S3 finds
+    its checkpoints there (from RUN_DIR/config.toml) and ends after the
+    last one."""
+    d, env = both
+    p = run_weft_cmd(["eval", "--watch", d / "run-s3", "--data", "s3://weft/cmds/data", "--idle-timeout", 30],
+                     env=env, timeout=300)
+    assert "following the run's checkpoints in s3://weft/cmds/ck" in p.stderr
+    steps = sorted(json.loads(x)["step"] for x in (d / "run-s3" / "eval.jsonl").read_text().splitlines())
+    assert steps == [4, 8]  # both committed checkpoints (ckpt.keep_last = 2)
