@@ -88,3 +88,13 @@ def test_eval_watch_follows_ckpt_dir(both):
     assert "following the run's checkpoints in s3://weft/cmds/ck" in p.stderr
     steps = sorted(json.loads(x)["step"] for x in (d / "run-s3" / "eval.jsonl").read_text().splitlines())
     assert steps == [4, 8]  # both committed checkpoints (ckpt.keep_last = 2)
+
+
+def test_mixture_with_a_source_on_s3(both):
+    """data.sources may name datasets on S3 (`NAME=s3://bucket/dir:WEIGHT`):
+    the loader serves the batches it serves with the same datasets on disk."""
+    d, env = both
+    args = ["data", "batch", "--tokenizer", d / "tok.json", "--batch", 4, "--seq-len", 32, "--step", 3]
+    local = run_weft_cmd(args + ["--sources", f"a={d / 'data'}:0.7,b={d / 'data'}:0.3"], env=env).stdout
+    remote = run_weft_cmd(args + ["--sources", f"a=s3://weft/cmds/data:0.7,b={d / 'data'}:0.3"], env=env).stdout
+    assert remote == local and local.strip()
