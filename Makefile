@@ -22,7 +22,7 @@ else
 Q := @
 endif
 
-PKGS     := libpcre2-8 jansson libzstd zlib libxxhash openblas gumbo libutf8proc libdw
+PKGS     := libpcre2-8 jansson libzstd zlib libxxhash openblas gumbo libutf8proc libdw libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
 

@@ -18,6 +18,7 @@ APT_PACKAGES=(
   python3-dev python3-setuptools  # Python.h and the build backend of the weft package (python/)
   libopenblas-openmp-dev
   libgumbo-dev libutf8proc-dev libcld2-dev wget r-doc-html
+  libcurl4-openssl-dev  # transport of the S3 store backend (src/store/s3.c, docs/storage.md)
   libdw-dev  # elfutils: function names and source lines in stack dumps of hung ranks (src/core/stackdump_sym.c)
   r-base-core r-cran-janeaustenr
   libopenmpi-dev openmpi-bin libmpich-dev mpich

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "weft/prep.h"
+#include "weft/store.h"
 #include "weft/weft.h"
 
 typedef struct {
@@ -77,7 +78,7 @@ static wf_status run_prep(const wf_prep_config *c, const wf_strs *pos) {
         char *text = NULL;
         size_t len = 0;
         s = wf_path_join(path, sizeof path, c->output, c->json ? "stats.json" : "stats.txt", NULL);
-        if (s == WF_OK) s = wf_file_read(path, &text, &len);
+        if (s == WF_OK) s = wf_store_read(path, &text, &len); /* the output may be in an object store */
         if (s == WF_OK) fwrite(text, 1, len, stdout);
         free(text);
     }

@@ -46,6 +46,13 @@ int wf_cmd_tokenizer_encode(int argc, char **argv);
 int wf_cmd_tokenizer_decode(int argc, char **argv);
 int wf_cmd_tokenizer_info(int argc, char **argv);
 
+/* tools/cmd_store.c */
+int wf_cmd_store_ls(int argc, char **argv);
+int wf_cmd_store_cp(int argc, char **argv);
+int wf_cmd_store_cat(int argc, char **argv);
+int wf_cmd_store_rm(int argc, char **argv);
+int wf_cmd_store_stat(int argc, char **argv);
+
 /* tools/cmd_trace.c */
 int wf_cmd_trace_request(int argc, char **argv);
 int wf_cmd_trace_analyze(int argc, char **argv);

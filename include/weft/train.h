@@ -155,6 +155,9 @@
     /* [ckpt] */ \
     X(ckpt_every, WF_OPT_INT, "ckpt.every", NULL, "100", (0, 1e12), \
       "save a checkpoint every N steps into RUN_DIR/checkpoints/step-NNNNNNN (0: only at the end, on " "signals and on a SAVE or STOP file)") \
+    X(ckpt_dir, WF_OPT_STR, "ckpt.dir", NULL, NULL, (WF_NO_RANGE), \
+      "where checkpoints go instead of RUN_DIR/checkpoints: a folder, or an object store prefix " \
+      "s3://bucket/prefix (docs/storage.md); logs, metrics and run.json stay in the run directory") \
     X(ckpt_keep_last, WF_OPT_INT, "ckpt.keep_last", NULL, "2", (0, 1e9), \
       "keep the newest N checkpoints, delete older ones (0: keep all)") \
     X(ckpt_keep_every, WF_OPT_INT, "ckpt.keep_every", NULL, "0", (0, 1e12), \
@@ -176,6 +179,20 @@
       "a save needs the checkpoint's size times (1 + this) free") \
     X(ckpt_disk_warn_saves, WF_OPT_INT, "ckpt.disk_warn_saves", NULL, "3", (0, 1e9), \
       "warn when the checkpoint filesystem has room for fewer than this many more checkpoints (0: never)") \
+    /* [store] */ \
+    X(store_endpoint, WF_OPT_STR, "store.endpoint", NULL, NULL, (WF_NO_RANGE), \
+      "S3 endpoint http(s)://host[:port] for s3:// paths (none: AWS_ENDPOINT_URL, else AWS's; docs/storage.md)") \
+    X(store_region, WF_OPT_STR, "store.region", NULL, NULL, (WF_NO_RANGE), \
+      "S3 region (none: AWS_REGION, else us-east-1)") \
+    X(store_retries, WF_OPT_INT, "store.retries", NULL, "5", (0, 100), \
+      "attempts after the first for S3 answers that may pass (5xx, SlowDown, broken connections)") \
+    X(store_timeout_s, WF_OPT_FLOAT, "store.timeout_s", NULL, "30", (0.1, 3600), \
+      "S3 connect timeout and the longest a transfer may stall, seconds") \
+    X(store_part_mb, WF_OPT_INT, "store.part_mb", NULL, "16", (5, 5120), "S3 multipart part size, MiB") \
+    X(store_threads, WF_OPT_INT, "store.threads", NULL, "4", (1, 64), "parts of one S3 upload in flight at once") \
+    X(store_cache_dir, WF_OPT_STR, "store.cache_dir", NULL, NULL, (WF_NO_RANGE), \
+      "local copies of s3:// shards and checkpoint files (none: WEFT_STORE_CACHE, else " \
+      "$XDG_CACHE_HOME/weft/store)") \
     /* [guard] */ \
     X(guard_nonfinite, WF_OPT_STR, "guard.nonfinite", NULL, "stop", (WF_CHOICES(wf_train_nonfinite_actions)), \
       "at a NaN or Inf in the loss, the gradients or the parameters: stop (save the last good state, write " \

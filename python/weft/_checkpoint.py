@@ -55,7 +55,7 @@ class Checkpoint:
 
     def __init__(self, path):
         self._c = _weft.Checkpoint(os.fspath(path))
-        self.path = Path(self._c.path)
+        self.path = self._c.path if self._c.path.startswith("s3://") else Path(self._c.path)
         self.step = self._c.step
         self.world_size = self._c.world_size
         self.state = json.loads(self._c.manifest).get("state", {})

@@ -26,7 +26,7 @@ class Shard:
     """
 
     def __init__(self, info):
-        self.path = Path(info["path"])
+        self.path = _path(info["path"])
         self.n_tokens = info["n_tokens"]
         self.n_docs = info["n_docs"]
         self.vocab_size = info["vocab_size"]
@@ -131,7 +131,7 @@ class Dataset:
     """
 
     def __init__(self, dir, verify=False):
-        self.dir = Path(os.fspath(dir))
+        self.dir = _path(os.fspath(dir))
         info = _weft.dataset_info(self.dir)
         self.vocab_size = info["vocab_size"]
         self.dtype = np.dtype("<u2") if info["token_bytes"] == 2 else np.dtype("<u4")
@@ -157,6 +157,13 @@ class Dataset:
 
     def __repr__(self):
         return f"Dataset({str(self.dir)!r}, vocab_size={self.vocab_size}, splits={list(self.splits)})"
+
+
+def _path(p):
+    """A local path as a Path; an object store URL (s3://bucket/key,
+    docs/storage.md) kept as the string it is, since Path would fold its
+    '//'."""
+    return p if str(p).startswith("s3://") else Path(p)
 
 
 def _index(i, n, what):

@@ -14,6 +14,7 @@
 #include "ckpt/ckpt_impl.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
+#include "weft/store.h"
 
 typedef struct {
     size_t tensor;
@@ -107,7 +108,17 @@ static wf_status open_files(wf_ckpt *c, const json_t *files) {
         if (!rf->name || !rf->path) return wf_error(WF_ERR_NOMEM, "out of memory");
         snprintf(rf->path, n, "%s/%s", c->dir, name);
         rf->bytes = (uint64_t)bytes;
-        wf_status s = wf_mmap_open(&rf->map, rf->path);
+        wf_status s;
+        if (wf_store_is_remote(rf->path)) {
+            /* In an object store: mapped from its local copy (the store
+             * cache), checked below like a local file. */
+            char *local = NULL;
+            s = wf_store_local_copy(rf->path, &local);
+            if (s == WF_OK) s = wf_mmap_open(&rf->map, local);
+            free(local);
+        } else {
+            s = wf_mmap_open(&rf->map, rf->path);
+        }
         if (s == WF_ERR_NOTFOUND)
             return wf_error(WF_ERR_FORMAT, "%s: data file of rank %d is missing (the manifest lists it)", rf->path, r);
         WF_TRY(s);
@@ -283,7 +294,10 @@ wf_status wf_ckpt_open(wf_ckpt **out, const char *dir) {
     snprintf(c->mpath, n, "%s/%s", dir, WF_CKPT_MANIFEST);
     size_t len;
     wf_status s;
-    if (!wf_path_is_dir(dir)) s = wf_error(WF_ERR_NOTFOUND, "%s: no such checkpoint directory", dir);
+    if (wf_store_is_remote(dir)) {
+        if ((s = wf_store_read(c->mpath, &c->text, &len)) == WF_ERR_NOTFOUND)
+            s = wf_error(WF_ERR_NOTFOUND, "%s is missing: not a committed checkpoint", c->mpath);
+    } else if (!wf_path_is_dir(dir)) s = wf_error(WF_ERR_NOTFOUND, "%s: no such checkpoint directory", dir);
     else if ((s = wf_file_read(c->mpath, &c->text, &len)) == WF_ERR_NOTFOUND)
         s = wf_error(WF_ERR_NOTFOUND, "%s is missing: not a checkpoint directory", c->mpath);
     if (s == WF_OK) s = parse_manifest(c);
@@ -581,6 +595,14 @@ wf_status wf_ckpt_open_latest(const char *root, wf_ckpt **out) {
             free(steps);
             return s;
         }
+        if (wf_store_is_remote(dir) && (s == WF_ERR_IO || s == WF_ERR_CONFIG)) {
+            /* The store did not answer (or refused us): that says nothing
+             * about the checkpoint, so falling back past it (or starting
+             * over) would be wrong. */
+            free(steps);
+            return wf_error_wrap(s, "checkpoint %s could not be read (the store failed, not the checkpoint; run again "
+                                    "once the store answers): ", dir);
+        }
         if (s != WF_OK) {
             WF_WARN("checkpoint %s is not usable: %s", dir, wf_error_msg());
             if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", dir);
@@ -614,6 +636,23 @@ wf_status wf_ckpt_open_path(wf_ckpt **out, const char *path) {
     *out = NULL;
     char buf[4096];
     snprintf(buf, sizeof buf, "%s/" WF_CKPT_MANIFEST, path);
+    if (wf_store_is_remote(path)) {
+        /* In an object store: a checkpoint (its manifest is there), else a
+         * prefix of checkpoints (ckpt.dir), whose newest valid one opens. */
+        wf_store_stat st;
+        wf_status s = wf_store_head(buf, &st);
+        if (s == WF_OK) return wf_ckpt_open(out, path);
+        if (s != WF_ERR_NOTFOUND) return s;
+        wf_error_clear();
+        size_t n = strlen(path);
+        while (n > 5 && path[n - 1] == '/') n--;
+        snprintf(buf, sizeof buf, "%.*s", (int)n, path);
+        WF_TRY(wf_ckpt_open_latest(buf, out));
+        if (!*out)
+            return wf_error(WF_ERR_NOTFOUND, "%s: no committed checkpoint (looked for %s/manifest.json and %s/step-*)",
+                            path, buf, buf);
+        return WF_OK;
+    }
     if (wf_path_exists(buf)) return wf_ckpt_open(out, path);
     snprintf(buf, sizeof buf, "%s/checkpoints", path);
     const char *root = wf_path_is_dir(buf) ? buf : path;

@@ -20,6 +20,7 @@
 #include "weft/buf.h"
 #include "ckpt/ckpt_impl.h"
 #include "weft/fileio.h"
+#include "weft/store.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoint data is little-endian");
 
@@ -276,7 +277,70 @@ void wf__ckpt_data_name(char *buf, size_t n, int rank, int world_size) {
     snprintf(buf, n, "data-%05d-of-%05d.bin", rank, world_size);
 }
 
+/* ---- checkpoints in an object store ----
+ *
+ * A save to `s3://...` is staged in a local temporary folder whose name
+ * carries the destination, percent-encoded: <TMPDIR>/weft-remote-<dest>.tmp-<pid>.
+ * Every rank makes it where it runs (the name is the same on every rank,
+ * rank 0's) and uploads its own data file from it as soon as the file is
+ * written (a multipart upload when large; on the writer thread for an
+ * asynchronous save); the commit uploads the manifest last. A checkpoint
+ * without its manifest is invisible to list, resume and verify, as a
+ * temporary folder is on disk. */
+#define REMOTE_TAG "weft-remote-"
+
+static char *remote_tmp_path(const char *dir) {
+    const char *root = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    wf_buf b = {0};
+    wf_buf_printf(&b, "%s/" REMOTE_TAG, root);
+    for (const unsigned char *c = (const unsigned char *)dir; *c; c++) {
+        if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' ||
+            *c == '_')
+            wf_buf_append(&b, c, 1);
+        else
+            wf_buf_printf(&b, "%%%02X", *c);
+    }
+    wf_buf_printf(&b, ".tmp-%ld", (long)getpid());
+    if (b.failed) {
+        wf_buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+/* The destination of a staging folder made by remote_tmp_path, malloc'ed;
+ * NULL when `tmp` is a local checkpoint's temporary folder. */
+static char *remote_dest(const char *tmp) {
+    const char *base = strrchr(tmp, '/');
+    base = base ? base + 1 : tmp;
+    if (strncmp(base, REMOTE_TAG, strlen(REMOTE_TAG)) != 0) return NULL;
+    const char *enc = base + strlen(REMOTE_TAG), *end = strstr(enc, ".tmp-");
+    if (!end) return NULL;
+    char *out = malloc((size_t)(end - enc) + 1), *o = out;
+    if (!out) return NULL;
+    for (const char *c = enc; c < end; c++) {
+        unsigned v;
+        if (*c == '%' && end - c >= 3 && sscanf(c + 1, "%2X", &v) == 1) *o++ = (char)v, c += 2;
+        else *o++ = *c;
+    }
+    *o = 0;
+    return out;
+}
+
+/* Uploads `name` of the staging folder `tmp` to its place below `dest`. */
+static wf_status upload_one(const char *tmp, const char *dest, const char *name) {
+    char src[4200];
+    wf_buf url = {0};
+    snprintf(src, sizeof src, "%s/%s", tmp, name);
+    wf_buf_printf(&url, "%s/%s", dest, name);
+    wf_status s = url.failed ? wf_error(WF_ERR_NOMEM, "out of memory") : wf_store_upload(src, url.data);
+    if (s != WF_OK) wf_error_wrap(s, "checkpoint upload: ");
+    wf_buf_free(&url);
+    return s;
+}
+
 char *wf__ckpt_tmp_path(const char *dir) {
+    if (wf_store_is_remote(dir)) return remote_tmp_path(dir);
     const char *slash = strrchr(dir, '/');
     size_t plen = slash ? (size_t)(slash - dir + 1) : 0;
     size_t n = strlen(dir) + 48;
@@ -340,7 +404,19 @@ wf_status wf__ckpt_write_data(const wf_ckpt_plan *p, int rank, const char *tmp_d
     char name[64], path[4096];
     wf__ckpt_data_name(name, sizeof name, rank, p->world_size);
     snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
+    char *dest = remote_dest(tmp_dir);
+    int made = 0;
+    if (dest) {  /* every rank stages in a folder of its own machine */
+        made = !wf_path_is_dir(tmp_dir);
+        wf_status m = wf_mkdirs(tmp_dir);
+        if (m != WF_OK) {
+            free(dest);
+            return m;
+        }
+    }
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ENOENT && dest && wf_mkdirs(tmp_dir) == WF_OK) /* another rank's rmdir came between */
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return wf_error(WF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     int ok = 1;
     if (image) {
@@ -366,6 +442,15 @@ wf_status wf__ckpt_write_data(const wf_ckpt_plan *p, int rank, const char *tmp_d
     if (!ok) s = wf_error(WF_ERR_IO, "%s: write failed: %s", path, strerror(errno));
     else if (fsync(fd) != 0) s = wf_error(WF_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
     if (close(fd) != 0 && s == WF_OK) s = wf_error(WF_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    if (dest) {
+        if (s == WF_OK) s = upload_one(tmp_dir, dest, name);
+        unlink(path); /* uploaded, or failed: the local copy is not needed either way */
+        /* A folder this rank made on a machine without rank 0 goes when
+         * empty (rmdir removes nothing else); rank 0's commit removes its
+         * own, which ranks on its machine share. */
+        if (made && rank != 0) rmdir(tmp_dir);
+        free(dest);
+    }
     return s;
 }
 
@@ -464,6 +549,13 @@ static char *trash_path(const char *path) {
 }
 
 wf_status wf__ckpt_commit(const char *tmp_dir, const char *dir) {
+    if (wf_store_is_remote(dir)) { /* the manifest, last: the commit */
+        wf_status s = upload_one(tmp_dir, dir, WF_CKPT_MANIFEST);
+        wf_error_keep k = WF_ERROR_KEEP_INIT;
+        wf_error_keep_note(&k, s);
+        wf_status r = wf_remove_tree(tmp_dir);
+        return s != WF_OK ? wf_error_keep_restore(&k) : r;
+    }
     WF_TRY(wf_fsync_dir(tmp_dir));
     char *parent = parent_of(dir), *trash = NULL;
     if (!parent) return wf_error(WF_ERR_NOMEM, "out of memory");
@@ -507,9 +599,60 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The committed checkpoints below an object-store root: the step-N
+ * prefixes that hold a manifest. */
+static wf_status list_remote(const char *root, uint64_t **steps, size_t *n) {
+    wf_buf prefix = {0};
+    wf_buf_printf(&prefix, "%s/", root);
+    if (prefix.failed) return wf_error(WF_ERR_NOMEM, "out of memory");
+    wf_store_entry *e = NULL;
+    size_t ne = 0, cap = 0;
+    wf_status s = wf_store_list(prefix.data, &e, &ne);
+    for (size_t i = 0; s == WF_OK && i < ne; i++) {
+        const char *rest = e[i].url + prefix.len, *slash = strchr(rest, '/');
+        if (!slash || strcmp(slash + 1, WF_CKPT_MANIFEST) != 0) continue;
+        char name[64];
+        if ((size_t)(slash - rest) >= sizeof name) continue;
+        memcpy(name, rest, (size_t)(slash - rest));
+        name[slash - rest] = 0;
+        uint64_t step;
+        if (parse_step_name(name, &step) != 0) continue;
+        s = WF_GROW(*steps, cap, *n + 1, 16);
+        if (s == WF_OK) (*steps)[(*n)++] = step;
+    }
+    wf_store_list_free(e, ne);
+    wf_buf_free(&prefix);
+    if (s != WF_OK) {
+        free(*steps);
+        *steps = NULL;
+        *n = 0;
+        return s;
+    }
+    if (*n) qsort(*steps, *n, sizeof **steps, cmp_u64);
+    return WF_OK;
+}
+
+/* Removes a checkpoint from an object store: its manifest first, so that
+ * it is invisible before any data file goes. */
+static wf_status remove_remote(const char *dir) {
+    wf_buf b = {0};
+    wf_buf_printf(&b, "%s/%s", dir, WF_CKPT_MANIFEST);
+    wf_status s = b.failed ? wf_error(WF_ERR_NOMEM, "out of memory") : wf_store_delete(b.data);
+    wf_store_entry *e = NULL;
+    size_t ne = 0;
+    b.len = 0;
+    wf_buf_printf(&b, "%s/", dir);
+    if (s == WF_OK) s = wf_store_list(b.data, &e, &ne);
+    for (size_t i = 0; s == WF_OK && i < ne; i++) s = wf_store_delete(e[i].url);
+    wf_store_list_free(e, ne);
+    wf_buf_free(&b);
+    return s;
+}
+
 wf_status wf_ckpt_list(const char *root, uint64_t **steps, size_t *n) {
     *steps = NULL;
     *n = 0;
+    if (wf_store_is_remote(root)) return list_remote(root, steps, n);
     DIR *d = opendir(root);
     if (!d) {
         if (errno == ENOENT) return WF_OK;
@@ -541,6 +684,9 @@ wf_status wf_ckpt_list(const char *root, uint64_t **steps, size_t *n) {
 
 wf_status wf_ckpt_cleanup(const char *root, int *removed) {
     if (removed) *removed = 0;
+    /* In an object store an interrupted save left data objects without a
+     * manifest: invisible, and replaced by the next save of that step. */
+    if (wf_store_is_remote(root)) return WF_OK;
     DIR *d = opendir(root);
     if (!d) {
         if (errno == ENOENT) return WF_OK;
@@ -570,6 +716,11 @@ wf_status wf_ckpt_prune(const char *root, int keep_last, uint64_t keep_every, in
         if (keep_every > 0 && steps[i] % keep_every == 0) continue;
         char path[4096];
         wf_ckpt_step_dir(path, sizeof path, root, steps[i]);
+        if (wf_store_is_remote(root)) {
+            s = remove_remote(path);
+            if (s == WF_OK && removed) (*removed)++;
+            continue;
+        }
         char *trash = trash_path(path);
         if (!trash) {
             s = wf_error(WF_ERR_NOMEM, "out of memory");
@@ -582,7 +733,7 @@ wf_status wf_ckpt_prune(const char *root, int keep_last, uint64_t keep_every, in
         if (s == WF_OK && removed) (*removed)++;
     }
     free(steps);
-    if (s == WF_OK && removed && *removed) s = wf_fsync_dir(root);
+    if (s == WF_OK && removed && *removed && !wf_store_is_remote(root)) s = wf_fsync_dir(root);
     return s;
 }
 

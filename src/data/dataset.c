@@ -21,6 +21,7 @@
 #include "weft/log.h"
 #include "weft/shard.h"
 #include "weft/sorted.h"
+#include "weft/store.h"
 
 #define DATASET_JSON "dataset.json"
 #define DATASET_FORMAT "weft-token-dataset"
@@ -437,15 +438,25 @@ wf_status wf_dataset_info_load(wf_dataset_info *info, const char *dir) {
     char *path = path_join(dir, DATASET_JSON);
     if (!path) return wf_error(WF_ERR_NOMEM, "out of memory");
     wf_status s;
-    if (!wf_path_is_dir(dir)) {
+    char *local = NULL;
+    if (wf_store_is_remote(dir)) {
+        /* A dataset in an object store: its index read from a local copy
+         * (weft/store.h, docs/storage.md); messages name the object. */
+        s = wf_store_local_copy(path, &local);
+        if (s == WF_ERR_NOTFOUND)
+            wf_error_wrap(s, "%s is not a dataset written by `weft tokenize`, or its writing did not finish: ", dir);
+    } else if (!wf_path_is_dir(dir)) {
         s = wf_error(WF_ERR_NOTFOUND, "%s: no such dataset directory", dir);
     } else if (!wf_path_exists(path)) {
         s = wf_error(WF_ERR_NOTFOUND,
                      "%s: missing: %s is not a dataset written by `weft tokenize`, or its writing did not finish",
                      path, dir);
     } else {
+        s = WF_OK;
+    }
+    if (s == WF_OK) {
         json_error_t jerr;
-        json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+        json_t *root = json_load_file(local ? local : path, JSON_REJECT_DUPLICATES, &jerr);
         if (!root) {
             s = wf_error(WF_ERR_FORMAT, "%s:%d:%d: malformed JSON: %s", path, jerr.line, jerr.column, jerr.text);
         } else {
@@ -454,6 +465,7 @@ wf_status wf_dataset_info_load(wf_dataset_info *info, const char *dir) {
         }
     }
     free(path);
+    free(local);
     if (s != WF_OK) wf_dataset_info_free(info);
     return s;
 }
@@ -528,7 +540,15 @@ wf_status wf_dataset_open(wf_dataset *d, const char *dir, const char *split, int
             s = wf_error(WF_ERR_NOMEM, "out of memory");
             goto done;
         }
-        if (!wf_path_exists(shard_path)) {
+        if (wf_store_is_remote(shard_path)) {
+            /* A shard in an object store is opened from its local copy. */
+            char *local = NULL;
+            s = wf_store_local_copy(shard_path, &local);
+            if (s == WF_ERR_NOTFOUND) wf_error_wrap(s, "listed in %s: the dataset is incomplete: ", json_path);
+            if (s != WF_OK) goto done;
+            free(shard_path);
+            shard_path = local;
+        } else if (!wf_path_exists(shard_path)) {
             s = wf_error(WF_ERR_NOTFOUND, "%s: missing (listed in %s): the dataset is incomplete", shard_path,
                          json_path);
             goto done;

@@ -9,6 +9,7 @@
  * when a draw that depends only on (seed, document number) falls below
  * --val-fraction, so the split is by document and reproducible.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +26,7 @@
 #include "weft/progress.h"
 #include "weft/rng.h"
 #include "weft/shard.h"
+#include "weft/store.h"
 #include "weft/thread.h"
 #include "weft/tokenize.h"
 #include "weft/tokenizer.h"
@@ -299,8 +301,8 @@ wf_status wf_tokenize_config_default(wf_tokenize_config *c) {
 
 void wf_tokenize_config_free(wf_tokenize_config *c) { wf_opts_free(&tokenize_spec, c); }
 
-wf_status wf_tokenize_run(const wf_tokenize_config *o, const char *const *inputs, size_t n_inputs,
-                          wf_tokenize_summary *sum) {
+static wf_status tokenize_local(const wf_tokenize_config *o, const char *const *inputs, size_t n_inputs,
+                                wf_tokenize_summary *sum) {
     memset(sum, 0, sizeof *sum);
     double t0 = wf_time_now();
     if (!o->tokenizer) return wf_error(WF_ERR_CONFIG, "--tokenizer is required (a tokenizer.json)");
@@ -403,5 +405,58 @@ done:
     pthread_mutex_destroy(&p.mu);
     wf_tokenizer_destroy(tok);
     wf_docs_destroy(p.docs);
+    return s;
+}
+
+/* A dataset for an object store (--output s3://...) is written to a local
+ * staging folder, then uploaded file by file with dataset.json last: as on
+ * disk, where dataset.json's atomic rename completes a dataset, a reader
+ * sees the dataset only once every shard it lists is there. The staging
+ * folder is removed either way. */
+wf_status wf_tokenize_run(const wf_tokenize_config *o, const char *const *inputs, size_t n_inputs,
+                          wf_tokenize_summary *sum) {
+    if (!o->output || !wf_store_is_remote(o->output)) return tokenize_local(o, inputs, n_inputs, sum);
+    memset(sum, 0, sizeof *sum);
+    wf_buf url = {0};
+    wf_buf_printf(&url, "%s%sdataset.json", o->output, o->output[strlen(o->output) - 1] == '/' ? "" : "/");
+    if (url.failed) return wf_error(WF_ERR_NOMEM, "out of memory");
+    wf_store_stat st;
+    wf_status s = o->force ? WF_ERR_NOTFOUND : wf_store_head(url.data, &st);
+    if (s == WF_OK) s = wf_error(WF_ERR_INVALID, "%s already holds a dataset: pass --force to replace it", o->output);
+    else if (s == WF_ERR_NOTFOUND) wf_error_clear(), s = WF_OK;
+    char stage[4096] = "";
+    if (s == WF_OK) {
+        const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+        snprintf(stage, sizeof stage, "%s/weft-tokenize-XXXXXX", tmp);
+        if (!mkdtemp(stage)) s = wf_error(WF_ERR_IO, "%s: cannot make a staging folder: %s", stage, strerror(errno));
+    }
+    wf_store_entry *files = NULL;
+    size_t n_files = 0;
+    if (s == WF_OK) {
+        wf_tokenize_config lo = *o;  /* shallow: only the output differs */
+        char out[4200];
+        snprintf(out, sizeof out, "%s/data", stage);
+        lo.output = out;
+        s = tokenize_local(&lo, inputs, n_inputs, sum);
+        if (s == WF_OK) s = wf_store_list(out, &files, &n_files);
+        /* Shards first, the index last. */
+        for (int last = 0; s == WF_OK && last < 2; last++)
+            for (size_t i = 0; s == WF_OK && i < n_files; i++) {
+                const char *name = files[i].url + strlen(out) + 1;
+                if ((strcmp(name, "dataset.json") == 0) != last) continue;
+                wf_buf dst = {0};
+                wf_buf_printf(&dst, "%.*s%s", (int)(strlen(url.data) - strlen("dataset.json")), url.data, name);
+                s = dst.failed ? wf_error(WF_ERR_NOMEM, "out of memory") : wf_store_upload(files[i].url, dst.data);
+                wf_buf_free(&dst);
+            }
+    }
+    wf_store_list_free(files, n_files);
+    if (stage[0]) {
+        wf_error_keep k = WF_ERROR_KEEP_INIT;
+        wf_error_keep_note(&k, s);
+        wf_status r = wf_remove_tree(stage);
+        s = k.status != WF_OK ? wf_error_keep_restore(&k) : r;
+    }
+    wf_buf_free(&url);
     return s;
 }

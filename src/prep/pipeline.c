@@ -45,6 +45,7 @@
 #include "weft/fileio.h"
 #include "weft/log.h"
 #include "weft/rundir.h"
+#include "weft/store.h"
 #include "weft/thread.h"
 
 double wf__prep_epoch_now(void) {
@@ -556,7 +557,7 @@ static wf_status open_run(prep_run *r, int *complete) {
     return wf_error(WF_ERR_INTERNAL, "%s: the run's description appeared and vanished", runjson);
 }
 
-wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t n_inputs) {
+static wf_status prep_run_local(const wf_prep_config *c, const char *const *inputs, size_t n_inputs) {
     WF_TRY(wf_prep_config_validate(c));
     /* Every path prep makes is its output directory plus a short name
      * (_prep/lsh/BBBB.rRRRR.edges, LANG/BUCKET_NNNNN.jsonl.zst.part): a
@@ -588,7 +589,12 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     if (s == WF_OK && !r.sizes) s = wf_error(WF_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n_inputs && s == WF_OK; i++) {
         struct stat stt;
-        if (stat(inputs[i], &stt) != 0) s = wf_error(WF_ERR_NOTFOUND, "input %s: cannot read it: %s", inputs[i], strerror(errno));
+        wf_store_stat ost;
+        if (wf_store_is_remote(inputs[i])) {
+            s = wf_store_head(inputs[i], &ost);
+            if (s == WF_OK) r.sizes[i] = ost.size;
+            else wf_error_wrap(s, "input %s: ", inputs[i]);
+        } else if (stat(inputs[i], &stt) != 0) s = wf_error(WF_ERR_NOTFOUND, "input %s: cannot read it: %s", inputs[i], strerror(errno));
         else if (!S_ISREG(stt.st_mode)) s = wf_error(WF_ERR_INVALID, "input %s is not a regular file", inputs[i]);
         else r.sizes[i] = (uint64_t)stt.st_size;
     }
@@ -623,3 +629,52 @@ wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t
     return s;
 }
 
+
+/* --output s3://...: the run goes into a local staging folder named after
+ * the URL (so that a killed run resumes from it), then its outputs are
+ * uploaded, stats.json last: as on disk, where stats.json is written when
+ * the run is complete, its presence says the output is whole. The run's own
+ * files (_prep/, the lock) stay local and the folder is removed once
+ * uploaded. One task only: tasks on several machines share a run through
+ * its folder, which must then be a shared one (docs/storage.md). */
+wf_status wf_prep_run(const wf_prep_config *c, const char *const *inputs, size_t n_inputs) {
+    if (!c->output || !wf_store_is_remote(c->output)) return prep_run_local(c, inputs, n_inputs);
+    if (c->tasks > 1)
+        return wf_error(WF_ERR_CONFIG, "--output %s: a run split into tasks shares its folder, which must be a local "
+                                       "or shared one (an object store output takes one task)", c->output);
+    char url[WF_PATH_MAX];
+    WF_TRY(wf_path_join(url, sizeof url, c->output, "stats.json", NULL));
+    wf_store_stat st;
+    wf_status s = wf_store_head(url, &st);
+    if (s == WF_OK && !c->force) {
+        WF_INFO("prep: %s is already complete (it has stats.json); --force starts over", c->output);
+        return WF_OK;
+    }
+    if (s == WF_ERR_NOTFOUND || s == WF_OK) wf_error_clear(), s = WF_OK;
+    char stage[WF_PATH_MAX] = "";
+    if (s == WF_OK) {
+        const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+        s = wf_path_joinf(stage, sizeof stage, tmp, "weft-prep-%016llx",
+                          (unsigned long long)wf_hash64(c->output, strlen(c->output)));
+    }
+    if (s == WF_OK) {
+        wf_prep_config lc = *c; /* shallow: only the output differs */
+        lc.output = stage;
+        s = prep_run_local(&lc, inputs, n_inputs);
+    }
+    wf_store_entry *files = NULL;
+    size_t n_files = 0;
+    if (s == WF_OK) s = wf_store_list(stage, &files, &n_files);
+    for (int last = 0; s == WF_OK && last < 2; last++)
+        for (size_t i = 0; s == WF_OK && i < n_files; i++) {
+            const char *name = files[i].url + strlen(stage) + 1;
+            if (strncmp(name, "_prep/", 6) == 0 || name[0] == '.') continue; /* the run's own files, the lock */
+            if ((strcmp(name, "stats.json") == 0) != last) continue;
+            char dst[WF_PATH_MAX];
+            s = wf_path_join(dst, sizeof dst, c->output, name, NULL);
+            if (s == WF_OK) s = wf_store_upload(files[i].url, dst);
+        }
+    wf_store_list_free(files, n_files);
+    if (s == WF_OK) s = wf_remove_tree(stage);
+    return s;
+}

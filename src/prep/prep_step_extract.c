@@ -10,6 +10,7 @@
 
 #include "prep/prep_impl.h"
 #include "weft/fileio.h"
+#include "weft/store.h"
 #include "weft/thread.h"
 
 /* The units and the hash of each one's normalized form. */
@@ -124,7 +125,13 @@ wf_status wf__prep_step_extract(prep_run *r, size_t in) {
     int nh = c->dedup ? r->ranges : 0;
     prep_iw *hw = calloc((size_t)nh + 1, sizeof *hw);
     if (!hw) return wf_error(WF_ERR_NOMEM, "out of memory");
-    wf_status s = wf__prep_reader_open(&rd, r->inputs[in], c);
+    /* An input in an object store is read from its local copy (the store
+     * cache, docs/storage.md); its URL stays its name (document ids, the
+     * run's fingerprint), so every machine names it alike. */
+    char *local = NULL;
+    wf_status s = wf_store_local_copy(r->inputs[in], &local);
+    if (s == WF_OK) s = wf__prep_reader_open(&rd, local, c);
+    free(local);
     if (s == WF_OK) {
         wf__prep_run_path(r, path, sizeof path, "extract/%06zu.docs", in);
         s = wf__prep_iw_open(&docs, path, PI_DOCS);

@@ -51,6 +51,7 @@
 #include "weft/progress.h"
 #include "weft/shard.h"
 #include "weft/sorted.h"
+#include "weft/store.h"
 #include "weft/thread.h"
 #include "weft/tokenizer.h"
 #include "weft/train.h"
@@ -160,7 +161,7 @@ static wf_status id_byte_table(eval_data *d, const wf_tokenizer *tok) {
 static wf_status open_dataset(eval_data *d, const char *tokenizer) {
     wf_dataset_info info;
     memset(&info, 0, sizeof info);
-    if (!wf_path_is_dir(d->dir))
+    if (!wf_store_is_remote(d->dir) && !wf_path_is_dir(d->dir))
         return wf_error(WF_ERR_NOTFOUND, "dataset %s: %s is not a directory (a dataset written by `weft tokenize`)",
                         d->name, d->dir);
     wf_status s = wf_dataset_info_load(&info, d->dir);
@@ -781,6 +782,14 @@ static uint64_t run_final_step(watch *w) {
     int help = 0;
     wf_status s = wf_opts_parse(wf_train_spec(), &tc, 2, argv, &pos, &help);
     uint64_t steps = s == WF_OK && tc.steps > 0 ? (uint64_t)tc.steps : 0;
+    if (s == WF_OK && tc.ckpt_dir && *tc.ckpt_dir) { /* the run saves elsewhere (an object store, say) */
+        size_t n = strlen(tc.ckpt_dir);
+        while (n > 1 && tc.ckpt_dir[n - 1] == '/') n--;
+        if (n < sizeof w->root && (strlen(w->root) != n || strncmp(w->root, tc.ckpt_dir, n) != 0)) {
+            snprintf(w->root, sizeof w->root, "%.*s", (int)n, tc.ckpt_dir);
+            WF_INFO("following the run's checkpoints in %s (ckpt.dir of %s)", w->root, w->config_path);
+        }
+    }
     if (s != WF_OK && !w->config_warned) {
         WF_WARN("%s cannot be read (%s): the run's last step is unknown, so only --stop-after, a STOP file or "
                 "--idle-timeout end this watcher",
@@ -796,6 +805,7 @@ static uint64_t run_final_step(watch *w) {
 /* Looks at the checkpoints once and evaluates the new ones; *found gets
  * how many it had not handled before. */
 static wf_status scan(watch *w, int *found) {
+    (void)run_final_step(w); /* the run's ckpt.dir, once its config.toml is there */
     uint64_t *steps = NULL;
     size_t n = 0;
     *found = 0;

@@ -16,6 +16,7 @@
 #include "weft/fileio.h"
 #include "weft/log.h"
 #include "weft/safetensors.h"
+#include "weft/store.h"
 
 /* ---- checkpoints ---- */
 
@@ -217,6 +218,7 @@ static wf_status disk_fits(trainer *t, int64_t step, int *fits) {
     *fits = 1;
     uint64_t need, files, fb = 0, fi = 0;
     wf_ckpt_writer_save_need(t->writer, &need, &files);
+    if (wf_store_is_remote(t->root)) return WF_OK; /* an object store has no free space to ask about */
     wf_status s = wf_fs_free(t->root, &fb, &fi);
     double v[3] = {(double)fb, (double)fi, s == WF_OK ? 0.0 : 1.0};
     if (s != WF_OK && t->rank == 0) WF_WARN("ckpt.disk_check: %s; saving without the check", wf_error_msg());
@@ -290,7 +292,14 @@ wf_status wf__train_finish_saves(trainer *t) {
 
 wf_status wf__train_setup_checkpoints(trainer *t) {
     const wf_train_config *tc = t->tc;
-    snprintf(t->root, sizeof t->root, "%s/checkpoints", tc->run_dir);
+    if (tc->ckpt_dir && *tc->ckpt_dir) {
+        size_t n = strlen(tc->ckpt_dir);
+        while (n > 1 && tc->ckpt_dir[n - 1] == '/') n--; /* s3://b/run/ and s3://b/run are one root */
+        if (n >= sizeof t->root) return wf_error(WF_ERR_CONFIG, "ckpt.dir: too long (%zu characters)", n);
+        snprintf(t->root, sizeof t->root, "%.*s", (int)n, tc->ckpt_dir);
+    } else {
+        snprintf(t->root, sizeof t->root, "%s/checkpoints", tc->run_dir);
+    }
     snprintf(t->save_path, sizeof t->save_path, "%s/SAVE", tc->run_dir);
     snprintf(t->stop_path, sizeof t->stop_path, "%s/STOP", tc->run_dir);
     t->last_saved = t->tried_step = -1;
@@ -300,7 +309,7 @@ wf_status wf__train_setup_checkpoints(trainer *t) {
     WF_TRY(build_state(t));
     if (t->rank == 0) {
         /* Rank 0 alone tidies the folder; the caller's barrier follows. */
-        WF_TRY(wf_mkdirs(t->root));
+        if (!wf_store_is_remote(t->root)) WF_TRY(wf_mkdirs(t->root));
         int removed = 0;
         WF_TRY(wf_ckpt_cleanup(t->root, &removed));
         if (removed)

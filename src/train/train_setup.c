@@ -10,6 +10,7 @@
 #include "weft/fileio.h"
 #include "weft/kernels.h"
 #include "weft/log.h"
+#include "weft/store.h"
 #include "weft/shard.h"
 #include "weft/thread.h"
 #include "weft/tokenizer.h"
@@ -222,6 +223,9 @@ wf_status wf__train_val_loader(trainer *t, const wf_loader_opts *lo, const char 
 
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     t->tc = tc;
+    wf_store_options so = {tc->store_endpoint, tc->store_region, tc->store_retries ? (int)tc->store_retries : -1,
+                           tc->store_timeout_s, (int)tc->store_part_mb, (int)tc->store_threads, tc->store_cache_dir};
+    WF_TRY(wf_store_configure(&so));
     WF_TRY(wf__train_mix_config(t));
     if ((!tc->data_dir || !tc->data_dir[0]) && !t->mix.n)
         return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR), or a mixture "

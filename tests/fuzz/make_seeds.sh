@@ -20,7 +20,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 rm -rf "$C"
 for t in config tokenizer_json shard dataset_json ckpt_manifest ckpt_roundtrip safetensors hf_config warc html \
-         docs_jsonl trace_json mix_spec prep_inter; do mkdir -p "$C/$t"; done
+         docs_jsonl trace_json mix_spec prep_inter s3_xml; do mkdir -p "$C/$t"; done
 PY=python3
 
 # ---- config: the repository's configs, the effective config a run records,
@@ -129,5 +129,19 @@ i=0
 for f in $(find "$TMP/tr" -name '*.json' | sort); do
   cp "$f" "$C/trace_json/hta-$i.json"; i=$((i + 1))
 done
+
+# ---- S3 XML answers (tests/fuzz/fuzz_s3_xml.c): the first byte picks the
+# parser ('0': a ListObjectsV2 page, '1': an <Error> body), shaped as S3
+# servers answer: a full page, a truncated one with its token, keys with
+# entities and character references, and error bodies.
+H='<?xml version="1.0" encoding="UTF-8"?>'
+L='<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>weft</Name>'
+printf '0%s%s<Prefix>data/</Prefix><KeyCount>2</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated><Contents><Key>data/train-00000.wfs</Key><LastModified>2026-11-29T01:02:03.000Z</LastModified><ETag>&quot;9b2cf535f27731c974343645a3985328&quot;</ETag><Size>1048640</Size><StorageClass>STANDARD</StorageClass></Contents><Contents><Key>data/dataset.json</Key><Size>912</Size></Contents></ListBucketResult>' "$H" "$L" > "$C/s3_xml/list-page"
+printf '0%s%s<Prefix>many/</Prefix><KeyCount>1</KeyCount><MaxKeys>1</MaxKeys><IsTruncated>true</IsTruncated><NextContinuationToken>1/Zm9v+YmFy==</NextContinuationToken><Contents><Key>many/k00000</Key><Size>11</Size></Contents></ListBucketResult>' "$H" "$L" > "$C/s3_xml/list-truncated"
+printf '0%s%s<Prefix></Prefix><IsTruncated>false</IsTruncated><Contents><Key>a &amp; b/&lt;x&gt;/&#233;&#x65E5;&apos;&quot;.txt</Key><Size>0</Size></Contents></ListBucketResult>' "$H" "$L" > "$C/s3_xml/list-entities"
+printf '0%s%s<Prefix>none/</Prefix><KeyCount>0</KeyCount><IsTruncated>false</IsTruncated></ListBucketResult>' "$H" "$L" > "$C/s3_xml/list-empty"
+printf '1%s<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message><Key>no/such/key</Key><RequestId>17A2B3C4D5E6F708</RequestId></Error>' "$H" > "$C/s3_xml/error-nosuchkey"
+printf '1%s<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated does not match the signature you provided. Check your key and signing method.</Message><AWSAccessKeyId>weft-test-key</AWSAccessKeyId></Error>' "$H" > "$C/s3_xml/error-signature"
+printf '1%s<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>' "$H" > "$C/s3_xml/error-slowdown"
 
 du -sh "$C"

@@ -168,3 +168,23 @@ def weft():
                     f"{built.SOURCE_HASH}, built from {built.SOURCE_DIR}; this checkout's is {want}): "
                     "run scripts/setup.sh")
     return pkg
+
+
+@pytest.fixture(scope="session")
+def seaweedfs():
+    """A SeaweedFS S3 server on 127.0.0.1 (tests/py/s3_servers.py) with the
+    bucket `weft`; stopped at the end of the session."""
+    import s3_servers
+    server = s3_servers.start_seaweedfs()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def rclone_s3():
+    """rclone's S3 server (`rclone serve s3`) on 127.0.0.1 with the bucket
+    `weft` (tests/py/s3_servers.py); stopped at the end of the session."""
+    import s3_servers
+    server = s3_servers.start_rclone()
+    yield server
+    server.stop()

@@ -55,12 +55,31 @@ def missing_paths(f, text):
     return out
 
 
+def comments(f, text):
+    """The comment part of each line (the rest blanked, line numbers kept):
+    after '#' in Python, shell and Makefiles, after '//' or '/*', or a line
+    that goes on a block comment ('*'), in C. Strings are not paths."""
+    out = []
+    for line in text.split("\n"):
+        s = line.lstrip()
+        if f.endswith((".py", ".sh")) or f.endswith("Makefile"):
+            i = line.find("#")
+            out.append(line[i:] if i >= 0 else "")
+        elif s.startswith("*"):
+            out.append(line)
+        else:
+            i = min([k for k in (line.find("//"), line.find("/*")) if k >= 0], default=-1)
+            out.append(line[i:] if i >= 0 else "")
+    return "\n".join(out)
+
+
 def test_paths_in_the_code_exist():
     missing = []
     for f in git_files("*.c", "*.h", "*.cu", "*.cuh", "*.sh", "*.py", "Makefile"):
         if f.startswith("tests/py/"):
             continue
-        missing += missing_paths(f, (ROOT / f).read_text(encoding="utf-8", errors="replace"))
+        text = (ROOT / f).read_text(encoding="utf-8", errors="replace")
+        missing += missing_paths(f, comments(f, text))
     assert not missing, "\n".join(missing)
 
 
@@ -85,5 +104,10 @@ def test_the_check_sees_a_stale_name():
     text = f"see `src/train/no_such_file.c` and `{gone}`"
     assert missing_paths("x.md", text) == ["x.md:1: path src/train/no_such_file.c does not exist"]
     assert missing_paths("x.md", "`tests/fuzz/fuzz_NAME.c`, `src/train/train_`") == []
+    py = 'key = "bench/x.bin"  # see tools/no_such.c\n'
+    assert missing_paths("x.py", comments("x.py", py)) == ["x.py:1: path tools/no_such.c does not exist"]
+    c = 'f("src/str.c"); /* src/gone.c */\n * bench/gone2.c\n'
+    assert missing_paths("x.c", comments("x.c", c)) == ["x.c:1: path src/gone.c does not exist",
+                                                        "x.c:2: path bench/gone2.c does not exist"]
     assert gone not in code_names()
     assert [m.group(1) for m in NAME_RE.finditer(text)] == [gone]
