@@ -218,12 +218,30 @@ typedef struct {
     uint16_t klen, nids; /* klen 0: empty */
 } cache_slot;
 
+/* Most pieces are short and become few ids: those live in a second cache
+ * whose entries hold the key and the ids themselves, two to a 64-byte
+ * line (a 2-way set), so a lookup touches one line and hashes two words
+ * instead of calling XXH3 and visiting three arrays. A piece of at most
+ * SHORT_MAX_PIECE bytes is keyed by two overlapping 8-byte loads (or
+ * smaller ones) and its length: that determines its bytes. */
+#define SHORT_MAX_PIECE 16
+#define SHORT_MAX_IDS 3
+#define SHORT_SETS (1u << 15)
+
+typedef struct {
+    uint64_t a, b;
+    uint8_t len, nids; /* len 0: empty */
+    uint8_t spare[2];
+    int32_t ids[SHORT_MAX_IDS];
+} short_slot;
+
 typedef struct bpe_tls {
     struct bpe_tls *next;      /* all states of the tokenizer */
     struct bpe_tls *idle_next;   /* states of exited threads, for reuse */
     wf_bpe_registry *reg;
     wf_regex_state split_st, bl_st;
     cache_slot *slots;
+    short_slot *short_slots; /* [2 * SHORT_SETS], 64-byte aligned */
     size_t n_cached;
     uint8_t *cbytes;
     size_t cbytes_len;
@@ -258,6 +276,7 @@ static void tls_free(bpe_tls *s) {
     wf__pretok_regex_state_free(&s->split_st);
     wf__pretok_regex_state_free(&s->bl_st);
     free(s->slots);
+    free(s->short_slots);
     free(s->cbytes);
     free(s->cids);
     free(s->sym);
@@ -305,7 +324,9 @@ static bpe_tls *tls_get(const wf_tokenizer *t) {
     s->slots = calloc(CACHE_SLOTS, sizeof *s->slots);
     s->cbytes = malloc(CACHE_BYTES);
     s->cids = malloc(CACHE_IDS * sizeof *s->cids);
-    if (!s->slots || !s->cbytes || !s->cids) goto nomem;
+    s->short_slots = aligned_alloc(64, 2 * SHORT_SETS * sizeof *s->short_slots);
+    if (!s->slots || !s->cbytes || !s->cids || !s->short_slots) goto nomem;
+    memset(s->short_slots, 0, 2 * SHORT_SETS * sizeof *s->short_slots);
     if (t->split_pattern && wf__pretok_regex_state_init(&s->split_st, &t->split_re) != WF_OK) goto fail;
     if (t->bl_use_regex && wf__pretok_regex_state_init(&s->bl_st, &t->bl_re) != WF_OK) goto fail;
     if (pthread_setspecific(t->reg->key, s) != 0) goto nomem;
@@ -459,23 +480,92 @@ static size_t merge_heap(const wf_tokenizer *t, bpe_tls *s, size_t n) {
 
 /* ---------------------------------------------------------------- encode */
 
+static inline uint64_t load64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint64_t load32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The key of a short piece (1 <= n <= SHORT_MAX_PIECE): the two words,
+ * with n, hold every byte of it, and no byte past it is read. */
+static inline void short_key(const uint8_t *p, size_t n, uint64_t *a, uint64_t *b) {
+    if (n >= 8) {
+        *a = load64(p);
+        *b = load64(p + n - 8);
+    } else if (n >= 4) {
+        *a = load32(p) | load32(p + n - 4) << 32;
+        *b = 0;
+    } else {
+        *a = (uint64_t)p[0] | (uint64_t)p[n / 2] << 8 | (uint64_t)p[n - 1] << 16;
+        *b = 0;
+    }
+}
+
+static inline wf_status ids_append_few(wf_ids *v, const int32_t *ids, size_t n) {
+    if (v->n + n > v->cap) WF_TRY(ids_reserve(v, n));
+    for (size_t i = 0; i < n; i++) v->ids[v->n + i] = ids[i];
+    v->n += n;
+    return WF_OK;
+}
+
+static wf_status encode_piece_long(const wf_tokenizer *t, bpe_tls *s, const uint8_t *p, size_t n,
+                                   wf_ids *out, short_slot *short_set, uint64_t ka, uint64_t kb);
+
+/* nids of a short entry whose ids are in the general cache. */
+#define SHORT_IN_GENERAL 0xFF
+
 static wf_status encode_piece(const wf_tokenizer *t, bpe_tls *s, const uint8_t *p, size_t n,
                               wf_ids *out) {
+    if (n == 0 || n > SHORT_MAX_PIECE) return encode_piece_long(t, s, p, n, out, NULL, 0, 0);
+    uint64_t a, b;
+    short_key(p, n, &a, &b);
+    uint64_t h = (a ^ (b << 23 | b >> 41) ^ (uint64_t)n << 56) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    short_slot *set = s->short_slots + 2 * ((h >> 17) & (SHORT_SETS - 1));
+    for (int w = 0; w < 2; w++) {
+        if (set[w].a == a && set[w].b == b && set[w].len == n) {
+            if (set[w].nids == SHORT_IN_GENERAL) return encode_piece_long(t, s, p, n, out, NULL, 0, 0);
+            return ids_append_few(out, set[w].ids, set[w].nids);
+        }
+    }
+    return encode_piece_long(t, s, p, n, out, set, a, b);
+}
+
+/* The general cache's entry for a piece (n <= CACHE_MAX_PIECE, hash h), or
+ * NULL and in *empty the free slot where it would go. */
+static cache_slot *general_find(bpe_tls *s, const uint8_t *p, size_t n, uint64_t h,
+                                cache_slot **empty) {
+    size_t i = (size_t)h & (CACHE_SLOTS - 1);
+    for (;;) {
+        cache_slot *c = &s->slots[i];
+        if (c->klen == 0) {
+            *empty = c;
+            return NULL;
+        }
+        if (c->hash == h && c->klen == n && memcmp(s->cbytes + c->koff, p, n) == 0) return c;
+        i = (i + 1) & (CACHE_SLOTS - 1);
+    }
+}
+
+/* A piece the short cache does not hold (short_set: the set it belongs
+ * in, NULL if it is too long or its ids are in the general cache): looked
+ * up in the general cache (pieces up to CACHE_MAX_PIECE bytes, when not
+ * short), else merged and cached, a short piece of few ids in way 0 of
+ * its short set (the older entry moving to way 1). */
+static wf_status encode_piece_long(const wf_tokenizer *t, bpe_tls *s, const uint8_t *p, size_t n,
+                                   wf_ids *out, short_slot *short_set, uint64_t ka, uint64_t kb) {
     uint64_t h = 0;
     cache_slot *slot = NULL;
-    if (n <= CACHE_MAX_PIECE) {
+    if (n <= CACHE_MAX_PIECE && !short_set) {
         h = wf_hash64(p, n);
-        size_t i = (size_t)h & (CACHE_SLOTS - 1);
-        for (;;) {
-            cache_slot *c = &s->slots[i];
-            if (c->klen == 0) {
-                slot = c;
-                break;
-            }
-            if (c->hash == h && c->klen == n && memcmp(s->cbytes + c->koff, p, n) == 0)
-                return ids_append(out, s->cids + c->ioff, c->nids);
-            i = (i + 1) & (CACHE_SLOTS - 1);
-        }
+        cache_slot *c = general_find(s, p, n, h, &slot);
+        if (c) return ids_append(out, s->cids + c->ioff, c->nids);
     }
     if (scratch_reserve(s, n + 1) != 0)
         return wf_error(WF_ERR_NOMEM, "out of memory encoding a piece of %zu bytes", n);
@@ -503,6 +593,21 @@ static wf_status encode_piece(const wf_tokenizer *t, bpe_tls *s, const uint8_t *
             k = merge_heap(t, s, k);
             if (k == (size_t)-1)
                 return wf_error(WF_ERR_NOMEM, "out of memory merging a piece of %zu bytes", n);
+        }
+    }
+    if (short_set) {
+        short_set[1] = short_set[0];
+        short_slot *e = &short_set[0];
+        e->a = ka;
+        e->b = kb;
+        e->len = (uint8_t)n;
+        e->nids = k <= SHORT_MAX_IDS ? (uint8_t)k : SHORT_IN_GENERAL;
+        for (size_t i = 0; i < k && i < SHORT_MAX_IDS; i++) e->ids[i] = sym[i];
+        if (k > SHORT_MAX_IDS) {
+            /* Too many ids to hold here: they go to the general cache
+             * (unless it still has them from before). */
+            h = wf_hash64(p, n);
+            if (general_find(s, p, n, h, &slot)) slot = NULL;
         }
     }
     if (slot) {
