@@ -507,6 +507,12 @@ static inline void short_key(const uint8_t *p, size_t n, uint64_t *a, uint64_t *
     }
 }
 
+static inline size_t short_set_of(uint64_t a, uint64_t b, size_t n) {
+    uint64_t h = (a ^ (b << 23 | b >> 41) ^ (uint64_t)n << 56) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    return (size_t)(h >> 17) & (SHORT_SETS - 1);
+}
+
 static inline wf_status ids_append_few(wf_ids *v, const int32_t *ids, size_t n) {
     if (v->n + n > v->cap) WF_TRY(ids_reserve(v, n));
     for (size_t i = 0; i < n; i++) v->ids[v->n + i] = ids[i];
@@ -525,9 +531,7 @@ static wf_status encode_piece(const wf_tokenizer *t, bpe_tls *s, const uint8_t *
     if (n == 0 || n > SHORT_MAX_PIECE) return encode_piece_long(t, s, p, n, out, NULL, 0, 0);
     uint64_t a, b;
     short_key(p, n, &a, &b);
-    uint64_t h = (a ^ (b << 23 | b >> 41) ^ (uint64_t)n << 56) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 29;
-    short_slot *set = s->short_slots + 2 * ((h >> 17) & (SHORT_SETS - 1));
+    short_slot *set = s->short_slots + 2 * short_set_of(a, b, n);
     for (int w = 0; w < 2; w++) {
         if (set[w].a == a && set[w].b == b && set[w].len == n) {
             if (set[w].nids == SHORT_IN_GENERAL) return encode_piece_long(t, s, p, n, out, NULL, 0, 0);
@@ -661,10 +665,68 @@ static wf_status encode_bytelevel(const wf_tokenizer *t, bpe_tls *s, const char 
     return r < 0 ? WF_ERR_INTERNAL : WF_OK;
 }
 
+/* Pieces looked up together: their cache sets are prefetched while the
+ * next ones are scanned, so the memory latency of one lookup overlaps the
+ * work of the others instead of stalling each piece in turn. */
+#define SCAN_BATCH 16
+
+/* The whole pre-tokenizer is one built-in pattern run by the scanner and
+ * each of its pieces goes to the merges as it is: the Split of a llama3
+ * tokenizer with a plain ByteLevel, or a GPT-2 ByteLevel without a prefix
+ * space. */
+static wf_status encode_scanned(const wf_tokenizer *t, bpe_tls *s, int scan, const char *text,
+                                size_t n, wf_ids *out) {
+    const uint8_t *p = (const uint8_t *)text;
+    struct {
+        size_t off, len;
+        uint64_t a, b;
+        short_slot *set;
+    } q[SCAN_BATCH];
+    size_t pos = 0;
+    while (pos < n) {
+        int m = 0;
+        for (; m < SCAN_BATCH && pos < n; m++) {
+            size_t len = wf__pretok_scan_piece(scan, p, n, pos);
+            q[m].off = pos;
+            q[m].len = len;
+            q[m].set = NULL;
+            if (len <= SHORT_MAX_PIECE) {
+                short_key(p + pos, len, &q[m].a, &q[m].b);
+                q[m].set = s->short_slots + 2 * short_set_of(q[m].a, q[m].b, len);
+                __builtin_prefetch(q[m].set);
+            }
+            pos += len;
+        }
+        for (int i = 0; i < m; i++) {
+            short_slot *set = q[i].set;
+            const uint8_t *pp = p + q[i].off;
+            size_t len = q[i].len;
+            if (!set) {
+                WF_TRY(encode_piece_long(t, s, pp, len, out, NULL, 0, 0));
+                continue;
+            }
+            int w = set[0].a == q[i].a && set[0].b == q[i].b && set[0].len == len   ? 0
+                    : set[1].a == q[i].a && set[1].b == q[i].b && set[1].len == len ? 1
+                                                                                    : -1;
+            if (w < 0) WF_TRY(encode_piece_long(t, s, pp, len, out, set, q[i].a, q[i].b));
+            else if (set[w].nids == SHORT_IN_GENERAL)
+                WF_TRY(encode_piece_long(t, s, pp, len, out, NULL, 0, 0));
+            else WF_TRY(ids_append_few(out, set[w].ids, set[w].nids));
+        }
+    }
+    return WF_OK;
+}
+
 /* A segment of text with no added tokens in it. */
 static wf_status encode_segment(const wf_tokenizer *t, bpe_tls *s, const char *p, size_t n,
                                 wf_ids *out) {
     if (n == 0) return WF_OK;
+    if (!s->sink && !t->bl_add_prefix_space) {
+        if (t->split_pattern && t->split_re.scan && !t->bl_use_regex)
+            return encode_scanned(t, s, t->split_re.scan, p, n, out);
+        if (!t->split_pattern && t->bl_use_regex && t->bl_re.scan)
+            return encode_scanned(t, s, t->bl_re.scan, p, n, out);
+    }
     if (!t->split_pattern) return encode_bytelevel(t, s, p, n, out);
     wf_split_iter it;
     wf__pretok_split_begin(&it, &t->split_re, p, n);
@@ -723,7 +785,9 @@ wf_status wf_tokenizer_encode(const wf_tokenizer *t, const char *text, size_t le
     if (!t || (!text && len)) return wf_error(WF_ERR_INVALID, "wf_tokenizer_encode: NULL argument");
     bpe_tls *s = tls_get(t);
     if (!s) return WF_ERR_NOMEM;
-    if (!t->has_added) return encode_segment(t, s, text, len, out);
+    /* Special tokens only, and not parsed: no added token can match. */
+    if (!t->has_added || (!parse_special && !t->has_plain_added))
+        return encode_segment(t, s, text, len, out);
     return encode_added(t, s, text, len, 0, parse_special, out);
 }
 
@@ -912,6 +976,7 @@ wf_status wf__bpe_build(wf_tokenizer *t, const char *where) {
     t->dec_off[n] = off;
     free(tmp);
     t->has_added = t->n_added > 0;
+    for (size_t a = 0; a < t->n_added; a++) t->has_plain_added |= !t->added[a].special;
     for (size_t a = 0; a < t->n_added; a++)
         t->added_first[(unsigned char)t->added[a].content[0]] |= (uint8_t)(1u << (t->added[a].normalized ? 1 : 0));
     for (int pass = 0; pass < 2; pass++) {

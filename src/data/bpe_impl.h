@@ -197,6 +197,7 @@ struct wf_tokenizer {
     char *dec;
     uint8_t *kind;              /* [n_ids]: WF_ID_* */
     int has_added;
+    int has_plain_added;        /* an added token is not special (always matched) */
     uint8_t added_first[256];   /* bit p: an added token of pass p starts with this byte */
     int added_single_first[2];  /* the one first byte of pass p's tokens, or -1 */
     wf_regex split_re, bl_re;
