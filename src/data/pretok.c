@@ -478,6 +478,15 @@ static size_t piece_gpt2(const uint8_t *s, size_t n, size_t i) {
 }
 
 size_t wf__pretok_scan_piece(int scan, const uint8_t *s, size_t n, size_t pos) {
+    /* The commonest pieces first: a word, or a space and a word, in
+     * ASCII (the first alternatives that can match them in both patterns
+     * are \p{L}+ and [^\r\n\p{L}\p{N}]?\p{L}+ / ?\p{L}+). */
+    unsigned b = s[pos];
+    if (b < 0x80) {
+        if (ascii_class[b] == C_L) return run_of(s, n, pos + 1, C_L) - pos;
+        if (b == ' ' && pos + 1 < n && s[pos + 1] < 0x80 && ascii_class[s[pos + 1]] == C_L)
+            return run_of(s, n, pos + 2, C_L) - pos;
+    }
     size_t l;
     if (char_at(s, n, pos, &l) == C_BAD) {
         /* A gap: every valid character starts a match of either pattern. */
