@@ -345,7 +345,7 @@ static size_t scan_text(wf_rng *r, char *text, size_t k, int bad) {
     static const char *const invalid[] = {"\x80", "\xbf\x80", "\xc3", "\xe2\x82", "\xf0\x9f\x98",
                                           "\xc0\x80", "\xc1\xbf", "\xe0\x80\x80", "\xed\xa0\x80",
                                           "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xff", "\xfe",
-                                          "\xe2\x82" "A", "\xf0\x80\x80\x80"};
+                                          "\xe2\x82\x41", "\xf0\x80\x80\x80"};
     size_t n = 0;
     for (size_t i = 0; i < k; i++) {
         uint64_t what = wf_rng_below(r, 20);
