@@ -340,19 +340,9 @@ static inline int class_of(uint32_t c) {
     return cp_class[c];
 }
 
-/* The class of the character at s[i] and its length in bytes (1 for an
- * invalid byte; 0 at the end). Strict UTF-8 (RFC 3629): no overlong
- * forms, surrogates or code points past U+10FFFF, as PCRE2 checks. */
-static inline int char_at(const uint8_t *s, size_t n, size_t i, size_t *len) {
-    if (i >= n) {
-        *len = 0;
-        return C_BAD;
-    }
+/* char_at for a byte >= 0x80 (out of line: ASCII is the common case). */
+static int char_at_multi(const uint8_t *s, size_t n, size_t i, size_t *len) {
     unsigned b = s[i];
-    if (b < 0x80) {
-        *len = 1;
-        return ascii_class[b];
-    }
     *len = 1;
     size_t left = n - i;
     if (b >= 0xC2 && b <= 0xDF) {
@@ -378,6 +368,21 @@ static inline int char_at(const uint8_t *s, size_t n, size_t i, size_t *len) {
         return class_of(c);
     }
     return C_BAD;
+}
+
+/* The class of the character at s[i] and its length in bytes (1 for an
+ * invalid byte; 0 at the end). Strict UTF-8 (RFC 3629): no overlong
+ * forms, surrogates or code points past U+10FFFF, as PCRE2 checks. */
+static inline int char_at(const uint8_t *s, size_t n, size_t i, size_t *len) {
+    if (i >= n) {
+        *len = 0;
+        return C_BAD;
+    }
+    if (s[i] < 0x80) {
+        *len = 1;
+        return ascii_class[s[i]];
+    }
+    return char_at_multi(s, n, i, len);
 }
 
 /* The end of the run of characters of class k that starts at i. */
