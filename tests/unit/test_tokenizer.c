@@ -407,6 +407,68 @@ WF_TEST(pretok_scanner_equals_pcre2) {
     }
 }
 
+/* Threads that cut text of scripts no other test uses at the same time:
+ * the scanner's first look at those code points fills their class blocks
+ * concurrently (run under ThreadSanitizer by scripts/check.sh). */
+typedef struct {
+    const wf_regex *re;
+    pthread_barrier_t *go;
+    uint32_t base;
+    int bad; /* pieces that differ from PCRE2's */
+} scan_job;
+
+static void *scan_thread(void *arg) {
+    scan_job *j = arg;
+    wf_regex_state st;
+    if (wf__pretok_regex_state_init(&st, j->re) != WF_OK) {
+        j->bad = -1;
+        return NULL;
+    }
+    char text[2048];
+    size_t n = 0;
+    for (uint32_t k = 0; k < 300 && n + 8 < sizeof text; k++) {
+        n += utf8_put(text + n, j->base + k * 7 % 0x300);
+        if (k % 5 == 4) text[n++] = ' ';
+    }
+    pthread_barrier_wait(j->go);
+    wf_split_iter a, b;
+    wf__pretok_split_begin(&a, j->re, text, n);
+    wf__pretok_split_begin(&b, j->re, text, n);
+    b.scan = WF_SCAN_REGEX;
+    b.code = j->re->code;
+    b.jit = j->re->jit;
+    size_t ao, al, bo, bl;
+    for (;;) {
+        int ra = wf__pretok_split_next(j->re, &st, &a, &ao, &al);
+        int rb = wf__pretok_split_next(j->re, &st, &b, &bo, &bl);
+        if (ra != rb || (ra > 0 && (ao != bo || al != bl))) j->bad++;
+        if (ra <= 0 || ra != rb) break;
+    }
+    wf__pretok_regex_state_free(&st);
+    return NULL;
+}
+
+WF_TEST(pretok_scanner_classes_fill_from_threads) {
+    wf_regex re;
+    WF_CHECK_OK(wf__pretok_regex_compile(&re, wf__pretok_llama3, 0, "test"));
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 4);
+    /* Ethiopic, Cherokee and Canadian syllabics (U+1200..U+14FF), Yi
+     * (U+A000..U+A2FF): two threads on each, so that two fill the same
+     * blocks at once. */
+    static const uint32_t bases[4] = {0x1200, 0xA000, 0x1200, 0xA000};
+    scan_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (scan_job){&re, &go, bases[i], 0};
+        WF_CHECK_EQ(pthread_create(&th[i], NULL, scan_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) WF_CHECK_EQ(jobs[i].bad, 0);
+    pthread_barrier_destroy(&go);
+    wf__pretok_regex_free(&re);
+}
+
 WF_TEST(pretok_long_runs) {
     /* A megabyte of spaces and one of letters: one piece each (the JIT
      * stack must cope with the backtracking of \s+(?!\S)). */
