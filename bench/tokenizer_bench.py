@@ -18,7 +18,9 @@ lines (the documents), and every library encodes the same list:
 
 Each library gets one cold run and `repeat` warm runs; the best warm run is
 reported, as MB/s of input text (1 MB = 1e6 bytes), with the ratio
-weft / peer. It also checks that the three produce the same number of tokens
+weft / peer, on the wall clock and again on CPU time (per thread), which
+on a busy machine leaves out the time other jobs held the cores. For text
+the tokenizer has not seen, bench/diverse_text.py writes one (--text). It also checks that the three produce the same number of tokens
 (tiktoken merges by rank of the merged bytes, which equals `tokenizers`'
 merge order for tokenizers whose ids follow the merges, as weft's do).
 Not a test: nothing here asserts on time.
