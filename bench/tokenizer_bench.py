@@ -18,7 +18,9 @@ lines (the documents), and every library encodes the same list:
 
 Each library gets one cold run and `repeat` warm runs; the best warm run is
 reported, as MB/s of input text (1 MB = 1e6 bytes), with the ratio
-weft / peer. It also checks that the three produce the same number of tokens
+weft / peer, on the wall clock and again on CPU time (per thread), which
+on a busy machine leaves out the time other jobs held the cores. For text
+the tokenizer has not seen, bench/diverse_text.py writes one (--text). It also checks that the three produce the same number of tokens
 (tiktoken merges by rank of the merged bytes, which equals `tokenizers`'
 merge order for tokenizers whose ids follow the merges, as weft's do).
 Not a test: nothing here asserts on time.
@@ -50,13 +52,15 @@ tok = Tokenizer.from_file(sys.argv[1])
 docs = [l for l in open(sys.argv[2], 'rb').read().decode('utf-8', errors='replace').split('\n') if l]
 repeat = int(sys.argv[3])
 enc = getattr(tok, 'encode_batch_fast', tok.encode_batch)
-times, n_tok = [], 0
+times, cpus, n_tok = [], [], 0
 for r in range(repeat + 1):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = enc(docs, add_special_tokens=False)
     times.append(time.perf_counter() - t0)
+    cpus.append(time.process_time() - c0)
     n_tok = sum(len(e.ids) for e in out)
-print(json.dumps({'cold': times[0], 'best': min(times[1:]) if repeat else times[0], 'tokens': n_tok}))
+print(json.dumps({'cold': times[0], 'best': min(times[1:]) if repeat else times[0],
+                  'best_cpu': min(cpus[1:]) if repeat else cpus[0], 'tokens': n_tok}))
 """
 
 
@@ -97,9 +101,9 @@ def tiktoken_encoding(tok_path):
 
 
 def bench_tiktoken(enc, docs, threads, repeat):
-    times, n_tok = [], 0
+    times, cpus, n_tok = [], [], 0
     for _ in range(repeat + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if threads == 1:
             out = [enc.encode_ordinary(d) for d in docs]
         else:
@@ -112,8 +116,10 @@ def bench_tiktoken(enc, docs, threads, repeat):
                 res = list(ex.map(lambda p: [enc.encode_ordinary(d) for d in p], parts))
             out = [x for r in res for x in r]
         times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
         n_tok = sum(len(x) for x in out)
-    return {"cold": times[0], "best": min(times[1:]) if repeat else times[0], "tokens": n_tok}
+    return {"cold": times[0], "best": min(times[1:]) if repeat else times[0],
+            "best_cpu": min(cpus[1:]) if repeat else cpus[0], "tokens": n_tok}
 
 
 def bench_weft(tok_path, text_path, threads, repeat):
@@ -126,6 +132,8 @@ def bench_weft(tok_path, text_path, threads, repeat):
         f = line.split()
         kv = dict(zip(f[0::2], f[1::2]))
         out[int(kv["threads"])] = {"cold": float(kv["cold_s"]), "best": float(kv["best_s"]),
+                                   "cold_cpu": float(kv["cold_cpu_s"]),
+                                   "best_cpu": float(kv["best_cpu_s"]),
                                    "tokens": int(kv["tokens"]), "bytes": int(kv["bytes"])}
     return out
 
@@ -166,12 +174,23 @@ def main():
         w = weft[n]
         mb = n_bytes / 1e6
         rows.append((n, mb / w["best"], mb / w["cold"], mb / hf["best"], mb / tk["best"],
-                     w["tokens"], hf["tokens"], tk["tokens"]))
+                     mb / w["best_cpu"], mb / w["cold_cpu"], mb / hf["best_cpu"],
+                     mb / tk["best_cpu"], w["tokens"], hf["tokens"], tk["tokens"]))
     print()
     print("| threads | weft MB/s (cold) | tokenizers MB/s | tiktoken MB/s | weft/tokenizers | "
           "weft/tiktoken |")
     print("|---|---|---|---|---|---|")
     for n, wb, wc, hb, tb, *_ in rows:
+        print(f"| {n} | {wb:.1f} ({wc:.1f}) | {hb:.1f} | {tb:.1f} | {wb / hb:.2f} | {wb / tb:.2f} |")
+    print()
+    print("The same on CPU time (the process's CPU time per thread: on a busy machine it leaves "
+          "out the time other jobs held the cores):")
+    print()
+    print("| threads | weft MB/s (cold) | tokenizers MB/s | tiktoken MB/s | weft/tokenizers | "
+          "weft/tiktoken |")
+    print("|---|---|---|---|---|---|")
+    for n, _, _, _, _, wb, wc, hb, tb, *_ in rows:
+        hb, tb = hb * n, tb * n  # CPU time of all threads -> per thread
         print(f"| {n} | {wb:.1f} ({wc:.1f}) | {hb:.1f} | {tb:.1f} | {wb / hb:.2f} | {wb / tb:.2f} |")
     print()
     for n, *_, wt, ht, tt in rows:

@@ -55,7 +55,13 @@ const char *wf__pretok_name_of(const char *pattern);
 typedef struct {
     pcre2_code *code, *fast;
     int jit, fast_jit; /* JIT compiled */
+    /* WF_SCAN_LLAMA3 / WF_SCAN_GPT2: the pattern is a built-in one and
+     * pieces come from the hand-written scanner (pretok.c), which gives the
+     * same pieces as the regex; WF_SCAN_REGEX: from PCRE2. Clearing it
+     * forces PCRE2 (the tests compare the two). */
+    int scan;
 } wf_regex;
+enum { WF_SCAN_REGEX = 0, WF_SCAN_LLAMA3 = 1, WF_SCAN_GPT2 = 2 };
 
 /* Compiles a pattern written in the dialect of `tokenizers` (Oniguruma):
  * \s and \S are rewritten to Oniguruma's Unicode White_Space set, which
@@ -81,6 +87,7 @@ void wf__pretok_regex_state_free(wf_regex_state *st);
 typedef struct {
     const pcre2_code *code; /* the variant of the regex used for this subject */
     int jit;
+    int scan; /* WF_SCAN_*: the scanner used for this subject */
     const char *s;
     size_t n, pos;
     size_t m_off, m_len; /* a match found after a gap, returned next */
@@ -91,6 +98,12 @@ void wf__pretok_split_begin(wf_split_iter *it, const wf_regex *r, const char *s,
  * (message set). */
 int wf__pretok_split_next(const wf_regex *r, wf_regex_state *st, wf_split_iter *it, size_t *off,
                   size_t *len);
+
+/* The length of the piece that starts at s[pos] (pos < n) under a
+ * built-in pattern (WF_SCAN_LLAMA3 or WF_SCAN_GPT2): a match of the
+ * pattern, or a run of invalid UTF-8 between matches, exactly as
+ * wf__pretok_split_next would cut it with PCRE2. Always at least 1. */
+size_t wf__pretok_scan_piece(int scan, const uint8_t *s, size_t n, size_t pos);
 
 /* ------------------------------------------------------------- hash map */
 
@@ -184,6 +197,7 @@ struct wf_tokenizer {
     char *dec;
     uint8_t *kind;              /* [n_ids]: WF_ID_* */
     int has_added;
+    int has_plain_added;        /* an added token is not special (always matched) */
     uint8_t added_first[256];   /* bit p: an added token of pass p starts with this byte */
     int added_single_first[2];  /* the one first byte of pass p's tokens, or -1 */
     wf_regex split_re, bl_re;

@@ -19,8 +19,13 @@
  * Invalid UTF-8 never breaks matching: PCRE2_MATCH_INVALID_UTF makes an
  * invalid sequence match nothing, and the iterator returns the bytes
  * between matches as pieces of their own.
+ *
+ * The two built-in patterns are compiled too, but pieces come from a
+ * hand-written scanner (below) that cuts exactly what PCRE2 would, several
+ * times faster; PCRE2 runs any other pattern.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +234,281 @@ static char *translate_pattern(const char *p, int widen) {
     return out;
 }
 
+/* ------------------------------------------------- hand-written scanner */
+
+/* The two built-in patterns, matched by hand: PCRE2's JIT spends most of
+ * an encode's time finding the pieces, and these patterns need no
+ * backtracking beyond one character. Each alternative below is written
+ * as the regex engine tries it (leftmost alternative first, greedy
+ * repeats, the one-character backtrack of \s+(?!\S)); tests/unit compares
+ * the pieces with PCRE2's on random and multilingual text, invalid UTF-8
+ * included, and tests/py the ids with `tokenizers`.
+ *
+ * A character is classified as a letter (\p{L}), digit (\p{N}), space
+ * (Oniguruma's \s), CR/LF (also spaces) or other. Invalid UTF-8 (and the
+ * end of the text) is C_BAD: it matches no item, not even negated ones, as
+ * with PCRE2_MATCH_INVALID_UTF, so a run of such bytes is a gap piece. */
+enum { C_OTHER, C_L, C_N, C_WS, C_NL, C_BAD };
+
+/* Classes of code points >= 0x80, filled a block of 256 at a time on
+ * first use (by PCRE2 itself, with the widened classes, so the scanner
+ * agrees with the exact pattern), under a lock; readers check the block's
+ * flag with acquire ordering and need no lock. The table (1.1 MB of
+ * zero pages until touched) and the class regex live as long as the
+ * process. */
+#define CLASS_BLOCKS (0x110000 >> 8)
+static uint8_t cp_class[0x110000];
+static atomic_uchar block_ready[CLASS_BLOCKS];
+static pthread_mutex_t class_mu = PTHREAD_MUTEX_INITIALIZER;
+static pcre2_code *class_re;
+static pcre2_match_data *class_md;
+static pthread_once_t class_once = PTHREAD_ONCE_INIT;
+static uint8_t ascii_class[128];
+
+/* ONIG_SPACE_ITEMS as a test. */
+static int is_onig_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000;
+}
+
+static void class_init(void) {
+    pthread_once(&lacks_once, probe_pcre2);
+    char *pat = translate_pattern("(\\p{L})|(\\p{N})", pcre2_lacks_extra);
+    int err;
+    PCRE2_SIZE at;
+    if (pat)
+        class_re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                 PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &err, &at, NULL);
+    free(pat);
+    if (class_re) class_md = pcre2_match_data_create_from_pattern(class_re, NULL);
+    if (!class_md && class_re) {
+        pcre2_code_free(class_re);
+        class_re = NULL;
+    }
+    for (uint32_t c = 0; c < 128; c++) {
+        ascii_class[c] = (c == '\r' || c == '\n') ? C_NL
+                         : is_onig_space(c)       ? C_WS
+                         : (c >= '0' && c <= '9') ? C_N
+                         : ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ? C_L
+                                                                   : C_OTHER;
+    }
+}
+
+static size_t put_utf8(uint32_t c, char *o) {
+    if (c < 0x80) {
+        o[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        o[0] = (char)(0xC0 | c >> 6);
+        o[1] = (char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        o[0] = (char)(0xE0 | c >> 12);
+        o[1] = (char)(0x80 | (c >> 6 & 0x3F));
+        o[2] = (char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | c >> 18);
+    o[1] = (char)(0x80 | (c >> 12 & 0x3F));
+    o[2] = (char)(0x80 | (c >> 6 & 0x3F));
+    o[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+static void fill_block(uint32_t blk) {
+    pthread_mutex_lock(&class_mu);
+    if (!atomic_load_explicit(&block_ready[blk], memory_order_relaxed)) {
+        for (uint32_t c = blk << 8; c < (blk + 1) << 8; c++) {
+            uint8_t k = C_OTHER;
+            if (c >= 0xD800 && c <= 0xDFFF) {
+                k = C_BAD; /* never asked: the decoder refuses surrogates */
+            } else if (is_onig_space(c)) {
+                k = (c == '\r' || c == '\n') ? C_NL : C_WS;
+            } else {
+                char u[4];
+                size_t ul = put_utf8(c, u);
+                int rc = pcre2_match(class_re, (PCRE2_SPTR)u, ul, 0, 0, class_md, NULL);
+                if (rc == 2) k = C_L;
+                else if (rc == 3) k = C_N;
+            }
+            cp_class[c] = k;
+        }
+        atomic_store_explicit(&block_ready[blk], 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&class_mu);
+}
+
+static inline int class_of(uint32_t c) {
+    if (c < 0x80) return ascii_class[c];
+    if (!atomic_load_explicit(&block_ready[c >> 8], memory_order_acquire)) fill_block(c >> 8);
+    return cp_class[c];
+}
+
+/* char_at for a byte >= 0x80 (out of line: ASCII is the common case). */
+static int char_at_multi(const uint8_t *s, size_t n, size_t i, size_t *len) {
+    unsigned b = s[i];
+    *len = 1;
+    size_t left = n - i;
+    if (b >= 0xC2 && b <= 0xDF) {
+        if (left < 2 || (s[i + 1] & 0xC0) != 0x80) return C_BAD;
+        *len = 2;
+        return class_of((b & 0x1Fu) << 6 | (s[i + 1] & 0x3Fu));
+    }
+    if (b >= 0xE0 && b <= 0xEF) {
+        if (left < 3 || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return C_BAD;
+        uint32_t c = (b & 0x0Fu) << 12 | (s[i + 1] & 0x3Fu) << 6 | (s[i + 2] & 0x3Fu);
+        if (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF)) return C_BAD;
+        *len = 3;
+        return class_of(c);
+    }
+    if (b >= 0xF0 && b <= 0xF4) {
+        if (left < 4 || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 ||
+            (s[i + 3] & 0xC0) != 0x80)
+            return C_BAD;
+        uint32_t c = (b & 0x07u) << 18 | (s[i + 1] & 0x3Fu) << 12 | (s[i + 2] & 0x3Fu) << 6 |
+                     (s[i + 3] & 0x3Fu);
+        if (c < 0x10000 || c > 0x10FFFF) return C_BAD;
+        *len = 4;
+        return class_of(c);
+    }
+    return C_BAD;
+}
+
+/* The class of the character at s[i] and its length in bytes (1 for an
+ * invalid byte; 0 at the end). Strict UTF-8 (RFC 3629): no overlong
+ * forms, surrogates or code points past U+10FFFF, as PCRE2 checks. */
+static inline int char_at(const uint8_t *s, size_t n, size_t i, size_t *len) {
+    if (i >= n) {
+        *len = 0;
+        return C_BAD;
+    }
+    if (s[i] < 0x80) {
+        *len = 1;
+        return ascii_class[s[i]];
+    }
+    return char_at_multi(s, n, i, len);
+}
+
+/* The end of the run of characters of class k that starts at i. */
+static inline size_t run_of(const uint8_t *s, size_t n, size_t i, int k) {
+    for (;;) {
+        while (i < n && s[i] < 0x80 && ascii_class[s[i]] == k) i++;
+        if (i >= n || s[i] < 0x80) return i;
+        size_t l;
+        if (char_at(s, n, i, &l) != k) return i;
+        i += l;
+    }
+}
+
+/* 's 't 're 've 'm 'll 'd after the apostrophe at i-1 (caseless: with
+ * Unicode case folding, s also matches U+017F LONG S); the end, or 0. */
+static size_t contraction(const uint8_t *s, size_t n, size_t i, int caseless) {
+    if (i >= n) return 0;
+    unsigned a = s[i], f = caseless ? a | 0x20 : a;
+    if (f == 's' || f == 't' || f == 'm' || f == 'd') return i + 1;
+    if (caseless && a == 0xC5 && i + 1 < n && s[i + 1] == 0xBF) return i + 2;
+    if (i + 1 >= n) return 0;
+    unsigned b = caseless ? s[i + 1] | 0x20 : s[i + 1];
+    if ((f == 'r' && b == 'e') || (f == 'v' && b == 'e') || (f == 'l' && b == 'l')) return i + 2;
+    return 0;
+}
+
+/* A run of spaces from i (s[i] is one): the end of its last CR/LF (0 if
+ * none), the start of its last character, its end and its length in
+ * characters. */
+typedef struct {
+    size_t last_nl_end, last_start, end, count;
+} space_run;
+
+static space_run spaces_at(const uint8_t *s, size_t n, size_t i) {
+    space_run r = {0, i, i, 0};
+    for (;;) {
+        size_t l;
+        int k = char_at(s, n, r.end, &l);
+        if (k != C_WS && k != C_NL) return r;
+        r.last_start = r.end;
+        r.end += l;
+        r.count++;
+        if (k == C_NL) r.last_nl_end = r.end;
+    }
+}
+
+/* \s+(?!\S)|\s+ on a run of spaces: all of it when no character follows
+ * (end of text or invalid UTF-8, which \S does not match), else all but
+ * its last character, unless that leaves nothing. */
+static size_t spaces_end(const uint8_t *s, size_t n, const space_run *r) {
+    size_t l;
+    if (char_at(s, n, r->end, &l) == C_BAD || r->count < 2) return r->end;
+    return r->last_start;
+}
+
+static size_t piece_llama3(const uint8_t *s, size_t n, size_t i) {
+    size_t l0, l1;
+    int c0 = char_at(s, n, i, &l0);
+    size_t j = i + l0, e;
+    /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
+    if (s[i] == '\'' && (e = contraction(s, n, j, 1)) != 0) return e - i;
+    int c1 = char_at(s, n, j, &l1);
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    if (c0 == C_L) return run_of(s, n, j, C_L) - i;
+    if ((c0 == C_OTHER || c0 == C_WS) && c1 == C_L) return run_of(s, n, j + l1, C_L) - i;
+    /* \p{N}{1,3} */
+    if (c0 == C_N) {
+        e = j;
+        for (int k = 1; k < 3 && char_at(s, n, e, &l1) == C_N; k++) e += l1;
+        return e - i;
+    }
+    /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
+    if ((c0 == C_OTHER) || (s[i] == ' ' && c1 == C_OTHER)) {
+        e = run_of(s, n, c0 == C_OTHER ? j : j + l1, C_OTHER);
+        while (e < n && (s[e] == '\r' || s[e] == '\n')) e++;
+        return e - i;
+    }
+    /* \s*[\r\n]+|\s+(?!\S)|\s+ */
+    space_run r = spaces_at(s, n, i);
+    if (r.last_nl_end) return r.last_nl_end - i;
+    return spaces_end(s, n, &r) - i;
+}
+
+static size_t piece_gpt2(const uint8_t *s, size_t n, size_t i) {
+    size_t l0, l1;
+    int c0 = char_at(s, n, i, &l0);
+    size_t j = i + l0, e;
+    /* 's|'t|'re|'ve|'m|'ll|'d */
+    if (s[i] == '\'' && (e = contraction(s, n, j, 0)) != 0) return e - i;
+    /*  ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+ */
+    if (c0 == C_L || c0 == C_N || c0 == C_OTHER) return run_of(s, n, j, c0) - i;
+    int c1 = char_at(s, n, j, &l1);
+    if (s[i] == ' ' && (c1 == C_L || c1 == C_N || c1 == C_OTHER))
+        return run_of(s, n, j + l1, c1) - i;
+    /* \s+(?!\S)|\s+ */
+    space_run r = spaces_at(s, n, i);
+    return spaces_end(s, n, &r) - i;
+}
+
+size_t wf__pretok_scan_piece(int scan, const uint8_t *s, size_t n, size_t pos) {
+    /* The commonest pieces first: a word, or a space and a word, in
+     * ASCII (the first alternatives that can match them in both patterns
+     * are \p{L}+ and [^\r\n\p{L}\p{N}]?\p{L}+ / ?\p{L}+). */
+    unsigned b = s[pos];
+    if (b < 0x80) {
+        if (ascii_class[b] == C_L) return run_of(s, n, pos + 1, C_L) - pos;
+        if (b == ' ' && pos + 1 < n && s[pos + 1] < 0x80 && ascii_class[s[pos + 1]] == C_L)
+            return run_of(s, n, pos + 2, C_L) - pos;
+    }
+    size_t l;
+    if (char_at(s, n, pos, &l) == C_BAD) {
+        /* A gap: every valid character starts a match of either pattern. */
+        size_t e = pos + 1;
+        while (e < n && char_at(s, n, e, &l) == C_BAD) e++;
+        return e - pos;
+    }
+    return scan == WF_SCAN_LLAMA3 ? piece_llama3(s, n, pos) : piece_gpt2(s, n, pos);
+}
+
 static wf_status compile_one(pcre2_code **code, int *jit, const char *pat, int literal,
                              const char *pattern, const char *where) {
     /* PCRE2_LITERAL allows no UCP (nor needs it). */
@@ -252,6 +532,12 @@ wf_status wf__pretok_regex_compile(wf_regex *r, const char *pattern, int literal
     memset(r, 0, sizeof *r);
     pthread_once(&lacks_once, probe_pcre2);
     if (literal) return compile_one(&r->code, &r->jit, pattern, 1, pattern, where);
+    pthread_once(&class_once, class_init);
+    if (class_re) {
+        /* The regex is compiled all the same: the tests compare the two. */
+        if (strcmp(pattern, wf__pretok_llama3) == 0) r->scan = WF_SCAN_LLAMA3;
+        else if (strcmp(pattern, wf__pretok_gpt2) == 0) r->scan = WF_SCAN_GPT2;
+    }
     char *exact = translate_pattern(pattern, pcre2_lacks_extra);
     char *fast = pcre2_lacks_extra ? translate_pattern(pattern, 0) : NULL;
     wf_status st = WF_OK;
@@ -300,7 +586,8 @@ void wf__pretok_regex_state_free(wf_regex_state *st) {
 }
 
 void wf__pretok_split_begin(wf_split_iter *it, const wf_regex *r, const char *s, size_t n) {
-    int fast = r->fast && !has_extra(s, n);
+    it->scan = r->scan;
+    int fast = r->fast && !r->scan && !has_extra(s, n);
     it->code = fast ? r->fast : r->code;
     it->jit = fast ? r->fast_jit : r->jit;
     it->s = s;
@@ -320,6 +607,12 @@ int wf__pretok_split_next(const wf_regex *r, wf_regex_state *st, wf_split_iter *
         return 1;
     }
     if (it->pos >= it->n) return 0;
+    if (it->scan) {
+        *off = it->pos;
+        *len = wf__pretok_scan_piece(it->scan, (const uint8_t *)it->s, it->n, it->pos);
+        it->pos += *len;
+        return 1;
+    }
     size_t start = it->pos;
     for (;;) {
         int rc = it->jit ? pcre2_jit_match(it->code, (PCRE2_SPTR)it->s, it->n, start, 0, st->md, st->mc)

@@ -281,6 +281,7 @@ WF_TEST(pretok_fast_variant_agrees_without_new_code_points) {
     wf_regex re;
     wf_regex_state st;
     WF_CHECK_OK(wf__pretok_regex_compile(&re, wf__pretok_llama3, 0, "test"));
+    re.scan = WF_SCAN_REGEX; /* the two PCRE2 variants, not the scanner */
     WF_CHECK_OK(wf__pretok_regex_state_init(&st, &re));
     if (!re.fast) {
         /* PCRE2 already has Unicode 16 tables: one variant only. */
@@ -321,6 +322,150 @@ WF_TEST(pretok_fast_variant_agrees_without_new_code_points) {
     wf__pretok_split_begin(&c, &re, "ab\xf0\x9e\x97\x90", 6);
     WF_CHECK_TRUE(c.code == re.code);
     wf__pretok_regex_state_free(&st);
+    wf__pretok_regex_free(&re);
+}
+
+/* Random text for the scanner test: characters drawn from pools chosen to
+ * hit every branch of the two patterns (letters, digits and spaces of
+ * several scripts, Unicode 15-16 letters and digits, CR/LF runs, the
+ * apostrophe and what follows it in contractions, U+017F which folds to
+ * s) and, with `bad`, invalid UTF-8: stray continuation bytes, truncated
+ * sequences, overlong forms, surrogates, code points past U+10FFFF. */
+static size_t scan_text(wf_rng *r, char *text, size_t k, int bad) {
+    static const uint32_t pool[][2] = {
+        {0x20, 0x7E},     {0x20, 0x20},     {0x09, 0x0D},     {0x0A, 0x0A},   {0x27, 0x27},
+        {0x41, 0x5A},     {0x61, 0x7A},     {0x30, 0x39},     {0x1C, 0x1F},   {0x80, 0xFF},
+        {0x17F, 0x17F},   {0xA0, 0x24F},    {0x370, 0x52F},   {0x600, 0x6FF}, {0x660, 0x669},
+        {0x900, 0x97F},   {0x1680, 0x1680}, {0x2000, 0x200F}, {0x2028, 0x2030}, {0x205F, 0x205F},
+        {0x3000, 0x30FF}, {0x4E00, 0x4E80}, {0xAC00, 0xAC40}, {0xFF10, 0xFF5A}, {0x1C89, 0x1C8A},
+        {0x1E5D0, 0x1E5FA}, {0x10D40, 0x10D49}, {0x1F300, 0x1F64F}, {0x20000, 0x20100},
+        {0xFFFD, 0xFFFF}};
+    static const char *const words[] = {"'s", "'S", "'t", "'re", "'RE", "'Ve", "'m", "'ll", "'lL",
+                                        "'d", "'\xc5\xbf", "\r\n", " \n ", "  ", "\t\n"};
+    static const char *const invalid[] = {"\x80", "\xbf\x80", "\xc3", "\xe2\x82", "\xf0\x9f\x98",
+                                          "\xc0\x80", "\xc1\xbf", "\xe0\x80\x80", "\xed\xa0\x80",
+                                          "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xff", "\xfe",
+                                          "\xe2\x82\x41", "\xf0\x80\x80\x80"};
+    size_t n = 0;
+    for (size_t i = 0; i < k; i++) {
+        uint64_t what = wf_rng_below(r, 20);
+        if (what == 0) {
+            const char *w = words[wf_rng_below(r, sizeof words / sizeof *words)];
+            memcpy(text + n, w, strlen(w));
+            n += strlen(w);
+        } else if (what == 1 && bad) {
+            const char *w = invalid[wf_rng_below(r, sizeof invalid / sizeof *invalid)];
+            memcpy(text + n, w, strlen(w));
+            n += strlen(w);
+        } else {
+            const uint32_t *pr = pool[wf_rng_below(r, sizeof pool / sizeof *pool)];
+            n += utf8_put(text + n, pr[0] + (uint32_t)wf_rng_below(r, pr[1] - pr[0] + 1));
+        }
+    }
+    return n;
+}
+
+WF_TEST(pretok_scanner_equals_pcre2) {
+    /* The hand-written scanner of the built-in patterns cuts the same
+     * pieces as PCRE2 running the pattern (widened to Unicode 16), on
+     * random text of many scripts with and without invalid UTF-8. */
+    const char *const pats[2] = {wf__pretok_llama3, wf__pretok_gpt2};
+    wf_rng r = wf_rng_make(33, 0);
+    char text[4096];
+    for (int pi = 0; pi < 2; pi++) {
+        wf_regex re;
+        wf_regex_state st;
+        WF_CHECK_OK(wf__pretok_regex_compile(&re, pats[pi], 0, "test"));
+        WF_CHECK_EQ(re.scan, pi == 0 ? WF_SCAN_LLAMA3 : WF_SCAN_GPT2);
+        WF_CHECK_OK(wf__pretok_regex_state_init(&st, &re));
+        for (int trial = 0; trial < 20000; trial++) {
+            size_t n = scan_text(&r, text, 1 + (size_t)wf_rng_below(&r, 200), trial & 1);
+            wf_split_iter a, b;
+            wf__pretok_split_begin(&a, &re, text, n);
+            WF_CHECK_EQ(a.scan, re.scan);
+            wf__pretok_split_begin(&b, &re, text, n);
+            b.scan = WF_SCAN_REGEX;
+            b.code = re.code; /* the exact variant */
+            b.jit = re.jit;
+            size_t ao, al, bo, bl;
+            for (;;) {
+                int ra = wf__pretok_split_next(&re, &st, &a, &ao, &al);
+                int rb = wf__pretok_split_next(&re, &st, &b, &bo, &bl);
+                if (ra != rb || (ra > 0 && (ao != bo || al != bl))) {
+                    fprintf(stderr, "pattern %d, text of %zu bytes:", pi, n);
+                    for (size_t i = 0; i < n; i++) fprintf(stderr, " %02x", (unsigned char)text[i]);
+                    fprintf(stderr, "\n  scanner piece %zu+%zu, PCRE2 %zu+%zu\n", ao, al, bo, bl);
+                }
+                WF_CHECK_EQ(ra, rb);
+                if (ra <= 0) break;
+                WF_CHECK_EQ(ao, bo);
+                WF_CHECK_EQ(al, bl);
+            }
+        }
+        wf__pretok_regex_state_free(&st);
+        wf__pretok_regex_free(&re);
+    }
+}
+
+/* Threads that cut text of scripts no other test uses at the same time:
+ * the scanner's first look at those code points fills their class blocks
+ * concurrently (run under ThreadSanitizer by scripts/check.sh). */
+typedef struct {
+    const wf_regex *re;
+    pthread_barrier_t *go;
+    uint32_t base;
+    int bad; /* pieces that differ from PCRE2's */
+} scan_job;
+
+static void *scan_thread(void *arg) {
+    scan_job *j = arg;
+    wf_regex_state st;
+    if (wf__pretok_regex_state_init(&st, j->re) != WF_OK) {
+        j->bad = -1;
+        return NULL;
+    }
+    char text[2048];
+    size_t n = 0;
+    for (uint32_t k = 0; k < 300 && n + 8 < sizeof text; k++) {
+        n += utf8_put(text + n, j->base + k * 7 % 0x300);
+        if (k % 5 == 4) text[n++] = ' ';
+    }
+    pthread_barrier_wait(j->go);
+    wf_split_iter a, b;
+    wf__pretok_split_begin(&a, j->re, text, n);
+    wf__pretok_split_begin(&b, j->re, text, n);
+    b.scan = WF_SCAN_REGEX;
+    b.code = j->re->code;
+    b.jit = j->re->jit;
+    size_t ao, al, bo, bl;
+    for (;;) {
+        int ra = wf__pretok_split_next(j->re, &st, &a, &ao, &al);
+        int rb = wf__pretok_split_next(j->re, &st, &b, &bo, &bl);
+        if (ra != rb || (ra > 0 && (ao != bo || al != bl))) j->bad++;
+        if (ra <= 0 || ra != rb) break;
+    }
+    wf__pretok_regex_state_free(&st);
+    return NULL;
+}
+
+WF_TEST(pretok_scanner_classes_fill_from_threads) {
+    wf_regex re;
+    WF_CHECK_OK(wf__pretok_regex_compile(&re, wf__pretok_llama3, 0, "test"));
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 4);
+    /* Ethiopic, Cherokee and Canadian syllabics (U+1200..U+14FF), Yi
+     * (U+A000..U+A2FF): two threads on each, so that two fill the same
+     * blocks at once. */
+    static const uint32_t bases[4] = {0x1200, 0xA000, 0x1200, 0xA000};
+    scan_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (scan_job){&re, &go, bases[i], 0};
+        WF_CHECK_EQ(pthread_create(&th[i], NULL, scan_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) WF_CHECK_EQ(jobs[i].bad, 0);
+    pthread_barrier_destroy(&go);
     wf__pretok_regex_free(&re);
 }
 
