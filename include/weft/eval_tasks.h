@@ -50,6 +50,8 @@ typedef struct {
     uint64_t fewshot_seed;     /* which examples become the shots */
     int64_t limit;             /* per task, its first N examples; 0: a group's own limit, else all */
     int batch_size;            /* sequences per forward pass; 0: 8 */
+    int max_seq;               /* cut sequences to this many inputs; 0: the model's max_seq_len (a
+                                  trainer gives the length its model is planned for) */
     int rank, world;           /* this rank's share: examples i with i % world == rank; world 0: 1 */
     const char *examples_path; /* NULL, or a JSON Lines file that gets every request's ids and scores */
     int progress;              /* draw a progress bar with an ETA on stderr */
@@ -86,7 +88,7 @@ int wf_tasks_max_len(const wf_tasks *t);
 
 /* Scores this rank's share of every task with `m` into results[0..count)
  * (sums and, for this rank alone, the metrics). The model must be planned
- * for at least (batch_size, min(max_len, max_seq_len)). Token ids outside
+ * for at least (batch_size, min(max_len - 1, max_seq or max_seq_len)). Token ids outside
  * the model's vocabulary: WF_ERR_CONFIG. */
 wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results);
 

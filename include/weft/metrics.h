@@ -47,6 +47,14 @@ typedef struct {
     double val_loss;       /* its validation loss; NaN when not computed at this step */
 } wf_metrics_source;
 
+/* One downstream task's result in a step's record (train.eval_tasks;
+ * docs/eval.md): metrics.jsonl's "tasks" object and the TensorBoard tags
+ * tasks/<name>/... */
+typedef struct {
+    const char *name;
+    double acc, acc_norm, centered, bpb;
+} wf_metrics_task;
+
 typedef struct {
     int64_t step;          /* optimizer step, 1-based */
     double time;           /* Unix time (s) when the step ended; 0: filled by wf_metrics_log */
@@ -83,6 +91,13 @@ typedef struct {
     /* A dataset mixture's sources (borrowed; n_sources 0 and NULL for one dataset). */
     int n_sources;
     const wf_metrics_source *sources;
+    /* Downstream tasks scored at this step (train.eval_tasks): their mean
+     * centred accuracy, the seconds it took (not in step_s), and each
+     * task's figures (borrowed; n_tasks 0 on other steps). */
+    double tasks_score;
+    double tasks_s;
+    int n_tasks;
+    const wf_metrics_task *tasks;
 } wf_metrics_step;
 
 /* Sets every field to "not measured": NaN, -1, spike 0 and no sources. */
@@ -132,7 +147,9 @@ void wf_metrics_step_memory(wf_metrics_step *r, const wf_arena *arena);
     X("grad_norm_z", grad_norm_z, D, "spike/grad_norm_z", 1.0, "")                   \
     X("spike", spike, B, "spike/flag", 1.0, "0 or 1")                                \
     X("data_pos", data_pos, I, "", 1.0, "micro-batch")                               \
-    X("comm_s", comm_s, D, "time/comm_s", 1.0, "s")
+    X("comm_s", comm_s, D, "time/comm_s", 1.0, "s")                                  \
+    X("tasks_score", tasks_score, D, "tasks/score", 1.0, "centred accuracy")         \
+    X("tasks_s", tasks_s, D, "time/tasks_s", 1.0, "s")
 
 /* --------------------------------------------------------------- sinks
  * metrics.jsonl (one JSON object a step) and a TensorBoard event file in

@@ -1141,6 +1141,10 @@ static wf_status read_eval(eval_data *ev, const char *path) {
     json_t *o;
     while (s == WF_OK && wf_lines_next_json(&it, &o)) {
         size_t lineno = it.lineno;
+        if (json_is_string(json_object_get(o, "task"))) { /* a downstream task's line (weft eval --tasks) */
+            json_decref(o);
+            continue;
+        }
         ev->lines++;
         const char *name = json_string_value(json_object_get(o, "dataset"));
         const char *split = json_string_value(json_object_get(o, "split"));

@@ -640,7 +640,9 @@ static wf_status read_done(watch *w) {
         json_t *step = json_object_get(o, "step");
         const char *name = json_string_value(json_object_get(o, "dataset"));
         const char *split = json_string_value(json_object_get(o, "split"));
-        if (!json_is_integer(step) || json_integer_value(step) < 0 || !name || !split) {
+        if (json_is_string(json_object_get(o, "task"))) {
+            /* a downstream task's line (weft eval --tasks): not ours */
+        } else if (!json_is_integer(step) || json_integer_value(step) < 0 || !name || !split) {
             if (!bad++) first_bad = it.lineno;
         } else {
             for (size_t i = 0; i < w->e->n_data; i++)

@@ -522,9 +522,10 @@ static int by_length(const void *a, const void *b) {
 
 /* Scores requests idx[0..n) of task k, B at a time. */
 static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size_t n, int32_t *inputs,
-                            wf_progress *prog, uint64_t *done) {
+                            wf_progress *prog, uint64_t *done, size_t *cut) {
     const wf_model_config *mc = wf_model_get_config(m);
-    const int V = mc->vocab_size, max_seq = mc->max_seq_len, B = t->o.batch_size;
+    const int V = mc->vocab_size, B = t->o.batch_size;
+    const int max_seq = t->o.max_seq > 0 && t->o.max_seq < mc->max_seq_len ? t->o.max_seq : mc->max_seq_len;
     g_sort.k = k;
     g_sort.max_seq = max_seq;
     qsort(idx, n, sizeof *idx, by_length);
@@ -534,11 +535,7 @@ static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size
         if (T < 1) T = 1;
         for (int r = 0; r < b; r++) {
             const request *q = &k->rq[idx[first + (size_t)r]];
-            if (q->cont > max_seq)
-                return wf_error(WF_ERR_CONFIG,
-                                "a continuation of %d tokens is longer than the model's max_seq_len %d (a model "
-                                "with longer sequences, or another task)",
-                                q->cont, max_seq);
+            if (q->cont > max_seq) (*cut)++;
             int L = eff_len(q, max_seq);
             const int32_t *ids = q->ids + (q->len - L);
             int32_t *row = inputs + (size_t)r * (size_t)T;
@@ -561,7 +558,8 @@ static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size
             const int32_t *ids = q->ids + (q->len - L);
             double lp = 0;
             int greedy = 1;
-            for (int pos = L - 1 - q->cont; pos < L - 1; pos++) {
+            int cont = q->cont < L - 1 ? q->cont : L - 1; /* a continuation longer than max_seq: its end */
+            for (int pos = L - 1 - cont; pos < L - 1; pos++) {
                 const float *z = logits + ((size_t)r * (size_t)T + (size_t)pos) * (size_t)V;
                 int arg = 0;
                 float mx = z[0];
@@ -651,7 +649,8 @@ static wf_status write_examples(const wf_tasks *t) {
 
 wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
     const wf_model_config *mc = wf_model_get_config(m);
-    int T = t->max_len - 1 < mc->max_seq_len ? t->max_len - 1 : mc->max_seq_len;
+    int max_seq = t->o.max_seq > 0 && t->o.max_seq < mc->max_seq_len ? t->o.max_seq : mc->max_seq_len;
+    int T = t->max_len - 1 < max_seq ? t->max_len - 1 : max_seq;
     if (T < 1) T = 1;
     int32_t *inputs = malloc((size_t)t->o.batch_size * (size_t)T * sizeof *inputs);
     uint64_t total = 0;
@@ -684,7 +683,14 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         size_t n = 0;
         for (size_t x = (size_t)t->o.rank; x < k->n_use; x += (size_t)t->o.world)
             for (int c = 0; c < k->ex[x].n_choices; c++) idx[n++] = k->ex[x].first + (size_t)c;
-        s = score_task(t, k, m, idx, n, inputs, t->o.progress ? &prog : NULL, &done);
+        size_t cut = 0;
+        s = score_task(t, k, m, idx, n, inputs, t->o.progress ? &prog : NULL, &done, &cut);
+        if (s == WF_OK && cut) {
+            if (t->o.progress) wf_progress_clear(&prog);
+            WF_WARN("task %s: %zu of %zu requests have a continuation longer than the model's %d-token sequences: "
+                    "only its last tokens are scored",
+                    k->f->name, cut, n, t->o.max_seq > 0 ? t->o.max_seq : wf_model_get_config(m)->max_seq_len);
+        }
         if (s != WF_OK) {
             s = wf_error_wrap(s, "task %s: ", k->f->name);
             break;

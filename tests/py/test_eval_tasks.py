@@ -110,21 +110,27 @@ def transformers_scores(model_dir, reqs, tmp_path, max_seq):
     inp = tmp_path / "reqs.json"
     inp.write_text(json.dumps([[r["ids"], r["cont"]] for r in reqs]))
     out = tmp_path / "hf_scores.json"
+    # Batches of similar length, padded after their end: the causal mask
+    # keeps padding out of every position that is read.
     script = (
         "import sys, json, torch\n"
         "from transformers import LlamaForCausalLM\n"
         "m = LlamaForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32, attn_implementation='eager')\n"
         "m.eval(); torch.set_num_threads(2)\n"
-        "reqs = json.load(open(sys.argv[2])); keep = int(sys.argv[4]) + 1; res = []\n"
+        "reqs = json.load(open(sys.argv[2])); keep = int(sys.argv[4]) + 1\n"
+        "seqs = [ids[-keep:] for ids, _ in reqs]\n"
+        "order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i])); res = [None] * len(seqs)\n"
         "with torch.no_grad():\n"
-        "    for ids, cont in reqs:\n"
-        "        ids = ids[-keep:]\n"
-        "        logits = m(torch.tensor([ids[:-1]])).logits[0].double()\n"
-        "        lp = torch.log_softmax(logits, -1)\n"
-        "        pos = range(len(ids) - 1 - cont, len(ids) - 1)\n"
-        "        total = sum(lp[p, ids[p + 1]].item() for p in pos)\n"
-        "        greedy = all(int(logits[p].argmax()) == ids[p + 1] for p in pos)\n"
-        "        res.append([total, greedy])\n"
+        "    for b in range(0, len(order), 32):\n"
+        "        idx = order[b:b + 32]; T = len(seqs[idx[0]]) - 1\n"
+        "        x = torch.tensor([seqs[i][:-1] + [0] * (T - len(seqs[i]) + 1) for i in idx])\n"
+        "        lp_all = torch.log_softmax(m(x).logits.double(), -1)\n"
+        "        for r, i in enumerate(idx):\n"
+        "            ids, cont = seqs[i], min(reqs[i][1], keep - 1)\n"
+        "            pos = range(len(ids) - 1 - cont, len(ids) - 1)\n"
+        "            total = sum(lp_all[r, p, ids[p + 1]].item() for p in pos)\n"
+        "            greedy = all(int(lp_all[r, p].argmax()) == ids[p + 1] for p in pos)\n"
+        "            res[i] = [total, greedy]\n"
         "json.dump(res, open(sys.argv[3], 'w'))\n"
     )
     run_hf(script, model_dir, inp, out, max_seq)
