@@ -93,7 +93,9 @@ typedef struct {
     const wf_metrics_source *sources;
     /* Downstream tasks scored at this step (train.eval_tasks): their mean
      * centred accuracy, the seconds it took (not in step_s), and each
-     * task's figures (borrowed; n_tasks 0 on other steps). */
+     * task's figures (borrowed; n_tasks 0 on other steps, when the other
+     * two are not used). Written after the sources, as tasks_score,
+     * tasks_s and the tasks object. */
     double tasks_score;
     double tasks_s;
     int n_tasks;
@@ -147,9 +149,7 @@ void wf_metrics_step_memory(wf_metrics_step *r, const wf_arena *arena);
     X("grad_norm_z", grad_norm_z, D, "spike/grad_norm_z", 1.0, "")                   \
     X("spike", spike, B, "spike/flag", 1.0, "0 or 1")                                \
     X("data_pos", data_pos, I, "", 1.0, "micro-batch")                               \
-    X("comm_s", comm_s, D, "time/comm_s", 1.0, "s")                                  \
-    X("tasks_score", tasks_score, D, "tasks/score", 1.0, "centred accuracy")         \
-    X("tasks_s", tasks_s, D, "time/tasks_s", 1.0, "s")
+    X("comm_s", comm_s, D, "time/comm_s", 1.0, "s")
 
 /* --------------------------------------------------------------- sinks
  * metrics.jsonl (one JSON object a step) and a TensorBoard event file in

@@ -176,6 +176,10 @@ static void jsonl_record(wf_buf *b, const wf_metrics_step *r) {
     }
     /* Downstream tasks, as one object: name -> its figures. */
     if (r->n_tasks > 0) {
+        KEY_("tasks_score");
+        wf__obs_buf_json_num(b, r->tasks_score);
+        KEY_("tasks_s");
+        wf__obs_buf_json_num(b, r->tasks_s);
         KEY_("tasks");
         wf_buf_append(b, "{", 1);
         for (int k = 0; k < r->n_tasks; k++) {
@@ -229,6 +233,10 @@ static wf_status tb_record(wf_tb_writer *tb, const wf_metrics_step *r) {
         if (isfinite(s->loss)) TB_SRC_("loss", s->loss);
         if (isfinite(s->val_loss)) TB_SRC_("val_loss", s->val_loss);
 #undef TB_SRC_
+    }
+    if (r->n_tasks > 0) {
+        WF_TRY(wf_tb_add(tb, "tasks/score", (float)r->tasks_score));
+        WF_TRY(wf_tb_add(tb, "time/tasks_s", (float)r->tasks_s));
     }
     for (int k = 0; k < r->n_tasks; k++) {
         const wf_metrics_task *q = &r->tasks[k];

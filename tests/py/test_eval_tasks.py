@@ -339,3 +339,54 @@ def test_vocabulary_that_cannot_encode_the_text_is_refused(hf_random, task_dir, 
                       path], check=False)
     assert p.returncode == 1
     assert "task arc_easy" in p.stderr and "cannot encode" in p.stderr and "byte 0x" in p.stderr
+
+
+# ---- in the training loop -----------------------------------------------
+
+def loop_args(d, run, *extra):
+    return ["train", "--data", d / "data", "--run-dir", run, "--preset", "tiny", "--steps", 4, "--batch-size", 4,
+            "--seq-len", 64, "--lr", 0, "--optim.warmup_steps=1", "--train.eval_every=0", "--threads", 1,
+            "--ckpt.every=4", "--train.eval_tasks=arc_easy,lambada", "--train.eval_tasks_every=2",
+            "--train.eval_tasks_limit=60", f"--train.eval_task_dir={TASK_DIR}"] + list(extra)
+
+
+def task_records(run):
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in recs if "tasks" in r}
+
+
+@pytest.mark.parametrize("impl", ["openmpi", "mpich"])
+def test_in_loop_tasks_at_two_ranks_equal_one_process(weft_export, task_dir, tmp_path, impl):
+    """lr 0 keeps the initial weights, so one process and two ranks score
+    the same model: each rank scores half of the examples, the sums are
+    added, and the results are those of one process, and of `weft eval
+    --tasks` on the run's final checkpoint."""
+    import mpi_launch
+    from conftest import BUILD
+    d = weft_export
+    one = tmp_path / "one"
+    p1 = run_weft_cmd(loop_args(d, one))
+    two = tmp_path / "two"
+    r = mpi_launch.launch(BUILD / "weft", impl, 2, loop_args(d, two), timeout=300)
+    mpi_launch.check(r, (0,))
+    a, b = task_records(one), task_records(two)
+    assert sorted(a) == sorted(b) == [2, 4]
+    for step in (2, 4):
+        ta, tb = a[step]["tasks"], b[step]["tasks"]
+        assert sorted(ta) == ["arc_easy", "lambada"]
+        for name in ta:
+            assert ta[name]["acc"] == tb[name]["acc"] and ta[name]["acc_norm"] == tb[name]["acc_norm"]
+            assert ta[name]["bpb"] == pytest.approx(tb[name]["bpb"], rel=1e-6)
+        assert a[step]["tasks_score"] == pytest.approx(b[step]["tasks_score"], abs=1e-12)
+        assert a[step]["tasks_s"] > 0
+    assert "mean centred accuracy" in p1.stdout and "mean centred accuracy" in r.stdout
+    # the job on the final checkpoint (same sequence length: the preset's 64)
+    out = tmp_path / "job.jsonl"
+    run_weft_cmd(["eval", "--tasks", "arc_easy,lambada", "--task-dir", task_dir, "--checkpoint", one, "--limit", 60,
+                  "--output", out])
+    job = {j["task"]: j for j in map(json.loads, out.read_text().splitlines())}
+    for name, v in a[4]["tasks"].items():
+        assert job[name]["acc"] == v["acc"] and job[name]["bpb"] == pytest.approx(v["bpb"], rel=1e-6)
+    # TensorBoard got the tasks' scalars
+    tb = list((one / "tb").glob("events.out.tfevents.*"))
+    assert tb and b"tasks/arc_easy/acc" in tb[0].read_bytes()
