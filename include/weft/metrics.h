@@ -52,6 +52,7 @@ typedef struct {
  * tasks/<name>/... */
 typedef struct {
     const char *name;
+    double examples;       /* scored, all ranks together */
     double acc, acc_norm, centered, bpb;
 } wf_metrics_task;
 

@@ -186,7 +186,7 @@ static void jsonl_record(wf_buf *b, const wf_metrics_step *r) {
             const wf_metrics_task *q = &r->tasks[k];
             if (k) wf_buf_append(b, ",", 1);
             wf_buf_json_str(b, q->name, strlen(q->name));
-            wf_buf_printf(b, ":{\"acc\":");
+            wf_buf_printf(b, ":{\"examples\":%.0f,\"acc\":", q->examples);
             wf__obs_buf_json_num(b, q->acc);
             wf_buf_printf(b, ",\"acc_norm\":");
             wf__obs_buf_json_num(b, q->acc_norm);

@@ -232,11 +232,14 @@ typedef struct {
     int64_t doc_id;
     int64_t idx;
     int64_t label;
-    const char *context, *continuation;
+    size_t context, continuation; /* offsets of NUL-terminated strings in the text pool */
 } raw_request;
 
-/* One line's request (strings point into j). */
-static int parse_request(json_t *j, raw_request *r) {
+/* One line's request, its strings copied into pool (the JSON value is
+ * dropped right after: a whole file's values would take ten times the
+ * text). 0: not a request; -1: out of memory. A context equal to the
+ * previous request's is stored once. */
+static int parse_request(json_t *j, raw_request *r, const raw_request *prev, wf_buf *pool) {
     json_t *doc = json_object_get(j, "doc_id"), *idx = json_object_get(j, "idx"), *lab = json_object_get(j, "label");
     json_t *req = json_object_get(j, "request");
     json_t *ctx = req ? json_object_get(req, "context") : NULL, *cont = req ? json_object_get(req, "continuation") : NULL;
@@ -244,8 +247,17 @@ static int parse_request(json_t *j, raw_request *r) {
     r->doc_id = json_integer_value(doc);
     r->idx = json_integer_value(idx);
     r->label = json_is_integer(lab) ? json_integer_value(lab) : 0;
-    r->context = json_string_value(ctx);
-    r->continuation = json_string_value(cont);
+    const char *c = json_string_value(ctx), *k = json_string_value(cont);
+    size_t cl = json_string_length(ctx), kl = json_string_length(cont);
+    if (strlen(c) != cl || strlen(k) != kl) return 0; /* a NUL inside: not text */
+    if (prev && strcmp(pool->data + prev->context, c) == 0) {
+        r->context = prev->context;
+    } else {
+        r->context = pool->len;
+        if (wf_buf_append(pool, c, cl + 1) != WF_OK) return -1;
+    }
+    r->continuation = pool->len;
+    if (wf_buf_append(pool, k, kl + 1) != WF_OK) return -1;
     return 1;
 }
 
@@ -313,36 +325,35 @@ static wf_status load_task(wf_tasks *t, task *k, const wf_tokenizer *tok, int32_
         wf_buf_free(&text);
         return s;
     }
-    /* pass 1: the raw requests (json values kept for their strings) */
+    /* pass 1: the raw requests, their text in one pool */
     size_t cap = 0, n = 0;
-    json_t **lines = NULL;
     raw_request *raw = NULL;
+    wf_buf pool = {0};
     wf_lines it;
     wf_lines_init(&it, text.data, text.len);
     json_t *j;
     while (s == WF_OK && wf_lines_next_json(&it, &j)) {
         if (n == cap) {
             size_t nc = cap ? 2 * cap : 1024;
-            json_t **nl = realloc(lines, nc * sizeof *nl);
-            raw_request *nr = nl ? realloc(raw, nc * sizeof *nr) : NULL;
-            if (nl) lines = nl;
-            if (nr) raw = nr;
-            if (!nl || !nr) {
+            raw_request *nr = realloc(raw, nc * sizeof *nr);
+            if (!nr) {
                 json_decref(j);
                 s = wf_error(WF_ERR_NOMEM, "out of memory");
                 break;
             }
+            raw = nr;
             cap = nc;
         }
-        if (!j || !parse_request(j, &raw[n])) {
-            json_decref(j);
+        int ok = j ? parse_request(j, &raw[n], n ? &raw[n - 1] : NULL, &pool) : 0;
+        json_decref(j);
+        if (ok < 0) s = wf_error(WF_ERR_NOMEM, "out of memory");
+        else if (!ok)
             s = wf_error(WF_ERR_FORMAT,
                          "task %s: line %zu of %s/%s is not a request (doc_id, idx, request.context, "
                          "request.continuation)",
                          name, it.lineno, t->o.task_dir, k->f->path);
-            break;
-        }
-        lines[n++] = j;
+        else
+            n++;
     }
     wf_buf_free(&text);
     /* the examples: runs of one doc_id */
@@ -388,23 +399,24 @@ static wf_status load_task(wf_tasks *t, task *k, const wf_tokenizer *tok, int32_
             for (int q = 0; q < k->shots && s == WF_OK; q++) {
                 const example *se = &k->ex[shot[q]];
                 const raw_request *g = &raw[se->first + (size_t)(k->f->cloze ? 0 : se->gold)];
-                s = wf_buf_printf(&ctx, "%s%s\n\n", g->context, g->continuation);
+                s = wf_buf_printf(&ctx, "%s%s\n\n", pool.data + g->context, pool.data + g->continuation);
             }
         }
         for (int c = 0; s == WF_OK && c < e->n_choices; c++) {
             const raw_request *r = &raw[e->first + (size_t)c];
             request *q = &k->rq[e->first + (size_t)c];
             size_t base = ctx.len;
-            s = wf_buf_puts(&ctx, r->context);
+            s = wf_buf_puts(&ctx, pool.data + r->context);
             v.n = 0;
             if (s == WF_OK && bos >= 0) s = wf_ids_push(&v, bos);
             size_t c0 = v.n;
             if (s == WF_OK) s = wf_tokenizer_encode(tok, ctx.data, ctx.len, 0, &v);
             if (s == WF_OK) s = check_roundtrip(tok, &v, c0, ctx.data, ctx.len, name, e->doc_id, "context");
             size_t k0 = v.n;
-            size_t cl = strlen(r->continuation);
-            if (s == WF_OK) s = wf_tokenizer_encode(tok, r->continuation, cl, 0, &v);
-            if (s == WF_OK) s = check_roundtrip(tok, &v, k0, r->continuation, cl, name, e->doc_id, "continuation");
+            const char *cont = pool.data + r->continuation;
+            size_t cl = strlen(cont);
+            if (s == WF_OK) s = wf_tokenizer_encode(tok, cont, cl, 0, &v);
+            if (s == WF_OK) s = check_roundtrip(tok, &v, k0, cont, cl, name, e->doc_id, "continuation");
             if (s == WF_OK && v.n == k0)
                 s = wf_error(WF_ERR_FORMAT, "task %s: doc_id %" PRId64 " choice %d has an empty continuation", name,
                              e->doc_id, c);
@@ -428,8 +440,7 @@ static wf_status load_task(wf_tasks *t, task *k, const wf_tokenizer *tok, int32_
     free(shot);
     wf_ids_free(&v);
     wf_buf_free(&ctx);
-    for (size_t i = 0; i < n; i++) json_decref(lines[i]);
-    free(lines);
+    wf_buf_free(&pool);
     free(raw);
     return s;
 }

@@ -84,8 +84,12 @@ wf_status wf__train_tasks_run(trainer *t) {
         wf_task_result *r = &t->task_res[i];
         sums_in(r, v + i * N_SUMS);
         wf_tasks_finish(r);
-        t->task_rec[i] = (wf_metrics_task){
-            .name = r->name, .acc = r->acc, .acc_norm = r->acc_norm, .centered = r->centered, .bpb = r->bpb};
+        t->task_rec[i] = (wf_metrics_task){.name = r->name,
+                                           .examples = r->examples,
+                                           .acc = r->acc,
+                                           .acc_norm = r->acc_norm,
+                                           .centered = r->centered,
+                                           .bpb = r->bpb};
     }
     if (s == WF_OK) t->task_score = wf_tasks_aggregate(t->tasks, t->task_res, t->n_tasks, &t->task_label);
     free(v);

@@ -345,7 +345,7 @@ def test_vocabulary_that_cannot_encode_the_text_is_refused(hf_random, task_dir, 
 
 def loop_args(d, run, *extra):
     return ["train", "--data", d / "data", "--run-dir", run, "--preset", "tiny", "--steps", 4, "--batch-size", 4,
-            "--seq-len", 64, "--lr", 0, "--optim.warmup_steps=1", "--train.eval_every=0", "--threads", 1,
+            "--seq-len", 64, "--lr", 0, "--optim.min_lr=0", "--optim.warmup_steps=1", "--train.eval_every=0", "--threads", 1,
             "--ckpt.every=4", "--train.eval_tasks=arc_easy,lambada", "--train.eval_tasks_every=2",
             "--train.eval_tasks_limit=60", f"--train.eval_task_dir={TASK_DIR}"] + list(extra)
 
@@ -375,6 +375,7 @@ def test_in_loop_tasks_at_two_ranks_equal_one_process(weft_export, task_dir, tmp
         ta, tb = a[step]["tasks"], b[step]["tasks"]
         assert sorted(ta) == ["arc_easy", "lambada"]
         for name in ta:
+            assert ta[name]["examples"] == tb[name]["examples"] == 60  # each rank 30, added
             assert ta[name]["acc"] == tb[name]["acc"] and ta[name]["acc_norm"] == tb[name]["acc_norm"]
             assert ta[name]["bpb"] == pytest.approx(tb[name]["bpb"], rel=1e-6)
         assert a[step]["tasks_score"] == pytest.approx(b[step]["tasks_score"], abs=1e-12)
