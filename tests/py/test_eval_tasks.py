@@ -391,3 +391,28 @@ def test_in_loop_tasks_at_two_ranks_equal_one_process(weft_export, task_dir, tmp
     # TensorBoard got the tasks' scalars
     tb = list((one / "tb").glob("events.out.tfevents.*"))
     assert tb and b"tasks/arc_easy/acc" in tb[0].read_bytes()
+
+
+def test_watch_scores_every_checkpoint_once(weft_export, task_dir, tmp_path):
+    """`weft eval --watch RUN_DIR --tasks`: each committed checkpoint once,
+    lines in RUN_DIR/eval.jsonl equal to the one-checkpoint job's, and a
+    second watcher skips what the file holds."""
+    d = weft_export
+    run = tmp_path / "run"
+    run_weft_cmd(["train", "--data", d / "data", "--run-dir", run, "--preset", "tiny", "--steps", 4, "--batch-size", 4,
+                  "--seq-len", 64, "--lr", 0.01, "--optim.warmup_steps=1", "--train.eval_every=0", "--threads", 1,
+                  "--ckpt.every=2", "--ckpt.keep_last=0"])
+    watch = ["eval", "--watch", run, "--tasks", "arc_easy", "--task-dir", task_dir, "--limit", 30,
+             "--idle-timeout", 1, "--interval", 0.2]
+    p = run_weft_cmd(watch)
+    lines = [json.loads(l) for l in (run / "eval.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["task"]) for r in lines] == [(2, "arc_easy"), (2, "mean"), (4, "arc_easy"), (4, "mean")]
+    assert "2 checkpoints evaluated" in p.stderr
+    out = tmp_path / "job.jsonl"
+    run_weft_cmd(["eval", "--tasks", "arc_easy", "--task-dir", task_dir, "--checkpoint", run / "checkpoints" /
+                  "step-0000002", "--limit", 30, "--output", out])
+    job = json.loads(out.read_text().splitlines()[0])
+    assert (job["acc"], job["acc_norm"], job["bpb"]) == (lines[0]["acc"], lines[0]["acc_norm"], lines[0]["bpb"])
+    again = run_weft_cmd(watch)
+    assert "2 already in" in again.stderr
+    assert len((run / "eval.jsonl").read_text().splitlines()) == 4
