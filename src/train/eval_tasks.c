@@ -388,7 +388,8 @@ static wf_status load_task(wf_tasks *t, task *k, const wf_tokenizer *tok, int32_
         s = wf_error(WF_ERR_CONFIG, "task %s: %d shots, but it has only %zu examples", name, k->shots, k->n_ex);
     /* tokenize the requests of the examples used */
     wf_ids v = {0};
-    wf_buf ctx = {0};
+    wf_buf ctx = {0}, prev_text = {0};
+    size_t k0 = 0;
     size_t *shot = k->shots ? calloc((size_t)k->shots, sizeof *shot) : NULL;
     if (s == WF_OK && k->shots && !shot) s = wf_error(WF_ERR_NOMEM, "out of memory");
     for (size_t i = 0; s == WF_OK && i < k->n_use; i++) {
@@ -407,12 +408,20 @@ static wf_status load_task(wf_tasks *t, task *k, const wf_tokenizer *tok, int32_
             request *q = &k->rq[e->first + (size_t)c];
             size_t base = ctx.len;
             s = wf_buf_puts(&ctx, pool.data + r->context);
-            v.n = 0;
-            if (s == WF_OK && bos >= 0) s = wf_ids_push(&v, bos);
-            size_t c0 = v.n;
-            if (s == WF_OK) s = wf_tokenizer_encode(tok, ctx.data, ctx.len, 0, &v);
-            if (s == WF_OK) s = check_roundtrip(tok, &v, c0, ctx.data, ctx.len, name, e->doc_id, "context");
-            size_t k0 = v.n;
+            /* The choices of an example mostly share their context: the
+             * ids of the last one are kept ([bos] context, k0 of them). */
+            if (s == WF_OK && c > 0 && ctx.len == prev_text.len && memcmp(ctx.data, prev_text.data, ctx.len) == 0) {
+                v.n = k0;
+            } else if (s == WF_OK) {
+                v.n = 0;
+                if (bos >= 0) s = wf_ids_push(&v, bos);
+                size_t c0 = v.n;
+                if (s == WF_OK) s = wf_tokenizer_encode(tok, ctx.data, ctx.len, 0, &v);
+                if (s == WF_OK) s = check_roundtrip(tok, &v, c0, ctx.data, ctx.len, name, e->doc_id, "context");
+                k0 = v.n;
+                prev_text.len = 0;
+                if (s == WF_OK) s = wf_buf_append(&prev_text, ctx.data, ctx.len);
+            }
             const char *cont = pool.data + r->continuation;
             size_t cl = strlen(cont);
             if (s == WF_OK) s = wf_tokenizer_encode(tok, cont, cl, 0, &v);
@@ -440,6 +449,7 @@ static wf_status load_task(wf_tasks *t, task *k, const wf_tokenizer *tok, int32_
     free(shot);
     wf_ids_free(&v);
     wf_buf_free(&ctx);
+    wf_buf_free(&prev_text);
     wf_buf_free(&pool);
     free(raw);
     return s;
