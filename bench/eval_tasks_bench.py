@@ -17,8 +17,9 @@ What it does:
     wrote (--examples: every request's token ids) scored by
     LlamaForCausalLM in PyTorch (float32, eager attention, the same
     threads, requests sorted by length in batches of --batch, padding after
-    the end), timed around the forward passes and the log-softmax only (so
-    transformers is not charged for reading or tokenizing);
+    the end, log-softmax in double on the continuation's positions only, as
+    weft does), timed around the forward passes and the log-softmax only
+    (so transformers is not charged for loading, reading or tokenizing);
   - prints examples/s and requests/s of both and their ratio, and checks
     that the two gave every request the same log-likelihood within 1e-3
     (not a test: it reports the largest difference).
@@ -57,10 +58,12 @@ with torch.no_grad():
         idx = order[b:b + batch]
         T = len(seqs[idx[0]]) - 1
         x = torch.tensor([seqs[i][:-1] + [0] * (T - len(seqs[i]) + 1) for i in idx])
-        lp = torch.log_softmax(m(x).logits.double(), -1)
+        logits = m(x).logits
         for r, i in enumerate(idx):
             ids, cont = seqs[i], min(reqs[i][1], keep - 1)
-            res[i] = sum(lp[r, p, ids[p + 1]].item() for p in range(len(ids) - 1 - cont, len(ids) - 1))
+            lo, hi = len(ids) - 1 - cont, len(ids) - 1
+            lp = torch.log_softmax(logits[r, lo:hi].double(), -1)  # the continuation's positions only
+            res[i] = lp.gather(1, torch.tensor(ids[lo + 1:hi + 1]).unsqueeze(1)).sum().item()
 secs = time.perf_counter() - t0
 json.dump({"seconds": secs, "logprobs": res}, open(out_path, "w"))
 """
