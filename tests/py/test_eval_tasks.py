@@ -388,6 +388,13 @@ def test_in_loop_tasks_at_two_ranks_equal_one_process(weft_export, task_dir, tmp
     job = {j["task"]: j for j in map(json.loads, out.read_text().splitlines())}
     for name, v in a[4]["tasks"].items():
         assert job[name]["acc"] == v["acc"] and job[name]["bpb"] == pytest.approx(v["bpb"], rel=1e-6)
+    # the report's table: a row per scored step, each task's centred accuracy
+    run_weft_cmd(["report", one])
+    html = (one / "report.html").read_text()
+    assert 'id="tasks-table"' in html and "<th>arc_easy</th>" in html and "<th>lambada</th>" in html
+    assert html.count("<tr><td class=\"num\">2</td>") + html.count("<tr><td class=\"num\">4</td>") >= 2
+    want = "%.4f" % a[4]["tasks"]["arc_easy"]["centered"]
+    assert want in html.split('id="tasks-table"')[1]
     # TensorBoard got the tasks' scalars
     tb = list((one / "tb").glob("events.out.tfevents.*"))
     assert tb and b"tasks/arc_easy/acc" in tb[0].read_bytes()
