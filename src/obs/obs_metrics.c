@@ -29,6 +29,8 @@ void wf_metrics_step_init(wf_metrics_step *r) {
     r->time = 0;
     r->n_sources = 0;
     r->sources = NULL;
+    r->n_tasks = 0;
+    r->tasks = NULL;
 }
 
 void wf_metrics_step_derive(wf_metrics_step *r, double flops_per_token, int n_procs, double peak_tflops) {
@@ -164,6 +166,30 @@ static void jsonl_record(wf_buf *b, const wf_metrics_step *r) {
         }
         wf_buf_append(b, "}", 1);
     }
+    /* Downstream tasks, as one object: name -> its figures. */
+    if (r->n_tasks > 0) {
+        KEY_("tasks_score");
+        wf__obs_buf_json_num(b, r->tasks_score);
+        KEY_("tasks_s");
+        wf__obs_buf_json_num(b, r->tasks_s);
+        KEY_("tasks");
+        wf_buf_append(b, "{", 1);
+        for (int k = 0; k < r->n_tasks; k++) {
+            const wf_metrics_task *q = &r->tasks[k];
+            if (k) wf_buf_append(b, ",", 1);
+            wf_buf_json_str(b, q->name, strlen(q->name));
+            wf_buf_printf(b, ":{\"examples\":%.0f,\"acc\":", q->examples);
+            wf__obs_buf_json_num(b, q->acc);
+            wf_buf_printf(b, ",\"acc_norm\":");
+            wf__obs_buf_json_num(b, q->acc_norm);
+            wf_buf_printf(b, ",\"centered\":");
+            wf__obs_buf_json_num(b, q->centered);
+            wf_buf_printf(b, ",\"bpb\":");
+            wf__obs_buf_json_num(b, q->bpb);
+            wf_buf_append(b, "}", 1);
+        }
+        wf_buf_append(b, "}", 1);
+    }
 #undef KEY_
     wf_buf_append(b, "}\n", 2);
 }
@@ -199,6 +225,24 @@ static wf_status tb_record(wf_tb_writer *tb, const wf_metrics_step *r) {
         if (isfinite(s->loss)) TB_SRC_("loss", s->loss);
         if (isfinite(s->val_loss)) TB_SRC_("val_loss", s->val_loss);
 #undef TB_SRC_
+    }
+    if (r->n_tasks > 0) {
+        WF_TRY(wf_tb_add(tb, "tasks/score", (float)r->tasks_score));
+        WF_TRY(wf_tb_add(tb, "time/tasks_s", (float)r->tasks_s));
+    }
+    for (int k = 0; k < r->n_tasks; k++) {
+        const wf_metrics_task *q = &r->tasks[k];
+        char tag[160];
+#define TB_TASK_(what, v)                                                      \
+    do {                                                                       \
+        snprintf(tag, sizeof tag, "tasks/%s/%s", q->name, what);               \
+        WF_TRY(wf_tb_add(tb, tag, (float)(v)));                                \
+    } while (0)
+        TB_TASK_("acc", q->acc);
+        TB_TASK_("acc_norm", q->acc_norm);
+        TB_TASK_("centered", q->centered);
+        TB_TASK_("bpb", q->bpb);
+#undef TB_TASK_
     }
     return WF_OK;
 }

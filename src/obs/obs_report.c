@@ -1144,6 +1144,10 @@ static wf_status read_eval(eval_data *ev, const char *path) {
     json_t *o;
     while (s == WF_OK && wf_lines_next_json(&it, &o)) {
         size_t lineno = it.lineno;
+        if (json_is_string(json_object_get(o, "task"))) { /* a downstream task's line (weft eval --tasks) */
+            json_decref(o);
+            continue;
+        }
         ev->lines++;
         const char *name = json_string_value(json_object_get(o, "dataset"));
         const char *split = json_string_value(json_object_get(o, "split"));
@@ -1295,6 +1299,67 @@ static wf_status source_plots(wf_buf *b, const run_data *d, const double *x) {
     return s;
 }
 
+/* Downstream tasks scored in the loop (train.eval_tasks): a table with a
+ * row per step that scored them (the later line of a step wins), the
+ * mean centred accuracy and each task's; nothing when the run has none. */
+static wf_status tasks_section(wf_buf *b, const char *dir) {
+    size_t plen = strlen(dir) + 32;
+    char *path = malloc(plen);
+    if (!path) return wf_error(WF_ERR_NOMEM, "out of memory");
+    snprintf(path, plen, "%s/metrics.jsonl", dir);
+    char *text = NULL;
+    size_t len = 0;
+    wf_status s = wf_path_exists(path) ? wf_file_read(path, &text, &len) : WF_OK;
+    free(path);
+    if (s != WF_OK || !text) return s;
+    json_t *rows = json_array();
+    wf_lines it;
+    wf_lines_init(&it, text, len);
+    json_t *o;
+    while (rows && wf_lines_next_json(&it, &o)) {
+        if (json_is_object(json_object_get(o, "tasks")) && json_is_integer(json_object_get(o, "step"))) {
+            json_int_t step = json_integer_value(json_object_get(o, "step"));
+            while (json_array_size(rows) &&
+                   json_integer_value(json_object_get(json_array_get(rows, json_array_size(rows) - 1), "step")) >= step)
+                json_array_remove(rows, json_array_size(rows) - 1); /* a rolled-back stretch: the later lines win */
+            json_array_append(rows, o);
+        }
+        json_decref(o);
+    }
+    free(text);
+    if (!rows) return wf_error(WF_ERR_NOMEM, "out of memory");
+    if (json_array_size(rows)) {
+        json_t *first = json_object_get(json_array_get(rows, 0), "tasks");
+        PUT(b, "<section id=\"tasks\"><h2>Downstream tasks</h2><p>Centred accuracy ((acc - chance) / (1 - chance)) "
+               "of each task scored in the loop (train.eval_tasks; docs/eval.md), all ranks' examples.</p>"
+               "<table id=\"tasks-table\"><tr><th>step</th><th>mean</th>");
+        const char *key;
+        json_t *v;
+        json_object_foreach(first, key, v) {
+            PUT(b, "<th>");
+            html_esc(b, key);
+            PUT(b, "</th>");
+        }
+        PUT(b, "</tr>");
+        for (size_t i = 0; i < json_array_size(rows); i++) {
+            json_t *r = json_array_get(rows, i);
+            json_t *tasks = json_object_get(r, "tasks");
+            wf_buf_printf(b, "<tr><td class=\"num\">%lld</td><td class=\"num\">%.4f</td>",
+                          (long long)json_integer_value(json_object_get(r, "step")),
+                          json_number_value(json_object_get(r, "tasks_score")));
+            json_object_foreach(first, key, v) {
+                json_t *c = json_object_get(json_object_get(tasks, key), "centered");
+                if (json_is_number(c)) wf_buf_printf(b, "<td class=\"num\">%.4f</td>", json_number_value(c));
+                else PUT(b, "<td></td>");
+            }
+            PUT(b, "</tr>");
+        }
+        PUT(b, "</table></section>\n");
+    }
+    json_decref(rows);
+    return WF_OK;
+}
+
 static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ranks_data *rd,
                         const eval_data *ev) {
     PUT(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -1432,6 +1497,8 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
     svg_plot(b, &p_time);
     PUT(b, "</div></section>\n");
     s = eval_section(b, ev);
+    if (s != WF_OK) goto done;
+    s = tasks_section(b, dir);
     if (s != WF_OK) goto done;
     s = ranks_section(b, rd);
     if (s != WF_OK) goto done;

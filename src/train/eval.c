@@ -27,6 +27,9 @@
  */
 #include "weft/eval.h"
 
+#include "train/eval_tasks_impl.h"
+#include "weft/eval_tasks.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -89,6 +92,8 @@ struct wf_evaluator {
     int planned_T;
     int loaded;
     int32_t *rows, *inputs, *targets; /* (B, T+1), (B, T), (B, T) */
+    wf_tasks *tasks;         /* o.tasks, read at the first checkpoint (its tokenizer) */
+    wf_task_result *task_res;
     char checked_tok[4096];  /* the model tokenizer the datasets were last compared with */
     char warned_tok[4096];   /* a model tokenizer that could not be read (warned once) */
 };
@@ -277,6 +282,10 @@ void wf_eval_destroy(wf_evaluator *e) {
     if (!e) return;
     for (size_t i = 0; i < e->n_data; i++) free_dataset(&e->data[i]);
     free((char *)e->o.tokenizer);
+    free((char *)e->o.tasks);
+    free((char *)e->o.task_dir);
+    wf_tasks_destroy(e->tasks);
+    free(e->task_res);
     free(e->rows);
     free(e->inputs);
     free(e->targets);
@@ -300,6 +309,11 @@ wf_status wf_eval_create(wf_evaluator **out, const wf_eval_opts *o) {
     e->B = o->batch_size > 0 ? o->batch_size : DEFAULT_BATCH;
     wf_status s = WF_OK;
     if (o->tokenizer && !(e->o.tokenizer = strdup(o->tokenizer))) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    e->o.tasks = NULL;
+    e->o.task_dir = NULL;
+    if (s == WF_OK && o->tasks && !(e->o.tasks = strdup(o->tasks))) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    if (s == WF_OK && o->task_dir && !(e->o.task_dir = strdup(o->task_dir)))
+        s = wf_error(WF_ERR_NOMEM, "out of memory");
     for (size_t i = 0; s == WF_OK && i < o->n_data; i++) s = add_dataset(e, o->data[i]);
     if (s != WF_OK) {
         wf_eval_destroy(e);
@@ -405,13 +419,40 @@ static wf_status make_model(wf_evaluator *e, const wf_model_config *mc) {
     return WF_OK;
 }
 
+/* The downstream tasks, tokenized with --tokenizer or the model's own
+ * (the checkpoint's data.tokenizer). Their problems are the setup's. */
+static wf_status open_tasks(wf_evaluator *e, wf_ckpt *c) {
+    const char *tp = e->o.tokenizer;
+    if (!tp && (wf_ckpt_get_str(c, "data.tokenizer", &tp) != WF_OK || !tp || !*tp)) {
+        wf_error_clear();
+        return wf_error(WF_ERR_CONFIG, "%s records no tokenizer (data.tokenizer), which the tasks need: give "
+                        "--tokenizer", wf_ckpt_path(c));
+    }
+    wf_tokenizer *tok = NULL;
+    wf_status s = wf_tokenizer_load(&tok, tp);
+    if (s != WF_OK) return wf_error_wrap(WF_ERR_CONFIG, "the tasks' tokenizer: ");
+    const char *dir = e->o.task_dir ? e->o.task_dir : getenv("WEFT_TASK_DIR");
+    wf_tasks_opts to = {.task_dir = dir && *dir ? dir : "data/oe_eval_tasks",
+                        .tasks = e->o.tasks,
+                        .shots = e->o.shots,
+                        .fewshot_seed = e->o.fewshot_seed,
+                        .limit = e->o.task_limit,
+                        .batch_size = e->B,
+                        .max_seq = e->T};
+    s = wf_tasks_create(&e->tasks, &to, tok);
+    wf_tokenizer_destroy(tok);
+    if (s != WF_OK) return wf_error_wrap(WF_ERR_CONFIG, "tasks: ");
+    e->task_res = calloc(wf_tasks_count(e->tasks), sizeof *e->task_res);
+    return e->task_res ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
+}
+
 wf_status wf_eval_load(wf_evaluator *e, wf_ckpt *c) {
     e->loaded = 0;
     wf_model_config mc;
     memset(&mc, 0, sizeof mc);
     wf_status s = wf_ckpt_get_model_config(c, &mc);
     if (s != WF_OK) return s;
-    if (e->n_data == 0) {
+    if (e->n_data == 0 && !e->o.tasks) {
         /* No dataset given: the one the run trained on, its validation
          * split; a mixture's sources, each as NAME=DIR (mix.dirs). */
         const char *dir = NULL, *mix = NULL;
@@ -459,6 +500,7 @@ wf_status wf_eval_load(wf_evaluator *e, wf_ckpt *c) {
                         wf_ckpt_path(c), mc.max_seq_len, e->T);
     WF_TRY(make_model(e, &mc));
     WF_TRY(check_tokenizers(e, c));
+    if (e->o.tasks && !e->tasks) WF_TRY(open_tasks(e, c));
     for (size_t i = 0; i < e->n_data; i++)
         if (!e->data[i].prepared) WF_TRY(prepare_dataset(e, &e->data[i]));
     if (!e->rows) {
@@ -535,7 +577,9 @@ wf_status wf_eval_run(wf_evaluator *e, size_t i, wf_eval_result *r) {
 }
 
 /* The shortest of %.15g..%.17g that reads back as v; null when not finite. */
-static int put_num(char *buf, size_t size, double v) {
+/* The shortest decimal that reads back to v ("null" when not finite); also
+ * the downstream tasks' lines (eval_tasks.c). */
+int wf__eval_put_num(char *buf, size_t size, double v) {
     if (!isfinite(v)) return snprintf(buf, size, "null");
     char tmp[40];
     for (int prec = 15; prec <= 17; prec++) {
@@ -547,10 +591,10 @@ static int put_num(char *buf, size_t size, double v) {
 
 size_t wf_eval_result_json(const wf_eval_result *r, const char *checkpoint, char *buf, size_t size) {
     char time_s[40], loss[40], bpb[40], secs[40];
-    put_num(time_s, sizeof time_s, r->time);
-    put_num(loss, sizeof loss, r->loss);
-    put_num(bpb, sizeof bpb, r->bpb);
-    put_num(secs, sizeof secs, r->seconds);
+    wf__eval_put_num(time_s, sizeof time_s, r->time);
+    wf__eval_put_num(loss, sizeof loss, r->loss);
+    wf__eval_put_num(bpb, sizeof bpb, r->bpb);
+    wf__eval_put_num(secs, sizeof secs, r->seconds);
     size_t ncp = checkpoint ? strlen(checkpoint) : 0, ndir = strlen(r->dir);
     char *ecp = malloc(wf_json_escaped_len(checkpoint ? checkpoint : "", ncp) + 1);
     char *edir = malloc(wf_json_escaped_len(r->dir, ndir) + 1);
@@ -588,6 +632,8 @@ typedef struct {
     wf_tb_writer *tb;
     uint64_t *done;            /* sorted keys step * WF_EVAL_MAX_DATASETS + dataset: in eval.jsonl */
     size_t n_done, cap_done;
+    uint64_t *tasks_done;      /* sorted steps whose tasks eval.jsonl holds (their aggregate line) */
+    size_t n_tasks_done, cap_tasks_done;
     uint64_t *handled;         /* sorted steps this watcher is through with */
     size_t n_handled, cap_handled;
     uint64_t newest;           /* the newest step handled */
@@ -637,7 +683,14 @@ static wf_status read_done(watch *w) {
         json_t *step = json_object_get(o, "step");
         const char *name = json_string_value(json_object_get(o, "dataset"));
         const char *split = json_string_value(json_object_get(o, "split"));
-        if (!json_is_integer(step) || json_integer_value(step) < 0 || !name || !split) {
+        const char *kind = json_string_value(json_object_get(o, "kind"));
+        if (json_is_string(json_object_get(o, "task"))) {
+            /* a downstream task's line: its aggregate says the step's tasks are done */
+            if (w->e->o.tasks && kind && strcmp(kind, "aggregate") == 0 && json_is_integer(step) &&
+                json_integer_value(step) >= 0)
+                s = set_add(&w->tasks_done, &w->n_tasks_done, &w->cap_tasks_done,
+                            (uint64_t)json_integer_value(step));
+        } else if (!json_is_integer(step) || json_integer_value(step) < 0 || !name || !split) {
             if (!bad++) first_bad = it.lineno;
         } else {
             for (size_t i = 0; i < w->e->n_data; i++)
@@ -699,6 +752,40 @@ static wf_status record(watch *w, const wf_eval_result *r, const char *ckpt_dir)
 
 /* Errors that no later checkpoint would fix end the watcher; the others
  * belong to one checkpoint, which is skipped. */
+/* The tasks' lines of checkpoint `step` (and their TensorBoard scalars). */
+static wf_status record_tasks(watch *w, uint64_t step, const char *ckpt_dir) {
+    wf_evaluator *e = w->e;
+    size_t n = wf_tasks_count(e->tasks);
+    char line[4 * PATH_CAP + 512];
+    for (size_t i = 0; i <= n; i++) {
+        size_t len = i < n ? wf_tasks_result_json(&e->task_res[i], step, ckpt_dir, line, sizeof line)
+                           : wf_tasks_aggregate_json(e->tasks, e->task_res, n, step, ckpt_dir, line, sizeof line);
+        if (!len) return wf_error(WF_ERR_INTERNAL, "an eval.jsonl line did not fit its buffer");
+        WF_TRY(append_line(w, line, len));
+    }
+    if (w->o->tensorboard) {
+        if (!w->tb) {
+            char dir[PATH_CAP + 8];
+            snprintf(dir, sizeof dir, "%s/tb", w->eval_dir);
+            WF_TRY(wf_tb_open(&w->tb, dir, 0));
+        }
+        WF_TRY(wf_tb_begin(w->tb, (int64_t)step, unix_now()));
+        char tag[WF_TASK_NAME_MAX + 32];
+        for (size_t i = 0; i < n; i++) {
+            const wf_task_result *r = &e->task_res[i];
+            snprintf(tag, sizeof tag, "tasks/%s/acc", r->name);
+            WF_TRY(wf_tb_add(w->tb, tag, (float)r->acc));
+            snprintf(tag, sizeof tag, "tasks/%s/centered", r->name);
+            WF_TRY(wf_tb_add(w->tb, tag, (float)r->centered));
+            snprintf(tag, sizeof tag, "tasks/%s/bpb", r->name);
+            WF_TRY(wf_tb_add(w->tb, tag, (float)r->bpb));
+        }
+        WF_TRY(wf_tb_add(w->tb, "tasks/score", (float)wf_tasks_aggregate(e->tasks, e->task_res, n, NULL)));
+        WF_TRY(wf_tb_flush(w->tb));
+    }
+    return set_add(&w->tasks_done, &w->n_tasks_done, &w->cap_tasks_done, step);
+}
+
 static int fatal(wf_status s) {
     return s == WF_ERR_CONFIG || s == WF_ERR_NOMEM || s == WF_ERR_INTERNAL || s == WF_ERR_INVALID;
 }
@@ -716,7 +803,8 @@ static wf_status handle_step(watch *w, uint64_t step) {
     size_t missing = 0;
     /* With no dataset given, the run's own is known only from a checkpoint. */
     for (size_t i = 0; i < e->n_data; i++) missing += !wf_sorted_u64_contains(w->done, w->n_done, done_key(step, i));
-    if (e->n_data && !missing) {
+    int tasks_missing = e->o.tasks && !wf_sorted_u64_contains(w->tasks_done, w->n_tasks_done, step);
+    if ((e->n_data || e->o.tasks) && !missing && !tasks_missing) {
         w->res->already_done++;
         return mark_handled(w, step);
     }
@@ -729,7 +817,7 @@ static wf_status handle_step(watch *w, uint64_t step) {
     if (s == WF_OK) {
         size_t before = e->n_data;
         s = wf_eval_load(e, c);
-        if (s == WF_OK && before == 0) {
+        if (s == WF_OK && before == 0 && e->n_data > 0) {
             /* The run's own dataset was just added: eval.jsonl may hold it. */
             wf_ckpt_close(c);
             c = NULL;
@@ -763,6 +851,18 @@ static wf_status handle_step(watch *w, uint64_t step) {
         if (s == WF_OK)
             WF_INFO("step %" PRIu64 " %s: loss %.4f, %.4f bits per byte (%" PRIu64 " tokens, %.2f s)", step, r.dataset,
                     r.loss, r.bpb, r.tokens, r.seconds);
+    }
+    if (s == WF_OK && tasks_missing) {
+        WF_INFO("scoring %s (step %" PRIu64 ") on %zu task%s", dir, step, wf_tasks_count(e->tasks),
+                wf_tasks_count(e->tasks) == 1 ? "" : "s");
+        s = wf_tasks_run(e->tasks, e->model, e->task_res);
+        if (s == WF_OK) s = record_tasks(w, step, dir);
+        if (s == WF_OK) {
+            const char *label;
+            double v = wf_tasks_aggregate(e->tasks, e->task_res, wf_tasks_count(e->tasks), &label);
+            WF_INFO("step %" PRIu64 " tasks: %s %.4f", step, label, v);
+            if (w->o->on_tasks) w->o->on_tasks(w->o->ctx, step, e->task_res, wf_tasks_count(e->tasks), label, v);
+        }
     }
     wf_ckpt_close(c);
     WF_TRY(s);
@@ -900,6 +1000,7 @@ wf_status wf_eval_watch(wf_evaluator *e, const wf_eval_watch_opts *o, wf_eval_wa
     if (w.tb) wf_error_keep_note(&k, wf_tb_close(w.tb));
     if (w.fd >= 0) close(w.fd);
     free(w.done);
+    free(w.tasks_done);
     free(w.handled);
     wf_dirlock_release(lock);
     return wf_error_keep_restore(&k);

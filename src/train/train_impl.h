@@ -32,6 +32,7 @@
 #include "weft/ckpt.h"
 #include "weft/dirlock.h"
 #include "weft/dist.h"
+#include "weft/eval_tasks.h"
 #include "weft/loader.h"
 #include "weft/metrics.h"
 #include "weft/mfu.h"
@@ -164,6 +165,14 @@ typedef struct {
     wf_progress bar;           /* rank 0's progress bar */
     double t_run;              /* when the loop started */
     double val_loss;           /* the last validation loss, NaN before the first */
+    /* train.eval_tasks (train_tasks.c): the tasks, their last results
+       (summed over ranks), and as metrics records */
+    wf_tasks *tasks;
+    wf_task_result *task_res;
+    wf_metrics_task *task_rec;
+    size_t n_tasks;
+    double task_score;         /* the mean centred accuracy of the last scoring */
+    const char *task_label;
     /* WEFT_TEST_FLIP_BIT (replica.c), read once at setup: after step
        flip.step this rank flips bit flip.bit of parameter element
        flip.elem (flip.what names it for the warning); -1: never */
@@ -405,8 +414,18 @@ void wf__train_log_spike(trainer *t, const step_outcome *o, int64_t done, int ro
 typedef struct {
     double t0, t_end;          /* the step's start and end */
     double eval_s;             /* NaN when no evaluation ran */
+    double tasks_s;            /* NaN when no downstream tasks were scored */
     double ckpt_s;             /* time in the checkpoint block */
 } step_times;
+/* train.eval_tasks (train_tasks.c): reads and tokenizes the tasks (this
+ * rank's share); nothing without the key. */
+wf_status wf__train_tasks_setup(trainer *t);
+void wf__train_tasks_free(trainer *t);
+/* Are the tasks due after step `done`? */
+int wf__train_tasks_due(const trainer *t, int64_t done);
+/* Scores them with the current model, sums over ranks, into t->task_res,
+ * t->task_rec and t->task_score. */
+wf_status wf__train_tasks_run(trainer *t);
 /* The step's record into the metrics sinks, and rank 0's console line. */
 wf_status wf__train_observe(trainer *t, int64_t done, const step_outcome *o, const step_times *st,
                             const char *spike_note);

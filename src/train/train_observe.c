@@ -262,7 +262,14 @@ wf_status wf__train_observe(trainer *t, int64_t done, const step_outcome *o, con
     r.tokens = o->tokens;
     r.batch_seqs = o->batch_seqs;
     r.tokens_seen = (int64_t)(o->tokens_before + (uint64_t)o->tokens);
-    r.step_s = st->t_end - st->t0 - (eval ? st->eval_s : 0);
+    int tasks = !isnan(st->tasks_s);
+    r.step_s = st->t_end - st->t0 - (eval ? st->eval_s : 0) - (tasks ? st->tasks_s : 0);
+    if (tasks) {
+        r.tasks_s = st->tasks_s;
+        r.tasks_score = t->task_score;
+        r.n_tasks = (int)t->n_tasks;
+        r.tasks = t->task_rec;
+    }
     r.data_s = o->data_s;
     r.fwd_bwd_s = o->fwd_bwd_s;
     r.optim_s = o->optim_s;
@@ -282,19 +289,22 @@ wf_status wf__train_observe(trainer *t, int64_t done, const step_outcome *o, con
     wf_metrics_step_memory(&r, t->arena);
     if (t->metrics) WF_TRY(wf_metrics_log(t->metrics, &r));
 
-    if (t->rank == 0 && (done % tc->log_every == 0 || done == tc->steps || eval || o->spike.spike)) {
-        char rate[32], vbuf[48] = "", mbuf[32] = "", bbuf[64] = "";
+    if (t->rank == 0 && (done % tc->log_every == 0 || done == tc->steps || eval || tasks || o->spike.spike)) {
+        char rate[32], vbuf[48] = "", mbuf[32] = "", bbuf[64] = "", tbuf[96] = "";
         int step_width = (int)snprintf(NULL, 0, "%lld", (long long)tc->steps);
         fmt_rate(rate, sizeof rate, r.tokens_per_s);
         if (isfinite(r.mfu_pct)) snprintf(mbuf, sizeof mbuf, " | mfu %.1f%%", r.mfu_pct);
         if (eval) snprintf(vbuf, sizeof vbuf, " | val loss %.4f", t->val_loss);
+        if (tasks)
+            snprintf(tbuf, sizeof tbuf, " | %s %.4f (%zu task%s, %.1f s)", t->task_label, t->task_score, t->n_tasks,
+                     t->n_tasks == 1 ? "" : "s", st->tasks_s);
         /* Under a ramp the batch changes: the line says which it was. */
         if (wf_batch_ramp_active(&t->ramp))
             snprintf(bbuf, sizeof bbuf, " | batch %lld (%lld tokens)", (long long)o->batch_seqs, (long long)o->tokens);
         wf_progress_clear(&t->bar);
-        printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f%s | %s tok/s | %.0f ms (data %.1f ms)%s%s%s\n",
+        printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f%s | %s tok/s | %.0f ms (data %.1f ms)%s%s%s%s\n",
                step_width, (long long)done, (long long)tc->steps, o->loss, o->lr, o->grad_norm, bbuf, rate,
-               r.step_s * 1e3, o->data_s * 1e3, mbuf, vbuf, spike_note);
+               r.step_s * 1e3, o->data_s * 1e3, mbuf, vbuf, tbuf, spike_note);
         fflush(stdout);
     }
     return WF_OK;

@@ -29,6 +29,7 @@ void wf__train_free(trainer *t) {
     wf_loader_destroy(t->val);
     wf_loader_destroy(t->train);
     wf__train_mix_free(t);
+    wf__train_tasks_free(t);
     if (t->units) wf__train_units_free(t); /* fsdp: its optimizers, t->opt among them */
     wf_adamw_destroy(t->opt);
     wf_model_destroy(t->model);
@@ -318,6 +319,7 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     WF_TRY(wf_model_set_recompute(t->model, (wf_model_recompute)recompute));
     WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
     arena_mark(t, "activations");
+    WF_TRY(wf__train_tasks_setup(t)); /* train.eval_tasks: this rank's share, read and tokenized */
     WF_TRY(wf__train_flip_setup(t));
     wf_adamw_config ac = {.beta1 = tc->beta1,
                           .beta2 = tc->beta2,

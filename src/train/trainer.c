@@ -119,7 +119,7 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
     t->rb_step = -1;
     for (int64_t step = start; step < tc->steps; step++) {
         wf__train_mark_step(t, step);
-        step_times st = {.t0 = wf_time_now(), .eval_s = NAN};
+        step_times st = {.t0 = wf_time_now(), .eval_s = NAN, .tasks_s = NAN};
         step_outcome o;
         WF_TRY(wf__train_step(t, step, &o));
         int64_t done = step + 1;
@@ -149,6 +149,11 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
             double te = wf_time_now();
             WF_TRY(wf__train_evaluate(t, &t->val_loss));
             st.eval_s = wf_time_now() - te;
+        }
+        if (!roll && wf__train_tasks_due(t, done)) {
+            double te = wf_time_now();
+            WF_TRY(wf__train_tasks_run(t));
+            st.tasks_s = wf_time_now() - te;
         }
         run_control rc;
         WF_TRY(wf__train_control(t, done, roll, &rc));

