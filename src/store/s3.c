@@ -333,8 +333,8 @@ static wf_status attempt(const s3_config *c, s3_req *r, CURLcode *cc, char *curl
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(amz_date, sizeof amz_date, "%Y%m%dT%H%M%SZ", &tm);
-    wf__sha256(r->body ? r->body : "", r->body_len, digest);
-    wf__hex(digest, 32, payload);
+    wf_sha256(r->body ? r->body : "", r->body_len, digest);
+    wf_hex(digest, 32, payload);
     wf__sigv4_req sr = {r->method, host, path.data, r->query, r->n_query, r->headers, r->n_headers, payload,
                         amz_date, c->region, "s3", c->access_key, c->secret_key, c->session_token};
     s = path.failed ? wf_error(WF_ERR_NOMEM, "out of memory") : wf__sigv4_sign(&sr, &auth, NULL);

@@ -123,8 +123,8 @@ wf_status wf__sigv4_sign(const wf__sigv4_req *r, wf_buf *authorization, wf_buf *
         char cr_hex[65], sig_hex[65], date[9];
         memcpy(date, r->amz_date, 8);
         date[8] = 0;
-        wf__sha256(cr.data, cr.len, digest);
-        wf__hex(digest, 32, cr_hex);
+        wf_sha256(cr.data, cr.len, digest);
+        wf_hex(digest, 32, cr_hex);
         wf_buf sts = {0};
         wf_buf_printf(&sts, "AWS4-HMAC-SHA256\n%s\n%s/%s/%s/aws4_request\n%s", r->amz_date, date, r->region,
                       r->service, cr_hex);
@@ -134,12 +134,12 @@ wf_status wf__sigv4_sign(const wf__sigv4_req *r, wf_buf *authorization, wf_buf *
         if (sts.failed || secret.failed) {
             s = wf_error(WF_ERR_NOMEM, "out of memory");
         } else {
-            wf__hmac_sha256(secret.data, secret.len, date, 8, key);
-            wf__hmac_sha256(key, 32, r->region, strlen(r->region), key);
-            wf__hmac_sha256(key, 32, r->service, strlen(r->service), key);
-            wf__hmac_sha256(key, 32, "aws4_request", 12, key);
-            wf__hmac_sha256(key, 32, sts.data, sts.len, digest);
-            wf__hex(digest, 32, sig_hex);
+            wf_hmac_sha256(secret.data, secret.len, date, 8, key);
+            wf_hmac_sha256(key, 32, r->region, strlen(r->region), key);
+            wf_hmac_sha256(key, 32, r->service, strlen(r->service), key);
+            wf_hmac_sha256(key, 32, "aws4_request", 12, key);
+            wf_hmac_sha256(key, 32, sts.data, sts.len, digest);
+            wf_hex(digest, 32, sig_hex);
             wf_buf_printf(authorization,
                           "AWS4-HMAC-SHA256 Credential=%s/%s/%s/%s/aws4_request, SignedHeaders=%s, Signature=%s",
                           r->access_key, date, r->region, r->service, signed_names.data, sig_hex);

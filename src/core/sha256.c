@@ -1,12 +1,13 @@
-/* SHA-256 and HMAC-SHA-256 (FIPS 180-4, RFC 2104), for the S3 request
- * signer (sigv4.c) and the payload hashes it signs. Written here so that
- * weft's only transport dependency is libcurl; checked against Python's
- * hashlib and hmac by tests/py/test_store_sigv4.py. Not constant-time:
- * it hashes request data and a signing key derived per day, never compares
- * secrets. */
+/* SHA-256 and HMAC-SHA-256 (FIPS 180-4, RFC 2104), weft/sha256.h: for the
+ * S3 request signer (src/store/sigv4.c) and the payload hashes it signs,
+ * and for the downstream task files' manifest (src/train/eval_tasks.c).
+ * Written here so that weft's only transport dependency is libcurl;
+ * checked against Python's hashlib and hmac by tests/py/test_store_sigv4.py
+ * and test_eval_tasks.py. Not constant-time: it hashes request data, files
+ * and a signing key derived per day, never compares secrets. */
 #include <string.h>
 
-#include "store/store_impl.h"
+#include "weft/sha256.h"
 
 static const uint32_t K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -40,7 +41,7 @@ static void compress(uint32_t h[8], const unsigned char *p) {
     h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
 }
 
-void wf__sha256_init(wf__sha256_ctx *s) {
+void wf_sha256_init(wf_sha256_ctx *s) {
     static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
     memcpy(s->h, h0, sizeof h0);
@@ -48,7 +49,7 @@ void wf__sha256_init(wf__sha256_ctx *s) {
     s->fill = 0;
 }
 
-void wf__sha256_update(wf__sha256_ctx *s, const void *data, size_t n) {
+void wf_sha256_update(wf_sha256_ctx *s, const void *data, size_t n) {
     const unsigned char *p = data;
     s->len += n;
     if (s->fill) {
@@ -64,43 +65,49 @@ void wf__sha256_update(wf__sha256_ctx *s, const void *data, size_t n) {
     s->fill = n;
 }
 
-void wf__sha256_final(wf__sha256_ctx *s, unsigned char out[32]) {
+void wf_sha256_final(wf_sha256_ctx *s, unsigned char out[32]) {
     uint64_t bits = s->len * 8;
     unsigned char pad[72] = {0x80};
     size_t padn = (s->fill < 56 ? 56 : 120) - s->fill;
     for (int i = 0; i < 8; i++) pad[padn + i] = (unsigned char)(bits >> (56 - 8 * i));
-    wf__sha256_update(s, pad, padn + 8);
+    wf_sha256_update(s, pad, padn + 8);
     for (int i = 0; i < 8; i++) {
         out[4 * i] = (unsigned char)(s->h[i] >> 24), out[4 * i + 1] = (unsigned char)(s->h[i] >> 16);
         out[4 * i + 2] = (unsigned char)(s->h[i] >> 8), out[4 * i + 3] = (unsigned char)s->h[i];
     }
 }
 
-void wf__sha256(const void *data, size_t n, unsigned char out[32]) {
-    wf__sha256_ctx s;
-    wf__sha256_init(&s);
-    wf__sha256_update(&s, data, n);
-    wf__sha256_final(&s, out);
+void wf_sha256(const void *data, size_t n, unsigned char out[32]) {
+    wf_sha256_ctx s;
+    wf_sha256_init(&s);
+    wf_sha256_update(&s, data, n);
+    wf_sha256_final(&s, out);
 }
 
-void wf__hmac_sha256(const void *key, size_t key_len, const void *msg, size_t msg_len, unsigned char out[32]) {
+void wf_hmac_sha256(const void *key, size_t key_len, const void *msg, size_t msg_len, unsigned char out[32]) {
     unsigned char k[64] = {0}, ipad[64], opad[64], inner[32];
-    if (key_len > 64) wf__sha256(key, key_len, k);
+    if (key_len > 64) wf_sha256(key, key_len, k);
     else memcpy(k, key, key_len);
     for (int i = 0; i < 64; i++) ipad[i] = k[i] ^ 0x36, opad[i] = k[i] ^ 0x5c;
-    wf__sha256_ctx s;
-    wf__sha256_init(&s);
-    wf__sha256_update(&s, ipad, 64);
-    wf__sha256_update(&s, msg, msg_len);
-    wf__sha256_final(&s, inner);
-    wf__sha256_init(&s);
-    wf__sha256_update(&s, opad, 64);
-    wf__sha256_update(&s, inner, 32);
-    wf__sha256_final(&s, out);
+    wf_sha256_ctx s;
+    wf_sha256_init(&s);
+    wf_sha256_update(&s, ipad, 64);
+    wf_sha256_update(&s, msg, msg_len);
+    wf_sha256_final(&s, inner);
+    wf_sha256_init(&s);
+    wf_sha256_update(&s, opad, 64);
+    wf_sha256_update(&s, inner, 32);
+    wf_sha256_final(&s, out);
 }
 
-void wf__hex(const unsigned char *p, size_t n, char *out) {
+void wf_hex(const unsigned char *p, size_t n, char *out) {
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) out[2 * i] = digits[p[i] >> 4], out[2 * i + 1] = digits[p[i] & 15];
     out[2 * n] = 0;
+}
+
+void wf_sha256_hex(const void *data, size_t n, char hex[65]) {
+    unsigned char d[32];
+    wf_sha256(data, n, d);
+    wf_hex(d, 32, hex);
 }
