@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "weft/dist.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/weft.h"
 
 typedef struct {

@@ -40,7 +40,7 @@
 
 #include "commands.h"
 #include "weft/dist.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/metrics.h"
 #include "weft/weft.h"
 
@@ -274,11 +274,15 @@ static void probe_gemm(rank_report *r, int n, int slow) {
         a[i] = (float)((double)(wf_rng_u64(&g) >> 40) / (double)(1 << 24) - 0.5);
         b[i] = (float)((double)(wf_rng_u64(&g) >> 40) / (double)(1 << 24) - 0.5);
     }
-    wf_kern_matmul_fwd(out, a, b, n, n, n, 0); /* warm-up: threads and pages */
+    /* out = a @ b^T on the cpu backend: the model's linear layers' sgemm */
+    wf_matmul_desc d = {.m = n, .n = n, .k = n, .trans_b = 1, .a = wf_f32(a), .b = wf_f32(b), .c = wf_f32(out),
+                        .lda = n, .ldb = n, .ldc = n, .alpha = 1.0f};
+    wf_backend *cpu = wf_backend_cpu();
+    (void)wf_backend_matmul(cpu, &d); /* warm-up: threads and pages; cpu's matmul cannot fail */
     double t[REPS];
     for (int k = 0; k < REPS; k++) {
         double t0 = wf_time_now();
-        for (int s = 0; s < slow; s++) wf_kern_matmul_fwd(out, a, b, n, n, n, 0);
+        for (int s = 0; s < slow; s++) (void)wf_backend_matmul(cpu, &d);
         t[k] = wf_time_now() - t0;
     }
     double sec = median(t, REPS);

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "weft/arena.h"
+#include "weft/backend.h"
 #include "weft/status.h"
 
 typedef struct {
@@ -113,6 +114,21 @@ void wf_model_init(wf_model *m, uint64_t seed);
 /* Initialises one unit's parameters (where it is bound) as wf_model_init
  * would: the same bits, unit by unit. */
 void wf_model_init_unit(wf_model *m, int unit, uint64_t seed);
+
+/* The backend the model computes on (wf_backend_cpu unless
+ * wf_model_set_backend chose another); its parameters, gradients and
+ * activations are that backend's memory. */
+wf_backend *wf_model_backend(const wf_model *m);
+/* Chooses the backend; before the model has memory of its own (create it
+ * with WF_MODEL_NO_PARAMS | WF_MODEL_NO_GRADS, or before wf_model_plan)
+ * when the backend's memory is not host memory. */
+void wf_model_set_backend(wf_model *m, wf_backend *be);
+
+/* The sum of squares of the model's own parameters (WF_MODEL_PARAMS) or
+ * gradients (WF_MODEL_GRADS), through the backend's sumsq: fixed blocks in
+ * a fixed order, the same bits on any thread count. 0 without the buffer. */
+enum { WF_MODEL_PARAMS = 0, WF_MODEL_GRADS = 1 };
+wf_status wf_model_sumsq(wf_model *m, int which, double *out);
 
 /* Sets every gradient to zero (nothing without a gradient buffer). */
 void wf_model_zero_grad(wf_model *m);

@@ -94,6 +94,7 @@ wf_status wf_model_create_ex(wf_model **out, const wf_model_config *cfg, wf_aren
     if (!m) return wf_error(WF_ERR_NOMEM, "model: cannot allocate the model header");
     m->cfg = *cfg;
     m->arena = arena;
+    m->be = wf_backend_cpu();
     wf__model_set_dims(m);
 
     layout(m); /* counting pass */
@@ -145,8 +146,19 @@ const wf_tensor_info *wf_model_find_tensor(const wf_model *m, const char *name) 
 float *wf_model_params(wf_model *m) { return m->params; }
 float *wf_model_grads(wf_model *m) { return m->grads; }
 
+wf_backend *wf_model_backend(const wf_model *m) { return m->be; }
+void wf_model_set_backend(wf_model *m, wf_backend *be) { m->be = be; }
+
+wf_status wf_model_sumsq(wf_model *m, int which, double *out) {
+    float *x = which == WF_MODEL_GRADS ? m->grads : m->params;
+    *out = 0;
+    return x ? wf_backend_sumsq(m->be, wf_f32(x), m->n_params, out) : WF_OK;
+}
+
 void wf_model_zero_grad(wf_model *m) {
-    if (m->grads) memset(m->grads, 0, m->n_params * sizeof *m->grads);
+    /* cpu and ref cannot fail a fill; a device backend's error shows at
+     * its next op */
+    if (m->grads) (void)wf_backend_fill(m->be, m->grads, 0, m->n_params * sizeof *m->grads);
 }
 
 int wf_model_num_units(const wf_model *m) { return m->n_units; }

@@ -274,7 +274,7 @@ wf_status wf__train_units_export(trainer *t, wf_safetensors_writer *w);
 /* fsdp: ckpt.init_from's weights, only this rank's pieces read. */
 wf_status wf__train_units_import(trainer *t, const char *path);
 /* fsdp: the sum of squares of this rank's parameters. */
-double wf__train_units_local_sumsq(const trainer *t);
+wf_status wf__train_units_local_sumsq(const trainer *t, double *out);
 
 /* train_mix.c */
 /* data.sources and data.weight_schedule read and checked (names, weights,
