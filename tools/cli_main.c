@@ -45,6 +45,7 @@ static const tool_cmd commands[] = {
     {"ckpt inspect", wf_cmd_ckpt_inspect, "list what a checkpoint holds"},
     {"export", wf_cmd_export, "write a checkpoint's model as a Hugging Face Llama directory"},
     {"report", wf_cmd_report, "write an HTML page with the plots of a training run"},
+    {"ops-check", wf_cmd_ops_check, "check every op of a compute backend against the reference backend (--perf: time them)"},
     {"doctor", wf_cmd_doctor, "check the ranks' machines before a long job (under mpirun/srun): libraries, collectives, sgemm, memory, disk"},
 };
 

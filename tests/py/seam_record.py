@@ -52,6 +52,18 @@ def sha(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def tensors_hash(path):
+    """The tensors of a safetensors file (names, shapes, bytes), without its
+    __metadata__, which names the run's paths."""
+    b = path.read_bytes()
+    n = int.from_bytes(b[:8], "little")
+    header = json.loads(b[8:8 + n])
+    header.pop("__metadata__", None)
+    h = hashlib.sha256(json.dumps(header, sort_keys=True).encode())
+    h.update(b[8 + n:])
+    return h.hexdigest()
+
+
 def dataset_hash(dataset):
     """The tokens the runs read: a changed tokenizer changes every loss."""
     h = hashlib.sha256()
@@ -74,7 +86,7 @@ def record_run(weft, name, dataset, run):
            "val_loss": [s["val_loss"] for s in steps if "val_loss" in s]}
     ckpts = sorted((run / "checkpoints").iterdir())
     out["checkpoint"] = {p.name: sha(p) for p in sorted(ckpts[-1].glob("*.bin"))}
-    out["model.safetensors"] = sha(run / "model.safetensors")
+    out["model.safetensors"] = tensors_hash(run / "model.safetensors")
     return out
 
 
