@@ -130,6 +130,17 @@ void wf_model_set_backend(wf_model *m, wf_backend *be);
 enum { WF_MODEL_PARAMS = 0, WF_MODEL_GRADS = 1 };
 wf_status wf_model_sumsq(wf_model *m, int which, double *out);
 
+/* Copies `count` floats of the model's own parameters (WF_MODEL_PARAMS) or
+ * gradients (WF_MODEL_GRADS) into host memory `dst`, starting at element
+ * `offset` of tensor `tensor` (an index of wf_model_tensor), or of the
+ * whole flat buffer with tensor -1. The way for code above the model to
+ * see its memory, which is the backend's (device memory on a device
+ * backend). WF_ERR_RANGE for a span outside the tensor, WF_ERR_INVALID
+ * for a model without that buffer (bound unit by unit instead). */
+wf_status wf_model_read(wf_model *m, int which, int tensor, size_t offset, size_t count, float *dst);
+/* The other way: host `src` into the model's memory. */
+wf_status wf_model_write(wf_model *m, int which, int tensor, size_t offset, size_t count, const float *src);
+
 /* Sets every gradient to zero (nothing without a gradient buffer). */
 void wf_model_zero_grad(wf_model *m);
 

@@ -155,6 +155,36 @@ wf_status wf_model_sumsq(wf_model *m, int which, double *out) {
     return x ? wf_backend_sumsq(m->be, wf_f32(x), m->n_params, out) : WF_OK;
 }
 
+/* Where [offset, offset + count) of tensor `tensor` (-1: the flat buffer)
+ * lies in the model's own parameters or gradients. */
+static wf_status model_span(wf_model *m, int which, int tensor, size_t offset, size_t count, float **at) {
+    float *base = which == WF_MODEL_GRADS ? m->grads : m->params;
+    const char *what = which == WF_MODEL_GRADS ? "gradients" : "parameters";
+    if (!base)
+        return wf_error(WF_ERR_INVALID, "model: no %s buffer of its own (bound unit by unit): nothing to read or write",
+                        what);
+    if (tensor < -1 || tensor >= m->n_tensors)
+        return wf_error(WF_ERR_RANGE, "model: no tensor %d (the model has %d)", tensor, m->n_tensors);
+    size_t start = tensor < 0 ? 0 : m->tensors[tensor].offset, numel = tensor < 0 ? m->n_params : m->tensors[tensor].numel;
+    if (offset > numel || count > numel - offset)
+        return wf_error(WF_ERR_RANGE, "model: %s [%zu, %zu) of %s are outside its %zu values", what, offset,
+                        offset + count, tensor < 0 ? "the flat buffer" : m->tensors[tensor].name, numel);
+    *at = base + start + offset;
+    return WF_OK;
+}
+
+wf_status wf_model_read(wf_model *m, int which, int tensor, size_t offset, size_t count, float *dst) {
+    float *at = NULL;
+    WF_TRY(model_span(m, which, tensor, offset, count, &at));
+    return wf_backend_download(m->be, dst, at, count * sizeof *dst);
+}
+
+wf_status wf_model_write(wf_model *m, int which, int tensor, size_t offset, size_t count, const float *src) {
+    float *at = NULL;
+    WF_TRY(model_span(m, which, tensor, offset, count, &at));
+    return wf_backend_upload(m->be, at, src, count * sizeof *src);
+}
+
 void wf_model_zero_grad(wf_model *m) {
     /* cpu and ref cannot fail a fill; a device backend's error shows at
      * its next op */

@@ -182,25 +182,34 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     }
     fputs("],\n \"parameters\": [", fp);
     int nt = wf_model_num_tensors(m);
-    const float *p = wf_model_params(m), *g = wf_model_grads(m);
+    /* The model's own buffers (when it has them) are the backend's memory:
+     * each tensor comes to the host through wf_model_read, into `stage`
+     * (room for the largest). */
+    int has_p = wf_model_params(m) != NULL, has_g = wf_model_grads(m) != NULL;
+    size_t largest = 0;
+    for (int i = 0; i < nt; i++)
+        if (wf_model_tensor(m, i)->numel > largest) largest = wf_model_tensor(m, i)->numel;
+    float *stage = malloc((largest ? largest : 1) * sizeof *stage);
     /* zero2 keeps no full gradient and fsdp no full parameters either: the
      * lists then hold this rank's parts, each entry with its range. */
     int nu = t->units ? t->units->n : 1;
     size_t *lo = calloc((size_t)nu, sizeof *lo), *cnt = calloc((size_t)nu, sizeof *cnt);
     float **ptr = calloc((size_t)nu, sizeof *ptr);
-    if (!lo || !cnt || !ptr) {
-        free(lo), free(cnt), free(ptr);
+    if (!lo || !cnt || !ptr || !stage) {
+        free(lo), free(cnt), free(ptr), free(stage);
         wf_afile_abort(&f);
         return wf_error(WF_ERR_NOMEM, "out of memory for the non-finite report");
     }
     held h;
+    wf_status s = WF_OK;
     held_of(t, 0, &h, lo, cnt, ptr);
     if (h.n) {
         put_held(fp, m, &h, 0, first_param, sizeof first_param);
     } else {
-        for (int i = 0; p && i < nt; i++) {
+        for (int i = 0; has_p && i < nt && s == WF_OK; i++) {
             const wf_tensor_info *ti = wf_model_tensor(m, i);
-            tensor_stats st = stats_of(p + ti->offset, ti->numel);
+            s = wf_model_read(m, WF_MODEL_PARAMS, i, 0, ti->numel, stage);
+            tensor_stats st = stats_of(stage, s == WF_OK ? ti->numel : 0);
             put_entry(fp, ti->name, ti->numel, &st, i == 0);
             if (bad(&st) && !first_param[0]) snprintf(first_param, sizeof first_param, "%s", ti->name);
         }
@@ -212,14 +221,19 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     if (h.n) {
         put_held(fp, m, &h, 1, first_grad, sizeof first_grad);
     } else {
-        for (int i = 0; g && i < nt; i++) {
+        for (int i = 0; has_g && i < nt && s == WF_OK; i++) {
             const wf_tensor_info *ti = wf_model_tensor(m, i);
-            tensor_stats st = stats_of(g + ti->offset, ti->numel);
+            s = wf_model_read(m, WF_MODEL_GRADS, i, 0, ti->numel, stage);
+            tensor_stats st = stats_of(stage, s == WF_OK ? ti->numel : 0);
             put_entry(fp, ti->name, ti->numel, &st, i == 0);
             if (bad(&st)) snprintf(first_grad, sizeof first_grad, "%s", ti->name);
         }
     }
-    free(lo), free(cnt), free(ptr);
+    free(lo), free(cnt), free(ptr), free(stage);
+    if (s != WF_OK) {
+        wf_afile_abort(&f);
+        return s;
+    }
     fputs("],\n \"first_nonfinite\": {\"activation\": ", fp);
     wf_json_fput_str(fp, first_act[0] ? first_act : NULL);
     fputs(", \"parameter\": ", fp);
