@@ -240,26 +240,37 @@ void wf_model_init(wf_model *m, uint64_t seed) {
     for (int u = 0; u < m->n_units; u++) wf_model_init_unit(m, u, seed);
 }
 
+/* Values are drawn into a host block of INIT_BLOCK_ floats and uploaded
+ * to the unit's memory (the backend's) block by block: element j of a
+ * tensor still comes from counter 2j of its stream, so the bits do not
+ * depend on the blocking or the threads. */
+#define INIT_BLOCK_ 8192
+
 void wf_model_init_unit(wf_model *m, int unit, uint64_t seed) {
     const model_unit_ *un = &m->units[unit];
+    float block[INIT_BLOCK_];
     for (int i = 0; i < m->n_tensors; i++) {
         const wf_tensor_info *t = &m->tensors[i];
         if (t->offset < un->off || t->offset >= un->off + un->n) continue;
         float *p = un->p + (t->offset - un->off);
-        long long numel = (long long)t->numel;
-        if (t->ndim == 1) { /* RMSNorm weights */
-            for (long long j = 0; j < numel; j++) p[j] = 1.0f;
-            continue;
-        }
         double std = m->cfg.init_std;
         if (ends_with(t->name, "o_proj.weight") || ends_with(t->name, "down_proj.weight"))
             std /= sqrt(2.0 * m->L);
         uint64_t stream = wf_hash64(t->name, strlen(t->name));
         float fstd = (float)std;
-#pragma omp parallel for schedule(static)
-        for (long long j = 0; j < numel; j++) {
-            wf_rng r = {seed, stream, 2 * (uint64_t)j};
-            p[j] = fstd * wf_rng_normal(&r);
+        for (size_t j0 = 0; j0 < t->numel; j0 += INIT_BLOCK_) {
+            long long n = (long long)(t->numel - j0 < INIT_BLOCK_ ? t->numel - j0 : INIT_BLOCK_);
+            if (t->ndim == 1) { /* RMSNorm weights */
+                for (long long j = 0; j < n; j++) block[j] = 1.0f;
+            } else {
+#pragma omp parallel for schedule(static) if (n >= 4096)
+                for (long long j = 0; j < n; j++) {
+                    wf_rng r = {seed, stream, 2 * ((uint64_t)j0 + (uint64_t)j)};
+                    block[j] = fstd * wf_rng_normal(&r);
+                }
+            }
+            /* cpu and ref cannot fail an upload (host memory) */
+            (void)wf_backend_upload(m->be, p + j0, block, (size_t)n * sizeof *block);
         }
     }
 }
