@@ -304,6 +304,10 @@ typedef struct {
 } wf_model_activation;
 int wf_model_num_activations(const wf_model *m);
 void wf_model_get_activation(const wf_model *m, int i, wf_model_activation *out); /* i in [0, num) */
+/* Copies floats [offset, offset + count) of activation i into host memory
+ * `dst` (the data is the backend's memory: read it so, not through .data).
+ * WF_ERR_RANGE outside the activation or for an unknown i. */
+wf_status wf_model_read_activation(wf_model *m, int i, size_t offset, size_t count, float *dst);
 
 /* Bytes of the model's planned buffers: parameters, gradients, activations
  * (with the backward's scratch; smaller with recomputation). */

@@ -571,6 +571,14 @@ void wf_model_get_activation(const wf_model *m, int i, wf_model_activation *out)
     activations_walk(m, i, out);
 }
 
+wf_status wf_model_read_activation(wf_model *m, int i, size_t offset, size_t count, float *dst) {
+    wf_model_activation a;
+    memset(&a, 0, sizeof a);
+    if (i < 0 || i >= activations_walk(m, i, &a) || offset > a.numel || count > a.numel - offset)
+        return wf_error(WF_ERR_RANGE, "model: activation %d has no values [%zu, %zu)", i, offset, offset + count);
+    return wf_backend_download(m->be, dst, a.data + offset, count * sizeof *dst);
+}
+
 static const char *const model_op_names_[] = {
 #define WF_MODEL_OP_NAME_(name, str) str,
     WF_MODEL_OPS(WF_MODEL_OP_NAME_)

@@ -43,6 +43,24 @@ static tensor_stats stats_of(const float *x, size_t n) {
     return st;
 }
 
+/* The stats of activation i, read through the backend in blocks. */
+static tensor_stats act_stats(wf_model *m, int i, size_t numel) {
+    float block[4096];
+    tensor_stats st = {.abs_min = INFINITY, .abs_max = -1};
+    for (size_t j = 0; j < numel; j += 4096) {
+        size_t n = numel - j < 4096 ? numel - j : 4096;
+        if (wf_model_read_activation(m, i, j, n, block) != WF_OK) break; /* cannot fail on cpu, ref */
+        tensor_stats b = stats_of(block, n);
+        st.nan += b.nan, st.inf += b.inf;
+        if (b.abs_max >= 0) { /* not NaN: the block had finite values */
+            if (b.abs_min < st.abs_min) st.abs_min = b.abs_min;
+            if (b.abs_max > st.abs_max) st.abs_max = b.abs_max;
+        }
+    }
+    if (st.abs_max < 0) st.abs_min = st.abs_max = NAN;
+    return st;
+}
+
 static int bad(const tensor_stats *st) { return st->nan || st->inf; }
 
 static void put_num(FILE *f, double v) {
@@ -172,7 +190,7 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     for (int i = 0; i < na; i++) {
         wf_model_activation a;
         wf_model_get_activation(m, i, &a);
-        tensor_stats st = stats_of(a.data, a.numel);
+        tensor_stats st = act_stats(m, i, a.numel);
         put_entry(fp, a.name, a.numel, &st, i == 0);
         if (bad(&st) && !first_act[0]) {
             snprintf(first_act, sizeof first_act, "%s", a.name);
@@ -257,7 +275,7 @@ static void log_activations(trainer *t) {
     for (int i = 0; i < na; i++) {
         wf_model_activation a;
         wf_model_get_activation(m, i, &a);
-        tensor_stats st = stats_of(a.data, a.numel);
+        tensor_stats st = act_stats(m, i, a.numel);
         if (bad(&st)) {
             stop = i;
             break;
@@ -268,7 +286,7 @@ static void log_activations(trainer *t) {
     for (int i = from; i <= stop; i++) {
         wf_model_activation a;
         wf_model_get_activation(m, i, &a);
-        tensor_stats st = stats_of(a.data, a.numel);
+        tensor_stats st = act_stats(m, i, a.numel);
         WF_WARN("  %-40s %10.3g %10.3g   %zu NaN, %zu Inf", a.name, st.abs_min, st.abs_max, st.nan, st.inf);
     }
 }

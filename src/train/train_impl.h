@@ -294,7 +294,7 @@ void wf__train_mix_free(trainer *t);
  * first micro-batch (the batches read ahead are dropped). */
 wf_status wf__train_mix_begin_step(trainer *t, int64_t step);
 /* After a micro-batch's forward: its sequences and loss sums per source. */
-void wf__train_mix_account(trainer *t, const wf_batch *b, step_outcome *o);
+wf_status wf__train_mix_account(trainer *t, const wf_batch *b, step_outcome *o);
 /* After the step's micro-batches: the loss sums summed over ranks and
  * turned into means (collective with several ranks). */
 wf_status wf__train_mix_finish_step(trainer *t, step_outcome *o);

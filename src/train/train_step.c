@@ -81,7 +81,7 @@ static wf_status forward_backward(trainer *t, int64_t step, step_outcome *o) {
         s = wf_model_forward(t->model, t->inputs, t->targets, t->Bl, t->T, &l);
         wf_trace_end(span);
         WF_TRY(s);
-        wf__train_mix_account(t, b, o); /* a mixture: the rows' sources and losses */
+        WF_TRY(wf__train_mix_account(t, b, o)); /* a mixture: the rows' sources and losses */
         span = wf_trace_begin(WF_TRACE_REGION, "backward");
         /* The last micro-batch's backward finishes the gradients: buckets
          * start reducing as it goes (DDP's overlap). */
