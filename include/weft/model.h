@@ -257,7 +257,7 @@ void wf_model_set_grad_hook(wf_model *m, wf_model_grad_hook fn, void *ctx);
 
 /* Where a step's time goes: seconds spent in each kind of op, forward and
  * backward, summed since the model was created or the last reset. Kept by
- * every forward and backward (two clock reads per kernel call); for
+ * every forward and backward (two backend marks per op: the clock on cpu); for
  * benchmarks and profiles. "copy" is the residual copies and the clearing
  * of gradient buffers. With recomputation, the forward ops the backward
  * re-runs are counted in `rec` (trace spans "rec <op>"), not in `bwd`. */
