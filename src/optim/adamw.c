@@ -155,21 +155,26 @@ double wf_grad_norm(wf_model *m) {
 }
 
 /* Names the first tensor with a non-finite gradient in the optimizer's
- * range (`g` holds the range; the error path only). */
+ * range (`g` holds the range, in the backend's memory; the error path
+ * only): the backend's first_nonfinite op per tensor, and the value
+ * downloaded. */
 static wf_status refuse_nonfinite(wf_adamw *o, const float *g, double norm) {
+    wf_backend *be = wf_model_backend(o->model);
     for (int i = 0; i < wf_model_num_tensors(o->model); i++) {
         const wf_tensor_info *t = wf_model_tensor(o->model, i);
         size_t lo = t->offset > o->begin ? t->offset : o->begin;
         size_t hi = t->offset + t->numel < o->end ? t->offset + t->numel : o->end;
-        for (size_t k = lo; k < hi; k++) {
-            if (isfinite(g[k - o->begin])) continue;
-            return wf_error(WF_ERR_RANGE,
-                            "adamw step %llu: gradient norm is %g: %s has gradient %g at element "
-                            "%zu; parameters and optimizer state are unchanged (skip this batch, "
-                            "or lower optim.lr)",
-                            (unsigned long long)o->t + 1, norm, t->name, (double)g[k - o->begin],
-                            k - t->offset);
-        }
+        if (lo >= hi) continue;
+        size_t at = hi - lo;
+        float v = 0;
+        WF_TRY(wf_backend_first_nonfinite(be, wf_f32(g + (lo - o->begin)), hi - lo, &at));
+        if (at == hi - lo) continue;
+        WF_TRY(wf_backend_download(be, &v, g + (lo - o->begin) + at, sizeof v));
+        return wf_error(WF_ERR_RANGE,
+                        "adamw step %llu: gradient norm is %g: %s has gradient %g at element "
+                        "%zu; parameters and optimizer state are unchanged (skip this batch, "
+                        "or lower optim.lr)",
+                        (unsigned long long)o->t + 1, norm, t->name, (double)v, lo + at - t->offset);
     }
     return wf_error(WF_ERR_RANGE,
                     "adamw step %llu: gradient norm is %g; parameters and optimizer state are "
