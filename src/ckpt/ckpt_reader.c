@@ -544,7 +544,20 @@ wf_status wf_ckpt_load_rank(wf_ckpt *c, const wf_ckpt_tensor *tensors, size_t n,
     for (size_t i = 0; i < n; i++) {
         int64_t b, e;
         wf_ckpt_tensor_range(&tensors[i], rank, &b, &e);
-        if (b < e) WF_TRY(wf_ckpt_read_range(c, tensors[i].name, b, e, tensors[i].data));
+        if (b >= e) continue;
+        if (!tensors[i].be) {
+            WF_TRY(wf_ckpt_read_range(c, tensors[i].name, b, e, tensors[i].data));
+            continue;
+        }
+        /* A backend's memory: through a host buffer and an upload. */
+        size_t count = (size_t)(e - b);
+        float *stage = malloc(count * sizeof *stage);
+        if (!stage)
+            return wf_error(WF_ERR_NOMEM, "%s: a staging buffer of %zu floats for %s", c->dir, count, tensors[i].name);
+        wf_status s = wf_ckpt_read_range(c, tensors[i].name, b, e, stage);
+        if (s == WF_OK) s = wf_backend_upload(tensors[i].be, tensors[i].data, stage, count * sizeof *stage);
+        free(stage);
+        WF_TRY(s);
     }
     return WF_OK;
 }
