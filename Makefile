@@ -87,7 +87,7 @@ TEST_LIB  := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(TEST_SRC),$(sort $(w
 
 # The AdamW update's sqrtf vectorises only without errno (bench/README.md,
 # "Measurements behind choices in the code").
-$(BUILD)/obj/src/optim/adamw.o: CFLAGS += -fno-math-errno
+$(BUILD)/obj/src/kernels/kern_adamw.o: CFLAGS += -fno-math-errno
 
 # The run record (run.json) states how weft was built and where its source is.
 RECORD_DEFS := -DWF_BUILD_CC='"$(CC)"' -DWF_SOURCE_DIR='"$(CURDIR)"' \

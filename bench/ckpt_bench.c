@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
             const wf_tensor_info *ti = wf_model_tensor(m, i);
             size_t j = (size_t)k * (size_t)nt + (size_t)i;
             snprintf(names[j], sizeof names[j], "%s%s", prefix[k], ti->name);
-            state[j] = (wf_ckpt_tensor){names[j], ti->ndim, {ti->shape[0], ti->shape[1]}, bufs[k] + ti->offset, 0, 0};
+            state[j] = (wf_ckpt_tensor){names[j], ti->ndim, {ti->shape[0], ti->shape[1]}, bufs[k] + ti->offset, 0, 0, NULL};
         }
     size_t n_state = 3 * (size_t)nt, bytes = 3 * np * sizeof(float);
     printf("state: %s, %zu parameters, %zu tensors, %.1f MB (parameters + AdamW m, v); %d repeats; in %s\n", preset,

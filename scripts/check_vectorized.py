@@ -51,7 +51,7 @@ HOT_LOOPS = [
     ("src/kernels/kern_rmsnorm.c", "wf_kern_rmsnorm_bwd", "acc[c - c0] += dy[c] * x[c] * r"),
     ("src/kernels/kern_rope.c", "rope_apply", "float c = ct[i], s = dir * st[i]"),
     ("src/kernels/kern_reduce.c", "wf_kern_sumsq", "s += "),
-    ("src/optim/adamw.c", "update_range", "float gi = g[i] * k.clip"),
+    ("src/kernels/kern_adamw.c", "adamw_range", "float gi = g[i] * k.clip"),
 ]
 
 # The clones gcc makes of a KERN_CLONES_ function, as its dump names them.

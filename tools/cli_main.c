@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "weft/dist.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/weft.h"
 
 typedef struct {
@@ -54,6 +54,7 @@ static const tool_cmd commands[] = {
     {"store stat", wf_cmd_store_stat, "print an object's size"},
     {"export", wf_cmd_export, "write a checkpoint's model as a Hugging Face Llama directory"},
     {"report", wf_cmd_report, "write an HTML page with the plots of a training run"},
+    {"ops-check", wf_cmd_ops_check, "check every op of a compute backend against the reference backend (--perf: time them)"},
     {"doctor", wf_cmd_doctor, "check the ranks' machines before a long job (under mpirun/srun): libraries, collectives, sgemm, memory, disk"},
 };
 

@@ -10,11 +10,11 @@
 #include <string.h>
 
 #include "commands.h"
+#include "weft/backend.h"
 #include "weft/ckpt.h"
 #include "weft/eval.h"
 #include "weft/eval_tasks.h"
 #include "weft/fileio.h"
-#include "weft/kernels.h"
 #include "weft/model.h"
 #include "weft/thread.h"
 #include "weft/tokenizer.h"

@@ -11,7 +11,7 @@
 #include "commands.h"
 #include "weft/ckpt.h"
 #include "weft/generate.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/safetensors.h"
 #include "weft/tokenizer.h"
 #include "weft/weft.h"

@@ -37,6 +37,7 @@ int wf_cmd_ckpt_verify(int argc, char **argv);  /* tools/cmd_ckpt.c */
 int wf_cmd_ckpt_inspect(int argc, char **argv);
 int wf_cmd_export(int argc, char **argv);       /* tools/cmd_export.c */
 int wf_cmd_report(int argc, char **argv);     /* tools/cmd_report.c */
+int wf_cmd_ops_check(int argc, char **argv);  /* tools/cmd_ops_check.c */
 int wf_cmd_doctor(int argc, char **argv);     /* tools/cmd_doctor.c */
 int wf_cmd_plan(int argc, char **argv);       /* tools/cmd_plan.c */
 

@@ -28,6 +28,19 @@ typedef struct {
 wf_status wf_arena_create(wf_arena **out, size_t chunk_bytes);
 void wf_arena_destroy(wf_arena *a); /* accepts NULL */
 
+/* Where an arena's chunks come from when they are not host memory (a
+ * backend's blocks: wf_backend_arena_mem in weft/backend.h). alloc returns
+ * a 4096-aligned block of `bytes` or NULL; zero clears bytes of a block
+ * (blocks are handed out zeroed, as host chunks are). */
+typedef struct {
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*free)(void *ctx, void *p);
+    void (*zero)(void *ctx, void *p, size_t bytes);
+    void *ctx;
+} wf_arena_mem;
+/* wf_arena_create with chunks from `mem` (copied). */
+wf_status wf_arena_create_mem(wf_arena **out, size_t chunk_bytes, const wf_arena_mem *mem);
+
 /* Returns `bytes` of zeroed memory aligned to `align` (a power of two, at
  * most 4096; 0 means 64), or NULL with an error message when the system has
  * no more memory. The memory lives until the next reset or destroy. */

@@ -70,6 +70,8 @@ typedef struct {
     float *data;                       /* replicated: prod(shape) floats; sharded: this rank's range */
     int64_t shard_size;                /* 0: replicated; > 0: elements per rank of the sharded buffer */
     int64_t shard_base;                /* sharded: the tensor's first element in that buffer */
+    wf_backend *be;                    /* where data is: NULL host memory, else this backend's memory
+                                          (saved through wf_backend_download, loaded through upload) */
 } wf_ckpt_tensor;
 
 /* The elements [*begin, *end) of tensor `t` (flat, row-major) that `rank`

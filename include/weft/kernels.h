@@ -34,28 +34,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Threads the kernels use: the OpenMP maximum (OMP_NUM_THREADS or the core
- * count), or 1 without OpenMP. */
-int wf_kern_threads(void);
-/* Sets the threads of both the OpenMP loops and OpenBLAS. n >= 1. */
-void wf_kern_set_threads(int n);
+#include "weft/backend.h"
 
-/* The kernel set OpenBLAS chose for this CPU ("SkylakeX", "Haswell", ...). */
-const char *wf_kern_blas_core(void);
-/* OpenBLAS's build line: version and options ("OpenBLAS 0.3.21 DYNAMIC_ARCH
- * NO_AFFINITY Haswell MAX_THREADS=64"). */
-const char *wf_kern_blas_config(void);
-/* OpenBLAS 0.3.21 (Debian 12) does not recognise some newer or virtualised
+/* The thread count and OpenBLAS calls (wf_kern_threads, wf_kern_set_threads,
+ * wf_kern_blas_*) are declared in weft/backend.h, the seam the layers above
+ * the model use. Notes on them:
+ *
+ * OpenBLAS 0.3.21 (Debian 12) does not recognise some newer or virtualised
  * x86 CPUs and falls back to its SSE3 "Prescott" kernels, several times
  * slower than the AVX2/AVX-512 ones the CPU could run. The environment
  * variable OPENBLAS_CORETYPE (SkylakeX, Haswell), set before the program
- * starts, overrides the choice. Returns 1 and writes advice into msg when
- * the chosen kernels are slower than the CPU allows, else 0. */
-int wf_kern_blas_check(char *msg, size_t size);
-/* The OPENBLAS_CORETYPE that would give this CPU its fast kernels when
- * OpenBLAS chose SSE ones, else NULL. `weft` restarts itself once with it
+ * starts, overrides the choice; wf_kern_blas_check says so, and `weft`
+ * restarts itself once with wf_kern_blas_better_core's answer
  * (tools/cli_main.c), so users get the fast kernels without knowing this. */
-const char *wf_kern_blas_better_core(void);
 
 /* ---------------------------------------------------------------- matmul
  * A linear layer without bias, through cblas_sgemm. */
@@ -225,5 +216,28 @@ void wf_kern_crossentropy_bwd_ref(float *logits, const float *lse, const int32_t
  * added in order: the same bits on any thread count. The reduction behind
  * every gradient norm (wf_grad_norm, ZeRO-1's over the ranks' shards). */
 double wf_kern_sumsq(const float *x, size_t n);
+/* The twin: one sum in double, in index order. */
+double wf_kern_sumsq_ref(const float *x, size_t n);
+
+/* The first i < n with x[i] not finite, or n (one serial pass: it is the
+ * error path's). Serves as its own twin. */
+size_t wf_kern_first_nonfinite(const float *x, size_t n);
+
+/* *sum = the sum, in row order in double, of losses[i] where targets[i] >=
+ * 0; *n_valid = how many: the mean loss's numerator and denominator, the
+ * same on any thread count. Serves as its own twin. */
+void wf_kern_loss_sum(const float *losses, const int32_t *targets, size_t n, double *sum, size_t *n_valid);
+
+/* ----------------------------------------------------------------- AdamW
+ * The update of include/weft/backend.h's wf_backend_adamw over ranges of
+ * p, g, m, v (total: the elements the ranges span, to choose threads). */
+void wf_kern_adamw(float *p, const float *g, float *m, float *v, const wf_adamw_span *ranges, int n_ranges,
+                   size_t total, wf_adamw_coef k);
+void wf_kern_adamw_ref(float *p, const float *g, float *m, float *v, const wf_adamw_span *ranges,
+                       int n_ranges, size_t total, wf_adamw_coef k);
+
+/* y = a + b, elementwise (y may be a or b). */
+void wf_kern_add(float *y, const float *a, const float *b, size_t n);
+void wf_kern_add_ref(float *y, const float *a, const float *b, size_t n);
 
 #endif

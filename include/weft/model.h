@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "weft/arena.h"
+#include "weft/backend.h"
 #include "weft/status.h"
 
 typedef struct {
@@ -113,6 +114,32 @@ void wf_model_init(wf_model *m, uint64_t seed);
 /* Initialises one unit's parameters (where it is bound) as wf_model_init
  * would: the same bits, unit by unit. */
 void wf_model_init_unit(wf_model *m, int unit, uint64_t seed);
+
+/* The backend the model computes on (wf_backend_cpu unless
+ * wf_model_set_backend chose another); its parameters, gradients and
+ * activations are that backend's memory. */
+wf_backend *wf_model_backend(const wf_model *m);
+/* Chooses the backend; before the model has memory of its own (create it
+ * with WF_MODEL_NO_PARAMS | WF_MODEL_NO_GRADS, or before wf_model_plan)
+ * when the backend's memory is not host memory. */
+void wf_model_set_backend(wf_model *m, wf_backend *be);
+
+/* The sum of squares of the model's own parameters (WF_MODEL_PARAMS) or
+ * gradients (WF_MODEL_GRADS), through the backend's sumsq: fixed blocks in
+ * a fixed order, the same bits on any thread count. 0 without the buffer. */
+enum { WF_MODEL_PARAMS = 0, WF_MODEL_GRADS = 1 };
+wf_status wf_model_sumsq(wf_model *m, int which, double *out);
+
+/* Copies `count` floats of the model's own parameters (WF_MODEL_PARAMS) or
+ * gradients (WF_MODEL_GRADS) into host memory `dst`, starting at element
+ * `offset` of tensor `tensor` (an index of wf_model_tensor), or of the
+ * whole flat buffer with tensor -1. The way for code above the model to
+ * see its memory, which is the backend's (device memory on a device
+ * backend). WF_ERR_RANGE for a span outside the tensor, WF_ERR_INVALID
+ * for a model without that buffer (bound unit by unit instead). */
+wf_status wf_model_read(wf_model *m, int which, int tensor, size_t offset, size_t count, float *dst);
+/* The other way: host `src` into the model's memory. */
+wf_status wf_model_write(wf_model *m, int which, int tensor, size_t offset, size_t count, const float *src);
 
 /* Sets every gradient to zero (nothing without a gradient buffer). */
 void wf_model_zero_grad(wf_model *m);
@@ -234,7 +261,7 @@ void wf_model_set_grad_hook(wf_model *m, wf_model_grad_hook fn, void *ctx);
 
 /* Where a step's time goes: seconds spent in each kind of op, forward and
  * backward, summed since the model was created or the last reset. Kept by
- * every forward and backward (two clock reads per kernel call); for
+ * every forward and backward (two backend marks per op: the clock on cpu); for
  * benchmarks and profiles. "copy" is the residual copies and the clearing
  * of gradient buffers. With recomputation, the forward ops the backward
  * re-runs are counted in `rec` (trace spans "rec <op>"), not in `bwd`. */
@@ -281,6 +308,10 @@ typedef struct {
 } wf_model_activation;
 int wf_model_num_activations(const wf_model *m);
 void wf_model_get_activation(const wf_model *m, int i, wf_model_activation *out); /* i in [0, num) */
+/* Copies floats [offset, offset + count) of activation i into host memory
+ * `dst` (the data is the backend's memory: read it so, not through .data).
+ * WF_ERR_RANGE outside the activation or for an unknown i. */
+wf_status wf_model_read_activation(wf_model *m, int i, size_t offset, size_t count, float *dst);
 
 /* Bytes of the model's planned buffers: parameters, gradients, activations
  * (with the backward's scratch; smaller with recomputation). */

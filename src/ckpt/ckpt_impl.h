@@ -61,7 +61,7 @@ char *wf__ckpt_tmp_path(const char *dir);
 
 /* Copies rank r's data file image (header, pieces, zero padding) into
  * `image` (rank_bytes[r] bytes, zeroed by the caller once). */
-void wf__ckpt_stage(const wf_ckpt_plan *p, int rank, uint64_t step, unsigned char *image);
+wf_status wf__ckpt_stage(const wf_ckpt_plan *p, int rank, uint64_t step, unsigned char *image);
 
 /* Writes rank r's data file into `tmp_dir`, from `image` when non-NULL
  * (made by wf__ckpt_stage) or else from the tensors, fsyncs it, and stores

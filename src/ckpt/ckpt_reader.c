@@ -558,7 +558,20 @@ wf_status wf_ckpt_load_rank(wf_ckpt *c, const wf_ckpt_tensor *tensors, size_t n,
     for (size_t i = 0; i < n; i++) {
         int64_t b, e;
         wf_ckpt_tensor_range(&tensors[i], rank, &b, &e);
-        if (b < e) WF_TRY(wf_ckpt_read_range(c, tensors[i].name, b, e, tensors[i].data));
+        if (b >= e) continue;
+        if (!tensors[i].be) {
+            WF_TRY(wf_ckpt_read_range(c, tensors[i].name, b, e, tensors[i].data));
+            continue;
+        }
+        /* A backend's memory: through a host buffer and an upload. */
+        size_t count = (size_t)(e - b);
+        float *stage = malloc(count * sizeof *stage);
+        if (!stage)
+            return wf_error(WF_ERR_NOMEM, "%s: a staging buffer of %zu floats for %s", c->dir, count, tensors[i].name);
+        wf_status s = wf_ckpt_read_range(c, tensors[i].name, b, e, stage);
+        if (s == WF_OK) s = wf_backend_upload(tensors[i].be, tensors[i].data, stage, count * sizeof *stage);
+        free(stage);
+        WF_TRY(s);
     }
     return WF_OK;
 }
@@ -617,8 +630,22 @@ wf_status wf_ckpt_open_latest(const char *root, wf_ckpt **out) {
     return WF_OK;
 }
 
+static wf_status ckpt_load_tensors(wf_ckpt *c, wf_model *m, float *stage);
+
+/* Tensor by tensor into a host buffer, then into the model's memory (its
+ * backend's) through wf_model_write. */
 wf_status wf_ckpt_load_model(wf_ckpt *c, wf_model *m) {
-    float *params = wf_model_params(m);
+    size_t largest = 0;
+    for (int i = 0; i < wf_model_num_tensors(m); i++)
+        if (wf_model_tensor(m, i)->numel > largest) largest = wf_model_tensor(m, i)->numel;
+    float *stage = malloc((largest ? largest : 1) * sizeof *stage);
+    if (!stage) return wf_error(WF_ERR_NOMEM, "%s: a staging buffer of %zu floats", c->dir, largest);
+    wf_status s = ckpt_load_tensors(c, m, stage);
+    free(stage);
+    return s;
+}
+
+static wf_status ckpt_load_tensors(wf_ckpt *c, wf_model *m, float *stage) {
     for (int i = 0; i < wf_model_num_tensors(m); i++) {
         const wf_tensor_info *ti = wf_model_tensor(m, i);
         long k = wf_ckpt_find(c, ti->name);
@@ -627,7 +654,8 @@ wf_status wf_ckpt_load_model(wf_ckpt *c, wf_model *m) {
         if (rt->ndim != ti->ndim || rt->shape[0] != ti->shape[0] || (ti->ndim == 2 && rt->shape[1] != ti->shape[1]))
             return wf_error(WF_ERR_FORMAT, "%s: tensor %s does not have the shape of the model it records", c->dir,
                             ti->name);
-        WF_TRY(wf_ckpt_read_rows(c, ti->name, 0, ti->shape[0], params + ti->offset));
+        WF_TRY(wf_ckpt_read_rows(c, ti->name, 0, ti->shape[0], stage));
+        WF_TRY(wf_model_write(m, WF_MODEL_PARAMS, i, 0, ti->numel, stage));
     }
     return WF_OK;
 }

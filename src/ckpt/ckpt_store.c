@@ -375,12 +375,17 @@ static const unsigned char *piece_src(const wf_ckpt_plan *p, const wf_ckpt_piece
     return (const unsigned char *)(p->tensors[pc->tensor].data + pc->src);
 }
 
-void wf__ckpt_stage(const wf_ckpt_plan *p, int rank, uint64_t step, unsigned char *image) {
+wf_status wf__ckpt_stage(const wf_ckpt_plan *p, int rank, uint64_t step, unsigned char *image) {
     make_header(image, p, rank, step);
     for (size_t k = p->rank_first[rank]; k < p->rank_first[rank + 1]; k++) {
         const wf_ckpt_piece *pc = &p->pieces[k];
-        memcpy(image + pc->offset, piece_src(p, pc), pc->length);
+        wf_backend *be = p->tensors[pc->tensor].be; /* a backend's memory comes down through it */
+        if (be)
+            WF_TRY(wf_backend_download(be, image + pc->offset, piece_src(p, pc), pc->length));
+        else
+            memcpy(image + pc->offset, piece_src(p, pc), pc->length);
     }
+    return WF_OK;
 }
 
 /* write() all of buf, in chunks (Linux moves at most ~2 GiB per call),

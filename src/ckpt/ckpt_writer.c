@@ -354,8 +354,19 @@ static wf_status save_ranks_async(wf_ckpt_writer *w, const char *dir, uint64_t s
     memset(w->sums, 0, (w->plan.n_pieces + 1) * sizeof *w->sums);
     double t1 = wf_time_now();
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_MEMORY, "ckpt snapshot", (int64_t)st.bytes);
-    wf__ckpt_stage(&w->plan, rank, step, w->staging);
+    wf_status staged = wf__ckpt_stage(&w->plan, rank, step, w->staging);
     wf_trace_end(span);
+    /* A backend's copy can fail (never the host's): every rank then fails
+     * the save together, and rank 0 removes the temporary folder. */
+    s = agree_error(w, staged, staged != WF_OK ? wf_error_msg() : NULL, 0, "could not copy the state", step);
+    if (s != WF_OK) {
+        if (rank == 0) (void)wf_remove_tree(tmp); /* the save's error is the one to report */
+        free(dir_copy);
+        free(tmp);
+        free(job_tmp);
+        json_decref(state);
+        return s;
+    }
     double t2 = wf_time_now();
     st.copy_seconds = t2 - t1;
     st.blocked_seconds = t2 - t0;
@@ -580,8 +591,13 @@ wf_status wf_ckpt_save(wf_ckpt_writer *w, const char *dir, uint64_t step, const 
     }
     double t1 = wf_time_now();
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_MEMORY, "ckpt snapshot", (int64_t)st.bytes);
-    wf__ckpt_stage(&w->plan, w->o.rank, step, w->staging);
+    wf_status staged = wf__ckpt_stage(&w->plan, w->o.rank, step, w->staging);
     wf_trace_end(span);
+    if (staged != WF_OK) {
+        free(dir_copy);
+        json_decref(state);
+        return staged;
+    }
     double t2 = wf_time_now();
     st.copy_seconds = t2 - t1;
     st.blocked_seconds = t2 - t0;

@@ -323,10 +323,25 @@ static wf_status import_check(const wf_model *m, const char *path, char *file) {
     return WF_OK;
 }
 
+/* The checks, then tensor by tensor into a host buffer and into the
+ * model's memory (its backend's) through wf_model_write. */
 wf_status wf_hf_import(wf_model *m, const char *path) {
-    size_t first = 0, n = wf_model_num_params(m);
-    float *dst = wf_model_params(m);
-    return wf_hf_import_ranges(m, path, 1, &first, &n, &dst);
+    char file[PATH_MAX];
+    WF_TRY(import_check(m, path, file));
+    size_t largest = 0;
+    for (int i = 0; i < wf_model_num_tensors(m); i++)
+        if (wf_model_tensor(m, i)->numel > largest) largest = wf_model_tensor(m, i)->numel;
+    float *stage = malloc((largest ? largest : 1) * sizeof *stage);
+    if (!stage) return wf_error(WF_ERR_NOMEM, "--init-from: a staging buffer of %zu floats", largest);
+    wf_status s = WF_OK;
+    for (int i = 0; i < wf_model_num_tensors(m) && s == WF_OK; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(m, i);
+        s = wf_safetensors_load_range(m, file, ti->offset, ti->numel, stage);
+        if (s != WF_OK) s = wf_error_wrap(s, "--init-from: ");
+        else s = wf_model_write(m, WF_MODEL_PARAMS, i, 0, ti->numel, stage);
+    }
+    free(stage);
+    return s;
 }
 
 wf_status wf_hf_import_ranges(const wf_model *m, const char *path, int count, const size_t *first, const size_t *n,

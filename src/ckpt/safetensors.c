@@ -224,7 +224,20 @@ wf_status wf_safetensors_save(const wf_model *m, const char *path, const wf_kv *
 wf_status wf_safetensors_save_as(const wf_model *m, const char *path, const wf_kv *meta, size_t n_meta, int bf16) {
     wf_safetensors_writer *w;
     WF_TRY(wf_safetensors_writer_open(&w, m, path, meta, n_meta, bf16));
-    wf_status s = wf_safetensors_writer_put(w, wf_model_params((wf_model *)(uintptr_t)m), w->total);
+    /* The model's memory is its backend's: each tensor comes to the host
+     * through wf_model_read, then goes to the file. */
+    wf_model *mm = (wf_model *)(uintptr_t)m;
+    size_t largest = 0;
+    for (int i = 0; i < wf_model_num_tensors(mm); i++)
+        if (wf_model_tensor(mm, i)->numel > largest) largest = wf_model_tensor(mm, i)->numel;
+    float *stage = malloc((largest ? largest : 1) * sizeof *stage);
+    wf_status s = stage ? WF_OK : wf_error(WF_ERR_NOMEM, "%s: a staging buffer of %zu floats", path, largest);
+    for (int i = 0; i < wf_model_num_tensors(mm) && s == WF_OK; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(mm, i);
+        s = wf_model_read(mm, WF_MODEL_PARAMS, i, 0, ti->numel, stage);
+        if (s == WF_OK) s = wf_safetensors_writer_put(w, stage, ti->numel);
+    }
+    free(stage);
     if (s != WF_OK) {
         wf_safetensors_writer_abort(w);
         return s;
@@ -329,8 +342,22 @@ static float bf16_to_f32(const unsigned char *p) {
     return f;
 }
 
+/* Loads tensor by tensor into a host buffer, then into the model's memory
+ * (its backend's) through wf_model_write. */
 wf_status wf_safetensors_load(wf_model *m, const char *path) {
-    return wf_safetensors_load_range(m, path, 0, wf_model_num_params(m), wf_model_params(m));
+    size_t largest = 0;
+    for (int i = 0; i < wf_model_num_tensors(m); i++)
+        if (wf_model_tensor(m, i)->numel > largest) largest = wf_model_tensor(m, i)->numel;
+    float *stage = malloc((largest ? largest : 1) * sizeof *stage);
+    if (!stage) return wf_error(WF_ERR_NOMEM, "%s: a staging buffer of %zu floats", path, largest);
+    wf_status s = WF_OK;
+    for (int i = 0; i < wf_model_num_tensors(m) && s == WF_OK; i++) {
+        const wf_tensor_info *ti = wf_model_tensor(m, i);
+        s = wf_safetensors_load_range(m, path, ti->offset, ti->numel, stage);
+        if (s == WF_OK) s = wf_model_write(m, WF_MODEL_PARAMS, i, 0, ti->numel, stage);
+    }
+    free(stage);
+    return s;
 }
 
 wf_status wf_safetensors_load_range(const wf_model *m, const char *path, size_t first, size_t n, float *dst) {

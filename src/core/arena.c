@@ -21,6 +21,7 @@ struct wf_arena {
     size_t cur;          /* index of the chunk being bumped */
     size_t chunk_bytes;
     wf_arena_stats st;
+    wf_arena_mem mem; /* alloc NULL: host memory */
 };
 
 wf_status wf_arena_create(wf_arena **out, size_t chunk_bytes) {
@@ -31,9 +32,20 @@ wf_status wf_arena_create(wf_arena **out, size_t chunk_bytes) {
     return WF_OK;
 }
 
+wf_status wf_arena_create_mem(wf_arena **out, size_t chunk_bytes, const wf_arena_mem *mem) {
+    WF_TRY(wf_arena_create(out, chunk_bytes));
+    (*out)->mem = *mem;
+    return WF_OK;
+}
+
 void wf_arena_destroy(wf_arena *a) {
     if (!a) return;
-    for (size_t i = 0; i < a->n_chunks; i++) free(a->chunks[i].base);
+    for (size_t i = 0; i < a->n_chunks; i++) {
+        if (a->mem.alloc)
+            a->mem.free(a->mem.ctx, a->chunks[i].base);
+        else
+            free(a->chunks[i].base);
+    }
     free(a->chunks);
     free(a);
 }
@@ -43,7 +55,11 @@ static int arena_add_chunk(wf_arena *a, size_t min_bytes) {
     size_t size = min_bytes > a->chunk_bytes ? min_bytes : a->chunk_bytes;
     size = (size + 4095) & ~(size_t)4095;
     void *p = NULL;
-    if (posix_memalign(&p, 4096, size) != 0) return -1;
+    if (a->mem.alloc) {
+        if (!(p = a->mem.alloc(a->mem.ctx, size))) return -1;
+    } else if (posix_memalign(&p, 4096, size) != 0) {
+        return -1;
+    }
     /* Insert right after the current chunk so that later, smaller requests
      * keep using the partly filled chunks in order. */
     size_t at = a->n_chunks ? a->cur + 1 : 0;
@@ -73,7 +89,10 @@ void *wf_arena_alloc(wf_arena *a, size_t bytes, size_t align) {
                 a->st.in_use += grew;
                 if (a->st.in_use > a->st.peak) a->st.peak = a->st.in_use;
                 a->st.n_allocs++;
-                memset(p, 0, bytes);
+                if (a->mem.alloc)
+                    a->mem.zero(a->mem.ctx, p, bytes);
+                else
+                    memset(p, 0, bytes);
                 return p;
             }
             /* Move to the next reserved chunk if there is one (after a

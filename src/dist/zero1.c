@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "weft/dist.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 
 wf_status wf_zero1_plan_init(wf_zero1_plan *p, size_t n, int world, size_t align) {
     memset(p, 0, sizeof *p);
@@ -63,9 +63,11 @@ wf_zero1_memory wf_zero1_plan_memory(const wf_zero1_plan *p, int rank, int state
 }
 
 wf_status wf_zero1_grad_norm(wf_comm *c, const float *shard, size_t count, double *norm) {
-    /* wf_kern_sumsq's fixed blocks: with one rank (the shard is the whole
-     * gradient) this is wf_grad_norm's sum, bit for bit. */
-    double ss = wf_kern_sumsq(shard, count);
+    /* The sumsq op's fixed blocks: with one rank (the shard is the whole
+     * gradient) this is wf_grad_norm's sum, bit for bit. The shard is host
+     * memory: the cpu backend's. */
+    double ss = 0;
+    WF_TRY(wf_backend_sumsq(wf_backend_cpu(), wf_f32(shard), count, &ss));
     WF_TRY(wf_comm_all_reduce_f64(c, &ss, 1, WF_COMM_SUM, "zero1 grad norm"));
     *norm = sqrt(ss);
     return WF_OK;

@@ -1,6 +1,8 @@
 /* Reductions whose bits do not depend on the thread count: the sum of
  * squares behind every gradient norm (the optimizer's, ZeRO-1's over the
  * ranks' shards). */
+#include <math.h>
+
 #include "kernels/kern_impl.h"
 #include "weft/kernels.h"
 
@@ -26,4 +28,28 @@ double wf_kern_sumsq(const float *x, size_t n) {
     double sum = 0;
     for (int b = 0; b < SUMSQ_BLOCKS_; b++) sum += part[b];
     return sum;
+}
+
+double wf_kern_sumsq_ref(const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+size_t wf_kern_first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
+void wf_kern_loss_sum(const float *losses, const int32_t *targets, size_t n, double *sum, size_t *n_valid) {
+    double s = 0.0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (targets[i] < 0) continue;
+        s += losses[i];
+        k++;
+    }
+    *sum = s;
+    *n_valid = k;
 }

@@ -11,8 +11,10 @@
  *   att = attention(q, K[0:p+1], V[0:p+1]) for the row at position p
  *   x += att wo^T;  xn = rmsnorm(x);  x += swiglu(xn w13^T) w2^T
  * and the final norm and lm_head for the last row only. Everything but the
- * attention and the one-row products (gen_linear: sgemv) is a call of
- * include/weft/kernels.h; the parameters are found
+ * attention over the cache and the one-row products (gen_linear: sgemv) is
+ * an op of the model's backend (include/weft/backend.h); those two are
+ * still host code on host memory (the generator's arena and the model's
+ * weights), which only the cpu and ref backends have. The parameters are found
  * by their Hugging Face names, so this file depends on the model's public
  * layout only (plus the documented adjacency of gate_proj and up_proj,
  * checked at creation).
@@ -28,7 +30,7 @@
 
 #include "model/model_impl.h"
 #include "weft/arena.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -68,6 +70,7 @@ struct wf_generator {
 
     float *k_cache, *v_cache;   /* (L, cap, NKV, HD) each, keys after RoPE */
     float *rope_cos, *rope_sin; /* (cap, HD/2) */
+    int32_t *tokens;            /* (chunk) the chunk's ids, in the backend's memory */
     float *x;                   /* (chunk, C) residual stream */
     float *xn;                  /* (chunk, C) normed input of a sublayer */
     float *rstd;                /* (chunk) */
@@ -142,6 +145,7 @@ static void gen_layout(wf_generator *g, wf__model_carver *cv) {
     g->v_cache = wf__model_carve(cv, cache);
     g->rope_cos = wf__model_carve(cv, (size_t)g->cap * half);
     g->rope_sin = wf__model_carve(cv, (size_t)g->cap * half);
+    g->tokens = (int32_t *)(void *)wf__model_carve(cv, P);
     g->x = wf__model_carve(cv, P * C);
     g->xn = wf__model_carve(cv, P * C);
     g->rstd = wf__model_carve(cv, P);
@@ -197,7 +201,12 @@ wf_status wf_generator_create(wf_generator **out, wf_model *m, int max_tokens) {
     }
     cv = (wf__model_carver){base, 0};
     gen_layout(g, &cv);
-    wf_kern_rope_table(g->rope_cos, g->rope_sin, g->cap, g->HD, cfg->rope_theta);
+    s = wf_backend_rope_table(wf_model_backend(m), wf_f32(g->rope_cos), wf_f32(g->rope_sin), g->cap, g->HD,
+                              cfg->rope_theta);
+    if (s != WF_OK) {
+        wf_arena_destroy(arena);
+        return s;
+    }
     *out = g;
     return WF_OK;
 }
@@ -269,20 +278,56 @@ static void gen_attention(wf_generator *g, int l, int p0, int n, int n_threads) 
  * whole weight matrix into its panel layout on every call, which for a
  * single row costs several times the product itself (bench/README.md,
  * "Measurements behind choices in the code"). */
-static void gen_linear(float *out, const float *inp, const float *weight, int n, int C, int OC,
-                       int accumulate) {
-    if (n == 1 && C > 0 && OC > 0)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1,
-                    accumulate ? 1.0f : 0.0f, out, 1);
-    else
-        wf_kern_matmul_fwd(out, inp, weight, n, C, OC, accumulate);
+static wf_status gen_linear(wf_backend *be, float *out, const float *inp, const float *weight, int n, int C,
+                            int OC, int accumulate) {
+    if (n == 1 && C > 0 && OC > 0) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, accumulate ? 1.0f : 0.0f, out, 1);
+        return WF_OK;
+    }
+    wf_matmul_desc d = {.m = n, .n = OC, .k = C, .trans_b = 1, .a = wf_f32(inp), .b = wf_f32(weight),
+                        .c = wf_f32(out), .lda = C, .ldb = C, .ldc = OC, .alpha = 1.0f, .accumulate = accumulate};
+    return wf_backend_matmul(be, &d);
 }
 
 /* Runs positions p0 .. p0+n-1 (n <= chunk) through every block, filling
  * their cache rows; with `want_logits`, the logits of the last row. */
-static void gen_forward_chunk(wf_generator *g, const int32_t *tokens, int n, int want_logits) {
+static wf_status gen_chunk_ops(wf_generator *g, const int32_t *tokens, int n, int want_logits, int threads) {
     const int C = g->C, H = g->H, KVD = g->KVD, QD = g->NH * g->HD, half = g->HD / 2;
     const int p0 = g->pos;
+    wf_backend *be = wf_model_backend(g->m);
+    const float *cos_p0 = g->rope_cos + (size_t)p0 * half, *sin_p0 = g->rope_sin + (size_t)p0 * half;
+    WF_TRY(wf_backend_upload(be, g->tokens, tokens, (size_t)n * sizeof *tokens));
+    WF_TRY(wf_backend_embedding_fwd(be, wf_f32(g->x), wf_i32(g->tokens), wf_f32(g->wte), n, C));
+    for (int l = 0; l < g->L; l++) {
+        const gen_layer_ *p = &g->lp[l];
+        float *k_rows = g->k_cache + ((size_t)l * g->cap + p0) * KVD; /* (n, KVD) */
+        float *v_rows = g->v_cache + ((size_t)l * g->cap + p0) * KVD; /* (n, KVD) */
+        WF_TRY(wf_backend_rmsnorm_fwd(be, wf_f32(g->xn), wf_f32(g->rstd), wf_f32(g->x), wf_f32(p->ln1), n, C, g->eps));
+        WF_TRY(gen_linear(be, g->q, g->xn, p->wq, n, C, QD, 0));
+        WF_TRY(gen_linear(be, k_rows, g->xn, p->wk, n, C, KVD, 0));
+        WF_TRY(gen_linear(be, v_rows, g->xn, p->wv, n, C, KVD, 0));
+        /* Rows are consecutive positions from p0: tables from row p0, T = n. */
+        WF_TRY(wf_backend_rope_fwd(be, wf_f32(g->q), wf_f32(cos_p0), wf_f32(sin_p0), 1, n, g->NH, g->HD, QD));
+        WF_TRY(wf_backend_rope_fwd(be, wf_f32(k_rows), wf_f32(cos_p0), wf_f32(sin_p0), 1, n, g->NKV, g->HD, KVD));
+        gen_attention(g, l, p0, n, threads);
+        WF_TRY(gen_linear(be, g->x, g->att, p->wo, n, QD, C, 1)); /* x += att wo^T */
+        WF_TRY(wf_backend_rmsnorm_fwd(be, wf_f32(g->xn), wf_f32(g->rstd), wf_f32(g->x), wf_f32(p->ln2), n, C, g->eps));
+        WF_TRY(gen_linear(be, g->h13, g->xn, p->w13, n, C, 2 * H, 0));
+        WF_TRY(wf_backend_swiglu_fwd(be, wf_f32(g->gate), wf_f32(g->h13), n, H));
+        WF_TRY(gen_linear(be, g->x, g->gate, p->w2, n, H, C, 1)); /* x += g w2^T */
+    }
+    g->pos = p0 + n;
+    if (want_logits) {
+        const float *x_last = g->x + (size_t)(n - 1) * C;
+        WF_TRY(wf_backend_rmsnorm_fwd(be, wf_f32(g->xn), wf_f32(g->rstd), wf_f32(x_last), wf_f32(g->norm_f), 1, C,
+                                      g->eps));
+        WF_TRY(gen_linear(be, g->logits, g->xn, g->lm_head, 1, C, g->V, 0));
+    }
+    return WF_OK;
+}
+
+/* gen_chunk_ops on the thread count of a prefill chunk or a step. */
+static wf_status gen_forward_chunk(wf_generator *g, const int32_t *tokens, int n, int want_logits) {
     /* The kernels' OpenMP loops and OpenBLAS (OpenMP build) take their
      * thread count from this thread's OpenMP setting: a step runs on
      * step_threads, restored at the end. */
@@ -291,35 +336,11 @@ static void gen_forward_chunk(wf_generator *g, const int32_t *tokens, int n, int
     const int saved_threads = omp_get_max_threads();
     if (threads != saved_threads) omp_set_num_threads(threads);
 #endif
-    const float *cos_p0 = g->rope_cos + (size_t)p0 * half, *sin_p0 = g->rope_sin + (size_t)p0 * half;
-    wf_kern_embedding_fwd(g->x, tokens, g->wte, n, C);
-    for (int l = 0; l < g->L; l++) {
-        const gen_layer_ *p = &g->lp[l];
-        float *k_rows = g->k_cache + ((size_t)l * g->cap + p0) * KVD; /* (n, KVD) */
-        float *v_rows = g->v_cache + ((size_t)l * g->cap + p0) * KVD; /* (n, KVD) */
-        wf_kern_rmsnorm_fwd(g->xn, g->rstd, g->x, p->ln1, n, C, g->eps);
-        gen_linear(g->q, g->xn, p->wq, n, C, QD, 0);
-        gen_linear(k_rows, g->xn, p->wk, n, C, KVD, 0);
-        gen_linear(v_rows, g->xn, p->wv, n, C, KVD, 0);
-        /* Rows are consecutive positions from p0: tables from row p0, T = n. */
-        wf_kern_rope_fwd(g->q, cos_p0, sin_p0, 1, n, g->NH, g->HD, QD);
-        wf_kern_rope_fwd(k_rows, cos_p0, sin_p0, 1, n, g->NKV, g->HD, KVD);
-        gen_attention(g, l, p0, n, threads);
-        gen_linear(g->x, g->att, p->wo, n, QD, C, 1); /* x += att wo^T */
-        wf_kern_rmsnorm_fwd(g->xn, g->rstd, g->x, p->ln2, n, C, g->eps);
-        gen_linear(g->h13, g->xn, p->w13, n, C, 2 * H, 0);
-        wf_kern_swiglu_fwd(g->gate, g->h13, n, H);
-        gen_linear(g->x, g->gate, p->w2, n, H, C, 1); /* x += g w2^T */
-    }
-    g->pos = p0 + n;
-    if (want_logits) {
-        const float *x_last = g->x + (size_t)(n - 1) * C;
-        wf_kern_rmsnorm_fwd(g->xn, g->rstd, x_last, g->norm_f, 1, C, g->eps);
-        gen_linear(g->logits, g->xn, g->lm_head, 1, C, g->V, 0);
-    }
+    wf_status s = gen_chunk_ops(g, tokens, n, want_logits, threads);
 #ifdef _OPENMP
     if (threads != saved_threads) omp_set_num_threads(saved_threads);
 #endif
+    return s;
 }
 
 wf_status wf_generator_prefill(wf_generator *g, const int32_t *tokens, int n,
@@ -342,7 +363,7 @@ wf_status wf_generator_prefill(wf_generator *g, const int32_t *tokens, int n,
                             i, g->pos + i, tokens[i], g->V);
     for (int i = 0; i < n; i += g->chunk) {
         int len = n - i < g->chunk ? n - i : g->chunk;
-        gen_forward_chunk(g, tokens + i, len, i + len == n);
+        WF_TRY(gen_forward_chunk(g, tokens + i, len, i + len == n));
     }
     if (logits) *logits = g->logits;
     return WF_OK;

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "model/model_impl.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/thread.h"
 #include "weft/trace.h"
 
@@ -74,7 +74,7 @@ static void plan_layout(wf_model *m, wf__model_carver *cv) {
     size_t C = (size_t)m->C, H = (size_t)m->H, QKV = (size_t)m->QKV;
     m->rope_cos = wf__model_carve(cv, T * (size_t)(m->HD / 2));
     m->rope_sin = wf__model_carve(cv, T * (size_t)(m->HD / 2));
-    m->attn_scratch = wf__model_carve(cv, wf_kern_attention_scratch(m->plan_T, m->n_threads));
+    m->attn_scratch = wf__model_carve(cv, wf_backend_attention_scratch(m->be, m->plan_T, m->n_threads));
     for (int l = 0; l <= m->L; l++)
         m->res[l] = wf__model_carve(cv, N * C);
     model_layer_acts_ shared = {0};
@@ -100,10 +100,12 @@ static void plan_layout(wf_model *m, wf__model_carver *cv) {
     m->dg = wf__model_carve(cv, N * H);
 }
 
-/* Runs one kernel call and adds its time to m->times.dir[op]; while a trace
- * captures, the same two clock reads also make it a compute span named
- * "fwd <op>" or "bwd <op>" (docs/tracing.md). Never inside OpenMP regions:
- * spans are the calling thread's. */
+/* Runs one backend call (a wf_status expression), adds its time between
+ * two backend marks to m->times.dir[op]; while a trace captures, the same
+ * two marks also make it a compute span named "fwd <op>" or "bwd <op>"
+ * (docs/tracing.md); then returns the call's error, if any, from the
+ * enclosing function. Never inside OpenMP regions: spans are the calling
+ * thread's. */
 #define TRACE_NAME_FWD_(name, str) "fwd " str,
 #define TRACE_NAME_BWD_(name, str) "bwd " str,
 #define TRACE_NAME_REC_(name, str) "rec " str,
@@ -115,15 +117,39 @@ static const char *const op_span_rec_[] = {WF_MODEL_OPS(TRACE_NAME_REC_)};
 #define TIMES_bwd_ m->times.bwd
 #define SPANS_fwd_ (m->recomputing ? op_span_rec_ : op_span_fwd_)
 #define SPANS_bwd_ op_span_bwd_
-#define TIMED_(dir, op, ...)                                                   \
-    do {                                                                       \
-        uint64_t t0_ = wf_trace_now();                                         \
-        __VA_ARGS__;                                                           \
-        uint64_t t1_ = wf_trace_now();                                         \
-        TIMES_##dir##_[op] += (double)(t1_ - t0_) * 1e-9;                      \
-        if (atomic_load_explicit(&wf_trace_on_, memory_order_relaxed))         \
-            wf_trace_record(WF_TRACE_COMPUTE, SPANS_##dir##_[op], t0_, t1_, -1); \
+#define TIMED_(dir, op, ...)                                                         \
+    do {                                                                             \
+        wf_backend_mark t0_ = wf_backend_mark_now(m->be);                            \
+        wf_status s_ = (__VA_ARGS__);                                                \
+        wf_backend_mark t1_ = wf_backend_mark_now(m->be);                            \
+        TIMES_##dir##_[op] += wf_backend_mark_seconds(m->be, t0_, t1_);              \
+        if (atomic_load_explicit(&wf_trace_on_, memory_order_relaxed))               \
+            wf_trace_record(WF_TRACE_COMPUTE, SPANS_##dir##_[op], t0_.ns, t1_.ns, -1); \
+        WF_TRY(s_);                                                                  \
     } while (0)
+
+/* The linear layer out (N, OC) = inp (N, C) @ weight (OC, C)^T, or += with
+ * `accumulate`: one matmul descriptor. */
+static wf_status mm_fwd(wf_model *m, float *out, const float *inp, const float *weight, int N, int C, int OC,
+                        int accumulate) {
+    wf_matmul_desc d = {.m = N, .n = OC, .k = C, .trans_b = 1, .a = wf_f32(inp), .b = wf_f32(weight),
+                        .c = wf_f32(out), .lda = C, .ldb = C, .ldc = OC, .alpha = 1.0f, .accumulate = accumulate};
+    return wf_backend_matmul(m->be, &d);
+}
+
+/* Its backward: dinp (N, C) = dout (N, OC) @ weight (skipped when dinp is
+ * NULL), then dweight (OC, C) += dout^T @ inp. */
+static wf_status mm_bwd(wf_model *m, float *dinp, float *dweight, const float *dout, const float *inp,
+                        const float *weight, int N, int C, int OC) {
+    if (dinp) {
+        wf_matmul_desc d = {.m = N, .n = C, .k = OC, .a = wf_f32(dout), .b = wf_f32(weight), .c = wf_f32(dinp),
+                            .lda = OC, .ldb = C, .ldc = C, .alpha = 1.0f};
+        WF_TRY(wf_backend_matmul(m->be, &d));
+    }
+    wf_matmul_desc w = {.m = OC, .n = C, .k = N, .trans_a = 1, .a = wf_f32(dout), .b = wf_f32(inp),
+                        .c = wf_f32(dweight), .lda = OC, .ldb = C, .ldc = C, .alpha = 1.0f, .accumulate = 1};
+    return wf_backend_matmul(m->be, &w);
+}
 
 /* The unit hook (wf_model_set_unit_hook) around unit u's forward or backward. */
 #define UNIT_EVENT_(u, ev) \
@@ -177,7 +203,8 @@ wf_status wf_model_plan_bytes(const wf_model_config *cfg, int B, int T, int n_th
                         B, T, cfg->max_seq_len, n_threads);
     if (mode < WF_RECOMPUTE_NONE || mode > WF_RECOMPUTE_SELECTIVE)
         return wf_error(WF_ERR_INVALID, "model: unknown recompute mode %d", (int)mode);
-    wf_model m = {.cfg = *cfg, .recompute = mode, .plan_B = B, .plan_T = T, .n_threads = n_threads};
+    wf_model m = {.cfg = *cfg, .recompute = mode, .plan_B = B, .plan_T = T, .n_threads = n_threads,
+                  .be = wf_backend_cpu()};
     wf__model_set_dims(&m);
     m.res = calloc((size_t)m.L + 1, sizeof *m.res);
     m.la = calloc((size_t)m.L, sizeof *m.la);
@@ -245,8 +272,7 @@ wf_status wf_model_plan(wf_model *m, int B, int T) {
     m->act_floats = cv.used;
     cv = (wf__model_carver){base, 0};
     plan_layout(m, &cv);
-    wf_kern_rope_table(m->rope_cos, m->rope_sin, T, m->HD, m->cfg.rope_theta);
-    return WF_OK;
+    return wf_backend_rope_table(m->be, wf_f32(m->rope_cos), wf_f32(m->rope_sin), T, m->HD, m->cfg.rope_theta);
 }
 
 static wf_status check_ids(const int32_t *ids, int B, int T, int V, const char *what,
@@ -264,32 +290,40 @@ static wf_status check_ids(const int32_t *ids, int B, int T, int V, const char *
 
 /* Block l's intermediates `a` from its input res[l], on the last forward's
  * B x T rows: everything of its forward but the output. */
-static void block_fwd_acts(wf_model *m, int l, const model_layer_acts_ *a) {
+static wf_status block_fwd_acts(wf_model *m, int l, const model_layer_acts_ *a) {
     const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
     const float eps = (float)m->cfg.norm_eps;
     const model_layer_params_ *p = &m->lp[l];
-    TIMED_(fwd, WF_OP_RMSNORM, wf_kern_rmsnorm_fwd(a->xn1, a->rstd1, m->res[l], p->ln1, N, C, eps));
-    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->qkv, a->xn1, p->wqkv, N, C, QKV, 0));
+    wf_backend *be = m->be;
+    TIMED_(fwd, WF_OP_RMSNORM,
+           wf_backend_rmsnorm_fwd(be, wf_f32(a->xn1), wf_f32(a->rstd1), wf_f32(m->res[l]), wf_f32(p->ln1), N, C,
+                                  eps));
+    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, a->qkv, a->xn1, p->wqkv, N, C, QKV, 0));
     TIMED_(fwd, WF_OP_ROPE,
-           wf_kern_rope_fwd(a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
+           wf_backend_rope_fwd(be, wf_f32(a->qkv), wf_f32(m->rope_cos), wf_f32(m->rope_sin), B, T,
+                               m->NH + m->NKV, m->HD, QKV));
     TIMED_(fwd, WF_OP_ATTENTION,
-           wf_kern_attention_fwd(a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->HD,
-                                 m->attn_scratch, m->n_threads));
-    TIMED_(fwd, WF_OP_COPY, memcpy(a->mid, m->res[l], (size_t)N * C * sizeof(float)));
-    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->mid, a->att, p->wo, N, C, C, 1));
-    TIMED_(fwd, WF_OP_RMSNORM, wf_kern_rmsnorm_fwd(a->xn2, a->rstd2, a->mid, p->ln2, N, C, eps));
-    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(a->h13, a->xn2, p->w13, N, C, 2 * H, 0));
-    TIMED_(fwd, WF_OP_SWIGLU, wf_kern_swiglu_fwd(a->g, a->h13, N, H));
+           wf_backend_attention_fwd(be, wf_f32(a->att), wf_f32(a->lse), wf_f32(a->qkv), B, T, m->NH, m->NKV,
+                                    m->HD, wf_f32(m->attn_scratch), m->n_threads));
+    TIMED_(fwd, WF_OP_COPY, wf_backend_copy(be, a->mid, m->res[l], (size_t)N * C * sizeof(float)));
+    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, a->mid, a->att, p->wo, N, C, C, 1));
+    TIMED_(fwd, WF_OP_RMSNORM,
+           wf_backend_rmsnorm_fwd(be, wf_f32(a->xn2), wf_f32(a->rstd2), wf_f32(a->mid), wf_f32(p->ln2), N, C,
+                                  eps));
+    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, a->h13, a->xn2, p->w13, N, C, 2 * H, 0));
+    TIMED_(fwd, WF_OP_SWIGLU, wf_backend_swiglu_fwd(be, wf_f32(a->g), wf_f32(a->h13), N, H));
+    return WF_OK;
 }
 
 /* Block l's forward: res[l] -> res[l+1], keeping its intermediates in `a`. */
-static void block_fwd(wf_model *m, int l, const model_layer_acts_ *a) {
+static wf_status block_fwd(wf_model *m, int l, const model_layer_acts_ *a) {
     const int N = m->B * m->T, C = m->C, H = m->H;
     const model_layer_params_ *p = &m->lp[l];
-    block_fwd_acts(m, l, a);
+    WF_TRY(block_fwd_acts(m, l, a));
     m->held_layer = l;
-    TIMED_(fwd, WF_OP_COPY, memcpy(m->res[l + 1], a->mid, (size_t)N * C * sizeof(float)));
-    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->res[l + 1], a->g, p->w2, N, H, C, 1));
+    TIMED_(fwd, WF_OP_COPY, wf_backend_copy(m->be, m->res[l + 1], a->mid, (size_t)N * C * sizeof(float)));
+    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, m->res[l + 1], a->g, p->w2, N, H, C, 1));
+    return WF_OK;
 }
 
 wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
@@ -310,20 +344,22 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
     m->B = B, m->T = T;
     m->has_targets = 0;
     m->logits_are_grads = 0;
-    memcpy(m->tokens, tokens, (size_t)N * sizeof *tokens);
+    wf_backend *be = m->be;
+    WF_TRY(wf_backend_upload(be, m->tokens, tokens, (size_t)N * sizeof *tokens));
 
     UNIT_EVENT_(0, WF_UNIT_FWD_BEGIN);
-    TIMED_(fwd, WF_OP_EMBEDDING, wf_kern_embedding_fwd(m->res[0], tokens, m->wte, N, C));
+    TIMED_(fwd, WF_OP_EMBEDDING, wf_backend_embedding_fwd(be, wf_f32(m->res[0]), wf_i32(m->tokens), wf_f32(m->wte), N, C));
     UNIT_EVENT_(0, WF_UNIT_FWD_END);
     for (int l = 0; l < m->L; l++) {
         UNIT_EVENT_(1 + l, WF_UNIT_FWD_BEGIN);
-        block_fwd(m, l, &m->la[l]);
+        WF_TRY(block_fwd(m, l, &m->la[l]));
         UNIT_EVENT_(1 + l, WF_UNIT_FWD_END);
     }
     UNIT_EVENT_(m->L + 1, WF_UNIT_FWD_BEGIN);
     TIMED_(fwd, WF_OP_RMSNORM,
-           wf_kern_rmsnorm_fwd(m->xf, m->rstdf, m->res[m->L], m->norm_f, N, C, eps));
-    TIMED_(fwd, WF_OP_MATMUL, wf_kern_matmul_fwd(m->logits, m->xf, m->lm_head, N, C, m->V, 0));
+           wf_backend_rmsnorm_fwd(be, wf_f32(m->xf), wf_f32(m->rstdf), wf_f32(m->res[m->L]), wf_f32(m->norm_f), N,
+                                  C, eps));
+    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, m->logits, m->xf, m->lm_head, N, C, m->V, 0));
     UNIT_EVENT_(m->L + 1, WF_UNIT_FWD_END);
 
     if (!targets) {
@@ -331,18 +367,14 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
             *loss = 0.0f;
         return WF_OK;
     }
-    memcpy(m->targets, targets, (size_t)N * sizeof *targets);
+    WF_TRY(wf_backend_upload(be, m->targets, targets, (size_t)N * sizeof *targets));
     TIMED_(fwd, WF_OP_CROSSENTROPY,
-           wf_kern_crossentropy_fwd(m->losses, m->ce_lse, m->logits, m->targets, N, m->V));
+           wf_backend_crossentropy_fwd(be, wf_f32(m->losses), wf_f32(m->ce_lse), wf_f32(m->logits),
+                                       wf_i32(m->targets), N, m->V));
     /* The mean, summed in row order in double: the same on any thread count. */
     double sum = 0.0;
     size_t n_valid = 0;
-    for (int n = 0; n < N; n++) {
-        if (m->targets[n] < 0)
-            continue;
-        sum += m->losses[n];
-        n_valid++;
-    }
+    WF_TRY(wf_backend_loss_sum(be, wf_f32(m->losses), wf_i32(m->targets), (size_t)N, &sum, &n_valid));
     m->n_valid = n_valid;
     m->has_targets = 1;
     if (loss)
@@ -364,68 +396,81 @@ static void grad_done_(const wf_model *m, const float *p, size_t numel) {
     m->grad_hook(m->grad_hook_ctx, m->units[u].off + (size_t)(p - m->units[u].p), numel);
 }
 
+/* Selective recomputation's part of block_recompute: the element-wise
+ * intermediates from the kept ones. */
+static wf_status recompute_selective(wf_model *m, wf_backend *be, const model_layer_params_ *p,
+                                     const model_layer_acts_ *a, int l, int N, int C, int H, float eps) {
+    TIMED_(fwd, WF_OP_RMSNORM,
+           wf_backend_rmsnorm_fwd(be, wf_f32(a->xn1), wf_f32(a->rstd1), wf_f32(m->res[l]), wf_f32(p->ln1), N, C,
+                                  eps));
+    TIMED_(fwd, WF_OP_RMSNORM,
+           wf_backend_rmsnorm_fwd(be, wf_f32(a->xn2), wf_f32(a->rstd2), wf_f32(a->mid), wf_f32(p->ln2), N, C,
+                                  eps));
+    TIMED_(fwd, WF_OP_SWIGLU, wf_backend_swiglu_fwd(be, wf_f32(a->g), wf_f32(a->h13), N, H));
+    return WF_OK;
+}
+
 /* Recomputation (wf_model_set_recompute): refills the shared buffers of
  * block l's intermediates for its backward, with the forward's own kernels
  * on the same inputs, so bit for bit what the forward had. Nothing to do
  * when they still hold block l's (the last block, right after the
  * forward). Runs after anything that must precede block l's backward
  * (it reads block l's parameters). */
-static void block_recompute(wf_model *m, int l) {
-    if (m->recompute == WF_RECOMPUTE_NONE || m->held_layer == l) return;
+static wf_status block_recompute(wf_model *m, int l) {
+    if (m->recompute == WF_RECOMPUTE_NONE || m->held_layer == l) return WF_OK;
     const int N = m->B * m->T, C = m->C, H = m->H;
     const float eps = (float)m->cfg.norm_eps;
     const model_layer_params_ *p = &m->lp[l];
     const model_layer_acts_ *a = &m->la[l];
+    wf_backend *be = m->be;
     m->recomputing = 1;
+    wf_status s = WF_OK;
     if (m->recompute == WF_RECOMPUTE_BLOCK) {
-        block_fwd_acts(m, l, a);
+        s = block_fwd_acts(m, l, a);
     } else { /* selective: mid and h13 are kept */
-        TIMED_(fwd, WF_OP_RMSNORM,
-               wf_kern_rmsnorm_fwd(a->xn1, a->rstd1, m->res[l], p->ln1, N, C, eps));
-        TIMED_(fwd, WF_OP_RMSNORM, wf_kern_rmsnorm_fwd(a->xn2, a->rstd2, a->mid, p->ln2, N, C, eps));
-        TIMED_(fwd, WF_OP_SWIGLU, wf_kern_swiglu_fwd(a->g, a->h13, N, H));
+        s = recompute_selective(m, be, p, a, l, N, C, H, eps);
     }
     m->recomputing = 0;
+    WF_TRY(s);
     m->held_layer = l;
+    return WF_OK;
 }
 
 /* Block l's backward from its intermediates `a`: takes the gradient of
  * res[l+1] in dres and leaves that of res[l] there; adds to the block's
  * parameter gradients and reports each to the grad hook. */
-static void block_bwd(wf_model *m, int l, const model_layer_acts_ *a) {
+static wf_status block_bwd(wf_model *m, int l, const model_layer_acts_ *a) {
     const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
     const model_layer_params_ *p = &m->lp[l];
+    wf_backend *be = m->be;
     /* res[l+1] = mid + g @ w2^T: dres reaches mid unchanged and g through w2. */
-    TIMED_(bwd, WF_OP_MATMUL,
-           wf_kern_matmul_bwd(m->dg, model_grad_of_(m, p->w2), m->dres, a->g, p->w2, N, H, C, 0));
+    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->dg, model_grad_of_(m, p->w2), m->dres, a->g, p->w2, N, H, C));
     grad_done_(m, p->w2, (size_t)C * H);
-    TIMED_(bwd, WF_OP_SWIGLU, wf_kern_swiglu_bwd(m->dh13, m->dg, a->h13, N, H));
-    TIMED_(bwd, WF_OP_MATMUL,
-           wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->w13), m->dh13, a->xn2, p->w13, N, C,
-                              2 * H, 0));
+    TIMED_(bwd, WF_OP_SWIGLU, wf_backend_swiglu_bwd(be, wf_f32(m->dh13), wf_f32(m->dg), wf_f32(a->h13), N, H));
+    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->dxn, model_grad_of_(m, p->w13), m->dh13, a->xn2, p->w13, N, C, 2 * H));
     grad_done_(m, p->w13, (size_t)2 * H * C);
     TIMED_(bwd, WF_OP_RMSNORM,
-           wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln2), m->dxn, a->mid, p->ln2,
-                               a->rstd2, N, C));
+           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(model_grad_of_(m, p->ln2)), wf_f32(m->dxn),
+                                  wf_f32(a->mid), wf_f32(p->ln2), wf_f32(a->rstd2), N, C));
     grad_done_(m, p->ln2, (size_t)C);
     /* mid = res[l] + att @ wo^T */
-    TIMED_(bwd, WF_OP_MATMUL,
-           wf_kern_matmul_bwd(m->datt, model_grad_of_(m, p->wo), m->dres, a->att, p->wo, N, C, C,
-                              0));
+    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->datt, model_grad_of_(m, p->wo), m->dres, a->att, p->wo, N, C, C));
     grad_done_(m, p->wo, (size_t)C * C);
     TIMED_(bwd, WF_OP_ATTENTION,
-           wf_kern_attention_bwd(m->dqkv, m->datt, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
-                                 m->HD, m->attn_scratch, m->n_threads));
+           wf_backend_attention_bwd(be, wf_f32(m->dqkv), wf_f32(m->datt), wf_f32(a->qkv), wf_f32(a->att),
+                                    wf_f32(a->lse), B, T, m->NH, m->NKV, m->HD, wf_f32(m->attn_scratch),
+                                    m->n_threads));
     TIMED_(bwd, WF_OP_ROPE,
-           wf_kern_rope_bwd(m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH + m->NKV, m->HD, QKV));
+           wf_backend_rope_bwd(be, wf_f32(m->dqkv), wf_f32(m->rope_cos), wf_f32(m->rope_sin), B, T,
+                               m->NH + m->NKV, m->HD, QKV));
     TIMED_(bwd, WF_OP_MATMUL,
-           wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, p->wqkv), m->dqkv, a->xn1, p->wqkv, N, C,
-                              QKV, 0));
+           mm_bwd(m, m->dxn, model_grad_of_(m, p->wqkv), m->dqkv, a->xn1, p->wqkv, N, C, QKV));
     grad_done_(m, p->wqkv, (size_t)QKV * C);
     TIMED_(bwd, WF_OP_RMSNORM,
-           wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, p->ln1), m->dxn, m->res[l], p->ln1,
-                               a->rstd1, N, C));
+           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(model_grad_of_(m, p->ln1)), wf_f32(m->dxn),
+                                  wf_f32(m->res[l]), wf_f32(p->ln1), wf_f32(a->rstd1), N, C));
     grad_done_(m, p->ln1, (size_t)C);
+    return WF_OK;
 }
 
 wf_status wf_model_backward(wf_model *m, float loss_scale) {
@@ -436,30 +481,32 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
     const int N = m->B * m->T, C = m->C;
     float dloss = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
 
+    wf_backend *be = m->be;
     TIMED_(bwd, WF_OP_CROSSENTROPY,
-           wf_kern_crossentropy_bwd(m->logits, m->ce_lse, m->targets, N, m->V, dloss));
+           wf_backend_crossentropy_bwd(be, wf_f32(m->logits), wf_f32(m->ce_lse), wf_i32(m->targets), N, m->V,
+                                       dloss));
     m->has_targets = 0;
     m->logits_are_grads = 1;
     UNIT_EVENT_(m->L + 1, WF_UNIT_BWD_BEGIN);
     TIMED_(bwd, WF_OP_MATMUL,
-           wf_kern_matmul_bwd(m->dxn, model_grad_of_(m, m->lm_head), m->logits, m->xf, m->lm_head,
-                              N, C, m->V, 0));
+           mm_bwd(m, m->dxn, model_grad_of_(m, m->lm_head), m->logits, m->xf, m->lm_head, N, C, m->V));
     if (m->lm_head != m->wte) grad_done_(m, m->lm_head, (size_t)m->V * C);
-    TIMED_(bwd, WF_OP_COPY, memset(m->dres, 0, (size_t)N * C * sizeof(float)));
+    TIMED_(bwd, WF_OP_COPY, wf_backend_fill(be, m->dres, 0, (size_t)N * C * sizeof(float)));
     TIMED_(bwd, WF_OP_RMSNORM,
-           wf_kern_rmsnorm_bwd(m->dres, model_grad_of_(m, m->norm_f), m->dxn, m->res[m->L],
-                               m->norm_f, m->rstdf, N, C));
+           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(model_grad_of_(m, m->norm_f)), wf_f32(m->dxn),
+                                  wf_f32(m->res[m->L]), wf_f32(m->norm_f), wf_f32(m->rstdf), N, C));
     grad_done_(m, m->norm_f, (size_t)C);
     UNIT_EVENT_(m->L + 1, WF_UNIT_BWD_END);
     for (int l = m->L - 1; l >= 0; l--) {
         UNIT_EVENT_(1 + l, WF_UNIT_BWD_BEGIN); /* FSDP gathers block l's parameters */
-        block_recompute(m, l);                 /* which the recompute reads */
-        block_bwd(m, l, &m->la[l]);
+        WF_TRY(block_recompute(m, l));         /* which the recompute reads */
+        WF_TRY(block_bwd(m, l, &m->la[l]));
         UNIT_EVENT_(1 + l, WF_UNIT_BWD_END);
     }
     UNIT_EVENT_(0, WF_UNIT_BWD_BEGIN);
     TIMED_(bwd, WF_OP_EMBEDDING,
-           wf_kern_embedding_bwd(model_grad_of_(m, m->wte), m->dres, m->tokens, N, C));
+           wf_backend_embedding_bwd(be, wf_f32(model_grad_of_(m, m->wte)), wf_f32(m->dres), wf_i32(m->tokens), N,
+                                    C));
     grad_done_(m, m->wte, (size_t)m->V * C);
     UNIT_EVENT_(0, WF_UNIT_BWD_END);
     return WF_OK;
@@ -522,6 +569,14 @@ int wf_model_num_activations(const wf_model *m) { return activations_walk(m, -1,
 void wf_model_get_activation(const wf_model *m, int i, wf_model_activation *out) {
     memset(out, 0, sizeof *out);
     activations_walk(m, i, out);
+}
+
+wf_status wf_model_read_activation(wf_model *m, int i, size_t offset, size_t count, float *dst) {
+    wf_model_activation a;
+    memset(&a, 0, sizeof a);
+    if (i < 0 || i >= activations_walk(m, i, &a) || offset > a.numel || count > a.numel - offset)
+        return wf_error(WF_ERR_RANGE, "model: activation %d has no values [%zu, %zu)", i, offset, offset + count);
+    return wf_backend_download(m->be, dst, a.data + offset, count * sizeof *dst);
 }
 
 static const char *const model_op_names_[] = {

@@ -45,6 +45,7 @@ struct wf_model {
     wf_model_config cfg;
     int C, L, NH, NKV, HD, H, V, QKV;
     wf_arena *arena;
+    wf_backend *be; /* every op and copy on the model's memory goes through it */
 
     size_t n_params;
     float *params, *grads;
@@ -60,7 +61,7 @@ struct wf_model {
     int plan_B, plan_T, n_threads;
     size_t act_floats;
     float *rope_cos, *rope_sin; /* (plan_T, HD/2) */
-    float *attn_scratch;        /* wf_kern_attention_scratch(plan_T, n_threads) */
+    float *attn_scratch;        /* wf_backend_attention_scratch(be, plan_T, n_threads) */
     float **res;                /* (L+1) of (N, C): residual stream before each block, and after the last */
     model_layer_acts_ *la;      /* (L) */
     float *xf, *rstdf;          /* (N, C), (N): final norm */

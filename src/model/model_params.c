@@ -94,6 +94,7 @@ wf_status wf_model_create_ex(wf_model **out, const wf_model_config *cfg, wf_aren
     if (!m) return wf_error(WF_ERR_NOMEM, "model: cannot allocate the model header");
     m->cfg = *cfg;
     m->arena = arena;
+    m->be = wf_backend_cpu();
     wf__model_set_dims(m);
 
     layout(m); /* counting pass */
@@ -145,8 +146,49 @@ const wf_tensor_info *wf_model_find_tensor(const wf_model *m, const char *name) 
 float *wf_model_params(wf_model *m) { return m->params; }
 float *wf_model_grads(wf_model *m) { return m->grads; }
 
+wf_backend *wf_model_backend(const wf_model *m) { return m->be; }
+void wf_model_set_backend(wf_model *m, wf_backend *be) { m->be = be; }
+
+wf_status wf_model_sumsq(wf_model *m, int which, double *out) {
+    float *x = which == WF_MODEL_GRADS ? m->grads : m->params;
+    *out = 0;
+    return x ? wf_backend_sumsq(m->be, wf_f32(x), m->n_params, out) : WF_OK;
+}
+
+/* Where [offset, offset + count) of tensor `tensor` (-1: the flat buffer)
+ * lies in the model's own parameters or gradients. */
+static wf_status model_span(wf_model *m, int which, int tensor, size_t offset, size_t count, float **at) {
+    float *base = which == WF_MODEL_GRADS ? m->grads : m->params;
+    const char *what = which == WF_MODEL_GRADS ? "gradients" : "parameters";
+    if (!base)
+        return wf_error(WF_ERR_INVALID, "model: no %s buffer of its own (bound unit by unit): nothing to read or write",
+                        what);
+    if (tensor < -1 || tensor >= m->n_tensors)
+        return wf_error(WF_ERR_RANGE, "model: no tensor %d (the model has %d)", tensor, m->n_tensors);
+    size_t start = tensor < 0 ? 0 : m->tensors[tensor].offset, numel = tensor < 0 ? m->n_params : m->tensors[tensor].numel;
+    if (offset > numel || count > numel - offset)
+        return wf_error(WF_ERR_RANGE, "model: %s [%zu, %zu) of %s are outside its %zu values", what, offset,
+                        offset + count, tensor < 0 ? "the flat buffer" : m->tensors[tensor].name, numel);
+    *at = base + start + offset;
+    return WF_OK;
+}
+
+wf_status wf_model_read(wf_model *m, int which, int tensor, size_t offset, size_t count, float *dst) {
+    float *at = NULL;
+    WF_TRY(model_span(m, which, tensor, offset, count, &at));
+    return wf_backend_download(m->be, dst, at, count * sizeof *dst);
+}
+
+wf_status wf_model_write(wf_model *m, int which, int tensor, size_t offset, size_t count, const float *src) {
+    float *at = NULL;
+    WF_TRY(model_span(m, which, tensor, offset, count, &at));
+    return wf_backend_upload(m->be, at, src, count * sizeof *src);
+}
+
 void wf_model_zero_grad(wf_model *m) {
-    if (m->grads) memset(m->grads, 0, m->n_params * sizeof *m->grads);
+    /* cpu and ref cannot fail a fill; a device backend's error shows at
+     * its next op */
+    if (m->grads) (void)wf_backend_fill(m->be, m->grads, 0, m->n_params * sizeof *m->grads);
 }
 
 int wf_model_num_units(const wf_model *m) { return m->n_units; }
@@ -198,26 +240,37 @@ void wf_model_init(wf_model *m, uint64_t seed) {
     for (int u = 0; u < m->n_units; u++) wf_model_init_unit(m, u, seed);
 }
 
+/* Values are drawn into a host block of INIT_BLOCK_ floats and uploaded
+ * to the unit's memory (the backend's) block by block: element j of a
+ * tensor still comes from counter 2j of its stream, so the bits do not
+ * depend on the blocking or the threads. */
+#define INIT_BLOCK_ 8192
+
 void wf_model_init_unit(wf_model *m, int unit, uint64_t seed) {
     const model_unit_ *un = &m->units[unit];
+    float block[INIT_BLOCK_];
     for (int i = 0; i < m->n_tensors; i++) {
         const wf_tensor_info *t = &m->tensors[i];
         if (t->offset < un->off || t->offset >= un->off + un->n) continue;
         float *p = un->p + (t->offset - un->off);
-        long long numel = (long long)t->numel;
-        if (t->ndim == 1) { /* RMSNorm weights */
-            for (long long j = 0; j < numel; j++) p[j] = 1.0f;
-            continue;
-        }
         double std = m->cfg.init_std;
         if (ends_with(t->name, "o_proj.weight") || ends_with(t->name, "down_proj.weight"))
             std /= sqrt(2.0 * m->L);
         uint64_t stream = wf_hash64(t->name, strlen(t->name));
         float fstd = (float)std;
-#pragma omp parallel for schedule(static)
-        for (long long j = 0; j < numel; j++) {
-            wf_rng r = {seed, stream, 2 * (uint64_t)j};
-            p[j] = fstd * wf_rng_normal(&r);
+        for (size_t j0 = 0; j0 < t->numel; j0 += INIT_BLOCK_) {
+            long long n = (long long)(t->numel - j0 < INIT_BLOCK_ ? t->numel - j0 : INIT_BLOCK_);
+            if (t->ndim == 1) { /* RMSNorm weights */
+                for (long long j = 0; j < n; j++) block[j] = 1.0f;
+            } else {
+#pragma omp parallel for schedule(static) if (n >= 4096)
+                for (long long j = 0; j < n; j++) {
+                    wf_rng r = {seed, stream, 2 * ((uint64_t)j0 + (uint64_t)j)};
+                    block[j] = fstd * wf_rng_normal(&r);
+                }
+            }
+            /* cpu and ref cannot fail an upload (host memory) */
+            (void)wf_backend_upload(m->be, p + j0, block, (size_t)n * sizeof *block);
         }
     }
 }

@@ -25,9 +25,9 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "weft/backend.h"
 #include "weft/doctor.h"
 #include "weft/fileio.h"
-#include "weft/kernels.h"
 #include "weft/metrics.h"
 #include "weft/rng.h"
 #include "weft/thread.h"
@@ -204,11 +204,15 @@ void wf_doctor_probe_gemm(wf_doctor_report *r, int n, int repeat) {
         a[i] = (float)((double)(wf_rng_u64(&g) >> 40) / (double)(1 << 24) - 0.5);
         b[i] = (float)((double)(wf_rng_u64(&g) >> 40) / (double)(1 << 24) - 0.5);
     }
-    wf_kern_matmul_fwd(out, a, b, n, n, n, 0); /* warm-up: threads and pages */
+    /* out = a @ b^T on the cpu backend: the model's linear layers' sgemm */
+    wf_matmul_desc d = {.m = n, .n = n, .k = n, .trans_b = 1, .a = wf_f32(a), .b = wf_f32(b), .c = wf_f32(out),
+                        .lda = n, .ldb = n, .ldc = n, .alpha = 1.0f};
+    wf_backend *cpu = wf_backend_cpu();
+    (void)wf_backend_matmul(cpu, &d); /* warm-up: threads and pages; cpu's matmul cannot fail */
     double t[REPS];
     for (int k = 0; k < REPS; k++) {
         double t0 = wf_time_now();
-        for (int s = 0; s < repeat; s++) wf_kern_matmul_fwd(out, a, b, n, n, n, 0);
+        for (int s = 0; s < repeat; s++) (void)wf_backend_matmul(cpu, &d);
         t[k] = wf_time_now() - t0;
     }
     double sec = median(t, REPS);

@@ -17,7 +17,7 @@
 
 #include "obs/obs_impl.h"
 #include "weft/fileio.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/log.h"
 #include "weft/thread.h"
 

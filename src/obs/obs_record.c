@@ -34,7 +34,7 @@
 
 #include "obs/obs_impl.h"
 #include "weft/fileio.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/thread.h"
 #include "weft/weft.h"
 #include "weft/rundir.h"

@@ -6,9 +6,10 @@
  * The parameter buffer is walked as a few ranges of adjacent tensors that
  * share a weight-decay setting (per layer: the norm, then the attention and
  * MLP matrices). The moments come from the caller's arena at create; the
- * step allocates nothing. Loops are OpenMP-parallel and SIMD; results do
- * not depend on the thread count (the gradient norm sums fixed blocks in a
- * fixed order, the update is elementwise).
+ * step allocates nothing. The sum of squares and the update are the model's
+ * backend's ops (weft/backend.h); results do not depend on the thread count
+ * (the gradient norm sums fixed blocks in a fixed order, the update is
+ * elementwise).
  *
  * ZeRO-1 (docs/distributed.md): an optimizer made by wf_adamw_create_shard
  * holds the moments of one flat element range [begin, end) of the buffer
@@ -25,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/optim.h"
 
 /* Adjacent tensors with the same decay setting, clipped to the
@@ -45,10 +46,8 @@ struct wf_adamw {
     uint64_t t;   /* steps taken */
     int n_ranges;
     adamw_range_ *ranges;
+    wf_adamw_span *spans; /* the ranges as the adamw op takes them: offsets from begin */
 };
-
-/* Below this many elements a loop runs on one thread (no fork-join). */
-#define PARALLEL_MIN_ 32768
 
 wf_adamw_config wf_adamw_config_default(void) {
     return (wf_adamw_config){.beta1 = 0.9,
@@ -120,6 +119,13 @@ wf_status wf_adamw_create_shard(wf_adamw **out, const wf_adamw_config *cfg, wf_m
         else
             ranges[o->n_ranges++] = (adamw_range_){lo, hi - lo, decay};
     }
+    o->spans = calloc((size_t)(o->n_ranges > 0 ? o->n_ranges : 1), sizeof *o->spans);
+    if (!o->spans) {
+        wf_adamw_destroy(o);
+        return wf_error(WF_ERR_NOMEM, "adamw: cannot allocate the optimizer header");
+    }
+    for (int i = 0; i < o->n_ranges; i++)
+        o->spans[i] = (wf_adamw_span){ranges[i].offset - begin, ranges[i].numel, ranges[i].decay};
     size_t bytes = o->n * sizeof(float);
     o->m = wf_arena_alloc(arena, bytes ? bytes : 1, 64);
     o->v = o->m ? wf_arena_alloc(arena, bytes ? bytes : 1, 64) : NULL;
@@ -138,27 +144,37 @@ wf_status wf_adamw_create(wf_adamw **out, const wf_adamw_config *cfg, wf_model *
 void wf_adamw_destroy(wf_adamw *o) {
     if (!o) return;
     free(o->ranges);
+    free(o->spans);
     free(o);
 }
 
-double wf_grad_norm(wf_model *m) { return sqrt(wf_kern_sumsq(wf_model_grads(m), wf_model_num_params(m))); }
+double wf_grad_norm(wf_model *m) {
+    double ss = NAN; /* a failed sum refuses the step as a non-finite norm would */
+    if (wf_model_sumsq(m, WF_MODEL_GRADS, &ss) != WF_OK) return NAN;
+    return sqrt(ss);
+}
 
 /* Names the first tensor with a non-finite gradient in the optimizer's
- * range (`g` holds the range; the error path only). */
+ * range (`g` holds the range, in the backend's memory; the error path
+ * only): the backend's first_nonfinite op per tensor, and the value
+ * downloaded. */
 static wf_status refuse_nonfinite(wf_adamw *o, const float *g, double norm) {
+    wf_backend *be = wf_model_backend(o->model);
     for (int i = 0; i < wf_model_num_tensors(o->model); i++) {
         const wf_tensor_info *t = wf_model_tensor(o->model, i);
         size_t lo = t->offset > o->begin ? t->offset : o->begin;
         size_t hi = t->offset + t->numel < o->end ? t->offset + t->numel : o->end;
-        for (size_t k = lo; k < hi; k++) {
-            if (isfinite(g[k - o->begin])) continue;
-            return wf_error(WF_ERR_RANGE,
-                            "adamw step %llu: gradient norm is %g: %s has gradient %g at element "
-                            "%zu; parameters and optimizer state are unchanged (skip this batch, "
-                            "or lower optim.lr)",
-                            (unsigned long long)o->t + 1, norm, t->name, (double)g[k - o->begin],
-                            k - t->offset);
-        }
+        if (lo >= hi) continue;
+        size_t at = hi - lo;
+        float v = 0;
+        WF_TRY(wf_backend_first_nonfinite(be, wf_f32(g + (lo - o->begin)), hi - lo, &at));
+        if (at == hi - lo) continue;
+        WF_TRY(wf_backend_download(be, &v, g + (lo - o->begin) + at, sizeof v));
+        return wf_error(WF_ERR_RANGE,
+                        "adamw step %llu: gradient norm is %g: %s has gradient %g at element "
+                        "%zu; parameters and optimizer state are unchanged (skip this batch, "
+                        "or lower optim.lr)",
+                        (unsigned long long)o->t + 1, norm, t->name, (double)v, lo + at - t->offset);
     }
     return wf_error(WF_ERR_RANGE,
                     "adamw step %llu: gradient norm is %g; parameters and optimizer state are "
@@ -166,8 +182,9 @@ static wf_status refuse_nonfinite(wf_adamw *o, const float *g, double norm) {
                     (unsigned long long)o->t + 1, norm);
 }
 
-/* One range of the update. Every float expression is the one PyTorch's
- * kernels evaluate, in the same order:
+/* The update is the backend's adamw op (src/kernels/kern_adamw.c on the
+ * cpu backend). Every float expression is the one PyTorch's kernels
+ * evaluate, in the same order:
  *   p *= decay                          param.mul_(1 - lr * wd)
  *   m = m * b1 + a1 * g                 exp_avg.mul_(b1).add_(g, alpha=1 - b1)
  *   v = v * b2 + a2 * g * g             exp_avg_sq.mul_(b2).addcmul_(g, g, value=1 - b2)
@@ -175,30 +192,6 @@ static wf_status refuse_nonfinite(wf_adamw *o, const float *g, double norm) {
  * with g the clipped gradient (grad * clip, as clip_grad_norm_ scales it).
  * PyTorch's vector kernels may fuse a multiply-add where this does not:
  * last-bit differences, no more. */
-typedef struct {
-    float decay, clip, b1, a1, b2, a2, bc2_sqrt, eps, step;
-} adamw_coef_;
-
-/* The Makefile builds this file with -fno-math-errno: sqrtf's errno (never
- * set here, v >= 0) otherwise keeps the compiler from vectorising the
- * loop (bench/README.md, "Measurements behind choices in the code"). */
-static void update_range(float *restrict p,       /* (n) parameters */
-                         const float *restrict g, /* (n) gradients */
-                         float *restrict m,       /* (n) first moment */
-                         float *restrict v,       /* (n) second moment */
-                         size_t n, adamw_coef_ k, int decay) {
-    const float dk = decay ? k.decay : 1.0f;
-#pragma omp for simd schedule(static) nowait
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] * k.clip;
-        float mi = m[i] * k.b1 + k.a1 * gi;
-        float vi = v[i] * k.b2 + k.a2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        float denom = sqrtf(vi) / k.bc2_sqrt + k.eps;
-        p[i] = p[i] * dk + k.step * mi / denom;
-    }
-}
 
 /* The update of the optimizer's range from `g` (its gradient, n floats),
  * clipped with the global norm `norm`. */
@@ -220,7 +213,7 @@ static wf_status apply_step(wf_adamw *o, double lr, const float *g, double norm)
     }
     uint64_t t = o->t + 1;
     double bc1 = 1.0 - pow(c->beta1, (double)t), bc2 = 1.0 - pow(c->beta2, (double)t);
-    adamw_coef_ k = {.decay = (float)(1.0 - lr * c->weight_decay),
+    wf_adamw_coef k = {.decay = (float)(1.0 - lr * c->weight_decay),
                      .clip = (float)clip,
                      .b1 = (float)c->beta1,
                      .a1 = (float)(1.0 - c->beta1),
@@ -230,18 +223,11 @@ static wf_status apply_step(wf_adamw *o, double lr, const float *g, double norm)
                      .eps = (float)c->eps,
                      .step = (float)(-lr / bc1)};
 
-    /* p + loc is element begin + loc's parameter: in the model's buffer,
-     * or in the range's own array. */
+    /* p + i is element begin + i's parameter: in the model's buffer, or in
+     * the range's own array; the spans are offsets from begin. */
     float *p = o->params ? o->params : wf_model_params(o->model) + o->begin;
-    const adamw_range_ *r = o->ranges;
-    int nr = o->n_ranges;
-    size_t base = o->begin;
-    float *mm = o->m, *vv = o->v;
-#pragma omp parallel if (o->n >= PARALLEL_MIN_)
-    for (int i = 0; i < nr; i++) {
-        size_t off = r[i].offset, loc = off - base; /* in the buffer; in the range's arrays */
-        update_range(p + loc, g + loc, mm + loc, vv + loc, r[i].numel, k, r[i].decay);
-    }
+    WF_TRY(wf_backend_adamw(wf_model_backend(o->model), wf_f32(p), wf_f32(g), wf_f32(o->m), wf_f32(o->v),
+                            o->spans, o->n_ranges, o->n, k));
     o->t = t;
     return WF_OK;
 }

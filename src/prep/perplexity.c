@@ -13,7 +13,7 @@
 #include "prep/prep_impl.h"
 #include "weft/arena.h"
 #include "weft/fileio.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/model.h"
 #include "weft/safetensors.h"
 #include "weft/tokenizer.h"

@@ -46,7 +46,7 @@
 #include "weft/dirlock.h"
 #include "weft/fileio.h"
 #include "weft/json.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/lines.h"
 #include "weft/log.h"
 #include "weft/metrics.h"

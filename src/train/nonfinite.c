@@ -43,6 +43,24 @@ static tensor_stats stats_of(const float *x, size_t n) {
     return st;
 }
 
+/* The stats of activation i, read through the backend in blocks. */
+static tensor_stats act_stats(wf_model *m, int i, size_t numel) {
+    float block[4096];
+    tensor_stats st = {.abs_min = INFINITY, .abs_max = -1};
+    for (size_t j = 0; j < numel; j += 4096) {
+        size_t n = numel - j < 4096 ? numel - j : 4096;
+        if (wf_model_read_activation(m, i, j, n, block) != WF_OK) break; /* cannot fail on cpu, ref */
+        tensor_stats b = stats_of(block, n);
+        st.nan += b.nan, st.inf += b.inf;
+        if (b.abs_max >= 0) { /* not NaN: the block had finite values */
+            if (b.abs_min < st.abs_min) st.abs_min = b.abs_min;
+            if (b.abs_max > st.abs_max) st.abs_max = b.abs_max;
+        }
+    }
+    if (st.abs_max < 0) st.abs_min = st.abs_max = NAN;
+    return st;
+}
+
 static int bad(const tensor_stats *st) { return st->nan || st->inf; }
 
 static void put_num(FILE *f, double v) {
@@ -172,7 +190,7 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     for (int i = 0; i < na; i++) {
         wf_model_activation a;
         wf_model_get_activation(m, i, &a);
-        tensor_stats st = stats_of(a.data, a.numel);
+        tensor_stats st = act_stats(m, i, a.numel);
         put_entry(fp, a.name, a.numel, &st, i == 0);
         if (bad(&st) && !first_act[0]) {
             snprintf(first_act, sizeof first_act, "%s", a.name);
@@ -182,25 +200,34 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     }
     fputs("],\n \"parameters\": [", fp);
     int nt = wf_model_num_tensors(m);
-    const float *p = wf_model_params(m), *g = wf_model_grads(m);
+    /* The model's own buffers (when it has them) are the backend's memory:
+     * each tensor comes to the host through wf_model_read, into `stage`
+     * (room for the largest). */
+    int has_p = wf_model_params(m) != NULL, has_g = wf_model_grads(m) != NULL;
+    size_t largest = 0;
+    for (int i = 0; i < nt; i++)
+        if (wf_model_tensor(m, i)->numel > largest) largest = wf_model_tensor(m, i)->numel;
+    float *stage = malloc((largest ? largest : 1) * sizeof *stage);
     /* zero2 keeps no full gradient and fsdp no full parameters either: the
      * lists then hold this rank's parts, each entry with its range. */
     int nu = t->units ? t->units->n : 1;
     size_t *lo = calloc((size_t)nu, sizeof *lo), *cnt = calloc((size_t)nu, sizeof *cnt);
     float **ptr = calloc((size_t)nu, sizeof *ptr);
-    if (!lo || !cnt || !ptr) {
-        free(lo), free(cnt), free(ptr);
+    if (!lo || !cnt || !ptr || !stage) {
+        free(lo), free(cnt), free(ptr), free(stage);
         wf_afile_abort(&f);
         return wf_error(WF_ERR_NOMEM, "out of memory for the non-finite report");
     }
     held h;
+    wf_status s = WF_OK;
     held_of(t, 0, &h, lo, cnt, ptr);
     if (h.n) {
         put_held(fp, m, &h, 0, first_param, sizeof first_param);
     } else {
-        for (int i = 0; p && i < nt; i++) {
+        for (int i = 0; has_p && i < nt && s == WF_OK; i++) {
             const wf_tensor_info *ti = wf_model_tensor(m, i);
-            tensor_stats st = stats_of(p + ti->offset, ti->numel);
+            s = wf_model_read(m, WF_MODEL_PARAMS, i, 0, ti->numel, stage);
+            tensor_stats st = stats_of(stage, s == WF_OK ? ti->numel : 0);
             put_entry(fp, ti->name, ti->numel, &st, i == 0);
             if (bad(&st) && !first_param[0]) snprintf(first_param, sizeof first_param, "%s", ti->name);
         }
@@ -212,14 +239,19 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     if (h.n) {
         put_held(fp, m, &h, 1, first_grad, sizeof first_grad);
     } else {
-        for (int i = 0; g && i < nt; i++) {
+        for (int i = 0; has_g && i < nt && s == WF_OK; i++) {
             const wf_tensor_info *ti = wf_model_tensor(m, i);
-            tensor_stats st = stats_of(g + ti->offset, ti->numel);
+            s = wf_model_read(m, WF_MODEL_GRADS, i, 0, ti->numel, stage);
+            tensor_stats st = stats_of(stage, s == WF_OK ? ti->numel : 0);
             put_entry(fp, ti->name, ti->numel, &st, i == 0);
             if (bad(&st)) snprintf(first_grad, sizeof first_grad, "%s", ti->name);
         }
     }
-    free(lo), free(cnt), free(ptr);
+    free(lo), free(cnt), free(ptr), free(stage);
+    if (s != WF_OK) {
+        wf_afile_abort(&f);
+        return s;
+    }
     fputs("],\n \"first_nonfinite\": {\"activation\": ", fp);
     wf_json_fput_str(fp, first_act[0] ? first_act : NULL);
     fputs(", \"parameter\": ", fp);
@@ -243,7 +275,7 @@ static void log_activations(trainer *t) {
     for (int i = 0; i < na; i++) {
         wf_model_activation a;
         wf_model_get_activation(m, i, &a);
-        tensor_stats st = stats_of(a.data, a.numel);
+        tensor_stats st = act_stats(m, i, a.numel);
         if (bad(&st)) {
             stop = i;
             break;
@@ -254,7 +286,7 @@ static void log_activations(trainer *t) {
     for (int i = from; i <= stop; i++) {
         wf_model_activation a;
         wf_model_get_activation(m, i, &a);
-        tensor_stats st = stats_of(a.data, a.numel);
+        tensor_stats st = act_stats(m, i, a.numel);
         WF_WARN("  %-40s %10.3g %10.3g   %zu NaN, %zu Inf", a.name, st.abs_min, st.abs_max, st.nan, st.inf);
     }
 }

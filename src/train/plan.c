@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/shard.h"
 #include "weft/thread.h"
 #include "weft/plan.h"

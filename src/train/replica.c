@@ -49,12 +49,20 @@ wf_status wf__train_flip_setup(trainer *t) {
     return WF_OK;
 }
 
-static void maybe_flip(trainer *t, int64_t done) {
-    if (done != t->flip.step) return;
-    uint32_t *w = (uint32_t *)(void *)(wf_model_params(t->model) + t->flip.elem);
-    *w ^= 1u << t->flip.bit;
+/* Through wf_model_read / wf_model_write: the parameters are the model's
+ * backend's memory. */
+static wf_status maybe_flip(trainer *t, int64_t done) {
+    if (done != t->flip.step) return WF_OK;
+    float x;
+    uint32_t w;
+    WF_TRY(wf_model_read(t->model, WF_MODEL_PARAMS, -1, t->flip.elem, 1, &x));
+    memcpy(&w, &x, sizeof w);
+    w ^= 1u << t->flip.bit;
+    memcpy(&x, &w, sizeof x);
+    WF_TRY(wf_model_write(t->model, WF_MODEL_PARAMS, -1, t->flip.elem, 1, &x));
     WF_WARN("WEFT_TEST_FLIP_BIT: flipped bit %d of %s on rank %d after step %lld", t->flip.bit, t->flip.what, t->rank,
             (long long)done);
+    return WF_OK;
 }
 
 /* The replicated entries of the checkpoint state: the parameters, and
@@ -78,7 +86,7 @@ static wf_status copy_from(trainer *t, int root) {
 wf_status wf__train_check_replicas(trainer *t, int64_t done) {
     int64_t every = t->tc->guard_replica_every;
     if (t->world == 1) return WF_OK;
-    maybe_flip(t, done);
+    WF_TRY(maybe_flip(t, done));
     /* fsdp: every rank holds other pieces, nothing is replicated to
      * compare (train_setup.c says so once). */
     if (t->shard == WF__SHARD_FSDP) return WF_OK;

@@ -56,6 +56,9 @@ static wf_status build_state(trainer *t) {
             e->shape[0] = ti->shape[0];
             e->shape[1] = ti->shape[1];
             e->data = bufs[k] ? bufs[k] + ti->offset : NULL;
+            /* the parameters are the model's backend's memory (the moments,
+             * from the trainer's arena, are host memory for now) */
+            if (k == 0 && t->shard != WF__SHARD_FSDP) e->be = wf_model_backend(t->model);
             if (t->shard == WF__SHARD_FSDP) {
                 /* Everything is sharded per unit: rank r holds elements
                  * [r x piece, (r + 1) x piece) of the tensor's unit. */

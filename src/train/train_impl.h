@@ -284,7 +284,7 @@ wf_status wf__train_units_export(trainer *t, wf_safetensors_writer *w);
 /* fsdp: ckpt.init_from's weights, only this rank's pieces read. */
 wf_status wf__train_units_import(trainer *t, const char *path);
 /* fsdp: the sum of squares of this rank's parameters. */
-double wf__train_units_local_sumsq(const trainer *t);
+wf_status wf__train_units_local_sumsq(const trainer *t, double *out);
 
 /* train_mix.c */
 /* data.sources and data.weight_schedule read and checked (names, weights,
@@ -304,7 +304,7 @@ void wf__train_mix_free(trainer *t);
  * first micro-batch (the batches read ahead are dropped). */
 wf_status wf__train_mix_begin_step(trainer *t, int64_t step);
 /* After a micro-batch's forward: its sequences and loss sums per source. */
-void wf__train_mix_account(trainer *t, const wf_batch *b, step_outcome *o);
+wf_status wf__train_mix_account(trainer *t, const wf_batch *b, step_outcome *o);
 /* After the step's micro-batches: the loss sums summed over ranks and
  * turned into means (collective with several ranks). */
 wf_status wf__train_mix_finish_step(trainer *t, step_outcome *o);

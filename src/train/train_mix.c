@@ -139,9 +139,9 @@ wf_status wf__train_mix_begin_step(trainer *t, int64_t step) {
     return WF_OK;
 }
 
-void wf__train_mix_account(trainer *t, const wf_batch *b, step_outcome *o) {
+wf_status wf__train_mix_account(trainer *t, const wf_batch *b, step_outcome *o) {
     train_mix *mx = &t->mix;
-    if (!mx->n) return;
+    if (!mx->n) return WF_OK;
     for (int k = 0; k < mx->n; k++) o->src_seqs[k] += b->counts[k];
     wf_model_activation a;
     if (mx->loss_act < 0) {
@@ -150,14 +150,20 @@ void wf__train_mix_account(trainer *t, const wf_batch *b, step_outcome *o) {
             if (strcmp(a.name, "loss_per_token") == 0) mx->loss_act = i;
         }
     }
-    if (mx->loss_act < 0) return; /* never: the forward had targets */
+    if (mx->loss_act < 0) return WF_OK; /* never: the forward had targets */
     wf_model_get_activation(t->model, mx->loss_act, &a);
     const size_t T = (size_t)b->seq_len;
+    float block[1024]; /* the losses come through the backend, a block at a time */
     for (int i = 0; i < b->batch && (size_t)(i + 1) * T <= a.numel; i++) {
         double sum = 0; /* in row order, in double: the same on any thread count */
-        for (size_t j = 0; j < T; j++) sum += a.data[(size_t)i * T + j];
+        for (size_t j0 = 0; j0 < T; j0 += 1024) {
+            size_t n = T - j0 < 1024 ? T - j0 : 1024;
+            WF_TRY(wf_model_read_activation(t->model, mx->loss_act, (size_t)i * T + j0, n, block));
+            for (size_t j = 0; j < n; j++) sum += block[j];
+        }
         o->src_loss[b->source[i]] += sum;
     }
+    return WF_OK;
 }
 
 wf_status wf__train_mix_finish_step(trainer *t, step_outcome *o) {

@@ -12,7 +12,7 @@
 
 #include "train/train_impl.h"
 #include "weft/fileio.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/log.h"
 #include "weft/thread.h"
 #include "weft/trace.h"

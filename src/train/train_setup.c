@@ -8,7 +8,7 @@
 
 #include "train/train_impl.h"
 #include "weft/fileio.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/log.h"
 #include "weft/store.h"
 #include "weft/shard.h"

@@ -29,7 +29,7 @@
 
 #include "train/train_impl.h"
 #include "weft/ckpt.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/log.h"
 #include "weft/safetensors.h"
 #include "weft/trace.h"
@@ -292,9 +292,9 @@ wf_status wf__train_units_import(trainer *t, const char *path) {
     return s;
 }
 
-double wf__train_units_local_sumsq(const trainer *t) {
+wf_status wf__train_units_local_sumsq(const trainer *t, double *out) {
     const train_units *su = t->units;
-    return wf_kern_sumsq(su->pshard, su->local_n);
+    return wf_backend_sumsq(wf_model_backend(t->model), wf_f32(su->pshard), su->local_n, out);
 }
 
 wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {

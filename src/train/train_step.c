@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "train/train_impl.h"
-#include "weft/kernels.h"
+#include "weft/backend.h"
 #include "weft/log.h"
 #include "weft/thread.h"
 #include "weft/trace.h"
@@ -81,7 +81,7 @@ static wf_status forward_backward(trainer *t, int64_t step, step_outcome *o) {
         s = wf_model_forward(t->model, t->inputs, t->targets, t->Bl, t->T, &l);
         wf_trace_end(span);
         WF_TRY(s);
-        wf__train_mix_account(t, b, o); /* a mixture: the rows' sources and losses */
+        WF_TRY(wf__train_mix_account(t, b, o)); /* a mixture: the rows' sources and losses */
         span = wf_trace_begin(WF_TRACE_REGION, "backward");
         /* The last micro-batch's backward finishes the gradients: buckets
          * start reducing as it goes (DDP's overlap). */
@@ -234,10 +234,10 @@ wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o) {
         double ss = 0;
         if (s == WF_OK && t->shard == WF__SHARD_FSDP) {
             /* fsdp: each rank's pieces, summed over ranks: the same verdict everywhere. */
-            ss = wf__train_units_local_sumsq(t);
-            s = wf_comm_all_reduce_f64(t->comm, &ss, 1, WF_COMM_SUM, "param check");
+            s = wf__train_units_local_sumsq(t, &ss);
+            if (s == WF_OK) s = wf_comm_all_reduce_f64(t->comm, &ss, 1, WF_COMM_SUM, "param check");
         } else if (s == WF_OK) {
-            ss = wf_kern_sumsq(wf_model_params(t->model), wf_model_num_params(t->model));
+            s = wf_model_sumsq(t->model, WF_MODEL_PARAMS, &ss);
         }
         if (s == WF_OK && !isfinite(ss)) o->nonfinite |= WF__NONFINITE_PARAMS;
     }

@@ -30,9 +30,9 @@ static void state_init(state3 *s, float seed) {
     for (size_t i = 0; i < sizeof s->a / sizeof *s->a; i++) s->a[i] = seed + (float)i;
     for (size_t i = 0; i < sizeof s->b / sizeof *s->b; i++) s->b[i] = -seed - (float)i * 0.5f;
     for (size_t i = 0; i < sizeof s->c / sizeof *s->c; i++) s->c[i] = seed * 2 + (float)i * 0.25f;
-    s->t[0] = (wf_ckpt_tensor){"w.a", 2, {10, 5}, s->a, 0, 0};
-    s->t[1] = (wf_ckpt_tensor){"w.b", 1, {7}, s->b, 0, 0};
-    s->t[2] = (wf_ckpt_tensor){"w.c", 3, {3, 2, 4}, s->c, 0, 0};
+    s->t[0] = (wf_ckpt_tensor){"w.a", 2, {10, 5}, s->a, 0, 0, NULL};
+    s->t[1] = (wf_ckpt_tensor){"w.b", 1, {7}, s->b, 0, 0, NULL};
+    s->t[2] = (wf_ckpt_tensor){"w.c", 3, {3, 2, 4}, s->c, 0, 0, NULL};
 }
 
 static void path_in(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", wf_test_tmpdir(), name); }
