@@ -10,9 +10,13 @@ train.recompute = block, on the tiny config of test_train_dist.py.
 
 records them with the weft binary WEFT on a dataset made by
 conftest.tokenize_austen (DATASET_DIR/tok.json, DATASET_DIR/data).
-tests/seam_bits.json was recorded so from the commit before the seam
-(d4a4972) and tests/py/test_seam_bits.py compares the current build with
-it, bit for bit. The bits depend on the CPU's kernels (OpenBLAS's sgemm
+tests/seam_bits.json was recorded so from main just before the seam was
+merged (8132e50) and tests/py/test_seam_bits.py compares the current build
+with it, bit for bit. (The seam's branch first recorded it from d4a4972;
+main had since fixed kern_expf_'s clamp, which vectorizes the softmax and
+SwiGLU loops again and so restores their sums' order of before the clamp:
+the losses are the same bits, the gradient norms move in the last bits,
+back to exactly those of 4609630, a week before the clamp.) The bits depend on the CPU's kernels (OpenBLAS's sgemm
 kernel, the vector width the cloned loops pick): the record names them,
 and the test compares only on a machine that picks the same.
 """

@@ -2,7 +2,7 @@
 norms, validation losses and the final checkpoint's and model file's bytes
 of the demo config and of every dist.shard mode at 2 ranks, with and
 without recompute, equal tests/seam_bits.json, recorded from the commit
-before the seam (tests/py/seam_record.py says how).
+before the seam's merge (tests/py/seam_record.py says how).
 
 The record holds for the machine kind it was made on: the bits depend on
 OpenBLAS's sgemm kernel and the vector width of the cloned loops. On
