@@ -389,10 +389,10 @@ void wf_model_set_grad_hook(wf_model *m, wf_model_grad_hook fn, void *ctx) {
     m->grad_hook_ctx = ctx;
 }
 
-/* The gradient of parameters [p, p + numel) is final: tell the hook. */
-static void grad_done_(const wf_model *m, const float *p, size_t numel) {
+/* The gradient of parameters [p, p + numel) of unit u is final: tell the
+ * hook where it is in the flat layout. */
+static void grad_done_(const wf_model *m, int u, const float *p, size_t numel) {
     if (!m->grad_hook) return;
-    int u = model_unit_of_(m, p);
     m->grad_hook(m->grad_hook_ctx, m->units[u].off + (size_t)(p - m->units[u].p), numel);
 }
 
@@ -441,21 +441,22 @@ static wf_status block_recompute(wf_model *m, int l) {
  * parameter gradients and reports each to the grad hook. */
 static wf_status block_bwd(wf_model *m, int l, const model_layer_acts_ *a) {
     const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
-    const model_layer_params_ *p = &m->lp[l];
+    const model_layer_params_ *p = &m->lp[l], *d = &m->lg[l];
+    const int u = 1 + l; /* the block's unit */
     wf_backend *be = m->be;
     /* res[l+1] = mid + g @ w2^T: dres reaches mid unchanged and g through w2. */
-    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->dg, model_grad_of_(m, p->w2), m->dres, a->g, p->w2, N, H, C));
-    grad_done_(m, p->w2, (size_t)C * H);
+    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->dg, d->w2, m->dres, a->g, p->w2, N, H, C));
+    grad_done_(m, u, p->w2, (size_t)C * H);
     TIMED_(bwd, WF_OP_SWIGLU, wf_backend_swiglu_bwd(be, wf_f32(m->dh13), wf_f32(m->dg), wf_f32(a->h13), N, H));
-    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->dxn, model_grad_of_(m, p->w13), m->dh13, a->xn2, p->w13, N, C, 2 * H));
-    grad_done_(m, p->w13, (size_t)2 * H * C);
+    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->dxn, d->w13, m->dh13, a->xn2, p->w13, N, C, 2 * H));
+    grad_done_(m, u, p->w13, (size_t)2 * H * C);
     TIMED_(bwd, WF_OP_RMSNORM,
-           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(model_grad_of_(m, p->ln2)), wf_f32(m->dxn),
+           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(d->ln2), wf_f32(m->dxn),
                                   wf_f32(a->mid), wf_f32(p->ln2), wf_f32(a->rstd2), N, C));
-    grad_done_(m, p->ln2, (size_t)C);
+    grad_done_(m, u, p->ln2, (size_t)C);
     /* mid = res[l] + att @ wo^T */
-    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->datt, model_grad_of_(m, p->wo), m->dres, a->att, p->wo, N, C, C));
-    grad_done_(m, p->wo, (size_t)C * C);
+    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->datt, d->wo, m->dres, a->att, p->wo, N, C, C));
+    grad_done_(m, u, p->wo, (size_t)C * C);
     TIMED_(bwd, WF_OP_ATTENTION,
            wf_backend_attention_bwd(be, wf_f32(m->dqkv), wf_f32(m->datt), wf_f32(a->qkv), wf_f32(a->att),
                                     wf_f32(a->lse), B, T, m->NH, m->NKV, m->HD, wf_f32(m->attn_scratch),
@@ -464,12 +465,12 @@ static wf_status block_bwd(wf_model *m, int l, const model_layer_acts_ *a) {
            wf_backend_rope_bwd(be, wf_f32(m->dqkv), wf_f32(m->rope_cos), wf_f32(m->rope_sin), B, T,
                                m->NH + m->NKV, m->HD, QKV));
     TIMED_(bwd, WF_OP_MATMUL,
-           mm_bwd(m, m->dxn, model_grad_of_(m, p->wqkv), m->dqkv, a->xn1, p->wqkv, N, C, QKV));
-    grad_done_(m, p->wqkv, (size_t)QKV * C);
+           mm_bwd(m, m->dxn, d->wqkv, m->dqkv, a->xn1, p->wqkv, N, C, QKV));
+    grad_done_(m, u, p->wqkv, (size_t)QKV * C);
     TIMED_(bwd, WF_OP_RMSNORM,
-           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(model_grad_of_(m, p->ln1)), wf_f32(m->dxn),
+           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(d->ln1), wf_f32(m->dxn),
                                   wf_f32(m->res[l]), wf_f32(p->ln1), wf_f32(a->rstd1), N, C));
-    grad_done_(m, p->ln1, (size_t)C);
+    grad_done_(m, u, p->ln1, (size_t)C);
     return WF_OK;
 }
 
@@ -489,13 +490,13 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
     m->logits_are_grads = 1;
     UNIT_EVENT_(m->L + 1, WF_UNIT_BWD_BEGIN);
     TIMED_(bwd, WF_OP_MATMUL,
-           mm_bwd(m, m->dxn, model_grad_of_(m, m->lm_head), m->logits, m->xf, m->lm_head, N, C, m->V));
-    if (m->lm_head != m->wte) grad_done_(m, m->lm_head, (size_t)m->V * C);
+           mm_bwd(m, m->dxn, m->d_lm_head, m->logits, m->xf, m->lm_head, N, C, m->V));
+    if (m->lm_head != m->wte) grad_done_(m, m->L + 1, m->lm_head, (size_t)m->V * C);
     TIMED_(bwd, WF_OP_COPY, wf_backend_fill(be, m->dres, 0, (size_t)N * C * sizeof(float)));
     TIMED_(bwd, WF_OP_RMSNORM,
-           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(model_grad_of_(m, m->norm_f)), wf_f32(m->dxn),
+           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(m->d_norm_f), wf_f32(m->dxn),
                                   wf_f32(m->res[m->L]), wf_f32(m->norm_f), wf_f32(m->rstdf), N, C));
-    grad_done_(m, m->norm_f, (size_t)C);
+    grad_done_(m, m->L + 1, m->norm_f, (size_t)C);
     UNIT_EVENT_(m->L + 1, WF_UNIT_BWD_END);
     for (int l = m->L - 1; l >= 0; l--) {
         UNIT_EVENT_(1 + l, WF_UNIT_BWD_BEGIN); /* FSDP gathers block l's parameters */
@@ -505,9 +506,9 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
     }
     UNIT_EVENT_(0, WF_UNIT_BWD_BEGIN);
     TIMED_(bwd, WF_OP_EMBEDDING,
-           wf_backend_embedding_bwd(be, wf_f32(model_grad_of_(m, m->wte)), wf_f32(m->dres), wf_i32(m->tokens), N,
+           wf_backend_embedding_bwd(be, wf_f32(m->d_wte), wf_f32(m->dres), wf_i32(m->tokens), N,
                                     C));
-    grad_done_(m, m->wte, (size_t)m->V * C);
+    grad_done_(m, 0, m->wte, (size_t)m->V * C);
     UNIT_EVENT_(0, WF_UNIT_BWD_END);
     return WF_OK;
 }

@@ -55,6 +55,11 @@ struct wf_model {
     float *norm_f;  /* (C) */
     float *lm_head; /* (V, C); == wte when tied */
     model_layer_params_ *lp; /* (L) */
+    /* Their gradients, bound with them (wf_model_bind_unit): each at the
+     * same offset in its unit's gradients as the parameter in its unit's
+     * parameters, fixed when the model is created (the tensor table). */
+    float *d_wte, *d_norm_f, *d_lm_head;
+    model_layer_params_ *lg; /* (L) */
 
     /* The plan (wf_model_plan). */
     wf_model_recompute recompute; /* wf_model_set_recompute */
@@ -105,22 +110,5 @@ static inline float *wf__model_carve(wf__model_carver *cv, size_t n) {
 
 /* Sets the sizes C, L, NH, NKV, HD, H, V, QKV from m->cfg (valid). */
 void wf__model_set_dims(struct wf_model *m);
-
-/* The unit whose bound parameters hold p, or -1. */
-static inline int model_unit_of_(const struct wf_model *m, const float *p) {
-    uintptr_t x = (uintptr_t)p;
-    for (int u = 0; u < m->n_units; u++) {
-        uintptr_t a = (uintptr_t)m->units[u].p;
-        if (m->units[u].p && x >= a && x < a + m->units[u].n * sizeof(float)) return u;
-    }
-    return -1;
-}
-
-/* Gradient pointer for a parameter pointer: the same place in its unit's
- * bound gradients. */
-static inline float *model_grad_of_(const struct wf_model *m, const float *p) {
-    int u = model_unit_of_(m, p);
-    return u >= 0 && m->units[u].g ? m->units[u].g + (p - m->units[u].p) : NULL;
-}
 
 #endif

@@ -100,7 +100,8 @@ wf_status wf_model_create_ex(wf_model **out, const wf_model_config *cfg, wf_aren
     layout(m); /* counting pass */
     m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
     m->lp = calloc((size_t)m->L, sizeof *m->lp);
-    if (!m->tensors || !m->lp) {
+    m->lg = calloc((size_t)m->L, sizeof *m->lg);
+    if (!m->tensors || !m->lp || !m->lg) {
         wf_model_destroy(m);
         return wf_error(WF_ERR_NOMEM, "model: cannot allocate the tensor table");
     }
@@ -126,6 +127,7 @@ void wf_model_destroy(wf_model *m) {
     if (!m) return;
     free(m->tensors);
     free(m->lp);
+    free(m->lg);
     free(m->units);
     free(m->res);
     free(m->la);
@@ -208,26 +210,37 @@ static float *at_(const wf_model *m, int unit, float *p, int i) {
     return p ? p + (m->tensors[i].offset - m->units[unit].off) : NULL;
 }
 
+/* A block's tensors, from the unit's floats at p (its parameters or its
+ * gradients): tensor i of the table is the block's first. */
+static void bind_block_(const wf_model *m, int unit, float *p, model_layer_params_ *out) {
+    int i = 1 + 9 * (unit - 1);
+    out->ln1 = at_(m, unit, p, i);
+    out->wqkv = at_(m, unit, p, i + 1);
+    out->wo = at_(m, unit, p, i + 4);
+    out->ln2 = at_(m, unit, p, i + 5);
+    out->w13 = at_(m, unit, p, i + 6);
+    out->w2 = at_(m, unit, p, i + 8);
+}
+
 void wf_model_bind_unit(wf_model *m, int unit, float *params, float *grads) {
     model_unit_ *u = &m->units[unit];
     u->p = params;
     u->g = grads;
     if (unit == 0) {
         m->wte = params;
-        if (m->cfg.tied_embeddings) m->lm_head = params;
+        m->d_wte = grads;
+        if (m->cfg.tied_embeddings) m->lm_head = params, m->d_lm_head = grads;
     } else if (unit <= m->L) {
-        int i = 1 + 9 * (unit - 1);
-        model_layer_params_ *lp = &m->lp[unit - 1];
-        lp->ln1 = at_(m, unit, params, i);
-        lp->wqkv = at_(m, unit, params, i + 1);
-        lp->wo = at_(m, unit, params, i + 4);
-        lp->ln2 = at_(m, unit, params, i + 5);
-        lp->w13 = at_(m, unit, params, i + 6);
-        lp->w2 = at_(m, unit, params, i + 8);
+        bind_block_(m, unit, params, &m->lp[unit - 1]);
+        bind_block_(m, unit, grads, &m->lg[unit - 1]);
     } else {
         int i = 1 + 9 * m->L;
         m->norm_f = at_(m, unit, params, i);
-        if (!m->cfg.tied_embeddings) m->lm_head = at_(m, unit, params, i + 1);
+        m->d_norm_f = at_(m, unit, grads, i);
+        if (!m->cfg.tied_embeddings) {
+            m->lm_head = at_(m, unit, params, i + 1);
+            m->d_lm_head = at_(m, unit, grads, i + 1);
+        }
     }
 }
 
