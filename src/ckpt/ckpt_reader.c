@@ -14,6 +14,7 @@
 #include "ckpt/ckpt_impl.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
+#include "weft/rundir.h"
 #include "weft/store.h"
 
 typedef struct {
@@ -662,8 +663,8 @@ static wf_status ckpt_load_tensors(wf_ckpt *c, wf_model *m, float *stage) {
 
 wf_status wf_ckpt_open_path(wf_ckpt **out, const char *path) {
     *out = NULL;
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s/" WF_CKPT_MANIFEST, path);
+    char buf[WF_PATH_MAX];
+    WF_TRY(wf_path_join(buf, sizeof buf, path, WF_CKPT_MANIFEST, NULL));
     if (wf_store_is_remote(path)) {
         /* In an object store: a checkpoint (its manifest is there), else a
          * prefix of checkpoints (ckpt.dir), whose newest valid one opens. */
@@ -682,7 +683,7 @@ wf_status wf_ckpt_open_path(wf_ckpt **out, const char *path) {
         return WF_OK;
     }
     if (wf_path_exists(buf)) return wf_ckpt_open(out, path);
-    snprintf(buf, sizeof buf, "%s/checkpoints", path);
+    WF_TRY(wf_rundir_path(buf, sizeof buf, path, WF_RUN_CHECKPOINTS));
     const char *root = wf_path_is_dir(buf) ? buf : path;
     if (!wf_path_is_dir(root)) return wf_error(WF_ERR_NOTFOUND, "%s: no such directory", path);
     WF_TRY(wf_ckpt_open_latest(root, out));

@@ -329,11 +329,11 @@ static char *remote_dest(const char *tmp) {
 
 /* Uploads `name` of the staging folder `tmp` to its place below `dest`. */
 static wf_status upload_one(const char *tmp, const char *dest, const char *name) {
-    char src[4200];
+    char src[WF_PATH_MAX];
     wf_buf url = {0};
-    snprintf(src, sizeof src, "%s/%s", tmp, name);
+    wf_status s = wf_path_join(src, sizeof src, tmp, name, NULL);
     wf_buf_printf(&url, "%s/%s", dest, name);
-    wf_status s = url.failed ? wf_error(WF_ERR_NOMEM, "out of memory") : wf_store_upload(src, url.data);
+    if (s == WF_OK) s = url.failed ? wf_error(WF_ERR_NOMEM, "out of memory") : wf_store_upload(src, url.data);
     if (s != WF_OK) wf_error_wrap(s, "checkpoint upload: ");
     wf_buf_free(&url);
     return s;
@@ -406,9 +406,9 @@ static int write_all(int fd, const unsigned char *buf, uint64_t len) {
 
 wf_status wf__ckpt_write_data(const wf_ckpt_plan *p, int rank, const char *tmp_dir, uint64_t step,
                              const unsigned char *image, uint64_t *sums) {
-    char name[64], path[4096];
+    char name[64], path[WF_PATH_MAX];
     wf__ckpt_data_name(name, sizeof name, rank, p->world_size);
-    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
+    WF_TRY(wf_path_join(path, sizeof path, tmp_dir, name, NULL));
     char *dest = remote_dest(tmp_dir);
     int made = 0;
     if (dest) {  /* every rank stages in a folder of its own machine */
@@ -514,8 +514,12 @@ wf_status wf__ckpt_write_manifest(const wf_ckpt_plan *p, const char *tmp_dir, ui
     json_object_set_new(m, "tensors", tensors);
     char *text = json_dumps(m, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
     json_decref(m);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/" WF_CKPT_MANIFEST, tmp_dir);
+    char path[WF_PATH_MAX];
+    wf_status ps = wf_path_join(path, sizeof path, tmp_dir, WF_CKPT_MANIFEST, NULL);
+    if (ps != WF_OK) {
+        free(text);
+        return ps;
+    }
     if (!text) return wf_error(WF_ERR_NOMEM, "%s: cannot build the manifest", path);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -669,9 +673,11 @@ wf_status wf_ckpt_list(const char *root, uint64_t **steps, size_t *n) {
     while ((e = readdir(d)) != NULL) {
         uint64_t step;
         if (parse_step_name(e->d_name, &step) != 0) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
-        if (!wf_path_is_dir(path)) continue;
+        char path[WF_PATH_MAX];
+        if (wf_path_join(path, sizeof path, root, e->d_name, NULL) != WF_OK || !wf_path_is_dir(path)) {
+            wf_error_clear(); /* not a checkpoint of ours */
+            continue;
+        }
         s = WF_GROW(*steps, cap, *n + 1, 16);
         if (s != WF_OK) break;
         (*steps)[(*n)++] = step;
@@ -701,9 +707,9 @@ wf_status wf_ckpt_cleanup(const char *root, int *removed) {
     struct dirent *e;
     while ((e = readdir(d)) != NULL && s == WF_OK) {
         if (strncmp(e->d_name, ".tmp-", 5) != 0 && strncmp(e->d_name, ".trash-", 7) != 0) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
-        s = wf_remove_tree(path);
+        char path[WF_PATH_MAX];
+        s = wf_path_join(path, sizeof path, root, e->d_name, NULL); /* never a cut path to remove */
+        if (s == WF_OK) s = wf_remove_tree(path);
         if (s == WF_OK && removed) (*removed)++;
     }
     closedir(d);

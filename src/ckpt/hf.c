@@ -71,15 +71,15 @@ wf_status wf_hf_export(const wf_model *m, const char *out_dir, int bf16, const c
         char *data;
         size_t len;
         WF_TRY(wf_file_read(tokenizer, &data, &len));
-        snprintf(path, sizeof path, "%s/tokenizer.json", out_dir);
-        wf_status s = wf_file_write_atomic(path, data, len);
+        wf_status s = wf_path_join(path, sizeof path, out_dir, "tokenizer.json", NULL);
+        if (s == WF_OK) s = wf_file_write_atomic(path, data, len);
         free(data);
         WF_TRY(s);
         if (!realpath(path, tok_dst)) snprintf(tok_dst, sizeof tok_dst, "%s", path);
     }
-    snprintf(path, sizeof path, "%s/config.json", out_dir);
+    WF_TRY(wf_path_join(path, sizeof path, out_dir, "config.json", NULL));
     WF_TRY(write_config_json(wf_model_get_config(m), path, bf16, bos, eos));
-    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+    WF_TRY(wf_path_join(path, sizeof path, out_dir, "model.safetensors", NULL));
     wf_kv meta[1] = {{"weft.tokenizer", tok_dst}};
     return wf_safetensors_save_as(m, path, meta, tok_dst[0] ? 1 : 0, bf16);
 }
@@ -214,12 +214,12 @@ static wf_status config_from_hf_json(const char *path, wf_model_config *out) {
 wf_status wf_hf_read_config(const char *path, wf_model_config *out, char *source, size_t source_size) {
     char cfg[PATH_MAX], file[PATH_MAX];
     if (wf_path_is_dir(path)) {
-        snprintf(cfg, sizeof cfg, "%s/config.json", path);
+        WF_TRY(wf_path_join(cfg, sizeof cfg, path, "config.json", NULL));
         if (wf_path_exists(cfg)) {
             if (source) snprintf(source, source_size, "%s", cfg);
             return config_from_hf_json(cfg, out);
         }
-        snprintf(file, sizeof file, "%s/model.safetensors", path);
+        WF_TRY(wf_path_join(file, sizeof file, path, "model.safetensors", NULL));
     } else if (wf_path_exists(path)) {
         snprintf(file, sizeof file, "%s", path);
     } else {
@@ -279,16 +279,16 @@ static wf_status check_hf_config(const char *path, const wf_model_config *c) {
 static wf_status import_check(const wf_model *m, const char *path, char *file) {
     char cfg[PATH_MAX] = "";
     if (wf_path_is_dir(path)) {
-        snprintf(file, PATH_MAX, "%s/model.safetensors", path);
+        WF_TRY(wf_path_join(file, PATH_MAX, path, "model.safetensors", NULL));
         if (!wf_path_exists(file)) {
             char idx[PATH_MAX];
-            snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", path);
+            WF_TRY(wf_path_join(idx, sizeof idx, path, "model.safetensors.index.json", NULL));
             if (wf_path_exists(idx))
                 return wf_error(WF_ERR_UNSUPPORTED, "%s: a sharded safetensors model (model.safetensors.index.json); "
                                 "weft imports a single model.safetensors: merge the shards first", path);
             return wf_error(WF_ERR_NOTFOUND, "%s: no model.safetensors in this directory", path);
         }
-        snprintf(cfg, sizeof cfg, "%s/config.json", path);
+        WF_TRY(wf_path_join(cfg, sizeof cfg, path, "config.json", NULL));
         if (!wf_path_exists(cfg)) cfg[0] = '\0';
     } else if (wf_path_exists(path)) {
         snprintf(file, PATH_MAX, "%s", path);

@@ -43,15 +43,16 @@
 #include <unistd.h>
 
 #include "weft/arena.h"
+#include "weft/backend.h"
 #include "weft/dirlock.h"
 #include "weft/fileio.h"
 #include "weft/json.h"
-#include "weft/backend.h"
 #include "weft/lines.h"
 #include "weft/log.h"
 #include "weft/metrics.h"
 #include "weft/model.h"
 #include "weft/progress.h"
+#include "weft/rundir.h"
 #include "weft/shard.h"
 #include "weft/sorted.h"
 #include "weft/store.h"
@@ -734,7 +735,7 @@ static wf_status record(watch *w, const wf_eval_result *r, const char *ckpt_dir)
     if (w->o->tensorboard) {
         char dir[PATH_CAP + 8];
         if (!w->tb) {
-            snprintf(dir, sizeof dir, "%s/tb", w->eval_dir);
+            WF_TRY(wf_rundir_path(dir, sizeof dir, w->eval_dir, WF_RUN_TB));
             WF_TRY(wf_tb_open(&w->tb, dir, 0));
             WF_INFO("TensorBoard events: %s", wf_tb_path(w->tb));
         }
@@ -766,7 +767,7 @@ static wf_status record_tasks(watch *w, uint64_t step, const char *ckpt_dir) {
     if (w->o->tensorboard) {
         if (!w->tb) {
             char dir[PATH_CAP + 8];
-            snprintf(dir, sizeof dir, "%s/tb", w->eval_dir);
+            WF_TRY(wf_rundir_path(dir, sizeof dir, w->eval_dir, WF_RUN_TB));
             WF_TRY(wf_tb_open(&w->tb, dir, 0));
         }
         WF_TRY(wf_tb_begin(w->tb, (int64_t)step, unix_now()));
@@ -985,11 +986,12 @@ wf_status wf_eval_watch(wf_evaluator *e, const wf_eval_watch_opts *o, wf_eval_wa
     w.o = o;
     w.res = result;
     w.fd = -1;
-    snprintf(w.root, sizeof w.root, "%s/checkpoints", o->run_dir);
-    snprintf(w.jsonl, sizeof w.jsonl, "%s/eval.jsonl", o->run_dir);
-    snprintf(w.eval_dir, sizeof w.eval_dir, "%s/eval", o->run_dir);
-    snprintf(w.stop_path, sizeof w.stop_path, "%s/STOP", o->run_dir);
-    snprintf(w.config_path, sizeof w.config_path, "%s/config.toml", o->run_dir);
+    WF_TRY(wf_rundir_check(o->run_dir, "--watch"));
+    WF_TRY(wf_rundir_path(w.root, sizeof w.root, o->run_dir, WF_RUN_CHECKPOINTS));
+    WF_TRY(wf_rundir_path(w.jsonl, sizeof w.jsonl, o->run_dir, WF_RUN_EVAL_JSONL));
+    WF_TRY(wf_rundir_path(w.eval_dir, sizeof w.eval_dir, o->run_dir, WF_RUN_EVAL));
+    WF_TRY(wf_rundir_path(w.stop_path, sizeof w.stop_path, o->run_dir, WF_RUN_STOP));
+    WF_TRY(wf_rundir_path(w.config_path, sizeof w.config_path, o->run_dir, WF_RUN_CONFIG));
     WF_TRY(wf_mkdirs(w.eval_dir));
     wf_dirlock *lock = NULL;
     wf_dirlock_opts lo = {.command = "weft eval --watch", .what = "evaluation directory"};

@@ -161,10 +161,10 @@ static const char *found_in(int what) {
 static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, const char *action, char *path,
                               size_t path_size, char *first, size_t first_size) {
     wf_model *m = t->model;
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/nonfinite", t->tc->run_dir);
+    char dir[WF_PATH_MAX];
+    WF_TRY(wf_rundir_path(dir, sizeof dir, t->tc->run_dir, WF_RUN_NONFINITE));
     WF_TRY(wf_mkdirs(dir));
-    snprintf(path, path_size, "%s/step-%08lld.rank-%05d.json", dir, (long long)done, t->rank);
+    WF_TRY(wf_path_joinf(path, path_size, dir, "step-%08lld.rank-%05d.json", (long long)done, t->rank));
     wf_afile f;
     WF_TRY(wf_afile_open(&f, path));
     FILE *fp = f.fp;

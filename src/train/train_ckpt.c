@@ -298,13 +298,15 @@ wf_status wf__train_setup_checkpoints(trainer *t) {
     if (tc->ckpt_dir && *tc->ckpt_dir) {
         size_t n = strlen(tc->ckpt_dir);
         while (n > 1 && tc->ckpt_dir[n - 1] == '/') n--; /* s3://b/run/ and s3://b/run are one root */
-        if (n >= sizeof t->root) return wf_error(WF_ERR_CONFIG, "ckpt.dir: too long (%zu characters)", n);
-        snprintf(t->root, sizeof t->root, "%.*s", (int)n, tc->ckpt_dir);
+        if (n > WF_RUNDIR_MAX)
+            return wf_error(WF_ERR_CONFIG, "ckpt.dir: too long (%zu characters; at most %d)", n, WF_RUNDIR_MAX);
+        memcpy(t->root, tc->ckpt_dir, n);
+        t->root[n] = '\0';
     } else {
-        snprintf(t->root, sizeof t->root, "%s/checkpoints", tc->run_dir);
+        WF_TRY(wf_rundir_path(t->root, sizeof t->root, tc->run_dir, WF_RUN_CHECKPOINTS));
     }
-    snprintf(t->save_path, sizeof t->save_path, "%s/SAVE", tc->run_dir);
-    snprintf(t->stop_path, sizeof t->stop_path, "%s/STOP", tc->run_dir);
+    WF_TRY(wf_rundir_path(t->save_path, sizeof t->save_path, tc->run_dir, WF_RUN_SAVE));
+    WF_TRY(wf_rundir_path(t->stop_path, sizeof t->stop_path, tc->run_dir, WF_RUN_STOP));
     t->last_saved = t->tried_step = -1;
     t->good_step = -1;
     t->config_text = config_toml(tc);
@@ -336,8 +338,8 @@ wf_status wf__train_setup_checkpoints(trainer *t) {
 
 wf_status wf__train_write_final_model(trainer *t, int64_t steps) {
     if (t->rank != 0 && t->shard != WF__SHARD_FSDP) return WF_OK; /* fsdp: every rank gathers */
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors", t->tc->run_dir);
+    char path[WF_PATH_MAX];
+    WF_TRY(wf_rundir_path(path, sizeof path, t->tc->run_dir, WF_RUN_MODEL));
     char steps_s[32];
     snprintf(steps_s, sizeof steps_s, "%lld", (long long)steps);
     wf_kv meta[2] = {{.key = "weft.step", .value = steps_s},
@@ -369,8 +371,8 @@ wf_status wf__train_write_final_model(trainer *t, int64_t steps) {
 }
 
 wf_status wf__train_write_run_config(const wf_train_config *tc) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.toml", tc->run_dir);
+    char path[WF_PATH_MAX];
+    WF_TRY(wf_rundir_path(path, sizeof path, tc->run_dir, WF_RUN_CONFIG));
     wf_afile f;
     WF_TRY(wf_afile_open(&f, path));
     fprintf(f.fp, "# effective configuration of this run (weft train --config %s reproduces it)\n", path);

@@ -132,8 +132,8 @@ typedef struct {
     train_mix mix;             /* data.sources: the mixture (mix.n 0: data.dir alone) */
     int32_t *inputs, *targets; /* (Bl, T) each */
     /* checkpoints */
-    char root[4096];           /* RUN_DIR/checkpoints */
-    char save_path[4096], stop_path[4096];
+    char root[WF_PATH_MAX];    /* RUN_DIR/checkpoints, or ckpt.dir */
+    char save_path[WF_PATH_MAX], stop_path[WF_PATH_MAX];
     char *config_text;         /* the effective config as TOML, saved in every checkpoint */
     wf_ckpt_tensor *state;     /* parameters, then AdamW m, then v */
     char **state_names;        /* owned names of the m and v entries */
