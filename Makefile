@@ -152,7 +152,7 @@ $(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_DEP) $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(FUZZ_MAIN) $(BUILD)/libweft.a $(LDLIBS)
 
-# MPI backends of src/dist (docs/distributed.md): one shared object per MPI
+# MPI backends of src/comm (docs/distributed.md): one shared object per MPI
 # implementation, opened by weft with dlopen under a launcher, so that weft
 # itself never links libmpi. Each is built when its compiler wrapper is
 # installed (scripts/setup.sh installs both). The wrappers give the include
@@ -167,11 +167,11 @@ endif
 mpi_inc  = $(patsubst -I%,-isystem %,$(filter -I%,$(1)))
 mpi_link = $(filter -L% -l% -Wl$(comma)%,$(1))
 mpi-backends: $(MPI_BACKENDS)
-$(BUILD)/libweft-mpi-openmpi.so: src/dist/mpi/dist_mpi.c src/dist/dist_backend.h
+$(BUILD)/libweft-mpi-openmpi.so: src/comm/mpi/comm_mpi.c src/comm/comm_backend.h
 	@mkdir -p $(dir $@)
 	@echo "  MPI     $@"
 	$(Q)$(CC) $(MPI_BE_FLAGS) $(call mpi_inc,$(shell mpicc.openmpi -showme:compile)) -o $@ $< $(call mpi_link,$(shell mpicc.openmpi -showme:link))
-$(BUILD)/libweft-mpi-mpich.so: src/dist/mpi/dist_mpi.c src/dist/dist_backend.h
+$(BUILD)/libweft-mpi-mpich.so: src/comm/mpi/comm_mpi.c src/comm/comm_backend.h
 	@mkdir -p $(dir $@)
 	@echo "  MPI     $@"
 	$(Q)$(CC) $(MPI_BE_FLAGS) $(call mpi_inc,$(shell mpicc.mpich -compile-info)) -o $@ $< $(call mpi_link,$(shell mpicc.mpich -link-info))

@@ -44,7 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/thread.h"
 
 #define MIN_BATCHES 10
@@ -234,8 +234,8 @@ static int part_overlap(wf_comm *c, double grad_mb, double bucket_mb) {
     size_t n = (size_t)(grad_mb * (1 << 20)) / sizeof(float);
     float *grads = calloc(n, sizeof *grads);
     if (!grads) return fail("out of memory");
-    wf_dist_span spans[NT];
-    for (int t = 0; t < NT; t++) spans[t] = (wf_dist_span){n / NT * (size_t)t, n / NT};
+    wf_comm_span spans[NT];
+    for (int t = 0; t < NT; t++) spans[t] = (wf_comm_span){n / NT * (size_t)t, n / NT};
     wf_reducer *r = NULL;
     if (wf_reducer_create(&r, c, grads, spans, NT, (size_t)(bucket_mb * (1 << 20))) != WF_OK)
         return fail("reducer");

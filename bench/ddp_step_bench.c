@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "weft/arena.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/kernels.h"
 #include "weft/model.h"
 #include "weft/optim.h"
@@ -88,11 +88,11 @@ int main(int argc, char **argv) {
         return fail("model");
     wf_model_init(m, 1);
     int nt = wf_model_num_tensors(m);
-    wf_dist_span *spans = calloc((size_t)nt, sizeof *spans);
+    wf_comm_span *spans = calloc((size_t)nt, sizeof *spans);
     if (!spans) return fail("out of memory");
     for (int i = 0; i < nt; i++) {
         const wf_tensor_info *ti = wf_model_tensor(m, i);
-        spans[i] = (wf_dist_span){ti->offset, ti->numel};
+        spans[i] = (wf_comm_span){ti->offset, ti->numel};
     }
     wf_reducer *red = NULL;
     if (wf_reducer_create(&red, c, wf_model_grads(m), spans, nt, (size_t)(bucket_mb * (1 << 20))) !=

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/backend.h"
 #include "weft/weft.h"
 

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "commands.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/doctor.h"
 #include "weft/weft.h"
 

@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/model.h"
 #include "weft/status.h"
 

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/status.h"
 
 /* The probes, as bits of wf_doctor_report.failed. */

@@ -9,7 +9,7 @@
  * captures profiling traces on a schedule or on request (docs/tracing.md).
  *
  * Data-parallel across processes when started by mpirun/mpiexec/srun (the
- * distributed layer, include/weft/dist.h; docs/distributed.md), in one of
+ * distributed layer, include/weft/comm.h; docs/distributed.md), in one of
  * four modes (dist.shard): ddp (gradient buckets all-reduced during the
  * backward), zero1 (the AdamW moments sharded over the ranks), zero2 (the
  * gradients too, reduce-scattered per unit) or fsdp (the parameters too,
@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "weft/config.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/model.h"
 #include "weft/status.h"
 

@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/fileio.h"
 #include "weft/stackdump.h"
 #include "weft/thread.h"

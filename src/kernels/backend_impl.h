@@ -1,6 +1,6 @@
 /* The ABI between the seam (src/kernels/backend.c, include/weft/backend.h)
  * and its backends: a table of memory calls and ops, shaped like the MPI
- * backends' (src/dist/dist_backend.h). The cpu and ref backends are compiled
+ * backends' (src/comm/comm_backend.h). The cpu and ref backends are compiled
  * into libweft (backend_cpu.c, backend_ref.c); a device backend will be a
  * shared object that exports WF_BACKEND_SYMBOL, a function returning its
  * table, and links nothing of libweft: everything crosses this table (it

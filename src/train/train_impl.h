@@ -31,7 +31,7 @@
 #include "weft/batch_ramp.h"
 #include "weft/ckpt.h"
 #include "weft/dirlock.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/eval_tasks.h"
 #include "weft/loader.h"
 #include "weft/metrics.h"

@@ -86,11 +86,11 @@ static void arena_mark(trainer *t, const char *name) {
  * this rank's gradient shard. */
 static wf_status make_reducer(trainer *t) {
     int nt = wf_model_num_tensors(t->model);
-    wf_dist_span *spans = calloc((size_t)nt, sizeof *spans);
+    wf_comm_span *spans = calloc((size_t)nt, sizeof *spans);
     if (!spans) return wf_error(WF_ERR_NOMEM, "out of memory");
     for (int i = 0; i < nt; i++) {
         const wf_tensor_info *ti = wf_model_tensor(t->model, i);
-        spans[i] = (wf_dist_span){.offset = ti->offset, .numel = ti->numel};
+        spans[i] = (wf_comm_span){.offset = ti->offset, .numel = ti->numel};
     }
     size_t bucket = (size_t)(t->tc->dist_bucket_mb * 1e6);
     wf_status s = wf_reducer_create(&t->reducer, t->comm, wf_model_grads(t->model), spans, nt, bucket ? bucket : 1);

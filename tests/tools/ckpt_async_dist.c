@@ -55,7 +55,7 @@
 
 #include "lib/tool_args.h"
 #include "weft/ckpt.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/fileio.h"
 
 /* The agreement bit this driver uses, as the trainer defines its own. */

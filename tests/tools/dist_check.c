@@ -59,7 +59,7 @@
 
 #include "lib/tool_args.h"
 #include "lib/tool_hash.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/log.h"
 #include "weft/thread.h"
 
@@ -90,10 +90,10 @@ static const size_t tensor_sizes[] = {
     64, 3 * 64 * 64, 64 * 64, 64, 2 * 64 * 172, 172 * 64 + 3, 64};
 #define N_TENSORS ((int)(sizeof tensor_sizes / sizeof *tensor_sizes))
 
-static size_t layout(wf_dist_span *spans) {
+static size_t layout(wf_comm_span *spans) {
     size_t off = 0;
     for (int i = 0; i < N_TENSORS; i++) {
-        spans[i] = (wf_dist_span){off, tensor_sizes[i]};
+        spans[i] = (wf_comm_span){off, tensor_sizes[i]};
         off += tensor_sizes[i];
     }
     return off;
@@ -289,10 +289,10 @@ static int check_ireduce_scatter(wf_comm *c) {
 static int check_reducer_shards(wf_comm *c) {
     static const size_t sizes[] = {5000, 16, 700, 3, 2000, 40, 1, 900, 3000};
     enum { NT = 9 };
-    wf_dist_span spans[NT];
+    wf_comm_span spans[NT];
     size_t n = 0;
     for (int i = 0; i < NT; i++) {
-        spans[i] = (wf_dist_span){n, sizes[i]};
+        spans[i] = (wf_comm_span){n, sizes[i]};
         n += sizes[i];
     }
     wf_zero1_plan p;
@@ -305,7 +305,7 @@ static int check_reducer_shards(wf_comm *c) {
     /* Which kinds of bucket this plan has: inside one shard, across two+. */
     int inside = 0, across = 0;
     for (int b = 0; b < wf_reducer_num_buckets(red); b++) {
-        wf_dist_span s = wf_reducer_bucket(red, b, NULL, NULL);
+        wf_comm_span s = wf_reducer_bucket(red, b, NULL, NULL);
         int parts = 0;
         for (int r = 0; r < size_; r++)
             if (p.offsets[r] < s.offset + s.numel && s.offset < p.offsets[r] + p.counts[r]) parts++;
@@ -549,7 +549,7 @@ static int cmd_ddp(wf_comm *c, int argc, char **argv, const char *out) {
         fprintf(stderr, "dist_check ddp: B=%d is not a multiple of %d ranks\n", B, size_);
         return 2;
     }
-    wf_dist_span spans[N_TENSORS];
+    wf_comm_span spans[N_TENSORS];
     size_t n = layout(spans);
     float *grads = calloc(n, sizeof *grads);
     if (!grads) return 1;
@@ -600,7 +600,7 @@ typedef struct {
 } adamw_cfg;
 
 /* Tensor of element j (for its decay and scale). */
-static int tensor_of(const wf_dist_span *spans, size_t j) {
+static int tensor_of(const wf_comm_span *spans, size_t j) {
     int t = 0;
     while (t + 1 < N_TENSORS && spans[t + 1].offset <= j) t++;
     return t;
@@ -608,7 +608,7 @@ static int tensor_of(const wf_dist_span *spans, size_t j) {
 
 /* AdamW over elements [lo, lo + n) of the parameters, with the gradient g
  * (n), the moments m, v (n) and the clip scale; decay on odd tensors. */
-static void adamw_range(const adamw_cfg *o, const wf_dist_span *spans, float *params, size_t lo,
+static void adamw_range(const adamw_cfg *o, const wf_comm_span *spans, float *params, size_t lo,
                         size_t n, const float *g, float *m, float *v, int t, float clip_scale) {
     float bc1 = 1.0f - powf(o->b1, (float)t), bc2 = 1.0f - powf(o->b2, (float)t);
     for (size_t i = 0; i < n; i++) {
@@ -625,7 +625,7 @@ static void adamw_range(const adamw_cfg *o, const wf_dist_span *spans, float *pa
 /* This rank's mean gradient for step t at parameters p: per sample
  * scale * (base + 0.25 u) + 0.1 p, with |base| in [0.5, 1), so that the mean
  * stays away from zero and AdamW's update is well conditioned. */
-static void zero1_grads(const wf_dist_span *spans, const float *params, size_t n, int t, int B,
+static void zero1_grads(const wf_comm_span *spans, const float *params, size_t n, int t, int B,
                         float *g) {
     int lo, hi;
     my_samples(B, &lo, &hi);
@@ -648,7 +648,7 @@ static int cmd_zero1(wf_comm *c, int argc, char **argv, const char *out) {
     int zero = strcmp(mode, "zero1") == 0;
     if (B % size_) return 2;
     adamw_cfg o = {.lr = 1e-2f, .b1 = 0.9f, .b2 = 0.95f, .eps = 1e-8f, .wd = 0.1f, .clip = 100.0f};
-    wf_dist_span spans[N_TENSORS];
+    wf_comm_span spans[N_TENSORS];
     size_t n = layout(spans);
     float *params = malloc(n * sizeof *params), *grads = malloc(n * sizeof *grads);
     wf_zero1_plan p;

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "lib/tool_args.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/log.h"
 #include "weft/thread.h"
 

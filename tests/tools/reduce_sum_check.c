@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "lib/tool_hash.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 
 #define N_TENSORS 6
 
@@ -108,10 +108,10 @@ int main(int argc, char **argv) {
     rank_ = wf_comm_rank(c);
     size_ = wf_comm_size(c);
     float *avg = malloc(n * sizeof *avg), *sum = malloc(n * sizeof *sum);
-    wf_dist_span spans[N_TENSORS];
+    wf_comm_span spans[N_TENSORS];
     for (int t = 0; t < N_TENSORS; t++) {
         size_t lo = n * (size_t)t / N_TENSORS, hi = n * (size_t)(t + 1) / N_TENSORS;
-        spans[t] = (wf_dist_span){lo, hi - lo};
+        spans[t] = (wf_comm_span){lo, hi - lo};
     }
     wf_reducer *ra = NULL, *rs = NULL;
     int rc = 1;

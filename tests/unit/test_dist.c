@@ -1,4 +1,4 @@
-/* Unit tests of src/dist without MPI: the single-process backend's
+/* Unit tests of src/comm without MPI: the single-process backend's
  * semantics, backend detection from the environment and the errors of
  * backend loading, the reducer's bucket plan and start order, the ZeRO-1
  * partition and its memory figures, the flight recorder, and the watchdog
@@ -11,9 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist/dist_impl.h"
+#include "comm/comm_impl.h"
 #include "harness.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 
 /* Two of a caller's agreement bits (dist.h leaves their meaning to it). */
 enum { AGREE_STOP = 1u << 0, AGREE_SAVE = 1u << 1 };
@@ -189,10 +189,10 @@ WF_TEST(missing_backend_names_the_places_tried) {
 }
 
 /* Spans of tensors with these sizes, laid out back to back. */
-static void spans_of(const size_t *sizes, int n, wf_dist_span *out) {
+static void spans_of(const size_t *sizes, int n, wf_comm_span *out) {
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        out[i] = (wf_dist_span){off, sizes[i]};
+        out[i] = (wf_comm_span){off, sizes[i]};
         off += sizes[i];
     }
 }
@@ -200,7 +200,7 @@ static void spans_of(const size_t *sizes, int n, wf_dist_span *out) {
 WF_TEST(reducer_plans_buckets_from_the_last_tensor) {
     wf_comm *c = single_comm();
     const size_t sizes[5] = {100, 50, 200, 10, 300};
-    wf_dist_span t[5];
+    wf_comm_span t[5];
     spans_of(sizes, 5, t);
     float grads[660];
     wf_reducer *r = NULL;
@@ -208,7 +208,7 @@ WF_TEST(reducer_plans_buckets_from_the_last_tensor) {
     WF_CHECK_OK(wf_reducer_create(&r, c, grads, t, 5, 1000));
     WF_CHECK_EQ(wf_reducer_num_buckets(r), 3);
     int first, last;
-    wf_dist_span s = wf_reducer_bucket(r, 0, &first, &last);
+    wf_comm_span s = wf_reducer_bucket(r, 0, &first, &last);
     WF_CHECK_TRUE(first == 4 && last == 4 && s.offset == 360 && s.numel == 300);
     s = wf_reducer_bucket(r, 1, &first, &last);
     WF_CHECK_TRUE(first == 1 && last == 3 && s.offset == 100 && s.numel == 260);
@@ -232,14 +232,14 @@ WF_TEST(reducer_plans_buckets_from_the_last_tensor) {
 
 WF_TEST(reducer_bucket_spans_cover_gaps) {
     wf_comm *c = single_comm();
-    wf_dist_span t[3] = {{0, 10}, {16, 10}, {32, 4}};
+    wf_comm_span t[3] = {{0, 10}, {16, 10}, {32, 4}};
     float grads[36];
     wf_reducer *r = NULL;
     WF_CHECK_OK(wf_reducer_create(&r, c, grads, t, 3, 1 << 20));
-    wf_dist_span s = wf_reducer_bucket(r, 0, NULL, NULL);
+    wf_comm_span s = wf_reducer_bucket(r, 0, NULL, NULL);
     WF_CHECK_TRUE(s.offset == 0 && s.numel == 36);
     wf_reducer_destroy(r);
-    wf_dist_span bad[2] = {{10, 10}, {5, 2}};
+    wf_comm_span bad[2] = {{10, 10}, {5, 2}};
     WF_CHECK_ERR(wf_reducer_create(&r, c, grads, bad, 2, 0), WF_ERR_INVALID, "tensor 1 (offset 5)");
     wf_comm_destroy(c);
 }
@@ -247,7 +247,7 @@ WF_TEST(reducer_bucket_spans_cover_gaps) {
 WF_TEST(reducer_starts_buckets_in_order) {
     wf_comm *c = single_comm();
     const size_t sizes[5] = {100, 50, 200, 10, 300};
-    wf_dist_span t[5];
+    wf_comm_span t[5];
     spans_of(sizes, 5, t);
     float grads[660];
     for (int i = 0; i < 660; i++) grads[i] = (float)i;
@@ -419,24 +419,24 @@ static wf_watchdog *make_watchdog(fire_box *box, double first, double later, int
     o.on_timeout = on_fire;
     o.on_timeout_ctx = box;
     wf_watchdog *w = NULL;
-    WF_CHECK_OK(wf__dist_watchdog_create(&w, &o, 1, 4));
+    WF_CHECK_OK(wf__comm_watchdog_create(&w, &o, 1, 4));
     return w;
 }
 
 WF_TEST(watchdog_fires_on_a_blocked_collective) {
     fire_box box;
     wf_watchdog *w = make_watchdog(&box, 0.05, 0.05, 0);
-    wf__dist_watchdog_set_step(w, 7);
-    uint64_t a = wf__dist_watchdog_begin(w, "all_reduce", "loss", 4, 1);
-    wf__dist_watchdog_end(w, a, 1);
-    wf__dist_watchdog_begin(w, "all_reduce", "grad bucket 2/5", 3 << 20, 1);
+    wf__comm_watchdog_set_step(w, 7);
+    uint64_t a = wf__comm_watchdog_begin(w, "all_reduce", "loss", 4, 1);
+    wf__comm_watchdog_end(w, a, 1);
+    wf__comm_watchdog_begin(w, "all_reduce", "grad bucket 2/5", 3 << 20, 1);
     WF_CHECK_EQ(wait_fired(&box, 30), 1);
     WF_CHECK_TRUE(strstr(box.report, "rank 1 of 4") != NULL);
     WF_CHECK_TRUE(strstr(box.report, "collective #2 all_reduce \"grad bucket 2/5\" (3.0 MiB) at step 7") != NULL);
     WF_CHECK_TRUE(strstr(box.report, "timeout_s") != NULL);
     WF_CHECK_TRUE(strstr(box.report, "#1 step 7 all_reduce \"loss\" 4 B") != NULL);
     WF_CHECK_TRUE(strstr(box.report, "WAITING for") != NULL);
-    wf__dist_watchdog_destroy(w);
+    wf__comm_watchdog_destroy(w);
 }
 
 /* The report names the option the caller says sets each phase's timeout
@@ -461,14 +461,14 @@ WF_TEST(watchdog_names_the_callers_option) {
             o.on_timeout = on_fire;
             o.on_timeout_ctx = &box;
             wf_watchdog *w = NULL;
-            WF_CHECK_OK(wf__dist_watchdog_create(&w, &o, 0, 2));
-            wf__dist_watchdog_set_step(w, later ? 5 : 0);
-            wf__dist_watchdog_begin(w, "barrier", "x", 0, 1);
+            WF_CHECK_OK(wf__comm_watchdog_create(&w, &o, 0, 2));
+            wf__comm_watchdog_set_step(w, later ? 5 : 0);
+            wf__comm_watchdog_begin(w, "barrier", "x", 0, 1);
             WF_CHECK_EQ(wait_fired(&box, 30), 1);
             char raise[128];
             snprintf(raise, sizeof raise, "Raise the timeout (%s) if", want[k][later]);
             if (!strstr(box.report, raise)) wf_test_fail(__FILE__, __LINE__, "no '%s' in: %s", raise, box.report);
-            wf__dist_watchdog_destroy(w);
+            wf__comm_watchdog_destroy(w);
         }
 }
 
@@ -476,38 +476,38 @@ WF_TEST(watchdog_ignores_collectives_not_waited_on) {
     fire_box box;
     wf_watchdog *w = make_watchdog(&box, 0.05, 0.05, 0);
     /* Issued but not waited on: the rank is computing, not stuck. */
-    uint64_t s = wf__dist_watchdog_begin(w, "iall_reduce", "grad bucket 0/1", 1024, 0);
+    uint64_t s = wf__comm_watchdog_begin(w, "iall_reduce", "grad bucket 0/1", 1024, 0);
     usleep(300 * 1000);
     WF_CHECK_EQ(fired_now(&box), 0);
-    wf__dist_watchdog_block(w, s);
+    wf__comm_watchdog_block(w, s);
     WF_CHECK_EQ(wait_fired(&box, 30), 1);
     WF_CHECK_TRUE(strstr(box.report, "iall_reduce \"grad bucket 0/1\"") != NULL);
-    wf__dist_watchdog_destroy(w);
+    wf__comm_watchdog_destroy(w);
 }
 
 WF_TEST(watchdog_gives_the_first_steps_longer) {
     fire_box box;
     /* Steps 0 and 1: 60 s; later: 0.05 s. */
     wf_watchdog *w = make_watchdog(&box, 60, 0.05, 2);
-    wf__dist_watchdog_set_step(w, 1);
-    uint64_t s = wf__dist_watchdog_begin(w, "barrier", "init", 0, 1);
+    wf__comm_watchdog_set_step(w, 1);
+    uint64_t s = wf__comm_watchdog_begin(w, "barrier", "init", 0, 1);
     usleep(300 * 1000);
     WF_CHECK_EQ(fired_now(&box), 0);
-    wf__dist_watchdog_end(w, s, 1);
-    wf__dist_watchdog_set_step(w, 2);
-    wf__dist_watchdog_begin(w, "barrier", "later", 0, 1);
+    wf__comm_watchdog_end(w, s, 1);
+    wf__comm_watchdog_set_step(w, 2);
+    wf__comm_watchdog_begin(w, "barrier", "later", 0, 1);
     WF_CHECK_EQ(wait_fired(&box, 30), 1);
     WF_CHECK_TRUE(strstr(box.report, "at step 2") != NULL);
     WF_CHECK_TRUE(strstr(box.report, "0.05 s timeout for steps after the first ones") != NULL);
-    wf__dist_watchdog_destroy(w);
+    wf__comm_watchdog_destroy(w);
 }
 
 WF_TEST(watchdog_disabled_starts_no_thread) {
     fire_box box;
     wf_watchdog *w = make_watchdog(&box, 0, 0, 2);
-    wf__dist_watchdog_begin(w, "barrier", "forever", 0, 1);
+    wf__comm_watchdog_begin(w, "barrier", "forever", 0, 1);
     usleep(100 * 1000);
     WF_CHECK_EQ(fired_now(&box), 0);
-    WF_CHECK_EQ(wf__dist_watchdog_completed(w), 0);
-    wf__dist_watchdog_destroy(w);
+    WF_CHECK_EQ(wf__comm_watchdog_completed(w), 0);
+    wf__comm_watchdog_destroy(w);
 }

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/doctor.h"
 #include "weft/fileio.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/kernels.h"
 #include "weft/optim.h"
 #include "weft/rng.h"

@@ -13,7 +13,7 @@
 
 #include "harness.h"
 #include "weft/arena.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/kernels.h"
 #include "weft/model.h"
 #include "weft/optim.h"

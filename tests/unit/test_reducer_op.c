@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "weft/dist.h"
+#include "weft/comm.h"
 
 static wf_comm *single_comm(void) {
     static const char *vars[] = {"WEFT_DIST_BACKEND", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
@@ -22,7 +22,7 @@ static wf_comm *single_comm(void) {
 WF_TEST(reducer_op_is_avg_or_sum) {
     wf_comm *c = single_comm();
     float grads[30];
-    wf_dist_span t[3] = {{0, 10}, {10, 10}, {20, 10}};
+    wf_comm_span t[3] = {{0, 10}, {10, 10}, {20, 10}};
     wf_reducer *r = NULL;
     WF_CHECK_OK(wf_reducer_create(&r, c, grads, t, 3, 40));
     WF_CHECK_OK(wf_reducer_set_op(r, WF_COMM_SUM));
@@ -37,7 +37,7 @@ WF_TEST(reducer_op_is_avg_or_sum) {
 WF_TEST(reducer_op_fixed_while_buckets_are_in_flight) {
     wf_comm *c = single_comm();
     float grads[30] = {0};
-    wf_dist_span t[3] = {{0, 10}, {10, 10}, {20, 10}};
+    wf_comm_span t[3] = {{0, 10}, {10, 10}, {20, 10}};
     wf_reducer *r = NULL;
     /* 40 bytes: one bucket per tensor, bucket 0 = tensor 2. */
     WF_CHECK_OK(wf_reducer_create(&r, c, grads, t, 3, 40));
@@ -61,7 +61,7 @@ WF_TEST(reducer_sum_on_one_rank_keeps_the_gradient) {
     float *grads = malloc(N * sizeof *grads), *want = malloc(N * sizeof *want);
     WF_CHECK_TRUE(grads && want);
     for (int i = 0; i < N; i++) want[i] = grads[i] = 0.001f * (float)(i - 500) / 3.0f;
-    wf_dist_span t[4] = {{0, 100}, {100, 400}, {500, 1}, {501, 499}};
+    wf_comm_span t[4] = {{0, 100}, {100, 400}, {500, 1}, {501, 499}};
     wf_reducer *r = NULL;
     WF_CHECK_OK(wf_reducer_create(&r, c, grads, t, 4, 1024));
     WF_CHECK_OK(wf_reducer_set_op(r, WF_COMM_SUM));

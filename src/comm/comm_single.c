@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist_backend.h"
+#include "comm/comm_backend.h"
 
 static int single_init(void **state, int *rank, int *size, int *local_rank, char *version,
                        size_t version_cap) {
@@ -25,11 +25,11 @@ static void single_finalize(void *state) {}
 static void single_abort(void *state, int code) { exit(code); }
 static const char *single_last_error(void *state) { return ""; }
 
-static int single_all_reduce(void *state, void *buf, size_t n, wf_dist_dtype dt, wf_dist_bop op) {
+static int single_all_reduce(void *state, void *buf, size_t n, wf_comm_dtype dt, wf_comm_bop op) {
     return 0;
 }
 
-static int single_iall_reduce(void *state, int slot, float *buf, size_t n, wf_dist_bop op) {
+static int single_iall_reduce(void *state, int slot, float *buf, size_t n, wf_comm_bop op) {
     return 0;
 }
 
@@ -41,14 +41,14 @@ static int single_test(void *state, int slot, int *done) {
 static int single_wait(void *state, int slot) { return 0; }
 
 static int single_reduce_scatter(void *state, const float *send, float *recv,
-                                 const size_t *counts, wf_dist_bop op) {
+                                 const size_t *counts, wf_comm_bop op) {
     if (counts[0]) memcpy(recv, send, counts[0] * sizeof *recv);
     return 0;
 }
 
 /* Completes at once: the copy is the whole collective. */
 static int single_ireduce_scatter(void *state, int slot, const float *send, float *recv,
-                                  const size_t *counts, wf_dist_bop op) {
+                                  const size_t *counts, wf_comm_bop op) {
     return single_reduce_scatter(state, send, recv, counts, op);
 }
 
@@ -63,9 +63,9 @@ static int single_all_gather_bytes(void *state, const void *mine, void *out, siz
 static int single_broadcast(void *state, void *buf, size_t bytes, int root) { return 0; }
 static int single_barrier(void *state) { return 0; }
 
-const wf_dist_backend *wf__dist_single_backend(void) {
-    static const wf_dist_backend b = {
-        .abi = WF_DIST_ABI,
+const wf_comm_ops *wf__comm_single_backend(void) {
+    static const wf_comm_ops b = {
+        .abi = WF_COMM_ABI,
         .name = "single",
         .init = single_init,
         .finalize = single_finalize,

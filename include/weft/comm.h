@@ -21,8 +21,8 @@
  * This module does not do: point-to-point messages, sub-communicators,
  * tensor/pipeline parallelism, or GPU buffers.
  */
-#ifndef WEFT_DIST_H
-#define WEFT_DIST_H
+#ifndef WEFT_COMM_H
+#define WEFT_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -226,7 +226,7 @@ uint64_t wf_comm_completed(const wf_comm *c);
 typedef struct {
     size_t offset; /* in floats from the start of the gradient buffer */
     size_t numel;
-} wf_dist_span;
+} wf_comm_span;
 
 typedef struct wf_reducer wf_reducer;
 
@@ -235,7 +235,7 @@ typedef struct wf_reducer wf_reducer;
  * holds >= bucket_bytes (the last one may be smaller). `c` and `grads` must
  * outlive the reducer. */
 wf_status wf_reducer_create(wf_reducer **out, wf_comm *c, float *grads,
-                            const wf_dist_span *tensors, int n_tensors, size_t bucket_bytes);
+                            const wf_comm_span *tensors, int n_tensors, size_t bucket_bytes);
 void wf_reducer_destroy(wf_reducer *r); /* accepts NULL */
 
 /* The buckets' reduction: WF_COMM_AVG (the default: finish leaves the mean
@@ -248,7 +248,7 @@ wf_status wf_reducer_set_op(wf_reducer *r, wf_comm_op op);
 
 int wf_reducer_num_buckets(const wf_reducer *r);
 /* Bucket b's span of the gradient buffer and its tensors [first, last]. */
-wf_dist_span wf_reducer_bucket(const wf_reducer *r, int b, int *first_tensor, int *last_tensor);
+wf_comm_span wf_reducer_bucket(const wf_reducer *r, int b, int *first_tensor, int *last_tensor);
 /* The bucket tensor i belongs to. */
 int wf_reducer_bucket_of(const wf_reducer *r, int tensor);
 

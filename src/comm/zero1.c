@@ -1,4 +1,4 @@
-/* ZeRO-1 (contract: include/weft/dist.h; design: docs/distributed.md):
+/* ZeRO-1 (contract: include/weft/comm.h; design: docs/distributed.md):
  * the partition of the flat parameter buffer into per-rank shards, the
  * memory it saves, and the global gradient norm of a sharded gradient.
  *
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "weft/dist.h"
+#include "weft/comm.h"
 #include "weft/backend.h"
 
 wf_status wf_zero1_plan_init(wf_zero1_plan *p, size_t n, int world, size_t align) {

@@ -1,4 +1,4 @@
-/* DDP's bucketed gradient reducer (contract: include/weft/dist.h; design:
+/* DDP's bucketed gradient reducer (contract: include/weft/comm.h; design:
  * docs/distributed.md).
  *
  * Buckets are planned once, over the tensors from the last to the first,
@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "weft/dist.h"
+#include "weft/comm.h"
 
 struct wf_reducer {
     wf_comm *c;
@@ -42,7 +42,7 @@ struct wf_reducer {
     int n_tensors, n_buckets;
     int *bucket_of;          /* (n_tensors) */
     int *first, *last;       /* (n_buckets) tensor range [first, last], first <= last */
-    wf_dist_span *span;      /* (n_buckets) */
+    wf_comm_span *span;      /* (n_buckets) */
     int *pending;            /* (n_buckets) tensors not ready yet this step */
     unsigned char *ready;    /* (n_tensors) */
     wf_comm_request *req;    /* (n_buckets) */
@@ -84,7 +84,7 @@ static void reset_step(wf_reducer *r) {
 }
 
 wf_status wf_reducer_create(wf_reducer **out, wf_comm *c, float *grads,
-                            const wf_dist_span *tensors, int n_tensors, size_t bucket_bytes) {
+                            const wf_comm_span *tensors, int n_tensors, size_t bucket_bytes) {
     *out = NULL;
     if (!c || !tensors || n_tensors < 1)
         return wf_error(WF_ERR_INVALID, "dist: reducer needs a communicator and at least one tensor");
@@ -128,7 +128,7 @@ wf_status wf_reducer_create(wf_reducer **out, wf_comm *c, float *grads,
         if (bytes >= bucket_bytes || i == 0) {
             size_t lo = tensors[r->first[nb]].offset;
             size_t hi = tensors[r->last[nb]].offset + tensors[r->last[nb]].numel;
-            r->span[nb] = (wf_dist_span){lo, hi - lo};
+            r->span[nb] = (wf_comm_span){lo, hi - lo};
             nb++;
             bytes = 0;
         }
@@ -214,11 +214,11 @@ wf_status wf_reducer_set_shards(wf_reducer *r, const wf_zero1_plan *p, int rank,
 
 int wf_reducer_num_buckets(const wf_reducer *r) { return r->n_buckets; }
 
-wf_dist_span wf_reducer_bucket(const wf_reducer *r, int b, int *first_tensor, int *last_tensor) {
+wf_comm_span wf_reducer_bucket(const wf_reducer *r, int b, int *first_tensor, int *last_tensor) {
     if (b < 0 || b >= r->n_buckets) {
         if (first_tensor) *first_tensor = -1;
         if (last_tensor) *last_tensor = -1;
-        return (wf_dist_span){0, 0};
+        return (wf_comm_span){0, 0};
     }
     if (first_tensor) *first_tensor = r->first[b];
     if (last_tensor) *last_tensor = r->last[b];
@@ -245,7 +245,7 @@ static wf_status start_bucket(wf_reducer *r, int b) {
         WF_TRY(wf_comm_wait(r->c, &r->req[r->next_done]));
         r->next_done++;
     }
-    const wf_dist_span *s = &r->span[b];
+    const wf_comm_span *s = &r->span[b];
     if (r->shard) {
         const size_t *counts = r->part_counts + (size_t)b * (size_t)r->world;
         float *dst = counts[r->rank] ? r->shard + r->part_dst[b] : NULL;

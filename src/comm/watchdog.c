@@ -1,5 +1,5 @@
 /* The collective watchdog and its flight recorder (contract:
- * src/dist/dist_impl.h; user's view: docs/distributed.md).
+ * src/comm/comm_impl.h; user's view: docs/distributed.md).
  *
  * A rank that blocks in a collective its peers never join would wait
  * forever: MPI has no timeouts. The watchdog thread sleeps on a condition
@@ -38,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist/dist_impl.h"
+#include "comm/comm_impl.h"
 #include "weft/log.h"
 #include "weft/stackdump.h"
 #include "weft/thread.h"
@@ -270,7 +270,7 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
-wf_status wf__dist_watchdog_create(wf_watchdog **out, const wf_comm_options *o, int rank, int world) {
+wf_status wf__comm_watchdog_create(wf_watchdog **out, const wf_comm_options *o, int rank, int world) {
     *out = NULL;
     if (o->recorder_size < 4 || o->recorder_size > (1 << 20))
         return wf_error(WF_ERR_CONFIG,
@@ -321,7 +321,7 @@ wf_status wf__dist_watchdog_create(wf_watchdog **out, const wf_comm_options *o, 
     pthread_condattr_destroy(&ca);
     if (w->timeout_first > 0 || w->timeout > 0) {
         if (pthread_create(&w->thread, NULL, watchdog_main, w) != 0) {
-            wf__dist_watchdog_destroy(w);
+            wf__comm_watchdog_destroy(w);
             return wf_error(WF_ERR_INTERNAL, "dist: cannot start the watchdog thread");
         }
         pthread_setname_np(w->thread, "weft-watchdog");
@@ -332,7 +332,7 @@ wf_status wf__dist_watchdog_create(wf_watchdog **out, const wf_comm_options *o, 
     return WF_OK;
 }
 
-void wf__dist_watchdog_destroy(wf_watchdog *w) {
+void wf__comm_watchdog_destroy(wf_watchdog *w) {
     if (!w) return;
     wf_stackdump_remove_section(w->dump_section); /* waits for a dump that reads it */
     if (w->has_thread) {
@@ -350,13 +350,13 @@ void wf__dist_watchdog_destroy(wf_watchdog *w) {
     free(w);
 }
 
-void wf__dist_watchdog_set_step(wf_watchdog *w, int64_t step) {
+void wf__comm_watchdog_set_step(wf_watchdog *w, int64_t step) {
     pthread_mutex_lock(&w->mu);
     w->step = step;
     pthread_mutex_unlock(&w->mu);
 }
 
-int64_t wf__dist_watchdog_step(wf_watchdog *w) {
+int64_t wf__comm_watchdog_step(wf_watchdog *w) {
     pthread_mutex_lock(&w->mu);
     int64_t s = w->step;
     pthread_mutex_unlock(&w->mu);
@@ -373,7 +373,7 @@ static void block_locked(wf_watchdog *w, rec_entry *e, double now) {
     w->blocked_step = w->step;
 }
 
-uint64_t wf__dist_watchdog_begin(wf_watchdog *w, const char *kind, const char *tag, size_t bytes,
+uint64_t wf__comm_watchdog_begin(wf_watchdog *w, const char *kind, const char *tag, size_t bytes,
                            int blocking) {
     double now = wf_time_now();
     pthread_mutex_lock(&w->mu);
@@ -392,7 +392,7 @@ uint64_t wf__dist_watchdog_begin(wf_watchdog *w, const char *kind, const char *t
     return seq;
 }
 
-void wf__dist_watchdog_block(wf_watchdog *w, uint64_t seq) {
+void wf__comm_watchdog_block(wf_watchdog *w, uint64_t seq) {
     double now = wf_time_now();
     pthread_mutex_lock(&w->mu);
     rec_entry *e = &w->ring[seq % (uint64_t)w->ring_size];
@@ -408,7 +408,7 @@ void wf__dist_watchdog_block(wf_watchdog *w, uint64_t seq) {
     pthread_mutex_unlock(&w->mu);
 }
 
-void wf__dist_watchdog_end(wf_watchdog *w, uint64_t seq, int ok) {
+void wf__comm_watchdog_end(wf_watchdog *w, uint64_t seq, int ok) {
     double now = wf_time_now();
     pthread_mutex_lock(&w->mu);
     rec_entry *e = &w->ring[seq % (uint64_t)w->ring_size];
@@ -421,7 +421,7 @@ void wf__dist_watchdog_end(wf_watchdog *w, uint64_t seq, int ok) {
     pthread_mutex_unlock(&w->mu);
 }
 
-size_t wf__dist_watchdog_dump(wf_watchdog *w, char *out, size_t cap) {
+size_t wf__comm_watchdog_dump(wf_watchdog *w, char *out, size_t cap) {
     double now = wf_time_now();
     pthread_mutex_lock(&w->mu);
     size_t n = dump_locked(w, out, cap, now);
@@ -429,7 +429,7 @@ size_t wf__dist_watchdog_dump(wf_watchdog *w, char *out, size_t cap) {
     return n;
 }
 
-uint64_t wf__dist_watchdog_completed(wf_watchdog *w) {
+uint64_t wf__comm_watchdog_completed(wf_watchdog *w) {
     pthread_mutex_lock(&w->mu);
     uint64_t n = w->completed;
     pthread_mutex_unlock(&w->mu);

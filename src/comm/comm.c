@@ -1,4 +1,4 @@
-/* The communicator (contract: include/weft/dist.h; design:
+/* The communicator (contract: include/weft/comm.h; design:
  * docs/distributed.md): picks and loads a backend, and wraps every
  * collective with the checks, the AVG division, the flight recorder and
  * the watchdog, so that backends stay thin. Before MPI_Init it also picks
@@ -30,8 +30,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dist/dist_backend.h"
-#include "dist/dist_impl.h"
+#include "comm/comm_backend.h"
+#include "comm/comm_impl.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
 #include "weft/trace.h"
@@ -46,7 +46,7 @@ typedef struct {
 } comm_req;
 
 struct wf_comm {
-    const wf_dist_backend *be;
+    const wf_comm_ops *be;
     void *st;
     int rank, size, local_rank;
     char backend[32];
@@ -158,7 +158,7 @@ static void append_tried(char *tried, size_t cap, const char *path, const char *
 }
 
 /* Opens backend shared object `path`; on failure appends why to `tried`. */
-static const wf_dist_backend *open_backend(const char *path, char *tried, size_t cap) {
+static const wf_comm_ops *open_backend(const char *path, char *tried, size_t cap) {
     if (access(path, F_OK) != 0) {
         append_tried(tried, cap, path, "no such file");
         return NULL;
@@ -168,25 +168,25 @@ static const wf_dist_backend *open_backend(const char *path, char *tried, size_t
         append_tried(tried, cap, path, dlerror());
         return NULL;
     }
-    wf_dist_backend_fn fn;
-    void *sym = dlsym(h, WF_DIST_BACKEND_SYMBOL);
+    wf_comm_ops_fn fn;
+    void *sym = dlsym(h, WF_COMM_BACKEND_SYMBOL);
     if (!sym) {
-        append_tried(tried, cap, path, "not a weft backend (no " WF_DIST_BACKEND_SYMBOL ")");
+        append_tried(tried, cap, path, "not a weft backend (no " WF_COMM_BACKEND_SYMBOL ")");
         return NULL;
     }
     memcpy(&fn, &sym, sizeof fn); /* object to function pointer, as POSIX allows */
-    const wf_dist_backend *be = fn();
-    if (!be || be->abi != WF_DIST_ABI) {
+    const wf_comm_ops *be = fn();
+    if (!be || be->abi != WF_COMM_ABI) {
         char why[128];
         snprintf(why, sizeof why, "built for backend ABI %d, this weft needs %d: rebuild it (make)",
-                 be ? be->abi : -1, WF_DIST_ABI);
+                 be ? be->abi : -1, WF_COMM_ABI);
         append_tried(tried, cap, path, why);
         return NULL;
     }
     return be;
 }
 
-static const wf_dist_backend *find_backend(const char *name, char *tried, size_t cap) {
+static const wf_comm_ops *find_backend(const char *name, char *tried, size_t cap) {
     if (strchr(name, '/')) return open_backend(name, tried, cap);
     char file[96];
     snprintf(file, sizeof file, "libweft-mpi-%s.so", name);
@@ -194,7 +194,7 @@ static const wf_dist_backend *find_backend(const char *name, char *tried, size_t
     const char *dir = getenv("WEFT_DIST_LIB_DIR");
     if (dir && *dir) {
         if (wf_path_join(path, sizeof path, dir, file, NULL) == WF_OK) {
-            const wf_dist_backend *be = open_backend(path, tried, cap);
+            const wf_comm_ops *be = open_backend(path, tried, cap);
             if (be) return be;
         } else {
             append_tried(tried, cap, "WEFT_DIST_LIB_DIR", "the path is too long");
@@ -213,7 +213,7 @@ static const wf_dist_backend *find_backend(const char *name, char *tried, size_t
     static const char *rel[] = {"", "/..", "/../..", "/../lib/weft"};
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
         snprintf(path, sizeof path, "%s%s/%s", exe, rel[i], file);
-        const wf_dist_backend *be = open_backend(path, tried, cap);
+        const wf_comm_ops *be = open_backend(path, tried, cap);
         if (be) return be;
     }
     return NULL;
@@ -233,9 +233,9 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
                         "report success)",
                         o.timeout_exit_code);
     const char *name = wf_comm_detect_backend(&o);
-    const wf_dist_backend *be;
+    const wf_comm_ops *be;
     if (strcmp(name, "single") == 0) {
-        be = wf__dist_single_backend();
+        be = wf__comm_single_backend();
     } else {
         char tried[2048] = "";
         be = find_backend(name, tried, sizeof tried);
@@ -291,7 +291,7 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
         return s;
     }
     c->max_reqs = be->max_requests < WF_COMM_MAX_REQUESTS ? be->max_requests : WF_COMM_MAX_REQUESTS;
-    wf_status s = wf__dist_watchdog_create(&c->wd, &o, c->rank, c->size);
+    wf_status s = wf__comm_watchdog_create(&c->wd, &o, c->rank, c->size);
     if (s != WF_OK) {
         be->finalize(c->st);
         free(c);
@@ -326,7 +326,7 @@ void wf_comm_destroy(wf_comm *c) {
     /* Leave no request behind: MPI_Finalize with pending ones is an error. */
     for (int i = 0; i < c->max_reqs; i++)
         if (c->reqs[i].used && !c->reqs[i].done) c->be->wait(c->st, i);
-    wf__dist_watchdog_destroy(c->wd);
+    wf__comm_watchdog_destroy(c->wd);
     c->be->finalize(c->st);
     free(c);
 }
@@ -349,13 +349,13 @@ void wf_comm_abort(wf_comm *c, int code) {
     _exit(code); /* a backend's abort does not return; this keeps noreturn true */
 }
 
-void wf_comm_set_step(wf_comm *c, int64_t step) { wf__dist_watchdog_set_step(c->wd, step); }
+void wf_comm_set_step(wf_comm *c, int64_t step) { wf__comm_watchdog_set_step(c->wd, step); }
 
 size_t wf_comm_recorder_dump(wf_comm *c, char *out, size_t cap) {
-    return wf__dist_watchdog_dump(c->wd, out, cap);
+    return wf__comm_watchdog_dump(c->wd, out, cap);
 }
 
-uint64_t wf_comm_completed(const wf_comm *c) { return wf__dist_watchdog_completed(c->wd); }
+uint64_t wf_comm_completed(const wf_comm *c) { return wf__comm_watchdog_completed(c->wd); }
 
 static const char *op_name(wf_comm_op op) {
     switch (op) {
@@ -369,8 +369,8 @@ static const char *op_name(wf_comm_op op) {
 }
 
 /* Checks that `op` applies to `dt` and maps it to the backend's op. */
-static wf_status backend_op(wf_comm_op op, wf_dist_dtype dt, const char *kind, const char *tag,
-                            wf_dist_bop *out) {
+static wf_status backend_op(wf_comm_op op, wf_comm_dtype dt, const char *kind, const char *tag,
+                            wf_comm_bop *out) {
     int is_float = dt == WF_DT_F32 || dt == WF_DT_F64;
     switch (op) {
     case WF_COMM_SUM: *out = WF_BOP_SUM; return WF_OK;
@@ -395,11 +395,11 @@ static wf_status backend_op(wf_comm_op op, wf_dist_dtype dt, const char *kind, c
 
 static wf_status comm_fail(wf_comm *c, const char *kind, const char *tag) {
     return wf_error(WF_ERR_IO, "dist: %s \"%s\" at step %lld on rank %d of %d: %s", kind,
-                    tag ? tag : "", (long long)wf__dist_watchdog_step(c->wd), c->rank, c->size,
+                    tag ? tag : "", (long long)wf__comm_watchdog_step(c->wd), c->rank, c->size,
                     c->be->last_error(c->st));
 }
 
-static size_t dtype_size(wf_dist_dtype dt) {
+static size_t dtype_size(wf_comm_dtype dt) {
     switch (dt) {
     case WF_DT_F32: return 4;
     case WF_DT_F64: return 8;
@@ -450,23 +450,23 @@ __attribute__((noinline)) static void stall_in_collective_for_test(wf_comm *c, c
     for (;;) sleep(60);
 }
 
-static wf_status all_reduce_any(wf_comm *c, void *buf, size_t n, wf_dist_dtype dt, wf_comm_op op,
+static wf_status all_reduce_any(wf_comm *c, void *buf, size_t n, wf_comm_dtype dt, wf_comm_op op,
                                 const char *tag) {
-    wf_dist_bop bop;
+    wf_comm_bop bop;
     WF_TRY(backend_op(op, dt, "all_reduce", tag, &bop));
     if (n && !buf) return wf_error(WF_ERR_INVALID, "dist: all_reduce \"%s\": NULL buffer", tag ? tag : "");
     size_t es = dtype_size(dt);
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_reduce", (int64_t)(n * es));
-    uint64_t seq = wf__dist_watchdog_begin(c->wd, "all_reduce", tag, n * es, 1);
-    if (c->stall_rank == c->rank && wf__dist_watchdog_step(c->wd) == c->stall_step)
+    uint64_t seq = wf__comm_watchdog_begin(c->wd, "all_reduce", tag, n * es, 1);
+    if (c->stall_rank == c->rank && wf__comm_watchdog_step(c->wd) == c->stall_step)
         stall_in_collective_for_test(c, tag);
     int rc = 0;
     for (size_t done = 0; done < n && rc == 0;) {
-        size_t k = n - done < WF_DIST_MAX_COUNT ? n - done : WF_DIST_MAX_COUNT;
+        size_t k = n - done < WF_COMM_MAX_COUNT ? n - done : WF_COMM_MAX_COUNT;
         rc = c->be->all_reduce(c->st, (char *)buf + done * es, k, dt, bop);
         done += k;
     }
-    wf__dist_watchdog_end(c->wd, seq, rc == 0);
+    wf__comm_watchdog_end(c->wd, seq, rc == 0);
     /* The division is part of the collective for its caller: inside the
      * trace span, as the caller's own timer counts it. */
     if (rc == 0 && op == WF_COMM_AVG && c->size > 1) {
@@ -522,11 +522,11 @@ static wf_status check_counts(wf_comm *c, const size_t *counts, const char *kind
     size_t t = 0;
     for (int r = 0; r < c->size; r++) {
         t += counts[r];
-        if (t > WF_DIST_MAX_COUNT)
+        if (t > WF_COMM_MAX_COUNT)
             return wf_error(WF_ERR_RANGE,
                             "dist: %s \"%s\": %zu floats in all is more than one call moves "
                             "(%zu): split the buffer",
-                            kind, tag ? tag : "", t, WF_DIST_MAX_COUNT);
+                            kind, tag ? tag : "", t, WF_COMM_MAX_COUNT);
     }
     *total = t;
     return WF_OK;
@@ -534,7 +534,7 @@ static wf_status check_counts(wf_comm *c, const size_t *counts, const char *kind
 
 wf_status wf_comm_reduce_scatter(wf_comm *c, const float *send, float *recv, const size_t *counts,
                                  wf_comm_op op, const char *tag) {
-    wf_dist_bop bop;
+    wf_comm_bop bop;
     size_t total;
     if (op != WF_COMM_SUM && op != WF_COMM_AVG)
         return wf_error(WF_ERR_INVALID, "dist: reduce_scatter \"%s\": op %s is not sum or avg",
@@ -549,9 +549,9 @@ wf_status wf_comm_reduce_scatter(wf_comm *c, const float *send, float *recv, con
                         "dist: reduce_scatter \"%s\": the receive buffer overlaps the send buffer",
                         tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "reduce_scatter", (int64_t)(total * sizeof(float)));
-    uint64_t seq = wf__dist_watchdog_begin(c->wd, "reduce_scatter", tag, total * sizeof(float), 1);
+    uint64_t seq = wf__comm_watchdog_begin(c->wd, "reduce_scatter", tag, total * sizeof(float), 1);
     int rc = c->be->reduce_scatter(c->st, send, recv, counts, bop);
-    wf__dist_watchdog_end(c->wd, seq, rc == 0);
+    wf__comm_watchdog_end(c->wd, seq, rc == 0);
     if (rc == 0 && op == WF_COMM_AVG && c->size > 1) divide_f32(recv, mine, c->size);
     wf_trace_end(span);
     if (rc != 0) return comm_fail(c, "reduce_scatter", tag);
@@ -563,18 +563,18 @@ wf_status wf_comm_all_gather(wf_comm *c, float *buf, const size_t *counts, const
     WF_TRY(check_counts(c, counts, "all_gather", tag, &total));
     if (total && !buf) return wf_error(WF_ERR_INVALID, "dist: all_gather \"%s\": NULL buffer", tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_gather", (int64_t)(total * sizeof(float)));
-    uint64_t seq = wf__dist_watchdog_begin(c->wd, "all_gather", tag, total * sizeof(float), 1);
+    uint64_t seq = wf__comm_watchdog_begin(c->wd, "all_gather", tag, total * sizeof(float), 1);
     int rc = c->be->all_gather(c->st, buf, counts);
-    wf__dist_watchdog_end(c->wd, seq, rc == 0);
+    wf__comm_watchdog_end(c->wd, seq, rc == 0);
     wf_trace_end(span);
     return rc == 0 ? WF_OK : comm_fail(c, "all_gather", tag);
 }
 
 wf_status wf_comm_all_gather_bytes(wf_comm *c, const void *mine, void *out, size_t bytes,
                                    const char *tag) {
-    if (bytes > WF_DIST_MAX_COUNT)
+    if (bytes > WF_COMM_MAX_COUNT)
         return wf_error(WF_ERR_RANGE, "dist: all_gather_bytes \"%s\": %zu bytes per rank is more "
-                        "than one call moves (%zu)", tag ? tag : "", bytes, WF_DIST_MAX_COUNT);
+                        "than one call moves (%zu)", tag ? tag : "", bytes, WF_COMM_MAX_COUNT);
     if (bytes && (!mine || !out))
         return wf_error(WF_ERR_INVALID, "dist: all_gather_bytes \"%s\": NULL buffer", tag ? tag : "");
     const char *m = mine, *o = out;
@@ -582,9 +582,9 @@ wf_status wf_comm_all_gather_bytes(wf_comm *c, const void *mine, void *out, size
         return wf_error(WF_ERR_INVALID,
                         "dist: all_gather_bytes \"%s\": the input overlaps the output", tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_gather", (int64_t)(bytes * (size_t)c->size));
-    uint64_t seq = wf__dist_watchdog_begin(c->wd, "all_gather", tag, bytes * (size_t)c->size, 1);
+    uint64_t seq = wf__comm_watchdog_begin(c->wd, "all_gather", tag, bytes * (size_t)c->size, 1);
     int rc = c->be->all_gather_bytes(c->st, mine, out, bytes);
-    wf__dist_watchdog_end(c->wd, seq, rc == 0);
+    wf__comm_watchdog_end(c->wd, seq, rc == 0);
     wf_trace_end(span);
     return rc == 0 ? WF_OK : comm_fail(c, "all_gather_bytes", tag);
 }
@@ -595,22 +595,22 @@ wf_status wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root, const
                         tag ? tag : "", root, c->size - 1);
     if (bytes && !buf) return wf_error(WF_ERR_INVALID, "dist: broadcast \"%s\": NULL buffer", tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "broadcast", (int64_t)(bytes));
-    uint64_t seq = wf__dist_watchdog_begin(c->wd, "broadcast", tag, bytes, 1);
+    uint64_t seq = wf__comm_watchdog_begin(c->wd, "broadcast", tag, bytes, 1);
     int rc = 0;
     for (size_t done = 0; done < bytes && rc == 0;) {
-        size_t k = bytes - done < WF_DIST_MAX_COUNT ? bytes - done : WF_DIST_MAX_COUNT;
+        size_t k = bytes - done < WF_COMM_MAX_COUNT ? bytes - done : WF_COMM_MAX_COUNT;
         rc = c->be->broadcast(c->st, (char *)buf + done, k, root);
         done += k;
     }
-    wf__dist_watchdog_end(c->wd, seq, rc == 0);
+    wf__comm_watchdog_end(c->wd, seq, rc == 0);
     wf_trace_end(span);
     return rc == 0 ? WF_OK : comm_fail(c, "broadcast", tag);
 }
 
 wf_status wf_comm_barrier(wf_comm *c, const char *tag) {
-    uint64_t seq = wf__dist_watchdog_begin(c->wd, "barrier", tag, 0, 1);
+    uint64_t seq = wf__comm_watchdog_begin(c->wd, "barrier", tag, 0, 1);
     int rc = c->be->barrier(c->st);
-    wf__dist_watchdog_end(c->wd, seq, rc == 0);
+    wf__comm_watchdog_end(c->wd, seq, rc == 0);
     return rc == 0 ? WF_OK : comm_fail(c, "barrier", tag);
 }
 
@@ -624,7 +624,7 @@ static void req_finish(wf_comm *c, int slot, int ok) {
     comm_req *q = &c->reqs[slot];
     if (q->done) return;
     if (ok && q->avg && c->size > 1) divide_f32(q->buf, q->n, c->size);
-    wf__dist_watchdog_end(c->wd, q->seq, ok);
+    wf__comm_watchdog_end(c->wd, q->seq, ok);
     q->done = 1;
     q->ok = ok;
     c->n_out--;
@@ -668,29 +668,29 @@ static wf_status no_slot(wf_comm *c, const char *kind, const char *tag) {
 
 wf_status wf_comm_iall_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, const char *tag,
                               wf_comm_request *req) {
-    wf_dist_bop bop;
+    wf_comm_bop bop;
     if (!req)
         return wf_error(WF_ERR_INVALID, "dist: iall_reduce \"%s\": NULL request", tag ? tag : "");
     req->slot = -1;
     req->seq = 0;
     WF_TRY(backend_op(op, WF_DT_F32, "iall_reduce", tag, &bop));
-    if (n > WF_DIST_MAX_COUNT)
+    if (n > WF_COMM_MAX_COUNT)
         return wf_error(WF_ERR_RANGE,
                         "dist: iall_reduce \"%s\": %zu floats is more than one call moves (%zu): "
                         "use smaller buckets",
-                        tag ? tag : "", n, WF_DIST_MAX_COUNT);
+                        tag ? tag : "", n, WF_COMM_MAX_COUNT);
     if (n && !buf)
         return wf_error(WF_ERR_INVALID, "dist: iall_reduce \"%s\": NULL buffer", tag ? tag : "");
     int slot = free_slot(c);
     if (slot < 0) return no_slot(c, "iall_reduce", tag);
-    uint64_t seq = wf__dist_watchdog_begin(c->wd, "iall_reduce", tag, n * sizeof(float), 0);
+    uint64_t seq = wf__comm_watchdog_begin(c->wd, "iall_reduce", tag, n * sizeof(float), 0);
     /* Starting it can do real work (Open MPI's libnbc runs the schedule's
      * first round in the call): traced, as the tests in progress are. */
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "iall_reduce", (int64_t)(n * sizeof(float)));
     int rc = c->be->iall_reduce(c->st, slot, buf, n, bop);
     wf_trace_end(span);
     if (rc != 0) {
-        wf__dist_watchdog_end(c->wd, seq, 0);
+        wf__comm_watchdog_end(c->wd, seq, 0);
         return comm_fail(c, "iall_reduce", tag);
     }
     c->reqs[slot] = (comm_req){.used = 1, .buf = buf, .n = n, .avg = op == WF_COMM_AVG, .seq = seq,
@@ -703,7 +703,7 @@ wf_status wf_comm_iall_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, c
 
 wf_status wf_comm_ireduce_scatter(wf_comm *c, const float *send, float *recv, const size_t *counts,
                                   wf_comm_op op, const char *tag, wf_comm_request *req) {
-    wf_dist_bop bop;
+    wf_comm_bop bop;
     size_t total;
     if (!req)
         return wf_error(WF_ERR_INVALID, "dist: ireduce_scatter \"%s\": NULL request", tag ? tag : "");
@@ -723,12 +723,12 @@ wf_status wf_comm_ireduce_scatter(wf_comm *c, const float *send, float *recv, co
                         tag ? tag : "");
     int slot = free_slot(c);
     if (slot < 0) return no_slot(c, "ireduce_scatter", tag);
-    uint64_t seq = wf__dist_watchdog_begin(c->wd, "ireduce_scatter", tag, total * sizeof(float), 0);
+    uint64_t seq = wf__comm_watchdog_begin(c->wd, "ireduce_scatter", tag, total * sizeof(float), 0);
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "ireduce_scatter", (int64_t)(total * sizeof(float)));
     int rc = c->be->ireduce_scatter(c->st, slot, send, recv, counts, bop);
     wf_trace_end(span);
     if (rc != 0) {
-        wf__dist_watchdog_end(c->wd, seq, 0);
+        wf__comm_watchdog_end(c->wd, seq, 0);
         return comm_fail(c, "ireduce_scatter", tag);
     }
     c->reqs[slot] = (comm_req){.used = 1, .buf = recv, .n = mine, .avg = op == WF_COMM_AVG, .seq = seq,
@@ -749,12 +749,12 @@ wf_status wf_comm_iall_gather(wf_comm *c, float *buf, const size_t *counts, cons
     if (total && !buf) return wf_error(WF_ERR_INVALID, "dist: iall_gather \"%s\": NULL buffer", tag ? tag : "");
     int slot = free_slot(c);
     if (slot < 0) return no_slot(c, "iall_gather", tag);
-    uint64_t seq = wf__dist_watchdog_begin(c->wd, "iall_gather", tag, total * sizeof(float), 0);
+    uint64_t seq = wf__comm_watchdog_begin(c->wd, "iall_gather", tag, total * sizeof(float), 0);
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "iall_gather", (int64_t)(total * sizeof(float)));
     int rc = c->be->iall_gather(c->st, slot, buf, counts);
     wf_trace_end(span);
     if (rc != 0) {
-        wf__dist_watchdog_end(c->wd, seq, 0);
+        wf__comm_watchdog_end(c->wd, seq, 0);
         return comm_fail(c, "iall_gather", tag);
     }
     c->reqs[slot] = (comm_req){.used = 1, .buf = buf, .n = total, .avg = 0, .seq = seq,
@@ -794,7 +794,7 @@ wf_status wf_comm_wait(wf_comm *c, wf_comm_request *req) {
         /* The time blocked on a non-blocking collective: the part of it the
          * computation did not hide. */
         wf_trace_span span = wf_trace_begin(WF_TRACE_COMM, q->wait_name);
-        wf__dist_watchdog_block(c->wd, req->seq);
+        wf__comm_watchdog_block(c->wd, req->seq);
         int rc = c->be->wait(c->st, req->slot);
         req_finish(c, req->slot, rc == 0);
         wf_trace_end(span);

@@ -1,11 +1,11 @@
-/* The MPI backend of weft's communicator (table: src/dist/dist_backend.h).
+/* The MPI backend of weft's communicator (table: src/comm/comm_backend.h).
  *
  * Built once per MPI implementation as a shared object with that
  * implementation's compiler wrapper (build/libweft-mpi-openmpi.so with
  * mpicc.openmpi, build/libweft-mpi-mpich.so with mpicc.mpich) and opened by
- * src/dist/comm.c with dlopen, so that the weft binary never links libmpi
+ * src/comm/comm.c with dlopen, so that the weft binary never links libmpi
  * and runs without any MPI installed. It exports one symbol,
- * wf_dist_backend_v1; everything else is static. It uses nothing from
+ * wf_comm_backend_v1; everything else is static. It uses nothing from
  * libweft.
  *
  * The communicator is a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN,
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist_backend.h"
+#include "comm/comm_backend.h"
 
 #define MPI_BACKEND_MAX_REQUESTS 256
 
@@ -60,7 +60,7 @@ static int fail(mpi_state *s, const char *what, int code) {
     return -1;
 }
 
-static MPI_Datatype mpi_dtype(wf_dist_dtype dt) {
+static MPI_Datatype mpi_dtype(wf_comm_dtype dt) {
     switch (dt) {
     case WF_DT_F32: return MPI_FLOAT;
     case WF_DT_F64: return MPI_DOUBLE;
@@ -70,7 +70,7 @@ static MPI_Datatype mpi_dtype(wf_dist_dtype dt) {
     return MPI_BYTE;
 }
 
-static MPI_Op mpi_op(wf_dist_bop op) {
+static MPI_Op mpi_op(wf_comm_bop op) {
     switch (op) {
     case WF_BOP_SUM: return MPI_SUM;
     case WF_BOP_MAX: return MPI_MAX;
@@ -172,13 +172,13 @@ static const char *mpi_last_error(void *state) {
     return s ? s->err : init_err_;
 }
 
-static int mpi_all_reduce(void *state, void *buf, size_t n, wf_dist_dtype dt, wf_dist_bop op) {
+static int mpi_all_reduce(void *state, void *buf, size_t n, wf_comm_dtype dt, wf_comm_bop op) {
     mpi_state *s = state;
     int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mpi_dtype(dt), mpi_op(op), s->comm);
     return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Allreduce", rc);
 }
 
-static int mpi_iall_reduce(void *state, int slot, float *buf, size_t n, wf_dist_bop op) {
+static int mpi_iall_reduce(void *state, int slot, float *buf, size_t n, wf_comm_bop op) {
     mpi_state *s = state;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), s->comm,
                             &s->reqs[slot]);
@@ -198,7 +198,7 @@ static int mpi_wait(void *state, int slot) {
 }
 
 static int mpi_reduce_scatter(void *state, const float *send, float *recv, const size_t *counts,
-                              wf_dist_bop op) {
+                              wf_comm_bop op) {
     mpi_state *s = state;
     for (int r = 0; r < s->size; r++) s->icounts[r] = (int)counts[r];
     /* MPI wants a valid pointer even for an empty part. */
@@ -209,7 +209,7 @@ static int mpi_reduce_scatter(void *state, const float *send, float *recv, const
 }
 
 static int mpi_ireduce_scatter(void *state, int slot, const float *send, float *recv,
-                               const size_t *counts, wf_dist_bop op) {
+                               const size_t *counts, wf_comm_bop op) {
     mpi_state *s = state;
     int *ic = s->slot_counts + (size_t)slot * (size_t)s->size;
     for (int r = 0; r < s->size; r++) ic[r] = (int)counts[r];
@@ -264,11 +264,11 @@ static int mpi_barrier(void *state) {
     return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Barrier", rc);
 }
 
-__attribute__((visibility("default"))) const wf_dist_backend *wf_dist_backend_v1(void);
+__attribute__((visibility("default"))) const wf_comm_ops *wf_comm_backend_v1(void);
 
-const wf_dist_backend *wf_dist_backend_v1(void) {
-    static const wf_dist_backend b = {
-        .abi = WF_DIST_ABI,
+const wf_comm_ops *wf_comm_backend_v1(void) {
+    static const wf_comm_ops b = {
+        .abi = WF_COMM_ABI,
         .name = MPI_BACKEND_NAME,
         .init = mpi_init,
         .finalize = mpi_finalize,
