@@ -282,11 +282,15 @@ static int write_all(int fd, const unsigned char *p, size_t len) {
 /* A file of `mb` MiB in the run directory: written (`repeat` passes), fsynced,
  * dropped from the page cache, read back and compared, removed. */
 void wf_doctor_probe_file(wf_doctor_report *r, const char *dir, int64_t mb, int repeat) {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/doctor-rank-%05d.tmp", dir, r->rank);
+    char path[WF_PATH_MAX];
     const size_t block = 1 << 20;
     unsigned char *buf = malloc(block), *back = malloc(block);
     int fd = -1, created = 0;
+    if (wf_path_joinf(path, sizeof path, dir, "doctor-rank-%05d.tmp", r->rank) != WF_OK) {
+        add_error(r, WF_DOCTOR_FILE, "disk: %s", wf_error_msg());
+        wf_error_clear();
+        goto done;
+    }
     if (!buf || !back) {
         add_error(r, WF_DOCTOR_FILE, "disk: out of memory");
         goto done;
@@ -364,8 +368,12 @@ done:
  * with a token, every rank reads it. Collective. Returns non-OK only when
  * a collective failed. */
 wf_status wf_doctor_probe_shared(wf_doctor_report *r, wf_comm *c, const char *dir) {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/doctor-shared.tmp", dir);
+    char path[WF_PATH_MAX];
+    if (wf_path_join(path, sizeof path, dir, "doctor-shared.tmp", NULL) != WF_OK) {
+        add_error(r, WF_DOCTOR_SHARED, "disk: %s", wf_error_msg()); /* every rank: the same dir, the same answer */
+        wf_error_clear();
+        return WF_OK;
+    }
     struct {
         char token[40];
         int32_t written;

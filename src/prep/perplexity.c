@@ -15,6 +15,7 @@
 #include "weft/fileio.h"
 #include "weft/backend.h"
 #include "weft/model.h"
+#include "weft/rundir.h"
 #include "weft/safetensors.h"
 #include "weft/tokenizer.h"
 
@@ -42,9 +43,10 @@ void wf__prep_ppl_close(prep_ppl *p) {
 wf_status wf__prep_ppl_open(prep_ppl **out, const char *model_path, const char *tokenizer_path,
                         int64_t max_tokens, int threads) {
     *out = NULL;
-    char path[4096];
-    if (wf_path_is_dir(model_path)) snprintf(path, sizeof path, "%s/model.safetensors", model_path);
-    else snprintf(path, sizeof path, "%s", model_path);
+    char path[WF_PATH_MAX];
+    wf_status ps = wf_path_is_dir(model_path) ? wf_rundir_path(path, sizeof path, model_path, WF_RUN_MODEL)
+                                              : wf_path_join(path, sizeof path, NULL, model_path, NULL);
+    if (ps != WF_OK) return wf_error_wrap(ps, "perplexity.model: ");
     wf_model_config mc;
     wf_status rs = wf_safetensors_read_config(path, &mc);
     if (rs != WF_OK) return wf_error_wrap(rs, "perplexity.model: ");

