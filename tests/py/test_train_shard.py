@@ -163,7 +163,7 @@ def test_config_names_the_mode_and_refuses_contradictions(dataset, tmp_path):
     h = run_weft_cmd(["train", "--help"])
     assert "dist.shard" in h.stdout + h.stderr
     r = mpi_launch.launch(WEFT, None, 1, args(dataset, tmp_path / "x", shard("zero3")))
-    assert r.returncode == 1 and "dist.shard = 'zero3': use ddp, zero1, zero2 or fsdp" in r.stderr
+    assert r.returncode == 1 and "dist.shard = 'zero3' (did you mean 'zero1'?): use ddp, zero1, zero2 or fsdp" in r.stderr
     r = mpi_launch.launch(WEFT, None, 1, args(dataset, tmp_path / "y", shard("fsdp"), "--dist.zero1=true"))
     assert r.returncode == 1 and "dist.zero1 = true and dist.shard = fsdp contradict each other" in r.stderr
     # the alias and its mode agree; checkpoints and the config name the mode
