@@ -75,15 +75,9 @@ def tiktoken_encoding(tok_path):
     import tiktoken
     tj = json.loads(Path(tok_path).read_text(encoding="utf-8"))
     # The GPT-2 byte alphabet, inverted: token string -> bytes.
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    char_byte = {chr(c): b for b, c in zip(bs, cs)}
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
+    from byte_alphabet import byte_alphabet
+    char_byte = {c: b for b, c in byte_alphabet().items()}
     ranks = {}
     for s, i in tj["model"]["vocab"].items():
         try:

@@ -25,6 +25,8 @@ import pytest
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from byte_alphabet import byte_alphabet
+
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
           r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 ML_LANGS = ["fr", "de", "es", "ru", "ja", "zh_CN", "zh_TW", "pl"]
@@ -169,17 +171,6 @@ INVALID = [b"\x80", b"\xbf\x80\x80", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\x
            b"\xc1\xbf", b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80",
            b"\xff", b"\xfe\xfe", b"\xe2\x82A"]
 
-
-def byte_alphabet():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 def expected_ids(hf, alpha, data):
