@@ -114,29 +114,6 @@ static void put_held(FILE *fp, const wf_model *m, const held *h, int last, char 
     }
 }
 
-/* What this rank holds under zero2 (gradients: its ZeRO-1 flat shard) and
- * fsdp (parameters and gradients: its piece of each unit); h->n = 0 when
- * the model's own buffer is whole. lo, cnt and ptr have room for the
- * units. */
-static void held_of(const trainer *t, int grads, held *h, size_t *lo, size_t *cnt, float **ptr) {
-    const train_units *su = t->units;
-    h->n = 0, h->lo = lo, h->cnt = cnt, h->ptr = ptr;
-    if (!su) return;
-    if (!su->fsdp) {
-        if (!grads) return; /* zero2's parameters are whole */
-        lo[0] = t->zplan.offsets[t->rank], cnt[0] = t->zplan.counts[t->rank], ptr[0] = su->gshard;
-        h->n = 1;
-        return;
-    }
-    for (int u = 0; u < su->n; u++) {
-        if (!su->rcount[u]) continue;
-        lo[h->n] = su->off[u] + (size_t)t->rank * su->piece[u];
-        cnt[h->n] = su->rcount[u];
-        ptr[h->n] = (grads ? su->gshard : su->pshard) + su->loc[u];
-        h->n++;
-    }
-}
-
 /* "3 NaN and 5 Inf of 24576" */
 static void describe(char *buf, size_t size, size_t numel, const tensor_stats *st) {
     snprintf(buf, size, "%zu NaN and %zu Inf of %zu; finite |x| from %.3g to %.3g", st->nan, st->inf, numel,
@@ -208,9 +185,10 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     for (int i = 0; i < nt; i++)
         if (wf_model_tensor(m, i)->numel > largest) largest = wf_model_tensor(m, i)->numel;
     float *stage = malloc((largest ? largest : 1) * sizeof *stage);
-    /* zero2 keeps no full gradient and fsdp no full parameters either: the
-     * lists then hold this rank's parts, each entry with its range. */
-    int nu = t->units ? t->units->n : 1;
+    /* Where the strategy keeps no whole buffer (zero2's gradient, fsdp's
+     * parameters and gradient) the lists hold this rank's parts, each
+     * entry with its range: room for a part per unit. */
+    int nu = wf_model_num_units(m);
     size_t *lo = calloc((size_t)nu, sizeof *lo), *cnt = calloc((size_t)nu, sizeof *cnt);
     float **ptr = calloc((size_t)nu, sizeof *ptr);
     if (!lo || !cnt || !ptr || !stage) {
@@ -218,9 +196,9 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
         wf_afile_abort(&f);
         return wf_error(WF_ERR_NOMEM, "out of memory for the non-finite report");
     }
-    held h;
+    held h = {.lo = lo, .cnt = cnt, .ptr = ptr};
     wf_status s = WF_OK;
-    held_of(t, 0, &h, lo, cnt, ptr);
+    h.n = wf__train_held(t, 0, lo, cnt, ptr);
     if (h.n) {
         put_held(fp, m, &h, 0, first_param, sizeof first_param);
     } else {
@@ -235,7 +213,7 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     /* Gradients: the first to go non-finite in the backward is the last
      * tensor of the forward that has one. */
     fputs("],\n \"gradients\": [", fp);
-    held_of(t, 1, &h, lo, cnt, ptr);
+    h.n = wf__train_held(t, 1, lo, cnt, ptr);
     if (h.n) {
         put_held(fp, m, &h, 1, first_grad, sizeof first_grad);
     } else {

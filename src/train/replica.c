@@ -65,18 +65,19 @@ static wf_status maybe_flip(trainer *t, int64_t done) {
     return WF_OK;
 }
 
-/* The replicated entries of the checkpoint state: the parameters, and
- * under DDP the moments. */
-static size_t replicated(const trainer *t) { /* zero2: as zero1 */
+/* The replicated entries of the checkpoint state (the parameters first,
+ * then the moments): those the strategy keeps whole. */
+static size_t replicated(const trainer *t) {
     size_t nt = (size_t)wf_model_num_tensors(t->model);
-    return t->zero1 ? nt : t->n_state;
+    if (t->strat->params != WF__KEEP_WHOLE) return 0;
+    return t->strat->optim == WF__KEEP_WHOLE ? t->n_state : nt;
 }
 
 /* Copies the replicated state of rank `root` to every rank. */
 static wf_status copy_from(trainer *t, int root) {
     size_t n = (size_t)wf_model_num_params(t->model) * sizeof(float);
     WF_TRY(wf_comm_broadcast(t->comm, wf_model_params(t->model), n, root, "replica repair"));
-    if (!t->zero1) {
+    if (t->strat->optim == WF__KEEP_WHOLE) {
         WF_TRY(wf_comm_broadcast(t->comm, wf_adamw_m(t->opt), n, root, "replica repair"));
         WF_TRY(wf_comm_broadcast(t->comm, wf_adamw_v(t->opt), n, root, "replica repair"));
     }
@@ -88,10 +89,9 @@ wf_status wf__train_check_replicas(trainer *t, int64_t done) {
     if (t->world == 1) return WF_OK;
     WF_TRY(maybe_flip(t, done));
     /* fsdp: every rank holds other pieces, nothing is replicated to
-     * compare (train_setup.c says so once). */
-    if (t->shard == WF__SHARD_FSDP) return WF_OK;
-    if (every <= 0 || done % every != 0) return WF_OK;
+     * compare (train_shard.c says so once). */
     size_t n = replicated(t), W = (size_t)t->world;
+    if (n == 0 || every <= 0 || done % every != 0) return WF_OK;
     uint64_t *mine = malloc(n * sizeof *mine), *all = malloc(n * W * sizeof *all);
     int *major = calloc(n, sizeof *major); /* per tensor: a rank that holds the majority's bits, or -1 */
     int *bad_rank = calloc(W, sizeof *bad_rank);

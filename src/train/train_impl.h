@@ -3,6 +3,8 @@
  *   trainer.c       the loop: next batch, forward/backward, judge, update,
  *                   then the once-in-a-while blocks; wf_train_execute
  *   train_setup.c   planning: model, optimizer, DDP/ZeRO-1, loaders
+ *   strategy.c      dist.shard as strategies: what each mode keeps,
+ *                   gathers, reduces and updates, and its step stages
  *   train_shard.c   ZeRO-2 and FSDP: the model's units, their gathers,
  *                   reduce-scatters and shards
  *   train_step.c    one optimizer step (one path: norm, judge, update or
@@ -58,8 +60,58 @@ typedef struct {
     wf_metrics_source *rec;     /* (n) the step's per-source record */
 } train_mix;
 
-/* dist.shard */
-enum { WF__SHARD_DDP = 0, WF__SHARD_ZERO1, WF__SHARD_ZERO2, WF__SHARD_FSDP };
+/* dist.shard as a strategy (strategy.c; the table is in docs/architecture.md,
+ * "Sharding strategies"). What a rank keeps of a kind of state: */
+typedef enum {
+    WF__KEEP_WHOLE = 0, /* all of it, the same on every rank */
+    WF__KEEP_FLAT,      /* its slice of the flat buffer (wf_zero1_slice_of over every parameter: ZeRO-1's shard) */
+    WF__KEEP_PIECES,    /* its slice of every unit (wf_zero1_slice_of over each unit: FSDP's pieces) */
+} wf__keep;
+
+/* How a step's gradient is summed over the ranks. */
+typedef enum {
+    WF__REDUCE_ALL_REDUCE = 0, /* the whole gradient, in buckets during the last backward (one rank: nothing) */
+    WF__REDUCE_SCATTER,        /* the same buckets reduce-scattered into this rank's flat slice */
+    WF__REDUCE_UNITS,          /* each unit's gradient reduce-scattered as its backward ends, every micro-batch */
+} wf__reduce;
+
+/* How the parameters a forward needs reach every rank. */
+typedef enum {
+    WF__GATHER_NONE = 0,       /* every rank has them (and updated them all) */
+    WF__GATHER_AFTER_UPDATE,   /* each rank updates its flat slice; the whole buffer all-gathered after */
+    WF__GATHER_UNITS,          /* each unit all-gathered just before its forward and its backward */
+} wf__gather;
+
+typedef struct trainer trainer;
+typedef struct step_outcome step_outcome;
+
+/* One dist.shard mode. The trainer asks this table, never the mode's name:
+ * the step (reduce, norm, update, the parameters' check), setup (what the
+ * model, the optimizer and the reducer hold), checkpoint staging, the
+ * replica audit, the non-finite report, the final model file. */
+typedef struct {
+    const char *name;          /* dist.shard's value */
+    const char *label;         /* in messages: DDP, ZeRO-1, ZeRO-2, FSDP */
+    wf__keep params;           /* the parameters */
+    wf__keep grads;            /* the summed gradient the optimizer reads */
+    int full_grad;             /* the model keeps a whole gradient buffer (the backward accumulates there) */
+    wf__keep optim;            /* the AdamW moments, and so the slice the optimizer updates */
+    wf__reduce reduce;
+    wf__gather gather;
+    const char *one_rank;      /* the strategy one process runs instead (zero1: ddp), NULL: this one */
+    /* The optimizer and the gradient's reduction (the model exists),
+     * marking their arena blocks. */
+    wf_status (*setup)(trainer *t, const wf_adamw_config *ac);
+    /* After the backward: the gradient summed over ranks into what
+     * `grads` says, the logged loss averaged. */
+    wf_status (*reduce_grads)(trainer *t, int64_t step, step_outcome *o);
+    /* AdamW on this rank's slice with the global norm; afterwards every
+     * rank can run the next forward. */
+    wf_status (*update)(trainer *t, int64_t step, step_outcome *o);
+} train_strategy;
+
+/* The strategy of dist.shard = name, NULL for an unknown name. */
+const train_strategy *wf__train_strategy(const char *name);
 
 /* ZeRO-2 and FSDP over the model's units (train_shard.c). */
 typedef struct {
@@ -98,7 +150,7 @@ typedef struct {
     wf_status status;
 } train_units;
 
-typedef struct {
+struct trainer {
     const wf_train_config *tc;
     wf_model_config mc;
     int B, T, accum;           /* B: sequences per micro-batch over all ranks; accum: micro-batches of a step
@@ -115,11 +167,11 @@ typedef struct {
     wf_comm *comm;
     int rank, world;
     wf_reducer *reducer;       /* world > 1: DDP's buckets, or ZeRO-1's (reduce-scattered into gshard) */
-    int shard;                 /* WF__SHARD_*: dist.shard (zero1 with one process: ddp) */
-    int zero1;                 /* the optimizer state is ZeRO-1's flat shard: zero1 (world > 1) and zero2 */
-    train_units *units;        /* zero2, fsdp: the unit engine; NULL otherwise */
-    wf_zero1_plan zplan;       /* zero1: the shards of the parameter buffer */
-    float *gshard;             /* zero1: (zplan.counts[rank]) this rank's shard of the mean gradient */
+    const train_strategy *strat; /* dist.shard (zero1 with one process: ddp) */
+    train_units *units;        /* reduce by units (zero2, fsdp): the unit engine; NULL otherwise */
+    wf_zero1_plan zplan;       /* a flat slice kept (zero1, zero2): every rank's slice of the parameter buffer */
+    float *gshard;             /* the summed gradient's slice (grads not whole): flat, or fsdp's pieces */
+    size_t gshard_n;           /* its floats */
     wf_status hook_status;     /* the first error of the gradient hook this step */
     wf_dirlock *lock;          /* rank 0: RUN_DIR/.weft.lock for the job's life */
     char *tokenizer_path;
@@ -182,10 +234,10 @@ typedef struct {
         int bit;
         char what[300];
     } flip;
-} trainer;
+};
 
 /* What one step measured and decided. */
-typedef struct {
+struct step_outcome {
     double loss, lr, grad_norm;
     int64_t batch_seqs;        /* the step's global batch in sequences (the ramp's size) */
     int accum;                 /* its micro-batches: batch_seqs / B */
@@ -199,7 +251,7 @@ typedef struct {
     double src_loss[WF_MIX_MAX_SOURCES];   /* ... the sum of their per-token losses, then (after the step) the mean */
     int skipped;               /* the update was not applied */
     int nonfinite;             /* WF__NONFINITE_* bits: what went NaN or Inf */
-} step_outcome;
+};
 
 enum {
     WF__NONFINITE_LOSS = 1 << 0,
@@ -261,8 +313,22 @@ wf_status wf__train_evaluate(trainer *t, double *loss);
 /* The same over one validation loader (collective with several ranks). */
 wf_status wf__train_eval_loader(trainer *t, wf_loader *l, double *loss);
 
+/* strategy.c */
+/* Records what the arena's in_use grew by since the last mark, as block
+ * `name` of run.json's "arena" (`weft plan` predicts these). */
+void wf__train_arena_mark(trainer *t, const char *name);
+/* The global L2 norm of the summed gradient (collective when it is sliced). */
+wf_status wf__train_grad_norm(trainer *t, double *norm);
+/* The sum of squares of every parameter (collective when they are in pieces). */
+wf_status wf__train_param_sumsq(trainer *t, double *ss);
+/* What this rank holds of the parameters (grads 0) or of the summed
+ * gradient (grads 1) where the model's own buffer is not whole: n ranges of
+ * the flat parameter order, [lo[i], lo[i] + cnt[i]) at ptr[i]; n is 0 when
+ * the model's buffer is whole. lo, cnt and ptr have room for a range per
+ * unit (wf_model_num_units). */
+int wf__train_held(const trainer *t, int grads, size_t *lo, size_t *cnt, float **ptr);
+
 /* train_shard.c */
-const char *wf__train_shard_name(int shard);
 wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac);
 void wf__train_units_free(trainer *t);
 /* The model's initial parameters from the seed (fsdp: this rank's pieces). */

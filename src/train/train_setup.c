@@ -69,96 +69,28 @@ static wf_status resolve_tokenizer(trainer *t, const char *dataset_tokenizer) {
     return t->tokenizer_path ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
 }
 
-/* Records what the arena's in_use grew by since the last mark, as block
- * `name` of run.json's "arena" (`weft plan` predicts these). */
-static void arena_mark(trainer *t, const char *name) {
-    wf_run_arena *a = &t->arena_use;
-    wf_arena_stats st = wf_arena_get_stats(t->arena);
-    if (a->n < WF_RUN_ARENA_MAX) {
-        a->names[a->n] = name;
-        a->bytes[a->n++] = (int64_t)st.in_use - a->in_use;
-    }
-    a->in_use = (int64_t)st.in_use, a->peak = (int64_t)st.peak, a->reserved = (int64_t)st.reserved;
-}
-
-/* The gradient buckets over the model's tensors (in buffer order): DDP
- * all-reduces them; ZeRO-1 (make_zero1 first) reduce-scatters each into
- * this rank's gradient shard. */
-static wf_status make_reducer(trainer *t) {
-    int nt = wf_model_num_tensors(t->model);
-    wf_comm_span *spans = calloc((size_t)nt, sizeof *spans);
-    if (!spans) return wf_error(WF_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < nt; i++) {
-        const wf_tensor_info *ti = wf_model_tensor(t->model, i);
-        spans[i] = (wf_comm_span){.offset = ti->offset, .numel = ti->numel};
-    }
-    size_t bucket = (size_t)(t->tc->dist_bucket_mb * 1e6);
-    wf_status s = wf_reducer_create(&t->reducer, t->comm, wf_model_grads(t->model), spans, nt, bucket ? bucket : 1);
-    free(spans);
-    /* The backward scales by 1 / world (wf__train_step): the buckets sum. */
-    if (s == WF_OK) s = wf_reducer_set_op(t->reducer, WF_COMM_SUM);
-    if (s == WF_OK && t->zero1) s = wf_reducer_set_shards(t->reducer, &t->zplan, t->rank, t->gshard);
-    if (s == WF_OK && t->zero1 && t->rank == 0)
-        WF_INFO("ZeRO-1: %d reduce-scatter bucket%s of up to %.1f MB of the gradient, each started during the "
-                "backward as soon as its tensors are ready",
-                wf_reducer_num_buckets(t->reducer), wf_reducer_num_buckets(t->reducer) == 1 ? "" : "s",
-                t->tc->dist_bucket_mb);
-    else if (s == WF_OK && !t->zero1)
-        WF_INFO("DDP: %d ranks (%s), %d gradient bucket%s of up to %.1f MB", t->world, wf_comm_backend(t->comm),
-                wf_reducer_num_buckets(t->reducer), wf_reducer_num_buckets(t->reducer) == 1 ? "" : "s",
-                t->tc->dist_bucket_mb);
-    return s;
-}
-
 /* dist.shard, with dist.zero1 as an alias of zero1 (a conflicting pair is
  * an error). ZeRO-1 with one process is DDP's optimizer (nothing to shard);
  * zero2 and fsdp run their unit engine with any number of ranks. */
 static wf_status parse_shard(trainer *t) {
     const wf_train_config *tc = t->tc;
     const char *name = tc->dist_shard ? tc->dist_shard : "ddp";
-    int shard = -1;
-    for (int k = WF__SHARD_DDP; k <= WF__SHARD_FSDP; k++)
-        if (strcmp(name, wf__train_shard_name(k)) == 0) shard = k;
     if (tc->dist_zero1) {
-        if (wf_opts_given(wf_train_spec(), tc, "dist.shard") && shard != WF__SHARD_ZERO1)
+        if (wf_opts_given(wf_train_spec(), tc, "dist.shard") && strcmp(name, "zero1") != 0)
             return wf_error(WF_ERR_CONFIG,
                             "dist.zero1 = true and dist.shard = %s contradict each other: dist.zero1 is the old "
                             "name of dist.shard = zero1; give one of them",
                             name);
-        shard = WF__SHARD_ZERO1;
+        name = "zero1";
     }
-    if (shard == WF__SHARD_ZERO1 && t->world == 1) {
+    const train_strategy *st = wf__train_strategy(name);
+    if (!st) return wf_error(WF_ERR_CONFIG, "dist.shard = '%s': use ddp, zero1, zero2 or fsdp", name);
+    if (st->one_rank && t->world == 1) {
         WF_INFO("%s with one process: nothing to shard, the optimizer is the usual one",
                 tc->dist_zero1 ? "dist.zero1 = true" : "dist.shard = zero1");
-        shard = WF__SHARD_DDP;
+        st = wf__train_strategy(st->one_rank);
     }
-    t->shard = shard;
-    return WF_OK;
-}
-
-/* ZeRO-1: the shards (16-float aligned), this rank's optimizer of its
- * shard and the buffer the reduce-scatter writes its gradient shard into. */
-static wf_status make_zero1(trainer *t, const wf_adamw_config *ac) {
-    size_t np = wf_model_num_params(t->model);
-    WF_TRY(wf_zero1_plan_init(&t->zplan, np, t->world, 16));
-    size_t lo = t->zplan.offsets[t->rank], count = t->zplan.counts[t->rank];
-    WF_TRY(wf_adamw_create_shard(&t->opt, ac, t->model, lo, lo + count, t->arena));
-    arena_mark(t, "optimizer");
-    t->gshard = wf_arena_alloc(t->arena, (count ? count : 1) * sizeof(float), 64);
-    if (!t->gshard) return wf_error(WF_ERR_NOMEM, "ZeRO-1: out of memory for the gradient shard (%zu floats)", count);
-    arena_mark(t, "grad_shard");
-    wf_zero1_memory zm = wf_zero1_plan_memory(&t->zplan, 0, 2);
-    if (t->rank == 0) {
-        WF_INFO("ZeRO-1: %d ranks (%s), shards of %zu of the %zu parameters: gradients reduce-scattered in buckets "
-                "during the backward, each rank updates its shard, parameters all-gathered",
-                t->world, wf_comm_backend(t->comm), t->zplan.shard_size, np);
-        /* Rank 0's shard is a full one, the largest: the per-rank figure.
-         * It counts the moments' shard and the gradient shard. */
-        WF_INFO("ZeRO-1: optimizer state %.3f MB per rank instead of %.3f MB (saves %.3f MB, %.0f%%)",
-                (double)zm.sharded_bytes / 1e6, (double)zm.unsharded_bytes / 1e6, (double)zm.saved_bytes / 1e6,
-                zm.unsharded_bytes ? 100.0 * (double)zm.saved_bytes / (double)zm.unsharded_bytes : 0.0);
-    }
-    WF_INFO("ZeRO-1: this rank updates parameters [%zu, %zu)", lo, lo + count);
+    t->strat = st;
     return WF_OK;
 }
 
@@ -311,14 +243,14 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
 
     WF_TRY(parse_shard(t));
     WF_TRY(wf_arena_create(&t->arena, 0));
-    /* ZeRO-2 keeps no full gradient, FSDP neither the parameters. */
-    int flags = t->shard == WF__SHARD_ZERO2 ? WF_MODEL_NO_GRADS
-              : t->shard == WF__SHARD_FSDP ? WF_MODEL_NO_GRADS | WF_MODEL_NO_PARAMS : 0;
+    /* What the strategy keeps whole is the model's; the rest is its slices. */
+    int flags = (t->strat->full_grad ? 0 : WF_MODEL_NO_GRADS) |
+                (t->strat->params == WF__KEEP_WHOLE ? 0 : WF_MODEL_NO_PARAMS);
     WF_TRY(wf_model_create_ex(&t->model, &t->mc, t->arena, flags));
-    arena_mark(t, "model");
+    wf__train_arena_mark(t, "model");
     WF_TRY(wf_model_set_recompute(t->model, (wf_model_recompute)recompute));
     WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
-    arena_mark(t, "activations");
+    wf__train_arena_mark(t, "activations");
     WF_TRY(wf__train_tasks_setup(t)); /* train.eval_tasks: this rank's share, read and tokenized */
     WF_TRY(wf__train_flip_setup(t));
     wf_adamw_config ac = {.beta1 = tc->beta1,
@@ -327,29 +259,14 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
                           .weight_decay = tc->weight_decay,
                           .decay_embeddings = tc->decay_embeddings,
                           .grad_clip = tc->grad_clip};
-    t->zero1 = t->shard == WF__SHARD_ZERO1 || t->shard == WF__SHARD_ZERO2;
-    if (t->shard == WF__SHARD_ZERO2) {
-        WF_TRY(make_zero1(t, &ac));
-        WF_TRY(wf__train_units_setup(t, &ac));
-        arena_mark(t, "units");
-    } else if (t->shard == WF__SHARD_FSDP) {
-        WF_TRY(wf__train_units_setup(t, &ac));
-        arena_mark(t, "units");
-    } else if (t->zero1) {
-        WF_TRY(make_zero1(t, &ac));
-        WF_TRY(make_reducer(t));
-    } else {
-        WF_TRY(wf_adamw_create(&t->opt, &ac, t->model, t->arena));
-        arena_mark(t, "optimizer");
-        if (t->world > 1) WF_TRY(make_reducer(t));
-    }
+    WF_TRY(t->strat->setup(t, &ac));
     if (t->units) WF_TRY(wf__train_units_init(t, (uint64_t)tc->seed));
     else wf_model_init(t->model, (uint64_t)tc->seed);
     size_t local = (size_t)t->Bl * (size_t)t->T;
     t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
     t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
     if (!t->inputs || !t->targets) return WF_ERR_NOMEM;
-    arena_mark(t, "batch");
+    wf__train_arena_mark(t, "batch");
 
     /* Every rank reads the same global order; rank r gets its part of each
      * micro-batch, so any rank count sees the same global batches. */

@@ -34,8 +34,6 @@
 #include "weft/safetensors.h"
 #include "weft/trace.h"
 
-static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
-
 static float *alloc_f(wf_arena *a, size_t n) { return wf_arena_alloc(a, (n ? n : 1) * sizeof(float), 64); }
 
 /* ---- parameter gathers (fsdp) ---- */
@@ -298,7 +296,7 @@ wf_status wf__train_units_local_sumsq(const trainer *t, double *out) {
 }
 
 wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
-    int W = t->world, r = t->rank, fsdp = t->shard == WF__SHARD_FSDP;
+    int W = t->world, r = t->rank, fsdp = t->strat->params == WF__KEEP_PIECES;
     train_units *su = calloc(1, sizeof *su);
     if (!su) return wf_error(WF_ERR_NOMEM, "out of memory");
     t->units = su;
@@ -337,10 +335,10 @@ wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
         wf_model_unit_range(t->model, u, &su->off[u], &su->len[u]);
         size_t *cu = su->counts + (size_t)u * (size_t)W;
         if (fsdp) {
-            su->piece[u] = round16((su->len[u] + (size_t)W - 1) / (size_t)W);
             for (int q = 0; q < W; q++) {
-                size_t lo = (size_t)q * su->piece[u];
-                cu[q] = lo >= su->len[u] ? 0 : su->len[u] - lo < su->piece[u] ? su->len[u] - lo : su->piece[u];
+                wf_zero1_slice sl = wf_zero1_slice_of(su->len[u], W, q, 16);
+                su->piece[u] = sl.size;
+                cu[q] = sl.count;
             }
             su->loc[u] = su->local_n;
             su->dst[u] = su->loc[u];
@@ -401,7 +399,7 @@ wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
         t->opt = su->opt[0]; /* the step count, for checkpoints */
     } else {
         su->gshard = t->gshard;
-        su->gshard_n = t->zplan.counts[r];
+        su->gshard_n = t->gshard_n;
     }
     su->buffer_bytes = wf_arena_get_stats(a).in_use - before;
     wf_model_set_unit_hook(t->model, unit_hook, t);
@@ -442,7 +440,3 @@ void wf__train_units_free(trainer *t) {
 }
 
 const char *const wf_train_shard_names[] = {"ddp", "zero1", "zero2", "fsdp", NULL};
-
-const char *wf__train_shard_name(int shard) {
-    return shard >= 0 && shard <= WF__SHARD_FSDP ? wf_train_shard_names[shard] : "?";
-}
