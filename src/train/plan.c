@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "weft/backend.h"
+#include "weft/comm.h"
 #include "weft/shard.h"
 #include "weft/thread.h"
 #include "weft/plan.h"
@@ -43,8 +44,6 @@ int wf_plan_recompute_parse(const char *name) {
 /* An arena block of `bytes` (0 is handed out as 1), as in_use counts it
  * when blocks follow each other at 64-byte alignment. */
 static size_t block_(size_t bytes) { return ((bytes ? bytes : 1) + 63) & ~(size_t)63; }
-/* One carve of wf_model_plan's activation buffer: floats rounded up to 16. */
-static size_t carve_(size_t floats) { return (floats + 15) & ~(size_t)15; }
 
 /* The model's sizes, as src/model names them. */
 typedef struct {
@@ -72,11 +71,8 @@ static wf_model_recompute model_recompute(wf_plan_recompute r) {
     }
 }
 
-/* The largest rank's shard of n floats (wf_zero1_plan_init(n, W, 16): rank 0's). */
-static size_t zero1_shard(size_t n, size_t W) {
-    size_t s = carve_((n + W - 1) / W);
-    return s < n ? s : n;
-}
+/* The largest rank's shard of n floats (rank 0's slice, wf_zero1_slice_of). */
+static size_t zero1_shard(size_t n, size_t W) { return wf_zero1_slice_of(n, (int)W, 0, 16).count; }
 
 /* The sharding units of ZeRO-2 and FSDP (wf_model_num_units): the embedding, each block, the final norm with an untied
  * head (a tied head is the embedding's tensor, unit 0). Per unit: its
@@ -110,8 +106,9 @@ static wf_status units_make(const dims_ *d, int tied, size_t W, units_ *u) {
     for (size_t i = 0; i < n; i++) {
         u->len[i] = i == 0 ? d->V * d->C : i + 1 < n ? layer_params(d) : d->C + (tied ? 0 : d->V * d->C);
         u->off[i] = off;
-        u->piece[i] = carve_((u->len[i] + W - 1) / W);
-        u->fsdp_part[i] = u->piece[i] < u->len[i] ? u->piece[i] : u->len[i];
+        wf_zero1_slice sl = wf_zero1_slice_of(u->len[i], (int)W, 0, 16);
+        u->piece[i] = sl.size;
+        u->fsdp_part[i] = sl.count;
         size_t a = off, b = off + u->len[i];
         u->zero2_part[i] = a < S ? (b < S ? b : S) - a : 0;
         u->pieces += u->piece[i];
