@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/train_impl.h"
 #include "weft/backend.h"
 #include "weft/comm.h"
 #include "weft/shard.h"
@@ -350,22 +351,13 @@ wf_status wf_plan_max_micro_batch(const wf_plan_input *in, wf_plan_shard s, wf_p
     return WF_OK;
 }
 
-/* A string key of the training config by its name, NULL when the option
- * table has no such key: dist.shard and train.recompute are read this way,
- * so the planner takes them as soon as `weft train` has them. */
-static const char *train_key_str(const wf_train_config *tc, const char *key) {
-    const wf_cmd_spec *sp = wf_train_spec();
-    for (size_t i = 0; i < sp->n_opts; i++)
-        if (strcmp(sp->opts[i].key, key) == 0 && sp->opts[i].type == WF_OPT_STR)
-            return *(char *const *)(const void *)((const char *)tc + sp->opts[i].offset);
-    return NULL;
-}
-
 wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_plan_input *out, int *shard,
                                     int *recompute) {
     memset(out, 0, sizeof *out);
     if (world < 1) return wf_error(WF_ERR_INVALID, "plan: --world-size %d, need at least 1", world);
-    WF_TRY(wf_opts_check_choices(wf_train_spec(), tc));
+    /* The trainer's own checks, in its words (train_setup.c): what it
+     * refuses, the plan refuses the same way. */
+    WF_TRY(wf__train_check_keys(tc, NULL));
     uint32_t vocab = 0;
     int have_data = tc->data_dir && tc->data_dir[0];
     if (have_data) {
@@ -379,40 +371,22 @@ wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_pla
                                        "dataset's vocabulary, as weft train takes it)");
     }
     WF_TRY(wf_train_model_config(tc, vocab, &out->model, NULL, 0));
-    if (tc->batch_size % world != 0)
-        return wf_error(WF_ERR_CONFIG,
-                        "data.batch_size = %lld sequences is not divisible by the %d ranks (each rank gets an equal "
-                        "part); use a multiple of %d",
-                        (long long)tc->batch_size, world, world);
+    train_batch b;
+    WF_TRY(wf__train_batch_shape(tc, world, out->model.max_seq_len, &b));
     out->world = world;
-    out->micro_batch = (int)(tc->batch_size / world);
-    out->seq_len = tc->seq_len ? (int)tc->seq_len : out->model.max_seq_len;
-    int64_t micro = tc->batch_size * out->seq_len;
-    int64_t global = tc->global_batch_tokens ? tc->global_batch_tokens : micro;
-    if (global % micro != 0)
-        return wf_error(WF_ERR_CONFIG, "data.global_batch_tokens = %lld is not a multiple of batch_size * seq_len = %lld",
-                        (long long)global, (long long)micro);
-    out->accum = (int)(global / micro);
+    out->micro_batch = b.Bl;
+    out->seq_len = b.T;
+    out->accum = b.accum;
     /* The trainer's threads: the attention scratch is per thread. */
     int threads = tc->threads ? (int)tc->threads : wf_default_threads();
     wf_kern_set_threads(threads);
     out->threads = wf_kern_threads();
     out->bucket_bytes = (size_t)(tc->dist_bucket_mb * 1e6);
     if (!out->bucket_bytes) out->bucket_bytes = 1;
-    if (shard) {
-        /* dist.shard, with dist.zero1 as its alias; zero1 at one rank is
-         * ddp (the trainer's choice) */
-        const char *name = train_key_str(tc, "dist.shard");
-        *shard = tc->dist_zero1 ? WF_PLAN_ZERO1 : wf_plan_shard_parse(name ? name : "ddp");
-        if (*shard < 0) return wf_error(WF_ERR_CONFIG, "dist.shard = '%s': use ddp, zero1, zero2 or fsdp", name);
-        if (*shard == WF_PLAN_ZERO1 && world == 1) *shard = WF_PLAN_DDP;
-    }
-    if (recompute) {
-        const char *name = train_key_str(tc, "train.recompute");
-        *recompute = wf_plan_recompute_parse(name ? name : "none");
-        if (*recompute < 0)
-            return wf_error(WF_ERR_CONFIG, "train.recompute = '%s': use none, block or selective", name);
-    }
+    const train_strategy *st;
+    WF_TRY(wf__train_strategy_of(tc, world, 0, &st));
+    if (shard) *shard = wf_plan_shard_parse(st->name);
+    if (recompute) *recompute = wf_plan_recompute_parse(tc->recompute ? tc->recompute : "none");
     return WF_OK;
 }
 

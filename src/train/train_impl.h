@@ -284,7 +284,28 @@ enum {
     WF__TRAIN_AGREE_DUMP = 1u << 11,     /* RUN_DIR/DUMP: every rank dumps its stacks */
 };
 
+/* A run's batch shape. */
+typedef struct {
+    int B;                     /* sequences per micro-batch over all ranks (data.batch_size) */
+    int Bl;                    /* this rank's part: B / world */
+    int T;                     /* tokens per sequence */
+    int accum;                 /* micro-batches of a step at the final global batch */
+    wf_batch_ramp ramp;        /* each step's global batch from the tokens trained */
+} train_batch;
+
 /* train_setup.c */
+/* What setup checks and `weft plan` checks the same way, with the same
+ * words (src/train/plan.c calls these too): */
+/* The keys checked before any data is read: the enum keys' values, the
+ * optimizer's schedule, the spike detector's config (spike: initialised
+ * there; NULL: only checked). */
+wf_status wf__train_check_keys(const wf_train_config *tc, wf_spike_detector *spike);
+/* dist.shard (and dist.zero1, its old name) at `world` ranks: its
+ * strategy (zero1 with one process: ddp, said when log is set). */
+wf_status wf__train_strategy_of(const wf_train_config *tc, int world, int log, const train_strategy **out);
+/* The batch: global, per rank, micro-batches, accumulation and the ramp, at
+ * `world` ranks for a model of max_seq_len (data.seq_len 0 takes it). */
+wf_status wf__train_batch_shape(const wf_train_config *tc, int world, int max_seq_len, train_batch *out);
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc);
 void wf__train_free(trainer *t);
 /* A validation loader of split "val" of `dir` (val_tokens long): lo's

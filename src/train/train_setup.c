@@ -1,7 +1,8 @@
-/* Planning a training run once (train_impl.h): the model and its
- * activations, the optimizer (or ZeRO-1's shard of it), DDP's or ZeRO-1's
- * gradient buckets, the batch buffers and the loaders. Nothing is
- * allocated after this but what a checkpoint save stages. */
+/* Planning a training run once (train_impl.h): the config's checks (shared
+ * with `weft plan`, src/train/plan.c: the keys, the strategy, the batch
+ * shape), the model and its activations, the strategy's optimizer and
+ * gradient reduction (strategy.c), the batch buffers and the loaders.
+ * Nothing is allocated after this but what a checkpoint save stages. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,11 +70,8 @@ static wf_status resolve_tokenizer(trainer *t, const char *dataset_tokenizer) {
     return t->tokenizer_path ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
 }
 
-/* dist.shard, with dist.zero1 as an alias of zero1 (a conflicting pair is
- * an error). ZeRO-1 with one process is DDP's optimizer (nothing to shard);
- * zero2 and fsdp run their unit engine with any number of ranks. */
-static wf_status parse_shard(trainer *t) {
-    const wf_train_config *tc = t->tc;
+wf_status wf__train_strategy_of(const wf_train_config *tc, int world, int log, const train_strategy **out) {
+    *out = NULL;
     const char *name = tc->dist_shard ? tc->dist_shard : "ddp";
     if (tc->dist_zero1) {
         if (wf_opts_given(wf_train_spec(), tc, "dist.shard") && strcmp(name, "zero1") != 0)
@@ -85,13 +83,68 @@ static wf_status parse_shard(trainer *t) {
     }
     const train_strategy *st = wf__train_strategy(name);
     if (!st) return wf_error(WF_ERR_CONFIG, "dist.shard = '%s': use ddp, zero1, zero2 or fsdp", name);
-    if (st->one_rank && t->world == 1) {
-        WF_INFO("%s with one process: nothing to shard, the optimizer is the usual one",
-                tc->dist_zero1 ? "dist.zero1 = true" : "dist.shard = zero1");
+    /* zero1 with one process is DDP's optimizer (nothing to shard); zero2
+     * and fsdp run their unit engine with any number of ranks */
+    if (st->one_rank && world == 1) {
+        if (log)
+            WF_INFO("%s with one process: nothing to shard, the optimizer is the usual one",
+                    tc->dist_zero1 ? "dist.zero1 = true" : "dist.shard = zero1");
         st = wf__train_strategy(st->one_rank);
     }
-    t->strat = st;
+    *out = st;
     return WF_OK;
+}
+
+wf_status wf__train_check_keys(const wf_train_config *tc, wf_spike_detector *spike) {
+    /* The enum keys (optim.schedule, optim.schedule_unit, spike.action,
+     * guard.nonfinite, train.recompute, dist.shard, model.preset) were
+     * checked against their values by the parser (WF_CHOICES in
+     * include/weft/train.h); here they are only mapped. A config filled
+     * in by code rather than parsed is checked here the same way. */
+    WF_TRY(wf_opts_check_choices(wf_train_spec(), tc));
+    if (tc->min_lr > tc->lr)
+        return wf_error(WF_ERR_CONFIG, "optim.min_lr = %g is above optim.lr = %g", tc->min_lr, tc->lr);
+    if (strcmp(tc->schedule_unit, "tokens") != 0 && tc->warmup_tokens)
+        return wf_error(WF_ERR_CONFIG,
+                        "optim.warmup_tokens = %lld is set but optim.schedule_unit = steps, whose warmup is "
+                        "optim.warmup_steps: set optim.schedule_unit = tokens, or leave optim.warmup_tokens out",
+                        (long long)tc->warmup_tokens);
+    wf_spike_config sc = {.window = (int)tc->spike_window,
+                          .z = tc->spike_z,
+                          .warmup = (int)tc->spike_warmup,
+                          .use_grad_norm = tc->spike_grad_norm};
+    wf_spike_detector tmp = {0};
+    wf_status s = wf_spike_init(spike ? spike : &tmp, &sc);
+    wf_spike_deinit(&tmp);
+    return s;
+}
+
+wf_status wf__train_batch_shape(const wf_train_config *tc, int world, int max_seq_len, train_batch *out) {
+    memset(out, 0, sizeof *out);
+    out->B = (int)tc->batch_size;
+    if (out->B % world != 0)
+        return wf_error(WF_ERR_CONFIG,
+                        "data.batch_size = %d sequences is not divisible by the %d ranks: every rank gets an "
+                        "equal part of each micro-batch; use a multiple of %d (or another rank count)",
+                        out->B, world, world);
+    out->Bl = out->B / world;
+    out->T = tc->seq_len ? (int)tc->seq_len : max_seq_len;
+    int64_t micro = (int64_t)out->B * out->T;
+    int64_t global = tc->global_batch_tokens ? tc->global_batch_tokens : micro;
+    if (global % micro != 0)
+        return wf_error(WF_ERR_CONFIG,
+                        "data.global_batch_tokens = %lld is not a multiple of batch_size * seq_len = %d * %d = %lld: "
+                        "each step accumulates whole micro-batches",
+                        (long long)global, out->B, out->T, (long long)micro);
+    out->accum = (int)(global / micro);
+    wf_batch_ramp_config rc = {.start = tc->batch_ramp_start,
+                               .inc = tc->batch_ramp_step,
+                               .tokens = tc->batch_ramp_tokens,
+                               .final = (int64_t)out->accum * out->B,
+                               .micro = out->B,
+                               .world = world,
+                               .seq_len = out->T};
+    return wf_batch_ramp_init(&out->ramp, &rc);
 }
 
 /* WEFT_TEST_DATA_DUMP=DIR, a test hook: every rank appends to
@@ -163,28 +216,11 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     if ((!tc->data_dir || !tc->data_dir[0]) && !t->mix.n)
         return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR), or a mixture "
                                        "of datasets in data.sources");
-    /* The enum keys (optim.schedule, optim.schedule_unit, spike.action,
-     * guard.nonfinite, train.recompute, dist.shard, model.preset) were
-     * checked against their values by the parser (WF_CHOICES in
-     * include/weft/train.h); here they are only mapped. A config filled
-     * in by code rather than parsed is checked here the same way. */
-    WF_TRY(wf_opts_check_choices(wf_train_spec(), tc));
-    if (tc->min_lr > tc->lr)
-        return wf_error(WF_ERR_CONFIG, "optim.min_lr = %g is above optim.lr = %g", tc->min_lr, tc->lr);
+    WF_TRY(wf__train_check_keys(tc, &t->spike));
     t->sched_tokens = strcmp(tc->schedule_unit, "tokens") == 0;
-    if (!t->sched_tokens && tc->warmup_tokens)
-        return wf_error(WF_ERR_CONFIG,
-                        "optim.warmup_tokens = %lld is set but optim.schedule_unit = steps, whose warmup is "
-                        "optim.warmup_steps: set optim.schedule_unit = tokens, or leave optim.warmup_tokens out",
-                        (long long)tc->warmup_tokens);
     t->spike_action = (wf_spike_action)wf_spike_action_parse(tc->spike_action);
     t->nonfinite_stop = strcmp(tc->guard_nonfinite, "stop") == 0;
     int recompute = wf_model_recompute_parse(tc->recompute);
-    wf_spike_config sc = {.window = (int)tc->spike_window,
-                          .z = tc->spike_z,
-                          .warmup = (int)tc->spike_warmup,
-                          .use_grad_norm = tc->spike_grad_norm};
-    WF_TRY(wf_spike_init(&t->spike, &sc));
     t->mem_limits = (wf_mem_limits){.max_used_frac = tc->memory_max_used_frac,
                                     .max_rss_frac = tc->memory_max_rss_frac,
                                     .max_rss_bytes = (int64_t)(tc->memory_max_rss_gib * 1073741824.0)};
@@ -211,37 +247,16 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     free(data_tok);
     WF_TRY(s);
 
-    t->B = (int)tc->batch_size;
-    if (t->B % t->world != 0)
-        return wf_error(WF_ERR_CONFIG,
-                        "data.batch_size = %d sequences is not divisible by the %d ranks: every rank gets an "
-                        "equal part of each micro-batch; use a multiple of %d (or another rank count)",
-                        t->B, t->world, t->world);
-    t->Bl = t->B / t->world;
-    t->T = tc->seq_len ? (int)tc->seq_len : t->mc.max_seq_len;
-    int64_t micro = (int64_t)t->B * t->T;
-    int64_t global = tc->global_batch_tokens ? tc->global_batch_tokens : micro;
-    if (global % micro != 0)
-        return wf_error(WF_ERR_CONFIG,
-                        "data.global_batch_tokens = %lld is not a multiple of batch_size * seq_len = %d * %d = %lld: "
-                        "each step accumulates whole micro-batches",
-                        (long long)global, t->B, t->T, (long long)micro);
-    t->accum = (int)(global / micro);
-    wf_batch_ramp_config rc = {.start = tc->batch_ramp_start,
-                               .inc = tc->batch_ramp_step,
-                               .tokens = tc->batch_ramp_tokens,
-                               .final = (int64_t)t->accum * t->B,
-                               .micro = t->B,
-                               .world = t->world,
-                               .seq_len = t->T};
-    WF_TRY(wf_batch_ramp_init(&t->ramp, &rc));
+    train_batch tb;
+    WF_TRY(wf__train_batch_shape(tc, t->world, t->mc.max_seq_len, &tb));
+    t->B = tb.B, t->Bl = tb.Bl, t->T = tb.T, t->accum = tb.accum, t->ramp = tb.ramp;
 
     int threads = tc->threads ? (int)tc->threads : wf_default_threads();
     wf_kern_set_threads(threads);
     char blas_msg[256];
     if (wf_kern_blas_check(blas_msg, sizeof blas_msg)) WF_WARN("%s", blas_msg);
 
-    WF_TRY(parse_shard(t));
+    WF_TRY(wf__train_strategy_of(tc, t->world, 1, &t->strat));
     WF_TRY(wf_arena_create(&t->arena, 0));
     /* What the strategy keeps whole is the model's; the rest is its slices. */
     int flags = (t->strat->full_grad ? 0 : WF_MODEL_NO_GRADS) |

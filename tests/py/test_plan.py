@@ -27,7 +27,7 @@ import subprocess
 
 import pytest
 
-from test_train_dist import WEFT, dataset, ok  # noqa: F401
+from test_train_dist import WEFT, dataset, launch, ok  # noqa: F401
 
 PAD = 64
 
@@ -191,6 +191,51 @@ def test_errors(dataset, tmp_path):
         assert p["config"] == {"shard": "fsdp", "recompute": "block"}
     r = subprocess.run([str(WEFT), "plan", "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--world-size" in r.stdout and "--budget" in r.stdout and "--model.dim" in r.stdout
+
+
+# Every config the trainer refuses before reading its data, the planner
+# refuses with the same words: both run the same checks (train_setup.c's
+# wf__train_check_keys, wf__train_strategy_of, wf__train_batch_shape;
+# wf_train_model_config). (args, ranks, the words both must say)
+REFUSALS = {
+    "zero1-and-another-shard": (["--dist.zero1=true", "--dist.shard=fsdp"], 2,
+                                "dist.zero1 = true and dist.shard = fsdp contradict each other"),
+    "zero1-and-another-shard-1-rank": (["--dist.zero1=true", "--dist.shard=zero2"], 1,
+                                       "dist.zero1 = true and dist.shard = zero2 contradict each other"),
+    "batch-over-ranks": (["--batch-size", 3], 2, "data.batch_size = 3 sequences is not divisible by the 2 ranks"),
+    "global-batch": (["--data.global_batch_tokens=100"], 1,
+                     "data.global_batch_tokens = 100 is not a multiple of batch_size * seq_len = 4 * 32 = 128"),
+    "batch-ramp": (["--data.global_batch_tokens=512", "--data.batch_ramp_start=6", "--data.batch_ramp_tokens=1000"],
+                   1, "data.batch_ramp_start"),
+    "min-lr": (["--optim.min_lr=1"], 1, "optim.min_lr = 1 is above optim.lr"),
+    "warmup-tokens": (["--optim.warmup_tokens=64"], 1, "optim.warmup_tokens = 64 is set but optim.schedule_unit = steps"),
+    "spike-warmup": (["--spike.window=8", "--spike.warmup=1"], 1, "spike.warmup = 1: must be 0 (the window) or in [2, spike.window = 8]"),
+    "seq-len": (["--seq-len", 128], 1, "data.seq_len = 128 is longer than model.max_seq_len = 64"),
+    "shard-name": (["--dist.shard=zero3"], 1, "dist.shard = 'zero3'"),
+}
+
+
+def error_line(stderr, cmd):
+    """The message of the first `weft CMD: error: ...` line of stderr."""
+    lines = [line.split(f"weft {cmd}: error: ", 1)[1] for line in stderr.splitlines() if f"weft {cmd}: error: " in line]
+    assert lines, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", sorted(REFUSALS))
+def test_the_planner_refuses_what_the_trainer_refuses(dataset, tmp_path, name):
+    extra, np_, words = REFUSALS[name]
+    batch = 3 if "--batch-size" in extra else 4
+    extra = [x for x in extra if x not in ("--batch-size", 3)]
+    a = train_args(dataset, tmp_path / "run", *extra, batch=batch)
+    t = launch(None if np_ == 1 else "openmpi", np_, a)
+    assert t.returncode != 0, t.stderr
+    p = plan(a, np_, check=False)
+    assert p.returncode == 1, p.stdout
+    said = error_line(p.stderr, "plan")
+    assert words in said, said
+    assert said == error_line(t.stderr, "train")
+    assert not (tmp_path / "run" / "model.safetensors").exists()
 
 
 # --- modes of other branches (is17-fsdp, is17-recompute) -----------------
