@@ -73,10 +73,13 @@ static wf_status make_flat(trainer *t, const wf_adamw_config *ac) {
     size_t lo = t->zplan.offsets[t->rank], count = t->zplan.counts[t->rank];
     WF_TRY(wf_adamw_create_shard(&t->opt, ac, t->model, lo, lo + count, t->arena));
     wf__train_arena_mark(t, "optimizer");
+    wf__train_arena_part(t, WF__PART_OPTIMIZER);
     t->gshard = wf_arena_alloc(t->arena, (count ? count : 1) * sizeof(float), 64);
     if (!t->gshard) return wf_error(WF_ERR_NOMEM, "ZeRO-1: out of memory for the gradient shard (%zu floats)", count);
     t->gshard_n = count;
     wf__train_arena_mark(t, "grad_shard");
+    wf__train_arena_part(t, WF__PART_GRADS);
+    if (t->plan_only) return WF_OK;
     wf_zero1_memory zm = wf_zero1_plan_memory(&t->zplan, 0, 2);
     if (t->rank == 0) {
         WF_INFO("ZeRO-1: %d ranks (%s), shards of %zu of the %zu parameters: gradients reduce-scattered in buckets "
@@ -95,12 +98,13 @@ static wf_status make_flat(trainer *t, const wf_adamw_config *ac) {
 static wf_status setup_ddp(trainer *t, const wf_adamw_config *ac) {
     WF_TRY(wf_adamw_create(&t->opt, ac, t->model, t->arena));
     wf__train_arena_mark(t, "optimizer");
-    return t->world > 1 ? make_reducer(t) : WF_OK;
+    wf__train_arena_part(t, WF__PART_OPTIMIZER);
+    return t->world > 1 && !t->plan_only ? make_reducer(t) : WF_OK; /* the reducer is not the arena's */
 }
 
 static wf_status setup_zero1(trainer *t, const wf_adamw_config *ac) {
     WF_TRY(make_flat(t, ac));
-    return make_reducer(t);
+    return t->plan_only ? WF_OK : make_reducer(t);
 }
 
 static wf_status setup_zero2(trainer *t, const wf_adamw_config *ac) {

@@ -82,6 +82,18 @@ typedef enum {
     WF__GATHER_UNITS,          /* each unit all-gathered just before its forward and its backward */
 } wf__gather;
 
+/* What arena bytes hold, for `weft plan` (wf_plan_memory's fields). */
+enum {
+    WF__PART_PARAMS = 0,
+    WF__PART_GRADS,
+    WF__PART_OPTIMIZER,
+    WF__PART_BUCKETS,
+    WF__PART_GATHER,
+    WF__PART_ACTIVATIONS,      /* with the logits */
+    WF__PART_BATCH,
+    WF__PART_N
+};
+
 typedef struct trainer trainer;
 typedef struct step_outcome step_outcome;
 
@@ -178,6 +190,9 @@ struct trainer {
     char model_source[4200];   /* where the architecture came from (run.json's model_source) */
     wf_arena *arena;
     wf_run_arena arena_use;    /* the arena's blocks after setup, measured (run.json's "arena") */
+    size_t part[WF__PART_N];   /* the same bytes by what they hold (WF__PART_*: `weft plan`'s categories) */
+    size_t part_at;            /* in_use at the last part mark */
+    int plan_only;             /* `weft plan`: allocation only, on a plan-only arena, no communicator */
     wf_model *model;
     wf_adamw *opt;
     wf_loader *train, *val;
@@ -306,6 +321,15 @@ wf_status wf__train_strategy_of(const wf_train_config *tc, int world, int log, c
 /* The batch: global, per rank, micro-batches, accumulation and the ramp, at
  * `world` ranks for a model of max_seq_len (data.seq_len 0 takes it). */
 wf_status wf__train_batch_shape(const wf_train_config *tc, int world, int max_seq_len, train_batch *out);
+/* Everything setup allocates in t->arena, in its order, each block marked
+ * for run.json and by category (t->part): the model without what the
+ * strategy slices, its activations for Bl x T with `recompute`, the
+ * strategy's optimizer, gradient slice and unit buffers, the token
+ * buffers. Needs t->mc, t->strat, world, rank, Bl, T (and with several
+ * ranks and not t->plan_only, t->comm). Writes nothing into the arena's
+ * memory, so `weft plan` runs it on a plan-only arena. */
+wf_status wf__train_allocate(trainer *t, const wf_adamw_config *ac, int recompute);
+void wf__train_arena_part(trainer *t, int cat);
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc);
 void wf__train_free(trainer *t);
 /* A validation loader of split "val" of `dir` (val_tokens long): lo's

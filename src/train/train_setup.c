@@ -207,6 +207,39 @@ wf_status wf__train_val_loader(trainer *t, const wf_loader_opts *lo, const char 
     return wf_loader_create(out, &vo);
 }
 
+/* Adds what the arena's in_use grew by since the last part mark to part
+ * `cat` (the planner's categories, finer than the run.json blocks). */
+void wf__train_arena_part(trainer *t, int cat) {
+    size_t now = wf_arena_get_stats(t->arena).in_use;
+    t->part[cat] += now - t->part_at;
+    t->part_at = now;
+}
+
+wf_status wf__train_allocate(trainer *t, const wf_adamw_config *ac, int recompute) {
+    /* What the strategy keeps whole is the model's; the rest is its slices. */
+    int has_p = t->strat->params == WF__KEEP_WHOLE, has_g = t->strat->full_grad;
+    WF_TRY(wf_model_create_ex(&t->model, &t->mc, t->arena, (has_g ? 0 : WF_MODEL_NO_GRADS) |
+                                                           (has_p ? 0 : WF_MODEL_NO_PARAMS)));
+    wf__train_arena_mark(t, "model");
+    /* two blocks of one size, the parameters first */
+    size_t model = wf_arena_get_stats(t->arena).in_use - t->part_at;
+    t->part[WF__PART_PARAMS] += has_p ? model / (size_t)(has_p + has_g) : 0;
+    t->part[WF__PART_GRADS] += model - (has_p ? model / (size_t)(has_p + has_g) : 0);
+    t->part_at += model;
+    WF_TRY(wf_model_set_recompute(t->model, (wf_model_recompute)recompute));
+    WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
+    wf__train_arena_mark(t, "activations");
+    wf__train_arena_part(t, WF__PART_ACTIVATIONS);
+    WF_TRY(t->strat->setup(t, ac));
+    size_t local = (size_t)t->Bl * (size_t)t->T;
+    t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
+    t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
+    if (!t->inputs || !t->targets) return WF_ERR_NOMEM;
+    wf__train_arena_mark(t, "batch");
+    wf__train_arena_part(t, WF__PART_BATCH);
+    return WF_OK;
+}
+
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     t->tc = tc;
     wf_store_options so = {tc->store_endpoint, tc->store_region, tc->store_retries ? (int)tc->store_retries : -1,
@@ -258,30 +291,17 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
 
     WF_TRY(wf__train_strategy_of(tc, t->world, 1, &t->strat));
     WF_TRY(wf_arena_create(&t->arena, 0));
-    /* What the strategy keeps whole is the model's; the rest is its slices. */
-    int flags = (t->strat->full_grad ? 0 : WF_MODEL_NO_GRADS) |
-                (t->strat->params == WF__KEEP_WHOLE ? 0 : WF_MODEL_NO_PARAMS);
-    WF_TRY(wf_model_create_ex(&t->model, &t->mc, t->arena, flags));
-    wf__train_arena_mark(t, "model");
-    WF_TRY(wf_model_set_recompute(t->model, (wf_model_recompute)recompute));
-    WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
-    wf__train_arena_mark(t, "activations");
-    WF_TRY(wf__train_tasks_setup(t)); /* train.eval_tasks: this rank's share, read and tokenized */
-    WF_TRY(wf__train_flip_setup(t));
     wf_adamw_config ac = {.beta1 = tc->beta1,
                           .beta2 = tc->beta2,
                           .eps = tc->eps,
                           .weight_decay = tc->weight_decay,
                           .decay_embeddings = tc->decay_embeddings,
                           .grad_clip = tc->grad_clip};
-    WF_TRY(t->strat->setup(t, &ac));
+    WF_TRY(wf__train_allocate(t, &ac, recompute));
+    WF_TRY(wf__train_tasks_setup(t)); /* train.eval_tasks: this rank's share, read and tokenized */
+    WF_TRY(wf__train_flip_setup(t));
     if (t->units) WF_TRY(wf__train_units_init(t, (uint64_t)tc->seed));
     else wf_model_init(t->model, (uint64_t)tc->seed);
-    size_t local = (size_t)t->Bl * (size_t)t->T;
-    t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
-    t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
-    if (!t->inputs || !t->targets) return WF_ERR_NOMEM;
-    wf__train_arena_mark(t, "batch");
 
     /* Every rank reads the same global order; rank r gets its part of each
      * micro-batch, so any rank count sees the same global batches. */

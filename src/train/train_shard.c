@@ -323,7 +323,7 @@ wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
      * needs it (the benchmark's measure of what prefetching hides). */
     const char *np = getenv("WEFT_TEST_NO_PREFETCH");
     su->no_prefetch = np && *np && strcmp(np, "0") != 0;
-    if (su->no_prefetch && r == 0) WF_WARN("WEFT_TEST_NO_PREFETCH: FSDP gathers are not prefetched");
+    if (su->no_prefetch && r == 0 && !t->plan_only) WF_WARN("WEFT_TEST_NO_PREFETCH: FSDP gathers are not prefetched");
     su->pholds[0] = su->pholds[1] = -1;
     su->gholds[0] = su->gholds[1] = su->gholds[2] = -1;
     su->in_use = -1;
@@ -382,12 +382,16 @@ wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
         su->rtmp[2] = alloc_f(a, max_part);
         if (!su->gbuf[2] || !su->rtmp[2]) return wf_error(WF_ERR_NOMEM, "out of memory for the gradient buffers");
     }
+    wf__train_arena_part(t, WF__PART_BUCKETS);
     if (fsdp) {
         su->pshard = alloc_f(a, su->local_n);
+        wf__train_arena_part(t, WF__PART_PARAMS);
         su->gshard = alloc_f(a, su->local_n);
         su->gshard_n = su->local_n;
+        wf__train_arena_part(t, WF__PART_GRADS);
         for (int k = 0; k < 2; k++) su->pbuf[k] = alloc_f(a, max_len);
         if (su->tied) su->pE = alloc_f(a, su->len[0]);
+        wf__train_arena_part(t, WF__PART_GATHER);
         if (!su->pshard || !su->gshard || !su->pbuf[0] || !su->pbuf[1] || (su->tied && !su->pE))
             return wf_error(WF_ERR_NOMEM, "out of memory for the shards and gather buffers");
         for (int u = 0; u < n; u++) {
@@ -397,13 +401,14 @@ wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
             wf_adamw_set_params(su->opt[u], su->pshard + su->loc[u]);
         }
         t->opt = su->opt[0]; /* the step count, for checkpoints */
+        wf__train_arena_part(t, WF__PART_OPTIMIZER);
     } else {
         su->gshard = t->gshard;
         su->gshard_n = t->gshard_n;
     }
     su->buffer_bytes = wf_arena_get_stats(a).in_use - before;
     wf_model_set_unit_hook(t->model, unit_hook, t);
-    if (r == 0) {
+    if (r == 0 && !t->plan_only) {
         if (fsdp)
             WF_INFO("FSDP: %d ranks (%s), %d units (the embedding, %d blocks, the final norm%s), each split in %d "
                     "pieces; this rank holds %zu of the %zu parameters; gather buffers 2 x %zu floats%s",
