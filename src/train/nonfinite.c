@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "train/train_impl.h"
+#include "weft/backend.h"
 #include "weft/fileio.h"
 #include "weft/json.h"
 #include "weft/log.h"
@@ -97,8 +98,11 @@ typedef struct {
 } held;
 
 /* The entries of every tensor's part in `h`, in tensor order; the name of
- * the first (or, with last = 1, the last) non-finite one goes to bad_name. */
-static void put_held(FILE *fp, const wf_model *m, const held *h, int last, char *bad_name, size_t bad_size) {
+ * the first (or, with last = 1, the last) non-finite one goes to bad_name.
+ * The parts are the trainer's arena, the model's backend's memory: each
+ * comes to the host through it into `stage` (room for the largest tensor). */
+static void put_held(FILE *fp, wf_model *m, const held *h, int last, float *stage, char *bad_name,
+                     size_t bad_size) {
     int nt = wf_model_num_tensors(m), any = 0;
     for (int i = 0; i < nt; i++) {
         const wf_tensor_info *ti = wf_model_tensor(m, i);
@@ -106,7 +110,9 @@ static void put_held(FILE *fp, const wf_model *m, const held *h, int last, char 
             size_t a = ti->offset > h->lo[k] ? ti->offset : h->lo[k];
             size_t b = ti->offset + ti->numel < h->lo[k] + h->cnt[k] ? ti->offset + ti->numel : h->lo[k] + h->cnt[k];
             if (a >= b) continue;
-            tensor_stats st = stats_of(h->ptr[k] + (a - h->lo[k]), b - a);
+            wf_status s = wf_backend_download(wf_model_backend(m), stage, h->ptr[k] + (a - h->lo[k]),
+                                              (b - a) * sizeof *stage);
+            tensor_stats st = stats_of(stage, s == WF_OK ? b - a : 0);
             size_t range[2] = {a - ti->offset, b - ti->offset};
             put_entry_range(fp, ti->name, b - a, &st, !any++, range);
             if (bad(&st) && (last || !bad_name[0])) snprintf(bad_name, bad_size, "%s", ti->name);
@@ -200,7 +206,7 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     wf_status s = WF_OK;
     h.n = wf__train_held(t, 0, lo, cnt, ptr);
     if (h.n) {
-        put_held(fp, m, &h, 0, first_param, sizeof first_param);
+        put_held(fp, m, &h, 0, stage, first_param, sizeof first_param);
     } else {
         for (int i = 0; has_p && i < nt && s == WF_OK; i++) {
             const wf_tensor_info *ti = wf_model_tensor(m, i);
@@ -215,7 +221,7 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     fputs("],\n \"gradients\": [", fp);
     h.n = wf__train_held(t, 1, lo, cnt, ptr);
     if (h.n) {
-        put_held(fp, m, &h, 1, first_grad, sizeof first_grad);
+        put_held(fp, m, &h, 1, stage, first_grad, sizeof first_grad);
     } else {
         for (int i = 0; has_g && i < nt && s == WF_OK; i++) {
             const wf_tensor_info *ti = wf_model_tensor(m, i);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "train/train_impl.h"
+#include "weft/backend.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
 
@@ -99,12 +100,28 @@ wf_status wf__train_check_replicas(trainer *t, int64_t done) {
         free(mine), free(all), free(major), free(bad_rank);
         return wf_error(WF_ERR_NOMEM, "out of memory for the replica check (%zu tensors)", n);
     }
+    /* Each tensor comes to the host through its backend (the checkpoint
+     * entry names it) into `stage`, room for the largest, and is hashed. */
+    size_t largest = 0;
     for (size_t i = 0; i < n; i++) {
         const wf_ckpt_tensor *e = &t->state[i];
         size_t numel = (size_t)e->shape[0] * (size_t)(e->ndim > 1 ? e->shape[1] : 1);
-        mine[i] = wf_hash64(e->data, numel * sizeof(float));
+        if (numel > largest) largest = numel;
     }
-    wf_status s = wf_comm_all_gather_bytes(t->comm, mine, all, n * sizeof *mine, "replica check");
+    float *stage = malloc((largest ? largest : 1) * sizeof *stage);
+    wf_status s = stage ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory for the replica check (%zu floats)", largest);
+    for (size_t i = 0; s == WF_OK && i < n; i++) {
+        const wf_ckpt_tensor *e = &t->state[i];
+        size_t numel = (size_t)e->shape[0] * (size_t)(e->ndim > 1 ? e->shape[1] : 1);
+        const float *host = e->data;
+        if (e->be) {
+            s = wf_backend_download(e->be, stage, e->data, numel * sizeof(float));
+            host = stage;
+        }
+        mine[i] = wf_hash64(host, numel * sizeof(float));
+    }
+    free(stage);
+    if (s == WF_OK) s = wf_comm_all_gather_bytes(t->comm, mine, all, n * sizeof *mine, "replica check");
     size_t bad_tensors = 0;
     int no_majority = 0;
     char tensors[1024] = "";

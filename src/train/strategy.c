@@ -14,6 +14,7 @@
  *          its forward and backward (train_shard.c)
  *
  * A rank's slice of n floats is wf_zero1_slice_of's, wherever it is taken. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -233,8 +234,13 @@ wf_status wf__train_grad_norm(trainer *t, double *norm) {
         *norm = wf_grad_norm(t->model);
         return WF_OK;
     }
-    /* the slices' sums of squares, summed over ranks */
-    return wf_zero1_grad_norm(t->comm, t->gshard, t->gshard_n, norm);
+    /* the slices' sums of squares (the model's backend's fixed blocks: at
+     * one rank wf_grad_norm's sum, bit for bit), summed over ranks */
+    double ss = 0;
+    WF_TRY(wf_backend_sumsq(wf_model_backend(t->model), wf_f32(t->gshard), t->gshard_n, &ss));
+    WF_TRY(wf_comm_all_reduce_f64(t->comm, &ss, 1, WF_COMM_SUM, "zero1 grad norm"));
+    *norm = sqrt(ss);
+    return WF_OK;
 }
 
 wf_status wf__train_param_sumsq(trainer *t, double *ss) {

@@ -58,11 +58,11 @@ static wf_status build_state(trainer *t) {
             /* What the strategy keeps of this kind of state: the
              * parameters (k = 0) or the moments. */
             wf__keep keep = k == 0 ? t->strat->params : t->strat->optim;
+            /* All of it is the trainer's arena, the model's backend's
+             * memory: staged and loaded through that backend. */
+            e->be = wf_model_backend(t->model);
             if (keep == WF__KEEP_WHOLE) {
                 e->data = bufs[k] ? bufs[k] + ti->offset : NULL;
-                /* the parameters are the model's backend's memory (the
-                 * moments, from the trainer's arena, are host memory for now) */
-                if (k == 0) e->be = wf_model_backend(t->model);
             } else if (keep == WF__KEEP_PIECES) {
                 /* Sharded per unit: rank r holds elements
                  * [r x piece, (r + 1) x piece) of the tensor's unit. */

@@ -42,7 +42,9 @@ static float *alloc_f(wf_arena *a, size_t n) { return wf_arena_alloc(a, (n ? n :
  * all-gather of the unit starts. */
 static wf_status gather_start(trainer *t, train_units *su, int u, float *buf, wf_comm_request *req) {
     size_t cnt = su->counts[(size_t)u * (size_t)t->world + (size_t)t->rank];
-    if (cnt) memcpy(buf + (size_t)t->rank * su->piece[u], su->pshard + su->loc[u], cnt * sizeof(float));
+    if (cnt)
+        WF_TRY(wf_backend_copy(wf_model_backend(t->model), buf + (size_t)t->rank * su->piece[u],
+                               su->pshard + su->loc[u], cnt * sizeof(float)));
     su->gathers++;
     return wf_comm_iall_gather(t->comm, buf, su->counts + (size_t)u * (size_t)t->world, su->ag_tag[u], req);
 }
@@ -97,12 +99,9 @@ static wf_status rs_finish(trainer *t, train_units *su, int k) {
     if (su->gholds[k] < 0) return WF_OK;
     WF_TRY(wf_comm_wait(t->comm, &su->greq[k]));
     int u = su->gholds[k];
-    size_t cnt = su->rcount[u];
     float *dst = su->gshard + su->dst[u];
-    const float *src = su->rtmp[k];
-    for (size_t i = 0; i < cnt; i++) dst[i] += src[i];
     su->gholds[k] = -1;
-    return WF_OK;
+    return wf_backend_add(wf_model_backend(t->model), wf_f32(dst), wf_f32(dst), wf_f32(su->rtmp[k]), su->rcount[u]);
 }
 
 /* The channel for unit u's gradient: the tied embedding's own (2) or the
@@ -115,7 +114,7 @@ static wf_status acquire_grads(trainer *t, train_units *su, int u, int *chan) {
     int k = su->gnext;
     su->gnext ^= 1;
     WF_TRY(rs_finish(t, su, k));
-    memset(su->gbuf[k], 0, su->len[u] * sizeof(float));
+    WF_TRY(wf_backend_fill(wf_model_backend(t->model), su->gbuf[k], 0, su->len[u] * sizeof(float)));
     *chan = k;
     return WF_OK;
 }
@@ -152,7 +151,7 @@ static wf_status on_unit(trainer *t, train_units *su, int u, wf_model_unit_event
              * micro-batch's reduce-scatter from it is complete) is zeroed
              * and bound now. */
             WF_TRY(rs_finish(t, su, 2));
-            memset(su->gbuf[2], 0, su->len[0] * sizeof(float));
+            WF_TRY(wf_backend_fill(wf_model_backend(t->model), su->gbuf[2], 0, su->len[0] * sizeof(float)));
             su->gcur[0] = su->gbuf[2];
             float *pe = p;
             if (su->fsdp) WF_TRY(acquire_params(t, su, 0, &pe));
@@ -193,7 +192,8 @@ static wf_status unit_hook(void *ctx, int u, wf_model_unit_event ev) {
 void wf__train_units_begin_step(trainer *t) {
     train_units *su = t->units;
     if (!su) return;
-    memset(su->gshard, 0, su->gshard_n * sizeof(float));
+    /* the cpu and ref backends cannot fail a fill (host memory) */
+    (void)wf_backend_fill(wf_model_backend(t->model), su->gshard, 0, su->gshard_n * sizeof(float));
     wf__train_units_invalidate(t);
     su->status = WF_OK;
 }
@@ -265,7 +265,9 @@ wf_status wf__train_units_init(trainer *t, uint64_t seed) {
         wf_model_bind_unit(t->model, u, buf, NULL);
         wf_model_init_unit(t->model, u, seed);
         size_t cnt = su->counts[(size_t)u * (size_t)t->world + (size_t)t->rank];
-        if (cnt) memcpy(su->pshard + su->loc[u], buf + (size_t)t->rank * su->piece[u], cnt * sizeof(float));
+        if (cnt)
+            WF_TRY(wf_backend_copy(wf_model_backend(t->model), su->pshard + su->loc[u],
+                                   buf + (size_t)t->rank * su->piece[u], cnt * sizeof(float)));
         wf_model_bind_unit(t->model, u, NULL, NULL);
     }
     wf__train_units_invalidate(t);
