@@ -40,9 +40,10 @@ wf_status wf__train_flip_setup(trainer *t) {
     if (index >= ti->numel)
         return wf_error(WF_ERR_CONFIG, "WEFT_TEST_FLIP_BIT=%s: %s has %zu elements", env, name, (size_t)ti->numel);
     if (rank != t->rank) return WF_OK;
-    if (!wf_model_params(t->model))
+    if (t->strat->params != WF__KEEP_WHOLE)
         return wf_error(WF_ERR_CONFIG,
-                        "WEFT_TEST_FLIP_BIT=%s: dist.shard = fsdp keeps no whole parameter buffer to flip a bit in", env);
+                        "WEFT_TEST_FLIP_BIT=%s: dist.shard = %s keeps no whole parameter buffer to flip a bit in", env,
+                        t->strat->name);
     t->flip.step = step;
     t->flip.elem = ti->offset + index;
     t->flip.bit = bit;

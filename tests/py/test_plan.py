@@ -209,8 +209,10 @@ REFUSALS = {
     "batch-ramp": (["--data.global_batch_tokens=512", "--data.batch_ramp_start=6", "--data.batch_ramp_tokens=1000"],
                    1, "data.batch_ramp_start"),
     "min-lr": (["--optim.min_lr=1"], 1, "optim.min_lr = 1 is above optim.lr"),
-    "warmup-tokens": (["--optim.warmup_tokens=64"], 1, "optim.warmup_tokens = 64 is set but optim.schedule_unit = steps"),
-    "spike-warmup": (["--spike.window=8", "--spike.warmup=1"], 1, "spike.warmup = 1: must be 0 (the window) or in [2, spike.window = 8]"),
+    "warmup-tokens": (["--optim.warmup_tokens=64"], 1,
+                      "optim.warmup_tokens = 64 is set but optim.schedule_unit = steps"),
+    "spike-warmup": (["--spike.window=8", "--spike.warmup=1"], 1,
+                     "spike.warmup = 1: must be 0 (the window) or in [2, spike.window = 8]"),
     "seq-len": (["--seq-len", 128], 1, "data.seq_len = 128 is longer than model.max_seq_len = 64"),
     "shard-name": (["--dist.shard=zero3"], 1, "dist.shard = 'zero3'"),
 }
