@@ -41,6 +41,16 @@ typedef struct {
 /* wf_arena_create with chunks from `mem` (copied). */
 wf_status wf_arena_create_mem(wf_arena **out, size_t chunk_bytes, const wf_arena_mem *mem);
 
+/* A plan-only arena: it hands out addresses and counts in_use, reserved
+ * and peak exactly as an arena of one chunk of `chunk_bytes` (0: one
+ * chunk as large as any plan) would, but allocates nothing: its blocks
+ * are addresses no process maps, never to be read or written. `weft plan`
+ * runs the trainer's own allocation code on one (docs/distributed.md,
+ * "Planning memory"). Code that would write into a block at setup asks
+ * wf_arena_plan_only first. */
+wf_status wf_arena_create_plan(wf_arena **out, size_t chunk_bytes);
+int wf_arena_plan_only(const wf_arena *a); /* 1 for an arena of wf_arena_create_plan */
+
 /* Returns `bytes` of zeroed memory aligned to `align` (a power of two, at
  * most 4096; 0 means 64), or NULL with an error message when the system has
  * no more memory. The memory lives until the next reset or destroy. */

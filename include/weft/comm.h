@@ -345,6 +345,18 @@ typedef struct {
 wf_status wf_reducer_set_shards(wf_reducer *r, const wf_zero1_plan *p, int rank,
                                 float *shard);
 
+/* Rank `rank`'s slice of n floats split evenly over `world` ranks: every
+ * rank's slot is `size` floats (ceil(n / world) rounded up to `align`), in
+ * rank order; the slice is [offset, offset + count) of it, the last ones
+ * shorter or empty (count 0, offset n). The one place a rank's slice is
+ * computed: ZeRO-1's shards (wf_zero1_plan_init), FSDP's piece of each
+ * unit and the memory planner all take it from here. world >= 1,
+ * align >= 1, 0 <= rank < world. */
+typedef struct {
+    size_t offset, count, size;
+} wf_zero1_slice;
+wf_zero1_slice wf_zero1_slice_of(size_t n, int world, int rank, size_t align);
+
 /* align: floats, >= 1 (16 keeps every shard on its own cache lines). */
 wf_status wf_zero1_plan_init(wf_zero1_plan *p, size_t n, int world, size_t align);
 void wf_zero1_plan_deinit(wf_zero1_plan *p); /* accepts a zeroed plan */

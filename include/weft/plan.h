@@ -5,15 +5,16 @@
  * for each sharding mode (dist.shard = ddp, zero1, zero2, fsdp) and each
  * activation-recomputation mode (train.recompute = none, block, selective),
  * the largest micro-batch that fits a memory budget, and the bytes each rank
- * sends per optimizer step. The formulas, and which of them are checked
- * against a real run's arena, are in docs/distributed.md ("Planning memory:
- * weft plan"); every mode follows what the trainer allocates
- * (src/train/train_setup.c, train_shard.c, the model's plan) block for
- * block, each rounded up to the arena's 64-byte alignment, and equals the
- * arena a real run measures within that padding (tests/py/test_plan.py).
+ * sends per optimizer step. The memory is measured: the trainer's own
+ * allocation code runs for the largest rank on a plan-only arena
+ * (wf_arena_create_plan in weft/arena.h), which counts every block and
+ * allocates none, so it equals the arena a real run measures
+ * (tests/py/test_plan.py: to the byte). The communication is the ring
+ * formulas of docs/distributed.md ("Planning memory: weft plan").
  *
- * Pure arithmetic: nothing is allocated but what wf_plan_from_train_config
- * reads (the dataset's vocabulary), and no MPI is needed.
+ * Nothing is allocated but the model's tables and what
+ * wf_plan_from_train_config reads (the dataset's vocabulary), and no MPI
+ * is needed.
  */
 #ifndef WEFT_PLAN_H
 #define WEFT_PLAN_H

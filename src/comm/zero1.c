@@ -15,14 +15,19 @@
 #include "weft/comm.h"
 #include "weft/backend.h"
 
+wf_zero1_slice wf_zero1_slice_of(size_t n, int world, int rank, size_t align) {
+    size_t w = (size_t)world, size = (n + w - 1) / w;
+    size = (size + align - 1) / align * align;
+    size_t off = (size_t)rank * size < n ? (size_t)rank * size : n;
+    return (wf_zero1_slice){.offset = off, .count = n - off < size ? n - off : size, .size = size};
+}
+
 wf_status wf_zero1_plan_init(wf_zero1_plan *p, size_t n, int world, size_t align) {
     memset(p, 0, sizeof *p);
     if (world < 1)
         return wf_error(WF_ERR_INVALID, "dist: zero1: world size %d, need at least 1", world);
     if (align < 1) return wf_error(WF_ERR_INVALID, "dist: zero1: alignment 0, need at least 1 float");
     size_t w = (size_t)world;
-    size_t shard = (n + w - 1) / w;
-    shard = (shard + align - 1) / align * align;
     p->counts = calloc(w, sizeof *p->counts);
     p->offsets = calloc(w, sizeof *p->offsets);
     if (!p->counts || !p->offsets) {
@@ -34,11 +39,11 @@ wf_status wf_zero1_plan_init(wf_zero1_plan *p, size_t n, int world, size_t align
     p->n = n;
     p->world = world;
     p->align = align;
-    p->shard_size = shard;
-    for (size_t r = 0; r < w; r++) {
-        size_t off = r * shard < n ? r * shard : n;
-        p->offsets[r] = off;
-        p->counts[r] = n - off < shard ? n - off : shard;
+    for (int r = 0; r < world; r++) {
+        wf_zero1_slice sl = wf_zero1_slice_of(n, world, r, align);
+        p->shard_size = sl.size;
+        p->offsets[r] = sl.offset;
+        p->counts[r] = sl.count;
     }
     return WF_OK;
 }

@@ -22,6 +22,8 @@ struct wf_arena {
     size_t chunk_bytes;
     wf_arena_stats st;
     wf_arena_mem mem; /* alloc NULL: host memory */
+    int plan_only;    /* wf_arena_create_plan: chunks are addresses, not memory */
+    uintptr_t next;   /* plan_only: the next chunk's address */
 };
 
 wf_status wf_arena_create(wf_arena **out, size_t chunk_bytes) {
@@ -38,9 +40,23 @@ wf_status wf_arena_create_mem(wf_arena **out, size_t chunk_bytes, const wf_arena
     return WF_OK;
 }
 
+/* A plan's chunks start where no process maps memory: above the 47-bit
+ * user address space of x86-64 (non-canonical: any access faults) and
+ * high in others', so that a stray write fails loudly. */
+#define PLAN_BASE ((uintptr_t)1 << (sizeof(uintptr_t) > 4 ? 47 : 31))
+
+wf_status wf_arena_create_plan(wf_arena **out, size_t chunk_bytes) {
+    WF_TRY(wf_arena_create(out, chunk_bytes ? chunk_bytes : (size_t)1 << (sizeof(size_t) > 4 ? 44 : 28)));
+    (*out)->plan_only = 1;
+    (*out)->next = PLAN_BASE;
+    return WF_OK;
+}
+
+int wf_arena_plan_only(const wf_arena *a) { return a && a->plan_only; }
+
 void wf_arena_destroy(wf_arena *a) {
     if (!a) return;
-    for (size_t i = 0; i < a->n_chunks; i++) {
+    for (size_t i = 0; i < a->n_chunks && !a->plan_only; i++) {
         if (a->mem.alloc)
             a->mem.free(a->mem.ctx, a->chunks[i].base);
         else
@@ -55,7 +71,11 @@ static int arena_add_chunk(wf_arena *a, size_t min_bytes) {
     size_t size = min_bytes > a->chunk_bytes ? min_bytes : a->chunk_bytes;
     size = (size + 4095) & ~(size_t)4095;
     void *p = NULL;
-    if (a->mem.alloc) {
+    if (a->plan_only) {
+        if (size > UINTPTR_MAX - a->next) return -1;
+        p = (void *)a->next;
+        a->next += size;
+    } else if (a->mem.alloc) {
         if (!(p = a->mem.alloc(a->mem.ctx, size))) return -1;
     } else if (posix_memalign(&p, 4096, size) != 0) {
         return -1;
@@ -89,7 +109,9 @@ void *wf_arena_alloc(wf_arena *a, size_t bytes, size_t align) {
                 a->st.in_use += grew;
                 if (a->st.in_use > a->st.peak) a->st.peak = a->st.in_use;
                 a->st.n_allocs++;
-                if (a->mem.alloc)
+                if (a->plan_only)
+                    ; /* nothing to clear */
+                else if (a->mem.alloc)
                     a->mem.zero(a->mem.ctx, p, bytes);
                 else
                     memset(p, 0, bytes);

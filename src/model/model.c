@@ -272,6 +272,7 @@ wf_status wf_model_plan(wf_model *m, int B, int T) {
     m->act_floats = cv.used;
     cv = (wf__model_carver){base, 0};
     plan_layout(m, &cv);
+    if (wf_arena_plan_only(m->arena)) return WF_OK; /* a plan (weft plan): no memory to fill */
     return wf_backend_rope_table(m->be, wf_f32(m->rope_cos), wf_f32(m->rope_sin), T, m->HD, m->cfg.rope_theta);
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "train/train_impl.h"
+#include "weft/backend.h"
 #include "weft/fileio.h"
 #include "weft/json.h"
 #include "weft/log.h"
@@ -97,8 +98,11 @@ typedef struct {
 } held;
 
 /* The entries of every tensor's part in `h`, in tensor order; the name of
- * the first (or, with last = 1, the last) non-finite one goes to bad_name. */
-static void put_held(FILE *fp, const wf_model *m, const held *h, int last, char *bad_name, size_t bad_size) {
+ * the first (or, with last = 1, the last) non-finite one goes to bad_name.
+ * The parts are the trainer's arena, the model's backend's memory: each
+ * comes to the host through it into `stage` (room for the largest tensor). */
+static void put_held(FILE *fp, wf_model *m, const held *h, int last, float *stage, char *bad_name,
+                     size_t bad_size) {
     int nt = wf_model_num_tensors(m), any = 0;
     for (int i = 0; i < nt; i++) {
         const wf_tensor_info *ti = wf_model_tensor(m, i);
@@ -106,34 +110,13 @@ static void put_held(FILE *fp, const wf_model *m, const held *h, int last, char 
             size_t a = ti->offset > h->lo[k] ? ti->offset : h->lo[k];
             size_t b = ti->offset + ti->numel < h->lo[k] + h->cnt[k] ? ti->offset + ti->numel : h->lo[k] + h->cnt[k];
             if (a >= b) continue;
-            tensor_stats st = stats_of(h->ptr[k] + (a - h->lo[k]), b - a);
+            wf_status s = wf_backend_download(wf_model_backend(m), stage, h->ptr[k] + (a - h->lo[k]),
+                                              (b - a) * sizeof *stage);
+            tensor_stats st = stats_of(stage, s == WF_OK ? b - a : 0);
             size_t range[2] = {a - ti->offset, b - ti->offset};
             put_entry_range(fp, ti->name, b - a, &st, !any++, range);
             if (bad(&st) && (last || !bad_name[0])) snprintf(bad_name, bad_size, "%s", ti->name);
         }
-    }
-}
-
-/* What this rank holds under zero2 (gradients: its ZeRO-1 flat shard) and
- * fsdp (parameters and gradients: its piece of each unit); h->n = 0 when
- * the model's own buffer is whole. lo, cnt and ptr have room for the
- * units. */
-static void held_of(const trainer *t, int grads, held *h, size_t *lo, size_t *cnt, float **ptr) {
-    const train_units *su = t->units;
-    h->n = 0, h->lo = lo, h->cnt = cnt, h->ptr = ptr;
-    if (!su) return;
-    if (!su->fsdp) {
-        if (!grads) return; /* zero2's parameters are whole */
-        lo[0] = t->zplan.offsets[t->rank], cnt[0] = t->zplan.counts[t->rank], ptr[0] = su->gshard;
-        h->n = 1;
-        return;
-    }
-    for (int u = 0; u < su->n; u++) {
-        if (!su->rcount[u]) continue;
-        lo[h->n] = su->off[u] + (size_t)t->rank * su->piece[u];
-        cnt[h->n] = su->rcount[u];
-        ptr[h->n] = (grads ? su->gshard : su->pshard) + su->loc[u];
-        h->n++;
     }
 }
 
@@ -208,9 +191,10 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     for (int i = 0; i < nt; i++)
         if (wf_model_tensor(m, i)->numel > largest) largest = wf_model_tensor(m, i)->numel;
     float *stage = malloc((largest ? largest : 1) * sizeof *stage);
-    /* zero2 keeps no full gradient and fsdp no full parameters either: the
-     * lists then hold this rank's parts, each entry with its range. */
-    int nu = t->units ? t->units->n : 1;
+    /* Where the strategy keeps no whole buffer (zero2's gradient, fsdp's
+     * parameters and gradient) the lists hold this rank's parts, each
+     * entry with its range: room for a part per unit. */
+    int nu = wf_model_num_units(m);
     size_t *lo = calloc((size_t)nu, sizeof *lo), *cnt = calloc((size_t)nu, sizeof *cnt);
     float **ptr = calloc((size_t)nu, sizeof *ptr);
     if (!lo || !cnt || !ptr || !stage) {
@@ -218,11 +202,11 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
         wf_afile_abort(&f);
         return wf_error(WF_ERR_NOMEM, "out of memory for the non-finite report");
     }
-    held h;
+    held h = {.lo = lo, .cnt = cnt, .ptr = ptr};
     wf_status s = WF_OK;
-    held_of(t, 0, &h, lo, cnt, ptr);
+    h.n = wf__train_held(t, 0, lo, cnt, ptr);
     if (h.n) {
-        put_held(fp, m, &h, 0, first_param, sizeof first_param);
+        put_held(fp, m, &h, 0, stage, first_param, sizeof first_param);
     } else {
         for (int i = 0; has_p && i < nt && s == WF_OK; i++) {
             const wf_tensor_info *ti = wf_model_tensor(m, i);
@@ -235,9 +219,9 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     /* Gradients: the first to go non-finite in the backward is the last
      * tensor of the forward that has one. */
     fputs("],\n \"gradients\": [", fp);
-    held_of(t, 1, &h, lo, cnt, ptr);
+    h.n = wf__train_held(t, 1, lo, cnt, ptr);
     if (h.n) {
-        put_held(fp, m, &h, 1, first_grad, sizeof first_grad);
+        put_held(fp, m, &h, 1, stage, first_grad, sizeof first_grad);
     } else {
         for (int i = 0; has_g && i < nt && s == WF_OK; i++) {
             const wf_tensor_info *ti = wf_model_tensor(m, i);

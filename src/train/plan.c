@@ -1,19 +1,23 @@
-/* The memory and communication planner (weft/plan.h): the arena's blocks
- * of a training run, per rank, for every sharding and recomputation mode,
- * written from what src/train/train_setup.c, src/model (wf_model_create)
- * and src/optim (wf_adamw_create_shard) allocate; the activations are the
- * model's own figures (wf_model_plan_bytes and wf_model_plan_logits_bytes:
- * what wf_model_plan will take), so their layout is stated once, in
- * src/model/model.c. It never builds a model: tests/unit/test_plan.c
- * checks these sums against a real arena's counters, tests/py/test_plan.py
- * against `weft train`'s run.json. The formulas are written out in
- * docs/distributed.md, "Planning memory". */
+/* The memory and communication planner (weft/plan.h). The memory of a
+ * (shard, recompute) pair is measured: the trainer's own allocation code
+ * (wf__train_allocate, src/train/train_setup.c, with the strategy's
+ * buffers from strategy.c and train_shard.c) runs as rank 0 of W on a
+ * plan-only arena (wf_arena_create_plan), which counts every block and
+ * allocates none, so the plan and `weft train` cannot drift. The config is
+ * read with the trainer's own checks (wf__train_check_keys,
+ * wf__train_strategy_of, wf__train_batch_shape), so what it refuses the
+ * plan refuses in the same words. The communication is still the ring
+ * formulas of docs/distributed.md, "Planning memory".
+ * tests/unit/test_plan.c checks the memory against a real arena's
+ * counters, tests/py/test_plan.py against `weft train`'s run.json. */
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/train_impl.h"
 #include "weft/backend.h"
+#include "weft/comm.h"
 #include "weft/shard.h"
 #include "weft/thread.h"
 #include "weft/plan.h"
@@ -39,12 +43,6 @@ int wf_plan_recompute_parse(const char *name) {
         if (strcmp(name, recompute_names_[i]) == 0) return i;
     return -1;
 }
-
-/* An arena block of `bytes` (0 is handed out as 1), as in_use counts it
- * when blocks follow each other at 64-byte alignment. */
-static size_t block_(size_t bytes) { return ((bytes ? bytes : 1) + 63) & ~(size_t)63; }
-/* One carve of wf_model_plan's activation buffer: floats rounded up to 16. */
-static size_t carve_(size_t floats) { return (floats + 15) & ~(size_t)15; }
 
 /* The model's sizes, as src/model names them. */
 typedef struct {
@@ -72,26 +70,20 @@ static wf_model_recompute model_recompute(wf_plan_recompute r) {
     }
 }
 
-/* The largest rank's shard of n floats (wf_zero1_plan_init(n, W, 16): rank 0's). */
-static size_t zero1_shard(size_t n, size_t W) {
-    size_t s = carve_((n + W - 1) / W);
-    return s < n ? s : n;
-}
+/* The largest rank's shard of n floats (rank 0's slice, wf_zero1_slice_of). */
+static size_t zero1_shard(size_t n, size_t W) { return wf_zero1_slice_of(n, (int)W, 0, 16).count; }
 
-/* The sharding units of ZeRO-2 and FSDP (wf_model_num_units): the embedding, each block, the final norm with an untied
- * head (a tied head is the embedding's tensor, unit 0). Per unit: its
- * length, FSDP's piece (ceil(n / W) rounded up to 16 floats), and rank 0's
- * part under FSDP (min(piece, n)) and under ZeRO-2 (the unit's overlap
- * with rank 0's ZeRO-1 shard [0, S)). Rank 0 holds the largest parts. */
+/* The sharding units of FSDP (wf_model_num_units) for its communication:
+ * the embedding, each block, the final norm with an untied head (a tied
+ * head is the embedding's tensor, unit 0). Per unit: its length and rank
+ * 0's piece (wf_zero1_slice_of, the trainer's slice), the largest. */
 typedef struct {
     int n, tied;
-    size_t *len, *off, *piece, *fsdp_part, *zero2_part;
-    size_t max_len;  /* the largest unit but a tied embedding (the rotating buffers) */
-    size_t pieces;   /* sum of the pieces: FSDP's flat shard */
+    size_t *len, *off, *piece, *fsdp_part;
 } units_;
 
 static void units_free(units_ *u) {
-    free(u->len), free(u->off), free(u->piece), free(u->fsdp_part), free(u->zero2_part);
+    free(u->len), free(u->off), free(u->piece), free(u->fsdp_part);
 }
 
 static wf_status units_make(const dims_ *d, int tied, size_t W, units_ *u) {
@@ -100,31 +92,20 @@ static wf_status units_make(const dims_ *d, int tied, size_t W, units_ *u) {
     size_t n = (size_t)u->n;
     u->len = calloc(n, sizeof *u->len), u->off = calloc(n, sizeof *u->off);
     u->piece = calloc(n, sizeof *u->piece), u->fsdp_part = calloc(n, sizeof *u->fsdp_part);
-    u->zero2_part = calloc(n, sizeof *u->zero2_part);
-    if (!u->len || !u->off || !u->piece || !u->fsdp_part || !u->zero2_part) {
+    if (!u->len || !u->off || !u->piece || !u->fsdp_part) {
         units_free(u);
         return wf_error(WF_ERR_NOMEM, "plan: out of memory for %zu units", n);
     }
-    size_t S = zero1_shard(d->P, W);
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
         u->len[i] = i == 0 ? d->V * d->C : i + 1 < n ? layer_params(d) : d->C + (tied ? 0 : d->V * d->C);
         u->off[i] = off;
-        u->piece[i] = carve_((u->len[i] + W - 1) / W);
-        u->fsdp_part[i] = u->piece[i] < u->len[i] ? u->piece[i] : u->len[i];
-        size_t a = off, b = off + u->len[i];
-        u->zero2_part[i] = a < S ? (b < S ? b : S) - a : 0;
-        u->pieces += u->piece[i];
-        if (!(i == 0 && tied) && u->len[i] > u->max_len) u->max_len = u->len[i];
+        wf_zero1_slice sl = wf_zero1_slice_of(u->len[i], (int)W, 0, 16);
+        u->piece[i] = sl.size;
+        u->fsdp_part[i] = sl.count;
         off += u->len[i];
     }
     return WF_OK;
-}
-
-static size_t max_of(const size_t *v, int n) {
-    size_t m = 0;
-    for (int i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
-    return m;
 }
 
 /* FSDP's all-gathers in one optimizer step of `accum` micro-batches, as
@@ -196,67 +177,36 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
     WF_TRY(check_input(in));
     if (!wf_plan_shard_name(s) || !wf_plan_recompute_name(r))
         return wf_error(WF_ERR_INVALID, "plan: unknown mode %d/%d", (int)s, (int)r);
-    dims_ d = dims_of(&in->model);
-    size_t W = (size_t)in->world, B = (size_t)in->micro_batch, T = (size_t)in->seq_len, N = B * T;
-    if (W == 1 && s == WF_PLAN_ZERO1) s = WF_PLAN_DDP; /* the trainer's choice too; zero2 and fsdp run as they are */
-    size_t P4 = 4 * d.P;
-    units_ u = {0};
-    if (s == WF_PLAN_ZERO2 || s == WF_PLAN_FSDP) WF_TRY(units_make(&d, in->model.tied_embeddings, W, &u));
-    switch (s) {
-    case WF_PLAN_DDP:
-        out->params = block_(P4);
-        out->grads = block_(P4);
-        out->optimizer = 2 * block_(P4);
-        break;
-    case WF_PLAN_ZERO1: {
-        size_t S = zero1_shard(d.P, W);
-        out->params = block_(P4);
-        out->grads = block_(P4) + block_(4 * S); /* the full gradient and the reduce-scatter's shard */
-        out->optimizer = 2 * block_(4 * S);
-        break;
+    /* Rank 0 (it holds the largest slices) of a trainer that only
+     * allocates: the trainer's own code (wf__train_allocate: the model,
+     * its activations, the strategy's buffers, the token buffers) on a
+     * plan-only arena, which counts every block and allocates none. */
+    trainer t = {.mc = in->model, .world = in->world, .rank = 0, .Bl = in->micro_batch, .T = in->seq_len,
+                 .plan_only = 1};
+    WF_TRY(wf__train_strategy_of(&(wf_train_config){.dist_shard = (char *)wf_plan_shard_name(s)}, in->world, 0,
+                                 &t.strat));
+    /* the activations' scratch is per thread: the plan's threads */
+    int threads = wf_kern_threads();
+    wf_kern_set_threads(in->threads);
+    wf_adamw_config ac = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    wf_status st = wf_arena_create_plan(&t.arena, 0);
+    if (st == WF_OK) st = wf__train_allocate(&t, &ac, (int)model_recompute(r));
+    wf_kern_set_threads(threads);
+    size_t logits = 0;
+    if (st == WF_OK) st = wf_model_plan_logits_bytes(&in->model, in->micro_batch, in->seq_len, &logits);
+    if (st == WF_OK) {
+        out->params = t.part[WF__PART_PARAMS];
+        out->grads = t.part[WF__PART_GRADS];
+        out->optimizer = t.part[WF__PART_OPTIMIZER];
+        out->buckets = t.part[WF__PART_BUCKETS];
+        out->gather = t.part[WF__PART_GATHER];
+        out->logits = logits;
+        out->activations = t.part[WF__PART_ACTIVATIONS] - logits;
+        out->batch = t.part[WF__PART_BATCH];
+        out->total = wf_arena_get_stats(t.arena).in_use;
     }
-    case WF_PLAN_ZERO2: {
-        /* the parameters whole, no full gradient: ZeRO-1's shard of the
-         * gradient and of the moments, and the unit gradient buffers (two
-         * rotating ones of the largest unit, a tied embedding's own) each
-         * with a receive buffer of the largest part */
-        size_t S = zero1_shard(d.P, W), part = max_of(u.zero2_part, u.n);
-        out->params = block_(P4);
-        out->grads = block_(4 * S);
-        out->optimizer = 2 * block_(4 * S);
-        out->buckets = 2 * (block_(4 * u.max_len) + block_(4 * part)) +
-                       (u.tied ? block_(4 * u.len[0]) + block_(4 * part) : 0);
-        break;
-    }
-    case WF_PLAN_FSDP: {
-        /* every unit's piece of parameters, gradient and moments (one
-         * optimizer per unit), two rotating gather buffers of the largest
-         * unit and a tied embedding's own, and the gradient buffers as
-         * ZeRO-2's with FSDP's parts */
-        size_t part = max_of(u.fsdp_part, u.n);
-        out->params = block_(4 * u.pieces);
-        out->grads = block_(4 * u.pieces);
-        for (int i = 0; i < u.n; i++) out->optimizer += 2 * block_(4 * u.fsdp_part[i]);
-        out->gather = 2 * block_(4 * u.max_len) + (u.tied ? block_(4 * u.len[0]) : 0);
-        out->buckets = 2 * (block_(4 * u.max_len) + block_(4 * part)) +
-                       (u.tied ? block_(4 * u.len[0]) + block_(4 * part) : 0);
-        break;
-    }
-    default:
-        break;
-    }
-    units_free(&u);
-    /* wf_model_plan's buffer, from the model's own layout (src/model/
-     * model.c's plan_layout): its logits apart, the rest as activations */
-    size_t act = 0, logits = 0;
-    WF_TRY(wf_model_plan_bytes(&in->model, in->micro_batch, in->seq_len, in->threads, model_recompute(r), &act));
-    WF_TRY(wf_model_plan_logits_bytes(&in->model, in->micro_batch, in->seq_len, &logits));
-    out->activations = act - logits;
-    out->logits = logits;
-    out->batch = 2 * block_(4 * N);
-    out->total = out->params + out->grads + out->optimizer + out->buckets + out->gather + out->activations +
-                 out->logits + out->batch;
-    return WF_OK;
+    wf__train_free(&t);
+    return st;
 }
 
 /* DDP's buckets (wf_reducer_create): the tensors from the last to the
@@ -353,22 +303,13 @@ wf_status wf_plan_max_micro_batch(const wf_plan_input *in, wf_plan_shard s, wf_p
     return WF_OK;
 }
 
-/* A string key of the training config by its name, NULL when the option
- * table has no such key: dist.shard and train.recompute are read this way,
- * so the planner takes them as soon as `weft train` has them. */
-static const char *train_key_str(const wf_train_config *tc, const char *key) {
-    const wf_cmd_spec *sp = wf_train_spec();
-    for (size_t i = 0; i < sp->n_opts; i++)
-        if (strcmp(sp->opts[i].key, key) == 0 && sp->opts[i].type == WF_OPT_STR)
-            return *(char *const *)(const void *)((const char *)tc + sp->opts[i].offset);
-    return NULL;
-}
-
 wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_plan_input *out, int *shard,
                                     int *recompute) {
     memset(out, 0, sizeof *out);
     if (world < 1) return wf_error(WF_ERR_INVALID, "plan: --world-size %d, need at least 1", world);
-    WF_TRY(wf_opts_check_choices(wf_train_spec(), tc));
+    /* The trainer's own checks, in its words (train_setup.c): what it
+     * refuses, the plan refuses the same way. */
+    WF_TRY(wf__train_check_keys(tc, NULL));
     uint32_t vocab = 0;
     int have_data = tc->data_dir && tc->data_dir[0];
     if (have_data) {
@@ -382,40 +323,22 @@ wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_pla
                                        "dataset's vocabulary, as weft train takes it)");
     }
     WF_TRY(wf_train_model_config(tc, vocab, &out->model, NULL, 0));
-    if (tc->batch_size % world != 0)
-        return wf_error(WF_ERR_CONFIG,
-                        "data.batch_size = %lld sequences is not divisible by the %d ranks (each rank gets an equal "
-                        "part); use a multiple of %d",
-                        (long long)tc->batch_size, world, world);
+    train_batch b;
+    WF_TRY(wf__train_batch_shape(tc, world, out->model.max_seq_len, &b));
     out->world = world;
-    out->micro_batch = (int)(tc->batch_size / world);
-    out->seq_len = tc->seq_len ? (int)tc->seq_len : out->model.max_seq_len;
-    int64_t micro = tc->batch_size * out->seq_len;
-    int64_t global = tc->global_batch_tokens ? tc->global_batch_tokens : micro;
-    if (global % micro != 0)
-        return wf_error(WF_ERR_CONFIG, "data.global_batch_tokens = %lld is not a multiple of batch_size * seq_len = %lld",
-                        (long long)global, (long long)micro);
-    out->accum = (int)(global / micro);
+    out->micro_batch = b.Bl;
+    out->seq_len = b.T;
+    out->accum = b.accum;
     /* The trainer's threads: the attention scratch is per thread. */
     int threads = tc->threads ? (int)tc->threads : wf_default_threads();
     wf_kern_set_threads(threads);
     out->threads = wf_kern_threads();
     out->bucket_bytes = (size_t)(tc->dist_bucket_mb * 1e6);
     if (!out->bucket_bytes) out->bucket_bytes = 1;
-    if (shard) {
-        /* dist.shard, with dist.zero1 as its alias; zero1 at one rank is
-         * ddp (the trainer's choice) */
-        const char *name = train_key_str(tc, "dist.shard");
-        *shard = tc->dist_zero1 ? WF_PLAN_ZERO1 : wf_plan_shard_parse(name ? name : "ddp");
-        if (*shard < 0) return wf_error(WF_ERR_CONFIG, "dist.shard = '%s': use ddp, zero1, zero2 or fsdp", name);
-        if (*shard == WF_PLAN_ZERO1 && world == 1) *shard = WF_PLAN_DDP;
-    }
-    if (recompute) {
-        const char *name = train_key_str(tc, "train.recompute");
-        *recompute = wf_plan_recompute_parse(name ? name : "none");
-        if (*recompute < 0)
-            return wf_error(WF_ERR_CONFIG, "train.recompute = '%s': use none, block or selective", name);
-    }
+    const train_strategy *st;
+    WF_TRY(wf__train_strategy_of(tc, world, 0, &st));
+    if (shard) *shard = wf_plan_shard_parse(st->name);
+    if (recompute) *recompute = wf_plan_recompute_parse(tc->recompute ? tc->recompute : "none");
     return WF_OK;
 }
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "train/train_impl.h"
+#include "weft/backend.h"
 #include "weft/fileio.h"
 #include "weft/log.h"
 
@@ -39,9 +40,10 @@ wf_status wf__train_flip_setup(trainer *t) {
     if (index >= ti->numel)
         return wf_error(WF_ERR_CONFIG, "WEFT_TEST_FLIP_BIT=%s: %s has %zu elements", env, name, (size_t)ti->numel);
     if (rank != t->rank) return WF_OK;
-    if (!wf_model_params(t->model))
+    if (t->strat->params != WF__KEEP_WHOLE)
         return wf_error(WF_ERR_CONFIG,
-                        "WEFT_TEST_FLIP_BIT=%s: dist.shard = fsdp keeps no whole parameter buffer to flip a bit in", env);
+                        "WEFT_TEST_FLIP_BIT=%s: dist.shard = %s keeps no whole parameter buffer to flip a bit in", env,
+                        t->strat->name);
     t->flip.step = step;
     t->flip.elem = ti->offset + index;
     t->flip.bit = bit;
@@ -65,18 +67,19 @@ static wf_status maybe_flip(trainer *t, int64_t done) {
     return WF_OK;
 }
 
-/* The replicated entries of the checkpoint state: the parameters, and
- * under DDP the moments. */
-static size_t replicated(const trainer *t) { /* zero2: as zero1 */
+/* The replicated entries of the checkpoint state (the parameters first,
+ * then the moments): those the strategy keeps whole. */
+static size_t replicated(const trainer *t) {
     size_t nt = (size_t)wf_model_num_tensors(t->model);
-    return t->zero1 ? nt : t->n_state;
+    if (t->strat->params != WF__KEEP_WHOLE) return 0;
+    return t->strat->optim == WF__KEEP_WHOLE ? t->n_state : nt;
 }
 
 /* Copies the replicated state of rank `root` to every rank. */
 static wf_status copy_from(trainer *t, int root) {
     size_t n = (size_t)wf_model_num_params(t->model) * sizeof(float);
     WF_TRY(wf_comm_broadcast(t->comm, wf_model_params(t->model), n, root, "replica repair"));
-    if (!t->zero1) {
+    if (t->strat->optim == WF__KEEP_WHOLE) {
         WF_TRY(wf_comm_broadcast(t->comm, wf_adamw_m(t->opt), n, root, "replica repair"));
         WF_TRY(wf_comm_broadcast(t->comm, wf_adamw_v(t->opt), n, root, "replica repair"));
     }
@@ -88,10 +91,9 @@ wf_status wf__train_check_replicas(trainer *t, int64_t done) {
     if (t->world == 1) return WF_OK;
     WF_TRY(maybe_flip(t, done));
     /* fsdp: every rank holds other pieces, nothing is replicated to
-     * compare (train_setup.c says so once). */
-    if (t->shard == WF__SHARD_FSDP) return WF_OK;
-    if (every <= 0 || done % every != 0) return WF_OK;
+     * compare (train_shard.c says so once). */
     size_t n = replicated(t), W = (size_t)t->world;
+    if (n == 0 || every <= 0 || done % every != 0) return WF_OK;
     uint64_t *mine = malloc(n * sizeof *mine), *all = malloc(n * W * sizeof *all);
     int *major = calloc(n, sizeof *major); /* per tensor: a rank that holds the majority's bits, or -1 */
     int *bad_rank = calloc(W, sizeof *bad_rank);
@@ -99,12 +101,28 @@ wf_status wf__train_check_replicas(trainer *t, int64_t done) {
         free(mine), free(all), free(major), free(bad_rank);
         return wf_error(WF_ERR_NOMEM, "out of memory for the replica check (%zu tensors)", n);
     }
+    /* Each tensor comes to the host through its backend (the checkpoint
+     * entry names it) into `stage`, room for the largest, and is hashed. */
+    size_t largest = 0;
     for (size_t i = 0; i < n; i++) {
         const wf_ckpt_tensor *e = &t->state[i];
         size_t numel = (size_t)e->shape[0] * (size_t)(e->ndim > 1 ? e->shape[1] : 1);
-        mine[i] = wf_hash64(e->data, numel * sizeof(float));
+        if (numel > largest) largest = numel;
     }
-    wf_status s = wf_comm_all_gather_bytes(t->comm, mine, all, n * sizeof *mine, "replica check");
+    float *stage = malloc((largest ? largest : 1) * sizeof *stage);
+    wf_status s = stage ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory for the replica check (%zu floats)", largest);
+    for (size_t i = 0; s == WF_OK && i < n; i++) {
+        const wf_ckpt_tensor *e = &t->state[i];
+        size_t numel = (size_t)e->shape[0] * (size_t)(e->ndim > 1 ? e->shape[1] : 1);
+        const float *host = e->data;
+        if (e->be) {
+            s = wf_backend_download(e->be, stage, e->data, numel * sizeof(float));
+            host = stage;
+        }
+        mine[i] = wf_hash64(host, numel * sizeof(float));
+    }
+    free(stage);
+    if (s == WF_OK) s = wf_comm_all_gather_bytes(t->comm, mine, all, n * sizeof *mine, "replica check");
     size_t bad_tensors = 0;
     int no_majority = 0;
     char tensors[1024] = "";

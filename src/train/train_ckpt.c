@@ -55,12 +55,16 @@ static wf_status build_state(trainer *t) {
             e->ndim = ti->ndim;
             e->shape[0] = ti->shape[0];
             e->shape[1] = ti->shape[1];
-            e->data = bufs[k] ? bufs[k] + ti->offset : NULL;
-            /* the parameters are the model's backend's memory (the moments,
-             * from the trainer's arena, are host memory for now) */
-            if (k == 0 && t->shard != WF__SHARD_FSDP) e->be = wf_model_backend(t->model);
-            if (t->shard == WF__SHARD_FSDP) {
-                /* Everything is sharded per unit: rank r holds elements
+            /* What the strategy keeps of this kind of state: the
+             * parameters (k = 0) or the moments. */
+            wf__keep keep = k == 0 ? t->strat->params : t->strat->optim;
+            /* All of it is the trainer's arena, the model's backend's
+             * memory: staged and loaded through that backend. */
+            e->be = wf_model_backend(t->model);
+            if (keep == WF__KEEP_WHOLE) {
+                e->data = bufs[k] ? bufs[k] + ti->offset : NULL;
+            } else if (keep == WF__KEEP_PIECES) {
+                /* Sharded per unit: rank r holds elements
                  * [r x piece, (r + 1) x piece) of the tensor's unit. */
                 const train_units *su = t->units;
                 int u = 0;
@@ -72,10 +76,10 @@ static wf_status build_state(trainer *t) {
                 int64_t b, end;
                 wf_ckpt_tensor_range(e, t->rank, &b, &end);
                 e->data = b < end ? base + (e->shard_base + b - (int64_t)t->rank * e->shard_size) : base;
-            } else if (k > 0 && t->zero1) {
-                /* This rank holds the moments of its shard only: it saves
-                 * and loads that part of each tensor (the global names and
-                 * shapes are DDP's, so the checkpoints are the same). */
+            } else {
+                /* The flat slice: this rank saves and loads that part of
+                 * each tensor (the global names and shapes are DDP's, so
+                 * the checkpoints are the same). */
                 e->shard_size = (int64_t)t->zplan.shard_size;
                 e->shard_base = (int64_t)ti->offset;
                 int64_t b, end;
@@ -337,19 +341,20 @@ wf_status wf__train_setup_checkpoints(trainer *t) {
 }
 
 wf_status wf__train_write_final_model(trainer *t, int64_t steps) {
-    if (t->rank != 0 && t->shard != WF__SHARD_FSDP) return WF_OK; /* fsdp: every rank gathers */
+    int pieces = t->strat->params == WF__KEEP_PIECES;
+    if (t->rank != 0 && !pieces) return WF_OK; /* pieces: every rank gathers */
     char path[WF_PATH_MAX];
     WF_TRY(wf_rundir_path(path, sizeof path, t->tc->run_dir, WF_RUN_MODEL));
     char steps_s[32];
     snprintf(steps_s, sizeof steps_s, "%lld", (long long)steps);
     wf_kv meta[2] = {{.key = "weft.step", .value = steps_s},
                      {.key = "weft.tokenizer", .value = t->tokenizer_path ? t->tokenizer_path : ""}};
-    if (t->shard != WF__SHARD_FSDP) {
+    if (!pieces) {
         WF_TRY(wf_safetensors_save(t->model, path, meta, t->tokenizer_path ? 2 : 1));
         WF_INFO("wrote %s", path);
         return WF_OK;
     }
-    /* fsdp: streamed, unit by unit, through one of the step's gather
+    /* Pieces (fsdp): streamed, unit by unit, through one of the step's gather
      * buffers: every rank takes part in each unit's all-gather, rank 0
      * appends the unit to the file (the units are the model's flat
      * parameter order). No rank ever holds more than one unit. */

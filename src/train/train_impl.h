@@ -3,6 +3,8 @@
  *   trainer.c       the loop: next batch, forward/backward, judge, update,
  *                   then the once-in-a-while blocks; wf_train_execute
  *   train_setup.c   planning: model, optimizer, DDP/ZeRO-1, loaders
+ *   strategy.c      dist.shard as strategies: what each mode keeps,
+ *                   gathers, reduces and updates, and its step stages
  *   train_shard.c   ZeRO-2 and FSDP: the model's units, their gathers,
  *                   reduce-scatters and shards
  *   train_step.c    one optimizer step (one path: norm, judge, update or
@@ -58,8 +60,70 @@ typedef struct {
     wf_metrics_source *rec;     /* (n) the step's per-source record */
 } train_mix;
 
-/* dist.shard */
-enum { WF__SHARD_DDP = 0, WF__SHARD_ZERO1, WF__SHARD_ZERO2, WF__SHARD_FSDP };
+/* dist.shard as a strategy (strategy.c; the table is in docs/architecture.md,
+ * "Sharding strategies"). What a rank keeps of a kind of state: */
+typedef enum {
+    WF__KEEP_WHOLE = 0, /* all of it, the same on every rank */
+    WF__KEEP_FLAT,      /* its slice of the flat buffer (wf_zero1_slice_of over every parameter: ZeRO-1's shard) */
+    WF__KEEP_PIECES,    /* its slice of every unit (wf_zero1_slice_of over each unit: FSDP's pieces) */
+} wf__keep;
+
+/* How a step's gradient is summed over the ranks. */
+typedef enum {
+    WF__REDUCE_ALL_REDUCE = 0, /* the whole gradient, in buckets during the last backward (one rank: nothing) */
+    WF__REDUCE_SCATTER,        /* the same buckets reduce-scattered into this rank's flat slice */
+    WF__REDUCE_UNITS,          /* each unit's gradient reduce-scattered as its backward ends, every micro-batch */
+} wf__reduce;
+
+/* How the parameters a forward needs reach every rank. */
+typedef enum {
+    WF__GATHER_NONE = 0,       /* every rank has them (and updated them all) */
+    WF__GATHER_AFTER_UPDATE,   /* each rank updates its flat slice; the whole buffer all-gathered after */
+    WF__GATHER_UNITS,          /* each unit all-gathered just before its forward and its backward */
+} wf__gather;
+
+/* What arena bytes hold, for `weft plan` (wf_plan_memory's fields). */
+enum {
+    WF__PART_PARAMS = 0,
+    WF__PART_GRADS,
+    WF__PART_OPTIMIZER,
+    WF__PART_BUCKETS,
+    WF__PART_GATHER,
+    WF__PART_ACTIVATIONS,      /* with the logits */
+    WF__PART_BATCH,
+    WF__PART_N
+};
+
+typedef struct trainer trainer;
+typedef struct step_outcome step_outcome;
+
+/* One dist.shard mode. The trainer asks this table, never the mode's name:
+ * the step (reduce, norm, update, the parameters' check), setup (what the
+ * model, the optimizer and the reducer hold), checkpoint staging, the
+ * replica audit, the non-finite report, the final model file. */
+typedef struct {
+    const char *name;          /* dist.shard's value */
+    const char *label;         /* in messages: DDP, ZeRO-1, ZeRO-2, FSDP */
+    wf__keep params;           /* the parameters */
+    wf__keep grads;            /* the summed gradient the optimizer reads */
+    int full_grad;             /* the model keeps a whole gradient buffer (the backward accumulates there) */
+    wf__keep optim;            /* the AdamW moments, and so the slice the optimizer updates */
+    wf__reduce reduce;
+    wf__gather gather;
+    const char *one_rank;      /* the strategy one process runs instead (zero1: ddp), NULL: this one */
+    /* The optimizer and the gradient's reduction (the model exists),
+     * marking their arena blocks. */
+    wf_status (*setup)(trainer *t, const wf_adamw_config *ac);
+    /* After the backward: the gradient summed over ranks into what
+     * `grads` says, the logged loss averaged. */
+    wf_status (*reduce_grads)(trainer *t, int64_t step, step_outcome *o);
+    /* AdamW on this rank's slice with the global norm; afterwards every
+     * rank can run the next forward. */
+    wf_status (*update)(trainer *t, int64_t step, step_outcome *o);
+} train_strategy;
+
+/* The strategy of dist.shard = name, NULL for an unknown name. */
+const train_strategy *wf__train_strategy(const char *name);
 
 /* ZeRO-2 and FSDP over the model's units (train_shard.c). */
 typedef struct {
@@ -98,7 +162,7 @@ typedef struct {
     wf_status status;
 } train_units;
 
-typedef struct {
+struct trainer {
     const wf_train_config *tc;
     wf_model_config mc;
     int B, T, accum;           /* B: sequences per micro-batch over all ranks; accum: micro-batches of a step
@@ -115,17 +179,20 @@ typedef struct {
     wf_comm *comm;
     int rank, world;
     wf_reducer *reducer;       /* world > 1: DDP's buckets, or ZeRO-1's (reduce-scattered into gshard) */
-    int shard;                 /* WF__SHARD_*: dist.shard (zero1 with one process: ddp) */
-    int zero1;                 /* the optimizer state is ZeRO-1's flat shard: zero1 (world > 1) and zero2 */
-    train_units *units;        /* zero2, fsdp: the unit engine; NULL otherwise */
-    wf_zero1_plan zplan;       /* zero1: the shards of the parameter buffer */
-    float *gshard;             /* zero1: (zplan.counts[rank]) this rank's shard of the mean gradient */
+    const train_strategy *strat; /* dist.shard (zero1 with one process: ddp) */
+    train_units *units;        /* reduce by units (zero2, fsdp): the unit engine; NULL otherwise */
+    wf_zero1_plan zplan;       /* a flat slice kept (zero1, zero2): every rank's slice of the parameter buffer */
+    float *gshard;             /* the summed gradient's slice (grads not whole): flat, or fsdp's pieces */
+    size_t gshard_n;           /* its floats */
     wf_status hook_status;     /* the first error of the gradient hook this step */
     wf_dirlock *lock;          /* rank 0: RUN_DIR/.weft.lock for the job's life */
     char *tokenizer_path;
     char model_source[4200];   /* where the architecture came from (run.json's model_source) */
     wf_arena *arena;
     wf_run_arena arena_use;    /* the arena's blocks after setup, measured (run.json's "arena") */
+    size_t part[WF__PART_N];   /* the same bytes by what they hold (WF__PART_*: `weft plan`'s categories) */
+    size_t part_at;            /* in_use at the last part mark */
+    int plan_only;             /* `weft plan`: allocation only, on a plan-only arena, no communicator */
     wf_model *model;
     wf_adamw *opt;
     wf_loader *train, *val;
@@ -182,10 +249,10 @@ typedef struct {
         int bit;
         char what[300];
     } flip;
-} trainer;
+};
 
 /* What one step measured and decided. */
-typedef struct {
+struct step_outcome {
     double loss, lr, grad_norm;
     int64_t batch_seqs;        /* the step's global batch in sequences (the ramp's size) */
     int accum;                 /* its micro-batches: batch_seqs / B */
@@ -199,7 +266,7 @@ typedef struct {
     double src_loss[WF_MIX_MAX_SOURCES];   /* ... the sum of their per-token losses, then (after the step) the mean */
     int skipped;               /* the update was not applied */
     int nonfinite;             /* WF__NONFINITE_* bits: what went NaN or Inf */
-} step_outcome;
+};
 
 enum {
     WF__NONFINITE_LOSS = 1 << 0,
@@ -232,7 +299,37 @@ enum {
     WF__TRAIN_AGREE_DUMP = 1u << 11,     /* RUN_DIR/DUMP: every rank dumps its stacks */
 };
 
+/* A run's batch shape. */
+typedef struct {
+    int B;                     /* sequences per micro-batch over all ranks (data.batch_size) */
+    int Bl;                    /* this rank's part: B / world */
+    int T;                     /* tokens per sequence */
+    int accum;                 /* micro-batches of a step at the final global batch */
+    wf_batch_ramp ramp;        /* each step's global batch from the tokens trained */
+} train_batch;
+
 /* train_setup.c */
+/* What setup checks and `weft plan` checks the same way, with the same
+ * words (src/train/plan.c calls these too): */
+/* The keys checked before any data is read: the enum keys' values, the
+ * optimizer's schedule, the spike detector's config (spike: initialised
+ * there; NULL: only checked). */
+wf_status wf__train_check_keys(const wf_train_config *tc, wf_spike_detector *spike);
+/* dist.shard (and dist.zero1, its old name) at `world` ranks: its
+ * strategy (zero1 with one process: ddp, said when log is set). */
+wf_status wf__train_strategy_of(const wf_train_config *tc, int world, int log, const train_strategy **out);
+/* The batch: global, per rank, micro-batches, accumulation and the ramp, at
+ * `world` ranks for a model of max_seq_len (data.seq_len 0 takes it). */
+wf_status wf__train_batch_shape(const wf_train_config *tc, int world, int max_seq_len, train_batch *out);
+/* Everything setup allocates in t->arena, in its order, each block marked
+ * for run.json and by category (t->part): the model without what the
+ * strategy slices, its activations for Bl x T with `recompute`, the
+ * strategy's optimizer, gradient slice and unit buffers, the token
+ * buffers. Needs t->mc, t->strat, world, rank, Bl, T (and with several
+ * ranks and not t->plan_only, t->comm). Writes nothing into the arena's
+ * memory, so `weft plan` runs it on a plan-only arena. */
+wf_status wf__train_allocate(trainer *t, const wf_adamw_config *ac, int recompute);
+void wf__train_arena_part(trainer *t, int cat);
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc);
 void wf__train_free(trainer *t);
 /* A validation loader of split "val" of `dir` (val_tokens long): lo's
@@ -261,8 +358,22 @@ wf_status wf__train_evaluate(trainer *t, double *loss);
 /* The same over one validation loader (collective with several ranks). */
 wf_status wf__train_eval_loader(trainer *t, wf_loader *l, double *loss);
 
+/* strategy.c */
+/* Records what the arena's in_use grew by since the last mark, as block
+ * `name` of run.json's "arena" (`weft plan` predicts these). */
+void wf__train_arena_mark(trainer *t, const char *name);
+/* The global L2 norm of the summed gradient (collective when it is sliced). */
+wf_status wf__train_grad_norm(trainer *t, double *norm);
+/* The sum of squares of every parameter (collective when they are in pieces). */
+wf_status wf__train_param_sumsq(trainer *t, double *ss);
+/* What this rank holds of the parameters (grads 0) or of the summed
+ * gradient (grads 1) where the model's own buffer is not whole: n ranges of
+ * the flat parameter order, [lo[i], lo[i] + cnt[i]) at ptr[i]; n is 0 when
+ * the model's buffer is whole. lo, cnt and ptr have room for a range per
+ * unit (wf_model_num_units). */
+int wf__train_held(const trainer *t, int grads, size_t *lo, size_t *cnt, float **ptr);
+
 /* train_shard.c */
-const char *wf__train_shard_name(int shard);
 wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac);
 void wf__train_units_free(trainer *t);
 /* The model's initial parameters from the seed (fsdp: this rank's pieces). */

@@ -43,17 +43,17 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
     size_t np = wf_model_num_params(t->model);
     wf_run_dist dist = {.world_size = t->world,
                         .backend = t->comm ? wf_comm_backend(t->comm) : "single",
-                        .mode = t->shard != WF__SHARD_DDP ? wf__train_shard_name(t->shard)
-                                : t->world > 1 ? "ddp" : "single",
+                        /* one process keeping everything whole: not distributed at all */
+                        .mode = t->world == 1 && t->strat->optim == WF__KEEP_WHOLE ? "single" : t->strat->name,
                         .optim_bytes = (int64_t)(8 * np),
                         .optim_unsharded_bytes = (int64_t)(8 * np)};
-    if (t->zero1) {
+    if (t->strat->optim == WF__KEEP_FLAT) {
         wf_zero1_memory zm = wf_zero1_plan_memory(&t->zplan, 0, 2);
         dist.optim_bytes = (int64_t)zm.sharded_bytes;
         dist.optim_unsharded_bytes = (int64_t)zm.unsharded_bytes;
         dist.zero1_shard_floats = (int64_t)t->zplan.shard_size;
     }
-    if (t->shard == WF__SHARD_FSDP) dist.optim_bytes = (int64_t)(8 * t->units->local_n);
+    if (t->strat->optim == WF__KEEP_PIECES) dist.optim_bytes = (int64_t)(8 * t->units->local_n);
     wf_run_record rec = {.config_toml = t->config_text,
                          .argc = tc->argc,
                          .argv = tc->argv,
@@ -212,7 +212,7 @@ void wf__train_log_plan(const trainer *t, int64_t start) {
     snprintf(acts, sizeof acts, "activations %.1f MB (%zu bytes, train.recompute = %s)",
              mem.activation_bytes / 1e6, mem.activation_bytes,
              wf_model_recompute_name(wf_model_get_recompute(t->model)));
-    if (t->shard == WF__SHARD_FSDP) {
+    if (t->strat->params == WF__KEEP_PIECES) {
         const train_units *su = t->units;
         WF_INFO("memory (fsdp, this rank): parameter pieces %.1f MB, gradient pieces %.1f MB, optimizer %.1f MB, "
                 "gather and gradient buffers %.1f MB in all (unit buffers), %s",
@@ -222,7 +222,7 @@ void wf__train_log_plan(const trainer *t, int64_t start) {
         WF_INFO("memory: parameters %.1f MB, gradients %.1f MB%s, optimizer %.1f MB%s, %s",
                 mem.param_bytes / 1e6, t->units ? 4.0 * (double)t->units->gshard_n / 1e6 : mem.grad_bytes / 1e6,
                 t->units ? " (this rank's shard; plus the unit buffers)" : "", opt_mb,
-                t->zero1 ? " (this rank's shard)" : "", acts);
+                t->strat->optim == WF__KEEP_FLAT ? " (this rank's shard)" : "", acts);
     }
     WF_INFO("FLOPs: %.4g per token (docs/train.md), %.4g per step%s", t->flops_per_token,
             t->flops_per_token * (double)t->accum * t->B * t->T,

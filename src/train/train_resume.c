@@ -183,7 +183,7 @@ static wf_status restore(trainer *t, wf_ckpt *c, int64_t *start) {
     if (has_cursor) WF_TRY(wf_ckpt_get_u64(c, "loader.sample", &sample));
     WF_TRY(wf_ckpt_load_rank(c, t->state, t->n_state, t->rank));
     wf_adamw_set_steps(t->opt, opt_steps);
-    if (t->shard == WF__SHARD_FSDP) wf__train_units_set_steps(t, opt_steps);
+    if (t->strat->optim == WF__KEEP_PIECES) wf__train_units_set_steps(t, opt_steps); /* an optimizer per unit */
     wf__train_units_invalidate(t); /* fsdp: the pieces changed */
     wf_status s = has_cursor ? wf_loader_set_state(t->train, (wf_loader_state){.epoch = epoch, .sample = sample})
                              : wf__train_mix_restore(t, c, (int64_t)wf_ckpt_step(c));
@@ -250,7 +250,7 @@ wf_status wf__train_resume_or_init(trainer *t, int64_t *start) {
         return s;
     }
     if (is_set(tc->ckpt_init_from)) {
-        if (t->shard == WF__SHARD_FSDP) WF_TRY(wf__train_units_import(t, tc->ckpt_init_from));
+        if (t->strat->params == WF__KEEP_PIECES) WF_TRY(wf__train_units_import(t, tc->ckpt_init_from));
         else WF_TRY(wf_hf_import(t->model, tc->ckpt_init_from));
         WF_INFO("initialised the weights from %s", tc->ckpt_init_from);
     }

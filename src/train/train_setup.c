@@ -1,7 +1,8 @@
-/* Planning a training run once (train_impl.h): the model and its
- * activations, the optimizer (or ZeRO-1's shard of it), DDP's or ZeRO-1's
- * gradient buckets, the batch buffers and the loaders. Nothing is
- * allocated after this but what a checkpoint save stages. */
+/* Planning a training run once (train_impl.h): the config's checks (shared
+ * with `weft plan`, src/train/plan.c: the keys, the strategy, the batch
+ * shape), the model and its activations, the strategy's optimizer and
+ * gradient reduction (strategy.c), the batch buffers and the loaders.
+ * Nothing is allocated after this but what a checkpoint save stages. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,97 +70,81 @@ static wf_status resolve_tokenizer(trainer *t, const char *dataset_tokenizer) {
     return t->tokenizer_path ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
 }
 
-/* Records what the arena's in_use grew by since the last mark, as block
- * `name` of run.json's "arena" (`weft plan` predicts these). */
-static void arena_mark(trainer *t, const char *name) {
-    wf_run_arena *a = &t->arena_use;
-    wf_arena_stats st = wf_arena_get_stats(t->arena);
-    if (a->n < WF_RUN_ARENA_MAX) {
-        a->names[a->n] = name;
-        a->bytes[a->n++] = (int64_t)st.in_use - a->in_use;
-    }
-    a->in_use = (int64_t)st.in_use, a->peak = (int64_t)st.peak, a->reserved = (int64_t)st.reserved;
-}
-
-/* The gradient buckets over the model's tensors (in buffer order): DDP
- * all-reduces them; ZeRO-1 (make_zero1 first) reduce-scatters each into
- * this rank's gradient shard. */
-static wf_status make_reducer(trainer *t) {
-    int nt = wf_model_num_tensors(t->model);
-    wf_comm_span *spans = calloc((size_t)nt, sizeof *spans);
-    if (!spans) return wf_error(WF_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < nt; i++) {
-        const wf_tensor_info *ti = wf_model_tensor(t->model, i);
-        spans[i] = (wf_comm_span){.offset = ti->offset, .numel = ti->numel};
-    }
-    size_t bucket = (size_t)(t->tc->dist_bucket_mb * 1e6);
-    wf_status s = wf_reducer_create(&t->reducer, t->comm, wf_model_grads(t->model), spans, nt, bucket ? bucket : 1);
-    free(spans);
-    /* The backward scales by 1 / world (wf__train_step): the buckets sum. */
-    if (s == WF_OK) s = wf_reducer_set_op(t->reducer, WF_COMM_SUM);
-    if (s == WF_OK && t->zero1) s = wf_reducer_set_shards(t->reducer, &t->zplan, t->rank, t->gshard);
-    if (s == WF_OK && t->zero1 && t->rank == 0)
-        WF_INFO("ZeRO-1: %d reduce-scatter bucket%s of up to %.1f MB of the gradient, each started during the "
-                "backward as soon as its tensors are ready",
-                wf_reducer_num_buckets(t->reducer), wf_reducer_num_buckets(t->reducer) == 1 ? "" : "s",
-                t->tc->dist_bucket_mb);
-    else if (s == WF_OK && !t->zero1)
-        WF_INFO("DDP: %d ranks (%s), %d gradient bucket%s of up to %.1f MB", t->world, wf_comm_backend(t->comm),
-                wf_reducer_num_buckets(t->reducer), wf_reducer_num_buckets(t->reducer) == 1 ? "" : "s",
-                t->tc->dist_bucket_mb);
-    return s;
-}
-
-/* dist.shard, with dist.zero1 as an alias of zero1 (a conflicting pair is
- * an error). ZeRO-1 with one process is DDP's optimizer (nothing to shard);
- * zero2 and fsdp run their unit engine with any number of ranks. */
-static wf_status parse_shard(trainer *t) {
-    const wf_train_config *tc = t->tc;
+wf_status wf__train_strategy_of(const wf_train_config *tc, int world, int log, const train_strategy **out) {
+    *out = NULL;
     const char *name = tc->dist_shard ? tc->dist_shard : "ddp";
-    int shard = -1;
-    for (int k = WF__SHARD_DDP; k <= WF__SHARD_FSDP; k++)
-        if (strcmp(name, wf__train_shard_name(k)) == 0) shard = k;
     if (tc->dist_zero1) {
-        if (wf_opts_given(wf_train_spec(), tc, "dist.shard") && shard != WF__SHARD_ZERO1)
+        if (wf_opts_given(wf_train_spec(), tc, "dist.shard") && strcmp(name, "zero1") != 0)
             return wf_error(WF_ERR_CONFIG,
                             "dist.zero1 = true and dist.shard = %s contradict each other: dist.zero1 is the old "
                             "name of dist.shard = zero1; give one of them",
                             name);
-        shard = WF__SHARD_ZERO1;
+        name = "zero1";
     }
-    if (shard == WF__SHARD_ZERO1 && t->world == 1) {
-        WF_INFO("%s with one process: nothing to shard, the optimizer is the usual one",
-                tc->dist_zero1 ? "dist.zero1 = true" : "dist.shard = zero1");
-        shard = WF__SHARD_DDP;
+    const train_strategy *st = wf__train_strategy(name);
+    if (!st) return wf_error(WF_ERR_CONFIG, "dist.shard = '%s': use ddp, zero1, zero2 or fsdp", name);
+    /* zero1 with one process is DDP's optimizer (nothing to shard); zero2
+     * and fsdp run their unit engine with any number of ranks */
+    if (st->one_rank && world == 1) {
+        if (log)
+            WF_INFO("%s with one process: nothing to shard, the optimizer is the usual one",
+                    tc->dist_zero1 ? "dist.zero1 = true" : "dist.shard = zero1");
+        st = wf__train_strategy(st->one_rank);
     }
-    t->shard = shard;
+    *out = st;
     return WF_OK;
 }
 
-/* ZeRO-1: the shards (16-float aligned), this rank's optimizer of its
- * shard and the buffer the reduce-scatter writes its gradient shard into. */
-static wf_status make_zero1(trainer *t, const wf_adamw_config *ac) {
-    size_t np = wf_model_num_params(t->model);
-    WF_TRY(wf_zero1_plan_init(&t->zplan, np, t->world, 16));
-    size_t lo = t->zplan.offsets[t->rank], count = t->zplan.counts[t->rank];
-    WF_TRY(wf_adamw_create_shard(&t->opt, ac, t->model, lo, lo + count, t->arena));
-    arena_mark(t, "optimizer");
-    t->gshard = wf_arena_alloc(t->arena, (count ? count : 1) * sizeof(float), 64);
-    if (!t->gshard) return wf_error(WF_ERR_NOMEM, "ZeRO-1: out of memory for the gradient shard (%zu floats)", count);
-    arena_mark(t, "grad_shard");
-    wf_zero1_memory zm = wf_zero1_plan_memory(&t->zplan, 0, 2);
-    if (t->rank == 0) {
-        WF_INFO("ZeRO-1: %d ranks (%s), shards of %zu of the %zu parameters: gradients reduce-scattered in buckets "
-                "during the backward, each rank updates its shard, parameters all-gathered",
-                t->world, wf_comm_backend(t->comm), t->zplan.shard_size, np);
-        /* Rank 0's shard is a full one, the largest: the per-rank figure.
-         * It counts the moments' shard and the gradient shard. */
-        WF_INFO("ZeRO-1: optimizer state %.3f MB per rank instead of %.3f MB (saves %.3f MB, %.0f%%)",
-                (double)zm.sharded_bytes / 1e6, (double)zm.unsharded_bytes / 1e6, (double)zm.saved_bytes / 1e6,
-                zm.unsharded_bytes ? 100.0 * (double)zm.saved_bytes / (double)zm.unsharded_bytes : 0.0);
-    }
-    WF_INFO("ZeRO-1: this rank updates parameters [%zu, %zu)", lo, lo + count);
-    return WF_OK;
+wf_status wf__train_check_keys(const wf_train_config *tc, wf_spike_detector *spike) {
+    /* The enum keys (optim.schedule, optim.schedule_unit, spike.action,
+     * guard.nonfinite, train.recompute, dist.shard, model.preset) were
+     * checked against their values by the parser (WF_CHOICES in
+     * include/weft/train.h); here they are only mapped. A config filled
+     * in by code rather than parsed is checked here the same way. */
+    WF_TRY(wf_opts_check_choices(wf_train_spec(), tc));
+    if (tc->min_lr > tc->lr)
+        return wf_error(WF_ERR_CONFIG, "optim.min_lr = %g is above optim.lr = %g", tc->min_lr, tc->lr);
+    if (strcmp(tc->schedule_unit, "tokens") != 0 && tc->warmup_tokens)
+        return wf_error(WF_ERR_CONFIG,
+                        "optim.warmup_tokens = %lld is set but optim.schedule_unit = steps, whose warmup is "
+                        "optim.warmup_steps: set optim.schedule_unit = tokens, or leave optim.warmup_tokens out",
+                        (long long)tc->warmup_tokens);
+    wf_spike_config sc = {.window = (int)tc->spike_window,
+                          .z = tc->spike_z,
+                          .warmup = (int)tc->spike_warmup,
+                          .use_grad_norm = tc->spike_grad_norm};
+    wf_spike_detector tmp = {0};
+    wf_status s = wf_spike_init(spike ? spike : &tmp, &sc);
+    wf_spike_deinit(&tmp);
+    return s;
+}
+
+wf_status wf__train_batch_shape(const wf_train_config *tc, int world, int max_seq_len, train_batch *out) {
+    memset(out, 0, sizeof *out);
+    out->B = (int)tc->batch_size;
+    if (out->B % world != 0)
+        return wf_error(WF_ERR_CONFIG,
+                        "data.batch_size = %d sequences is not divisible by the %d ranks: every rank gets an "
+                        "equal part of each micro-batch; use a multiple of %d (or another rank count)",
+                        out->B, world, world);
+    out->Bl = out->B / world;
+    out->T = tc->seq_len ? (int)tc->seq_len : max_seq_len;
+    int64_t micro = (int64_t)out->B * out->T;
+    int64_t global = tc->global_batch_tokens ? tc->global_batch_tokens : micro;
+    if (global % micro != 0)
+        return wf_error(WF_ERR_CONFIG,
+                        "data.global_batch_tokens = %lld is not a multiple of batch_size * seq_len = %d * %d = %lld: "
+                        "each step accumulates whole micro-batches",
+                        (long long)global, out->B, out->T, (long long)micro);
+    out->accum = (int)(global / micro);
+    wf_batch_ramp_config rc = {.start = tc->batch_ramp_start,
+                               .inc = tc->batch_ramp_step,
+                               .tokens = tc->batch_ramp_tokens,
+                               .final = (int64_t)out->accum * out->B,
+                               .micro = out->B,
+                               .world = world,
+                               .seq_len = out->T};
+    return wf_batch_ramp_init(&out->ramp, &rc);
 }
 
 /* WEFT_TEST_DATA_DUMP=DIR, a test hook: every rank appends to
@@ -222,6 +207,39 @@ wf_status wf__train_val_loader(trainer *t, const wf_loader_opts *lo, const char 
     return wf_loader_create(out, &vo);
 }
 
+/* Adds what the arena's in_use grew by since the last part mark to part
+ * `cat` (the planner's categories, finer than the run.json blocks). */
+void wf__train_arena_part(trainer *t, int cat) {
+    size_t now = wf_arena_get_stats(t->arena).in_use;
+    t->part[cat] += now - t->part_at;
+    t->part_at = now;
+}
+
+wf_status wf__train_allocate(trainer *t, const wf_adamw_config *ac, int recompute) {
+    /* What the strategy keeps whole is the model's; the rest is its slices. */
+    int has_p = t->strat->params == WF__KEEP_WHOLE, has_g = t->strat->full_grad;
+    WF_TRY(wf_model_create_ex(&t->model, &t->mc, t->arena, (has_g ? 0 : WF_MODEL_NO_GRADS) |
+                                                           (has_p ? 0 : WF_MODEL_NO_PARAMS)));
+    wf__train_arena_mark(t, "model");
+    /* two blocks of one size, the parameters first */
+    size_t model = wf_arena_get_stats(t->arena).in_use - t->part_at;
+    t->part[WF__PART_PARAMS] += has_p ? model / (size_t)(has_p + has_g) : 0;
+    t->part[WF__PART_GRADS] += model - (has_p ? model / (size_t)(has_p + has_g) : 0);
+    t->part_at += model;
+    WF_TRY(wf_model_set_recompute(t->model, (wf_model_recompute)recompute));
+    WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
+    wf__train_arena_mark(t, "activations");
+    wf__train_arena_part(t, WF__PART_ACTIVATIONS);
+    WF_TRY(t->strat->setup(t, ac));
+    size_t local = (size_t)t->Bl * (size_t)t->T;
+    t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
+    t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
+    if (!t->inputs || !t->targets) return WF_ERR_NOMEM;
+    wf__train_arena_mark(t, "batch");
+    wf__train_arena_part(t, WF__PART_BATCH);
+    return WF_OK;
+}
+
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     t->tc = tc;
     wf_store_options so = {tc->store_endpoint, tc->store_region, tc->store_retries ? (int)tc->store_retries : -1,
@@ -231,28 +249,11 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     if ((!tc->data_dir || !tc->data_dir[0]) && !t->mix.n)
         return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR), or a mixture "
                                        "of datasets in data.sources");
-    /* The enum keys (optim.schedule, optim.schedule_unit, spike.action,
-     * guard.nonfinite, train.recompute, dist.shard, model.preset) were
-     * checked against their values by the parser (WF_CHOICES in
-     * include/weft/train.h); here they are only mapped. A config filled
-     * in by code rather than parsed is checked here the same way. */
-    WF_TRY(wf_opts_check_choices(wf_train_spec(), tc));
-    if (tc->min_lr > tc->lr)
-        return wf_error(WF_ERR_CONFIG, "optim.min_lr = %g is above optim.lr = %g", tc->min_lr, tc->lr);
+    WF_TRY(wf__train_check_keys(tc, &t->spike));
     t->sched_tokens = strcmp(tc->schedule_unit, "tokens") == 0;
-    if (!t->sched_tokens && tc->warmup_tokens)
-        return wf_error(WF_ERR_CONFIG,
-                        "optim.warmup_tokens = %lld is set but optim.schedule_unit = steps, whose warmup is "
-                        "optim.warmup_steps: set optim.schedule_unit = tokens, or leave optim.warmup_tokens out",
-                        (long long)tc->warmup_tokens);
     t->spike_action = (wf_spike_action)wf_spike_action_parse(tc->spike_action);
     t->nonfinite_stop = strcmp(tc->guard_nonfinite, "stop") == 0;
     int recompute = wf_model_recompute_parse(tc->recompute);
-    wf_spike_config sc = {.window = (int)tc->spike_window,
-                          .z = tc->spike_z,
-                          .warmup = (int)tc->spike_warmup,
-                          .use_grad_norm = tc->spike_grad_norm};
-    WF_TRY(wf_spike_init(&t->spike, &sc));
     t->mem_limits = (wf_mem_limits){.max_used_frac = tc->memory_max_used_frac,
                                     .max_rss_frac = tc->memory_max_rss_frac,
                                     .max_rss_bytes = (int64_t)(tc->memory_max_rss_gib * 1073741824.0)};
@@ -279,77 +280,28 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     free(data_tok);
     WF_TRY(s);
 
-    t->B = (int)tc->batch_size;
-    if (t->B % t->world != 0)
-        return wf_error(WF_ERR_CONFIG,
-                        "data.batch_size = %d sequences is not divisible by the %d ranks: every rank gets an "
-                        "equal part of each micro-batch; use a multiple of %d (or another rank count)",
-                        t->B, t->world, t->world);
-    t->Bl = t->B / t->world;
-    t->T = tc->seq_len ? (int)tc->seq_len : t->mc.max_seq_len;
-    int64_t micro = (int64_t)t->B * t->T;
-    int64_t global = tc->global_batch_tokens ? tc->global_batch_tokens : micro;
-    if (global % micro != 0)
-        return wf_error(WF_ERR_CONFIG,
-                        "data.global_batch_tokens = %lld is not a multiple of batch_size * seq_len = %d * %d = %lld: "
-                        "each step accumulates whole micro-batches",
-                        (long long)global, t->B, t->T, (long long)micro);
-    t->accum = (int)(global / micro);
-    wf_batch_ramp_config rc = {.start = tc->batch_ramp_start,
-                               .inc = tc->batch_ramp_step,
-                               .tokens = tc->batch_ramp_tokens,
-                               .final = (int64_t)t->accum * t->B,
-                               .micro = t->B,
-                               .world = t->world,
-                               .seq_len = t->T};
-    WF_TRY(wf_batch_ramp_init(&t->ramp, &rc));
+    train_batch tb;
+    WF_TRY(wf__train_batch_shape(tc, t->world, t->mc.max_seq_len, &tb));
+    t->B = tb.B, t->Bl = tb.Bl, t->T = tb.T, t->accum = tb.accum, t->ramp = tb.ramp;
 
     int threads = tc->threads ? (int)tc->threads : wf_default_threads();
     wf_kern_set_threads(threads);
     char blas_msg[256];
     if (wf_kern_blas_check(blas_msg, sizeof blas_msg)) WF_WARN("%s", blas_msg);
 
-    WF_TRY(parse_shard(t));
+    WF_TRY(wf__train_strategy_of(tc, t->world, 1, &t->strat));
     WF_TRY(wf_arena_create(&t->arena, 0));
-    /* ZeRO-2 keeps no full gradient, FSDP neither the parameters. */
-    int flags = t->shard == WF__SHARD_ZERO2 ? WF_MODEL_NO_GRADS
-              : t->shard == WF__SHARD_FSDP ? WF_MODEL_NO_GRADS | WF_MODEL_NO_PARAMS : 0;
-    WF_TRY(wf_model_create_ex(&t->model, &t->mc, t->arena, flags));
-    arena_mark(t, "model");
-    WF_TRY(wf_model_set_recompute(t->model, (wf_model_recompute)recompute));
-    WF_TRY(wf_model_plan(t->model, t->Bl, t->T));
-    arena_mark(t, "activations");
-    WF_TRY(wf__train_tasks_setup(t)); /* train.eval_tasks: this rank's share, read and tokenized */
-    WF_TRY(wf__train_flip_setup(t));
     wf_adamw_config ac = {.beta1 = tc->beta1,
                           .beta2 = tc->beta2,
                           .eps = tc->eps,
                           .weight_decay = tc->weight_decay,
                           .decay_embeddings = tc->decay_embeddings,
                           .grad_clip = tc->grad_clip};
-    t->zero1 = t->shard == WF__SHARD_ZERO1 || t->shard == WF__SHARD_ZERO2;
-    if (t->shard == WF__SHARD_ZERO2) {
-        WF_TRY(make_zero1(t, &ac));
-        WF_TRY(wf__train_units_setup(t, &ac));
-        arena_mark(t, "units");
-    } else if (t->shard == WF__SHARD_FSDP) {
-        WF_TRY(wf__train_units_setup(t, &ac));
-        arena_mark(t, "units");
-    } else if (t->zero1) {
-        WF_TRY(make_zero1(t, &ac));
-        WF_TRY(make_reducer(t));
-    } else {
-        WF_TRY(wf_adamw_create(&t->opt, &ac, t->model, t->arena));
-        arena_mark(t, "optimizer");
-        if (t->world > 1) WF_TRY(make_reducer(t));
-    }
+    WF_TRY(wf__train_allocate(t, &ac, recompute));
+    WF_TRY(wf__train_tasks_setup(t)); /* train.eval_tasks: this rank's share, read and tokenized */
+    WF_TRY(wf__train_flip_setup(t));
     if (t->units) WF_TRY(wf__train_units_init(t, (uint64_t)tc->seed));
     else wf_model_init(t->model, (uint64_t)tc->seed);
-    size_t local = (size_t)t->Bl * (size_t)t->T;
-    t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
-    t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
-    if (!t->inputs || !t->targets) return WF_ERR_NOMEM;
-    arena_mark(t, "batch");
 
     /* Every rank reads the same global order; rank r gets its part of each
      * micro-batch, so any rank count sees the same global batches. */

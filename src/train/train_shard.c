@@ -34,8 +34,6 @@
 #include "weft/safetensors.h"
 #include "weft/trace.h"
 
-static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
-
 static float *alloc_f(wf_arena *a, size_t n) { return wf_arena_alloc(a, (n ? n : 1) * sizeof(float), 64); }
 
 /* ---- parameter gathers (fsdp) ---- */
@@ -44,7 +42,9 @@ static float *alloc_f(wf_arena *a, size_t n) { return wf_arena_alloc(a, (n ? n :
  * all-gather of the unit starts. */
 static wf_status gather_start(trainer *t, train_units *su, int u, float *buf, wf_comm_request *req) {
     size_t cnt = su->counts[(size_t)u * (size_t)t->world + (size_t)t->rank];
-    if (cnt) memcpy(buf + (size_t)t->rank * su->piece[u], su->pshard + su->loc[u], cnt * sizeof(float));
+    if (cnt)
+        WF_TRY(wf_backend_copy(wf_model_backend(t->model), buf + (size_t)t->rank * su->piece[u],
+                               su->pshard + su->loc[u], cnt * sizeof(float)));
     su->gathers++;
     return wf_comm_iall_gather(t->comm, buf, su->counts + (size_t)u * (size_t)t->world, su->ag_tag[u], req);
 }
@@ -99,12 +99,9 @@ static wf_status rs_finish(trainer *t, train_units *su, int k) {
     if (su->gholds[k] < 0) return WF_OK;
     WF_TRY(wf_comm_wait(t->comm, &su->greq[k]));
     int u = su->gholds[k];
-    size_t cnt = su->rcount[u];
     float *dst = su->gshard + su->dst[u];
-    const float *src = su->rtmp[k];
-    for (size_t i = 0; i < cnt; i++) dst[i] += src[i];
     su->gholds[k] = -1;
-    return WF_OK;
+    return wf_backend_add(wf_model_backend(t->model), wf_f32(dst), wf_f32(dst), wf_f32(su->rtmp[k]), su->rcount[u]);
 }
 
 /* The channel for unit u's gradient: the tied embedding's own (2) or the
@@ -117,7 +114,7 @@ static wf_status acquire_grads(trainer *t, train_units *su, int u, int *chan) {
     int k = su->gnext;
     su->gnext ^= 1;
     WF_TRY(rs_finish(t, su, k));
-    memset(su->gbuf[k], 0, su->len[u] * sizeof(float));
+    WF_TRY(wf_backend_fill(wf_model_backend(t->model), su->gbuf[k], 0, su->len[u] * sizeof(float)));
     *chan = k;
     return WF_OK;
 }
@@ -154,7 +151,7 @@ static wf_status on_unit(trainer *t, train_units *su, int u, wf_model_unit_event
              * micro-batch's reduce-scatter from it is complete) is zeroed
              * and bound now. */
             WF_TRY(rs_finish(t, su, 2));
-            memset(su->gbuf[2], 0, su->len[0] * sizeof(float));
+            WF_TRY(wf_backend_fill(wf_model_backend(t->model), su->gbuf[2], 0, su->len[0] * sizeof(float)));
             su->gcur[0] = su->gbuf[2];
             float *pe = p;
             if (su->fsdp) WF_TRY(acquire_params(t, su, 0, &pe));
@@ -195,7 +192,8 @@ static wf_status unit_hook(void *ctx, int u, wf_model_unit_event ev) {
 void wf__train_units_begin_step(trainer *t) {
     train_units *su = t->units;
     if (!su) return;
-    memset(su->gshard, 0, su->gshard_n * sizeof(float));
+    /* the cpu and ref backends cannot fail a fill (host memory) */
+    (void)wf_backend_fill(wf_model_backend(t->model), su->gshard, 0, su->gshard_n * sizeof(float));
     wf__train_units_invalidate(t);
     su->status = WF_OK;
 }
@@ -267,7 +265,9 @@ wf_status wf__train_units_init(trainer *t, uint64_t seed) {
         wf_model_bind_unit(t->model, u, buf, NULL);
         wf_model_init_unit(t->model, u, seed);
         size_t cnt = su->counts[(size_t)u * (size_t)t->world + (size_t)t->rank];
-        if (cnt) memcpy(su->pshard + su->loc[u], buf + (size_t)t->rank * su->piece[u], cnt * sizeof(float));
+        if (cnt)
+            WF_TRY(wf_backend_copy(wf_model_backend(t->model), su->pshard + su->loc[u],
+                                   buf + (size_t)t->rank * su->piece[u], cnt * sizeof(float)));
         wf_model_bind_unit(t->model, u, NULL, NULL);
     }
     wf__train_units_invalidate(t);
@@ -298,7 +298,7 @@ wf_status wf__train_units_local_sumsq(const trainer *t, double *out) {
 }
 
 wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
-    int W = t->world, r = t->rank, fsdp = t->shard == WF__SHARD_FSDP;
+    int W = t->world, r = t->rank, fsdp = t->strat->params == WF__KEEP_PIECES;
     train_units *su = calloc(1, sizeof *su);
     if (!su) return wf_error(WF_ERR_NOMEM, "out of memory");
     t->units = su;
@@ -325,7 +325,7 @@ wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
      * needs it (the benchmark's measure of what prefetching hides). */
     const char *np = getenv("WEFT_TEST_NO_PREFETCH");
     su->no_prefetch = np && *np && strcmp(np, "0") != 0;
-    if (su->no_prefetch && r == 0) WF_WARN("WEFT_TEST_NO_PREFETCH: FSDP gathers are not prefetched");
+    if (su->no_prefetch && r == 0 && !t->plan_only) WF_WARN("WEFT_TEST_NO_PREFETCH: FSDP gathers are not prefetched");
     su->pholds[0] = su->pholds[1] = -1;
     su->gholds[0] = su->gholds[1] = su->gholds[2] = -1;
     su->in_use = -1;
@@ -337,10 +337,10 @@ wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
         wf_model_unit_range(t->model, u, &su->off[u], &su->len[u]);
         size_t *cu = su->counts + (size_t)u * (size_t)W;
         if (fsdp) {
-            su->piece[u] = round16((su->len[u] + (size_t)W - 1) / (size_t)W);
             for (int q = 0; q < W; q++) {
-                size_t lo = (size_t)q * su->piece[u];
-                cu[q] = lo >= su->len[u] ? 0 : su->len[u] - lo < su->piece[u] ? su->len[u] - lo : su->piece[u];
+                wf_zero1_slice sl = wf_zero1_slice_of(su->len[u], W, q, 16);
+                su->piece[u] = sl.size;
+                cu[q] = sl.count;
             }
             su->loc[u] = su->local_n;
             su->dst[u] = su->loc[u];
@@ -384,12 +384,16 @@ wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
         su->rtmp[2] = alloc_f(a, max_part);
         if (!su->gbuf[2] || !su->rtmp[2]) return wf_error(WF_ERR_NOMEM, "out of memory for the gradient buffers");
     }
+    wf__train_arena_part(t, WF__PART_BUCKETS);
     if (fsdp) {
         su->pshard = alloc_f(a, su->local_n);
+        wf__train_arena_part(t, WF__PART_PARAMS);
         su->gshard = alloc_f(a, su->local_n);
         su->gshard_n = su->local_n;
+        wf__train_arena_part(t, WF__PART_GRADS);
         for (int k = 0; k < 2; k++) su->pbuf[k] = alloc_f(a, max_len);
         if (su->tied) su->pE = alloc_f(a, su->len[0]);
+        wf__train_arena_part(t, WF__PART_GATHER);
         if (!su->pshard || !su->gshard || !su->pbuf[0] || !su->pbuf[1] || (su->tied && !su->pE))
             return wf_error(WF_ERR_NOMEM, "out of memory for the shards and gather buffers");
         for (int u = 0; u < n; u++) {
@@ -399,13 +403,14 @@ wf_status wf__train_units_setup(trainer *t, const wf_adamw_config *ac) {
             wf_adamw_set_params(su->opt[u], su->pshard + su->loc[u]);
         }
         t->opt = su->opt[0]; /* the step count, for checkpoints */
+        wf__train_arena_part(t, WF__PART_OPTIMIZER);
     } else {
         su->gshard = t->gshard;
-        su->gshard_n = t->zplan.counts[r];
+        su->gshard_n = t->gshard_n;
     }
     su->buffer_bytes = wf_arena_get_stats(a).in_use - before;
     wf_model_set_unit_hook(t->model, unit_hook, t);
-    if (r == 0) {
+    if (r == 0 && !t->plan_only) {
         if (fsdp)
             WF_INFO("FSDP: %d ranks (%s), %d units (the embedding, %d blocks, the final norm%s), each split in %d "
                     "pieces; this rank holds %zu of the %zu parameters; gather buffers 2 x %zu floats%s",
@@ -442,7 +447,3 @@ void wf__train_units_free(trainer *t) {
 }
 
 const char *const wf_train_shard_names[] = {"ddp", "zero1", "zero2", "fsdp", NULL};
-
-const char *wf__train_shard_name(int shard) {
-    return shard >= 0 && shard <= WF__SHARD_FSDP ? wf_train_shard_names[shard] : "?";
-}

@@ -1,9 +1,9 @@
 /* One optimizer step of the trainer (train_impl.h), and the validation
  * loss. A step is: the micro-batches' forward and backward, the gradient
- * summed over ranks (during the backward, by DDP's or ZeRO-1's buckets),
- * then the same three stages in every mode (DDP or ZeRO-1, any
- * spike.action): the global gradient norm, the judgement, and the update
- * or none. Judging before the update is what lets a spike's update be
+ * summed over ranks (during the backward, by buckets or by units: the
+ * strategy's, strategy.c), then the same three stages in every mode (any
+ * dist.shard, any spike.action): the global gradient norm, the judgement,
+ * and the strategy's update or none. Judging before the update is what lets a spike's update be
  * dropped; with spike.action = warn the step is judged the same way and
  * updated anyway. */
 #include <math.h>
@@ -103,66 +103,6 @@ static wf_status forward_backward(trainer *t, int64_t step, step_outcome *o) {
     return WF_OK;
 }
 
-/* The gradient summed over ranks (nothing with one process). */
-static wf_status reduce_units(trainer *t, int64_t step, step_outcome *o) {
-    double tr = wf_time_now();
-    wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, "grad reduce-scatter");
-    wf_status s = wf__train_units_finish(t);
-    if (t->world > 1) o->comm_s += wf_time_now() - tr;
-    if (s == WF_OK && t->world > 1) s = wf_comm_all_reduce_f64(t->comm, &o->loss, 1, WF_COMM_AVG, "loss");
-    if (s == WF_OK && step == 0 && t->rank == 0) {
-        const train_units *su = t->units;
-        WF_INFO("%s: %llu unit reduce-scatters, every one started as its unit's backward ended; %llu parameter "
-                "all-gathers, %llu of them prefetched",
-                t->shard == WF__SHARD_FSDP ? "FSDP" : "ZeRO-2", (unsigned long long)su->scatters,
-                (unsigned long long)su->gathers, (unsigned long long)su->prefetched);
-    }
-    wf_trace_end(span);
-    WF_TRY(s);
-    o->fwd_bwd_s += wf_time_now() - tr;
-    return WF_OK;
-}
-
-static wf_status reduce_gradients(trainer *t, int64_t step, step_outcome *o) {
-    if (t->units) return reduce_units(t, step, o);
-    if (t->world == 1) return WF_OK;
-    /* Every rank's gradients become the sum over ranks of each rank's
-     * mean over its equal part of the batch scaled by 1 / world: the
-     * mean over the global batch. The logged loss becomes the average.
-     * DDP: the whole gradient, on every rank, by the buckets'
-     * all-reduces; ZeRO-1: this rank's shard of it, by the same buckets'
-     * reduce-scatters. Both started during the backward. Every rank then
-     * applies the same update to the same parameters (ZeRO-1: each to
-     * its shard, then the all-gather). */
-    double tr = wf_time_now();
-    wf_trace_span span = wf_trace_begin(WF_TRACE_REGION, t->zero1 ? "grad reduce-scatter" : "grad all-reduce");
-    wf_status s = wf_reducer_finish(t->reducer);
-    /* What the buckets did not hide behind the backward, waiting for
-     * the slowest rank included. */
-    o->comm_s += wf_time_now() - tr;
-    if (s == WF_OK) s = wf_comm_all_reduce_f64(t->comm, &o->loss, 1, WF_COMM_AVG, "loss");
-    if (s == WF_OK && step == 0 && t->rank == 0)
-        WF_INFO("%s: %d of %d %s buckets started during the backward", t->zero1 ? "ZeRO-1" : "DDP",
-                wf_reducer_overlapped(t->reducer), wf_reducer_num_buckets(t->reducer),
-                t->zero1 ? "reduce-scatter" : "gradient");
-    wf_trace_end(span);
-    WF_TRY(s);
-    o->fwd_bwd_s += wf_time_now() - tr;
-    return WF_OK;
-}
-
-/* The global L2 norm of the summed gradient: over the model's gradient,
- * or over the ranks' shards with ZeRO-1 (a collective). */
-static wf_status grad_norm(trainer *t, double *norm) {
-    wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "grad norm");
-    wf_status s = WF_OK;
-    if (t->shard == WF__SHARD_FSDP) s = wf_zero1_grad_norm(t->comm, t->units->gshard, t->units->gshard_n, norm);
-    else if (t->zero1) s = wf_zero1_grad_norm(t->comm, t->gshard, t->zplan.counts[t->rank], norm);
-    else *norm = wf_grad_norm(t->model);
-    wf_trace_end(span);
-    return s;
-}
-
 /* The judgement. A non-finite loss or gradient norm is the non-finite
  * guard's (nonfinite.c): no update, and the spike detector does not see
  * it. Otherwise the spike detector sees the step's loss and norm (the same
@@ -179,32 +119,6 @@ static void judge(trainer *t, step_outcome *o) {
     o->skipped = o->spike.spike && t->spike_action != WF_SPIKE_WARN;
 }
 
-/* AdamW on this rank's parameters (all of them, or ZeRO-1's shard, which
- * is then all-gathered), clipped with the global norm. The same norm, loss
- * and lr on every rank: all update (or all refuse a non-finite norm). */
-static wf_status update(trainer *t, int64_t step, step_outcome *o) {
-    if (t->shard == WF__SHARD_FSDP) {
-        /* Each unit's piece; the next forward gathers the new values. */
-        wf_trace_span sp = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
-        wf_status s = wf__train_units_update(t, o->lr, o->grad_norm);
-        wf_trace_end(sp);
-        return s == WF_OK ? WF_OK : wf_error_wrap(s, "step %lld: ", (long long)step + 1);
-    }
-    const float *grad = t->zero1 ? t->gshard : wf_model_grads(t->model);
-    wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
-    wf_status s = wf_adamw_step_shard(t->opt, o->lr, grad, o->grad_norm);
-    wf_trace_end(span);
-    if (s != WF_OK) return wf_error_wrap(s, "step %lld: ", (long long)step + 1);
-    if (t->zero1) {
-        double tg = wf_time_now();
-        span = wf_trace_begin(WF_TRACE_REGION, "param all-gather");
-        s = wf_comm_all_gather(t->comm, wf_model_params(t->model), t->zplan.counts, "param all-gather");
-        wf_trace_end(span);
-        o->comm_s += wf_time_now() - tg;
-    }
-    return s;
-}
-
 wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o) {
     memset(o, 0, sizeof *o);
     o->data_pos = -1;
@@ -218,27 +132,24 @@ wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o) {
     WF_TRY(wf__train_mix_begin_step(t, step)); /* a mixture: this step's weights */
     WF_TRY(forward_backward(t, step, o));
     t->tokens_done += (uint64_t)o->tokens; /* read: they count, whatever the judgement */
-    WF_TRY(reduce_gradients(t, step, o));
+    WF_TRY(t->strat->reduce_grads(t, step, o));
     WF_TRY(wf__train_mix_finish_step(t, o));
     double t0 = wf_time_now();
     o->lr = t->sched_tokens ? wf_lr_at_units(&t->sched, o->tokens_before, (uint64_t)o->tokens)
                             : wf_lr_at(&t->sched, (uint64_t)step);
     wf_trace_span region = wf_trace_begin(WF_TRACE_REGION, "optimizer");
-    wf_status s = grad_norm(t, &o->grad_norm);
+    /* The global L2 norm of the summed gradient, wherever the strategy keeps it. */
+    wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "grad norm");
+    wf_status s = wf__train_grad_norm(t, &o->grad_norm);
+    wf_trace_end(span);
     if (s == WF_OK) judge(t, o);
     if (s == WF_OK && !o->skipped) {
-        s = update(t, step, o);
+        s = t->strat->update(t, step, o);
         /* The guard's last line: parameters the update made non-finite
          * (finite gradients make that all but impossible; a fault can).
          * The same bits on every rank, so the same verdict. */
         double ss = 0;
-        if (s == WF_OK && t->shard == WF__SHARD_FSDP) {
-            /* fsdp: each rank's pieces, summed over ranks: the same verdict everywhere. */
-            s = wf__train_units_local_sumsq(t, &ss);
-            if (s == WF_OK) s = wf_comm_all_reduce_f64(t->comm, &ss, 1, WF_COMM_SUM, "param check");
-        } else if (s == WF_OK) {
-            s = wf_model_sumsq(t->model, WF_MODEL_PARAMS, &ss);
-        }
+        if (s == WF_OK) s = wf__train_param_sumsq(t, &ss);
         if (s == WF_OK && !isfinite(ss)) o->nonfinite |= WF__NONFINITE_PARAMS;
     }
     wf_trace_end(region);

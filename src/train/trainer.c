@@ -248,7 +248,7 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_comm *comm, wf_train_re
     if (s == WF_OK) s = wf__train_resume_or_init(&t, &start);
     /* The replicas must start equal (same seed, or the same checkpoint);
      * from here identical averaged gradients keep them so. */
-    if (s == WF_OK && t.world > 1 && t.shard != WF__SHARD_FSDP)
+    if (s == WF_OK && t.world > 1 && t.strat->params == WF__KEEP_WHOLE)
         s = wf_comm_check_replicas(t.comm, wf_model_params(t.model), wf_model_num_params(t.model) * sizeof(float),
                                    "the model's parameters after initialisation");
     if (s == WF_OK) s = wf__train_setup_obs(&t, start);

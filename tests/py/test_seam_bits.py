@@ -1,8 +1,10 @@
 """The backend seam changed no number (issue 24): the losses, gradient
 norms, validation losses and the final checkpoint's and model file's bytes
-of the demo config and of every dist.shard mode at 2 ranks, with and
-without recompute, equal tests/seam_bits.json, recorded from the commit
-before the seam's merge (tests/py/seam_record.py says how).
+of the demo config, of every dist.shard mode at 1, 2 and 4 ranks, with and
+without recompute, and of a mixture run equal tests/seam_bits.json,
+recorded from the commit before the seam's merge and, for the runs the
+sharding strategies added, the commit before those (tests/py/seam_record.py
+says how).
 
 The record holds for the machine kind it was made on: the bits depend on
 OpenBLAS's sgemm kernel and the vector width of the cloned loops. On

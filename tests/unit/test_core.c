@@ -402,6 +402,43 @@ WF_TEST(arena_counters_and_alignment) {
     wf_arena_destroy(NULL);
 }
 
+/* The plan-only arena (weft plan) counts exactly as a real arena of the
+ * same chunk size, across chunks, alignments, a block larger than a chunk,
+ * a release and a reset, and hands out no memory: its blocks are never
+ * touched here (writing one would fault). */
+WF_TEST(arena_plan_only_counts_as_a_real_one) {
+    wf_arena *real, *plan;
+    WF_CHECK_OK(wf_arena_create(&real, 1 << 16));
+    WF_CHECK_OK(wf_arena_create_plan(&plan, 1 << 16));
+    WF_CHECK_TRUE(wf_arena_plan_only(plan) && !wf_arena_plan_only(real) && !wf_arena_plan_only(NULL));
+    const size_t sizes[] = {1000, 3, 70000, 64, 1, 40000, 5000, 1 << 18, 17};
+    const size_t aligns[] = {64, 16, 4096, 64, 0, 256, 64, 4096, 8};
+    wf_arena_mark mr = {0}, mp = {0};
+    for (int round = 0; round < 2; round++) {
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            if (i == 4) mr = wf_arena_get_mark(real), mp = wf_arena_get_mark(plan);
+            char *r = wf_arena_alloc(real, sizes[i], aligns[i]);
+            char *p = wf_arena_alloc(plan, sizes[i], aligns[i]);
+            WF_CHECK_TRUE(r != NULL && p != NULL);
+            size_t al = aligns[i] ? aligns[i] : 64;
+            WF_CHECK_EQ((uintptr_t)p % al, 0);
+            wf_arena_stats a = wf_arena_get_stats(real), b = wf_arena_get_stats(plan);
+            WF_CHECK_EQ(a.in_use, b.in_use);
+            WF_CHECK_EQ(a.peak, b.peak);
+            WF_CHECK_EQ(a.reserved, b.reserved);
+            WF_CHECK_EQ(a.n_allocs, b.n_allocs);
+        }
+        wf_arena_release(real, mr);
+        wf_arena_release(plan, mp);
+        WF_CHECK_EQ(wf_arena_get_stats(real).in_use, wf_arena_get_stats(plan).in_use);
+        if (round == 1) break;
+        wf_arena_reset(real);
+        wf_arena_reset(plan);
+    }
+    wf_arena_destroy(real);
+    wf_arena_destroy(plan);
+}
+
 /* ------------------------------------------------------------ rng */
 
 WF_TEST(rng_philox_known_answers) {

@@ -300,6 +300,11 @@ WF_TEST(zero1_partition) {
                 WF_CHECK_EQ(p.offsets[r], next);
                 WF_CHECK_TRUE(p.counts[r] <= p.shard_size);
                 next += p.counts[r];
+                /* the plan is the slice function's, rank by rank (FSDP's
+                 * pieces and weft plan take it from there too) */
+                wf_zero1_slice sl = wf_zero1_slice_of(n, w, r, 4);
+                WF_CHECK_TRUE(sl.offset == p.offsets[r] && sl.count == p.counts[r] && sl.size == p.shard_size);
+                WF_CHECK_EQ(sl.size, ((n + (size_t)w - 1) / (size_t)w + 3) / 4 * 4); /* ceil(n / w) up to 4 */
             }
             WF_CHECK_EQ(next, n);
             wf_zero1_plan_deinit(&p);
