@@ -14,7 +14,7 @@ from the staging buffer or a request that completes before its data moved
 changes the weights by far more than one bit.
 
 Every launcher run has a timeout and its process group is killed."""
-import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -133,3 +133,13 @@ def test_watchdog_aborts_the_nccl_communicator(dataset, tmp_path):
     assert "collective watchdog: rank 0 of 2 has waited" in r.stderr
     assert "aborted the NCCL communicator of rank 0 (ncclCommAbort: no error) (blocked in #" in r.stderr, \
         r.stderr[-3000:]
+
+
+@pytest.mark.skipif(not (CUDA_LIB.parent / "include" / "nccl.h").exists(), reason="no CUDA toolkit headers")
+def test_abi_values_match_the_real_headers():
+    """nccl_abi.h declares NCCL's and the CUDA runtime's values so that the
+    backend builds without the toolkit: compared with the real headers."""
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run(["cc", "-std=c11", "-fsyntax-only", f"-I{CUDA_LIB.parent / 'include'}", f"-I{root / 'src'}",
+                        str(root / "tests/emu/nccl_abi_check.c")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
