@@ -32,8 +32,10 @@ PRESETS = {
     "tiny": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=512, ffn_hidden_dim=192),
     "stories15M": dict(dim=288, n_layers=6, n_heads=6, n_kv_heads=6, vocab_size=32000,
                        ffn_hidden_dim=768),
-    "gpt2-small": dict(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=50257,
+    "gpt2-small": dict(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=50304,
                        ffn_hidden_dim=2048),
+    "gpt2-medium": dict(dim=1024, n_layers=24, n_heads=16, n_kv_heads=16, vocab_size=50304,
+                        ffn_hidden_dim=2752),
 }
 LR = 3e-4
 

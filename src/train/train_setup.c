@@ -3,6 +3,7 @@
  * gradient buckets, the batch buffers and the loaders. Nothing is
  * allocated after this but what a checkpoint save stages. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -222,6 +223,35 @@ wf_status wf__train_val_loader(trainer *t, const wf_loader_opts *lo, const char 
     return wf_loader_create(out, &vo);
 }
 
+const char *const wf_train_dtype_names[] = {"fp32", "bf16", NULL};
+
+/* train.device, train.dtype and train.tf32 (docs/gpu.md, "Running on GPUs:
+ * options, NCCL"): the compute backend opened by name through the seam.
+ * Only the cpu backend trains today; a device backend that opens is
+ * refused until the trainer places the model on it. */
+static wf_status check_device(const wf_train_config *tc) {
+    wf_backend *be = NULL;
+    char note[768];
+    if (wf_backend_open_device(&be, tc->device, note, sizeof note) != WF_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", wf_error_msg());
+        return wf_error(WF_ERR_UNSUPPORTED, "train.device = %s: %s", tc->device, why);
+    }
+    if (note[0]) WF_INFO("train.%s", note);
+    if (be != wf_backend_cpu()) {
+        const char *name = wf_backend_name(be);
+        wf_backend_close(be);
+        return wf_error(WF_ERR_UNSUPPORTED, "train.device = %s: the %s backend opened, but the trainer cannot place "
+                                            "the model on it yet",
+                        tc->device, name);
+    }
+    if (strcmp(tc->dtype, "bf16") == 0)
+        return wf_error(WF_ERR_CONFIG, "train.dtype = bf16: the cpu backend computes in fp32 only; use train.dtype = "
+                                       "fp32 on the cpu (bf16 is for train.device = cuda)");
+    if (tc->tf32) WF_INFO("train.tf32 = true has no effect on the cpu, whose fp32 is exact fp32");
+    return WF_OK;
+}
+
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     t->tc = tc;
     wf_store_options so = {tc->store_endpoint, tc->store_region, tc->store_retries ? (int)tc->store_retries : -1,
@@ -237,6 +267,7 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
      * include/weft/train.h); here they are only mapped. A config filled
      * in by code rather than parsed is checked here the same way. */
     WF_TRY(wf_opts_check_choices(wf_train_spec(), tc));
+    WF_TRY(check_device(tc));
     if (tc->min_lr > tc->lr)
         return wf_error(WF_ERR_CONFIG, "optim.min_lr = %g is above optim.lr = %g", tc->min_lr, tc->lr);
     t->sched_tokens = strcmp(tc->schedule_unit, "tokens") == 0;

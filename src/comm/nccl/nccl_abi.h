@@ -5,7 +5,8 @@
  * never links libnccl or libcudart; it opens them with dlopen.
  *
  * The values are those of NCCL 2.x's nccl.h and CUDA 12/13's
- * driver_types.h, stable ABI of both; tests/unit/test_nccl_abi.c compares
+ * driver_types.h, stable ABI of both; tests/emu/nccl_abi_check.c (compiled by
+ * tests/py/test_dist_nccl.py) compares
  * them with the real headers where the toolkit is installed.
  */
 #ifndef WEFT_NCCL_ABI_H
