@@ -94,7 +94,7 @@ RECORD_DEFS := -DWF_BUILD_CC='"$(CC)"' -DWF_SOURCE_DIR='"$(CURDIR)"' \
     -DWF_BUILD_CFLAGS='"$(subst ',,$(subst ",,$(CPPFLAGS) $(CFLAGS)))"'
 $(BUILD)/obj/src/obs/obs_record.o: CPPFLAGS += $(RECORD_DEFS)
 
-.PHONY: all lib tests bench mpi-backends nccl fuzz fuzz-targets pic pic-link-flags clean
+.PHONY: all lib tests bench mpi-backends nccl gpu-bundle fuzz fuzz-targets pic pic-link-flags clean
 all: $(BUILD)/weft tests bench mpi-backends nccl
 lib: $(BUILD)/libweft.a
 tests: $(TEST_BIN) $(TTOOL_BIN) $(FUZZ_BIN)
@@ -191,6 +191,11 @@ $(BUILD)/libnccl-emu.so: tests/emu/nccl_emu.c src/comm/nccl/nccl_abi.h
 	@mkdir -p $(dir $@)
 	@echo "  NCCLEMU $@"
 	$(Q)$(CC) $(MPI_BE_FLAGS) $(call mpi_inc,$(shell mpicc.openmpi -showme:compile)) -o $@ $< $(call mpi_link,$(shell mpicc.openmpi -showme:link))
+
+# What travels to a GPU machine (docs/gpu.md, "The GPU bundle"): the build
+# and the closure of its non-glibc libraries, zstd-packed, under 64 MiB.
+gpu-bundle: all
+	$(Q)scripts/gpu_bundle.sh $(BUILD)
 
 # Everything is rebuilt when the compiler or its flags change (make itself
 # only compares file times): the flags line is kept in $(BUILD)/.flags.
