@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import mpi_launch
-from conftest import BUILD
+from conftest import BUILD, run_weft_cmd
 from test_train_dist import WEFT, args, dataset, losses, ok, weights  # noqa: F401
 
 EMU = BUILD / "libnccl-emu.so"
@@ -72,6 +72,10 @@ def test_modes_over_emulated_nccl_equal_mpi(dataset, mpi_runs, tmp_path, mode):
     same_run(r, run, ref, ref_run)
     # the backend says what it loaded and how it started
     assert "libnccl-emu.so" in r.stderr and "bootstrap openmpi" in r.stderr, r.stderr[-3000:]
+    # the checkpoint's checksums went through the OR all-reduce (gathered
+    # and ORed on the host): the manifest holds every rank's
+    v = run_weft_cmd(["ckpt", "verify", run / "checkpoints" / "step-0000006"], check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])

@@ -479,13 +479,14 @@ static int d2h(nccl_state *s, void *dst, const void *src, size_t bytes) {
 
 /* ---------------------------------------------------------- collectives */
 
-/* Bitwise OR: every rank's words gathered, ORed on the host in rank order. */
-static int all_reduce_bor(nccl_state *s, void *buf, size_t n) {
-    size_t bytes = n * 4, all = bytes * (size_t)s->size;
+/* Bitwise OR: every rank's bytes gathered, ORed on the host in rank order
+ * (OR is bytewise, whatever the element type). */
+static int all_reduce_bor(nccl_state *s, void *buf, size_t bytes) {
+    size_t all = bytes * (size_t)s->size;
     int dev = on_device(s, buf);
-    uint32_t *host = malloc(all + bytes);
-    if (!host) return failf(s, "out of memory for an OR all-reduce of %zu words", n);
-    uint32_t *mine = host + n * (size_t)s->size;
+    uint8_t *host = malloc(all + bytes + 1);
+    if (!host) return failf(s, "out of memory for an OR all-reduce of %zu bytes", bytes);
+    uint8_t *mine = host + all;
     int rc = 0;
     if (dev) rc = d2h(s, mine, buf, bytes);
     else memcpy(mine, buf, bytes);
@@ -500,7 +501,7 @@ static int all_reduce_bor(nccl_state *s, void *buf, size_t n) {
     if (rc == 0) {
         memset(mine, 0, bytes);
         for (int r = 0; r < s->size; r++)
-            for (size_t i = 0; i < n; i++) mine[i] |= host[(size_t)r * n + i];
+            for (size_t i = 0; i < bytes; i++) mine[i] |= host[(size_t)r * bytes + i];
         if (dev) rc = h2d(s, buf, mine, bytes);
         else memcpy(buf, mine, bytes);
     }
@@ -517,7 +518,7 @@ static int enqueue_all_reduce(nccl_state *s, void *buf, size_t n, wf_comm_dtype 
 
 static int nccl_all_reduce(void *state, void *buf, size_t n, wf_comm_dtype dt, wf_comm_bop op) {
     nccl_state *s = state;
-    if (op == WF_BOP_BOR) return all_reduce_bor(s, buf, n * dt_size(dt) / 4);
+    if (op == WF_BOP_BOR) return all_reduce_bor(s, buf, n * dt_size(dt));
     size_t bytes = n * dt_size(dt);
     if (on_device(s, buf)) {
         if (enqueue_all_reduce(s, buf, n, dt, op) != 0) return -1;
