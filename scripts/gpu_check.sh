@@ -71,6 +71,9 @@ fi
 PY=python3
 [ -x "$ROOT/.venv/bin/python" ] && PY="$ROOT/.venv/bin/python"
 WEFT="$ROOT/build/weft"
+# The bundle's libraries (unpacked by the env stage into $ROOT/gpu-lib) for
+# every stage; harmless where there is none.
+export LD_LIBRARY_PATH="$ROOT/gpu-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # --- the stage runner ------------------------------------------------------
 declare -a ROWS=()
@@ -142,8 +145,15 @@ st_env() {
     else
         echo "nvidia-smi: not installed"
     fi
+    # where the dynamic loader would find each (LD_LIBRARY_PATH, then its cache)
+    local lib d found
     for lib in libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2 libcupti.so.13; do
-        printf '%-20s %s\n' "$lib" "$(ldconfig -p 2>/dev/null | grep -m1 " $lib " | sed 's/.*=> //' || true)"
+        found=""
+        for d in ${LD_LIBRARY_PATH//:/ }; do
+            [ -e "$d/$lib" ] && { found="$d/$lib"; break; }
+        done
+        [ -n "$found" ] || found=$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l { print $NF; exit }')
+        printf '%-20s %s\n' "$lib" "${found:-not found}"
     done
     command -v nvcc >/dev/null && nvcc --version | tail -2
     "$PY" - <<'EOF' || true
