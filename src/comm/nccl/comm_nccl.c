@@ -124,8 +124,8 @@ static int cuda_fail(nccl_state *s, const char *what, wf_cuda_error e) {
 
 /* ------------------------------------------------------------- loading */
 
-/* Opens `path` (a soname or a file) and resolves the names of one X-macro
- * list into api; on failure writes why into init_err_. */
+/* Opens `path` (a soname or a file); on failure writes why, and what to
+ * do, into init_err_. */
 static void *open_lib(const char *path, const char *what, const char *var) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h)
