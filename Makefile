@@ -94,8 +94,8 @@ RECORD_DEFS := -DWF_BUILD_CC='"$(CC)"' -DWF_SOURCE_DIR='"$(CURDIR)"' \
     -DWF_BUILD_CFLAGS='"$(subst ',,$(subst ",,$(CPPFLAGS) $(CFLAGS)))"'
 $(BUILD)/obj/src/obs/obs_record.o: CPPFLAGS += $(RECORD_DEFS)
 
-.PHONY: all lib tests bench mpi-backends fuzz fuzz-targets pic pic-link-flags clean
-all: $(BUILD)/weft tests bench mpi-backends
+.PHONY: all lib tests bench mpi-backends nccl gpu-bundle fuzz fuzz-targets pic pic-link-flags clean
+all: $(BUILD)/weft tests bench mpi-backends nccl
 lib: $(BUILD)/libweft.a
 tests: $(TEST_BIN) $(TTOOL_BIN) $(FUZZ_BIN)
 bench: $(BENCH_BIN)
@@ -175,6 +175,27 @@ $(BUILD)/libweft-mpi-mpich.so: src/comm/mpi/comm_mpi.c src/comm/comm_backend.h
 	@mkdir -p $(dir $@)
 	@echo "  MPI     $@"
 	$(Q)$(CC) $(MPI_BE_FLAGS) $(call mpi_inc,$(shell mpicc.mpich -compile-info)) -o $@ $< $(call mpi_link,$(shell mpicc.mpich -link-info))
+
+# The NCCL communicator backend (src/comm/nccl, docs/distributed.md): plain
+# C, no CUDA header, no CUDA library (it dlopens libnccl.so.2 and
+# libcudart.so.13), so it is built everywhere. Its test twin
+# build/libnccl-emu.so (tests/emu/nccl_emu.c: NCCL and the CUDA runtime
+# calls it makes, emulated over Open MPI on host memory) needs mpicc.openmpi.
+NCCL_EMU := $(if $(filter openmpi,$(MPI_IMPLS)),$(BUILD)/libnccl-emu.so)
+nccl: $(BUILD)/libweft-nccl.so $(NCCL_EMU)
+$(BUILD)/libweft-nccl.so: src/comm/nccl/comm_nccl.c src/comm/nccl/nccl_abi.h src/comm/comm_backend.h
+	@mkdir -p $(dir $@)
+	@echo "  NCCL    $@"
+	$(Q)$(CC) $(MPI_BE_FLAGS) -o $@ $< -ldl
+$(BUILD)/libnccl-emu.so: tests/emu/nccl_emu.c src/comm/nccl/nccl_abi.h
+	@mkdir -p $(dir $@)
+	@echo "  NCCLEMU $@"
+	$(Q)$(CC) $(MPI_BE_FLAGS) $(call mpi_inc,$(shell mpicc.openmpi -showme:compile)) -o $@ $< $(call mpi_link,$(shell mpicc.openmpi -showme:link))
+
+# What travels to a GPU machine (docs/gpu.md, "The GPU bundle"): the build
+# and the closure of its non-glibc libraries, zstd-packed, under 64 MiB.
+gpu-bundle: all
+	$(Q)scripts/gpu_bundle.sh $(BUILD)
 
 # Everything is rebuilt when the compiler or its flags change (make itself
 # only compares file times): the flags line is kept in $(BUILD)/.flags.

@@ -4,7 +4,15 @@ CPU) of the same model, the reference in tests/reference/llama_ref.py.
 
     python3 bench/train_step_torch.py [--preset stories15M] [--batch 8]
                                       [--seq 256] [--steps 5] [--threads 2]
-                                      [--serve]
+                                      [--serve] [--device cuda] [--bf16]
+                                      [--sdpa] [--fused] [--compile] [--json]
+
+On a GPU (scripts/gpu_check.sh, docs/gpu.md): --device cuda moves the
+model and batch there (the step is timed to a torch.cuda.synchronize),
+--bf16 runs the forward under autocast(bfloat16) (fp32 master weights and
+AdamW, as weft's train.dtype = bf16), --sdpa replaces the reference's
+explicit causal softmax by F.scaled_dot_product_attention (flash kernels).
+--json prints one JSON object instead of the sentence.
 
 The optimizer is weft's (docs/optim.md, wf_adamw_config_default):
 torch.optim.AdamW(lr 3e-4, betas (0.9, 0.95), eps 1e-8) with weight decay
@@ -18,7 +26,9 @@ K, quit). Set OPENBLAS_CORETYPE and OMP_WAIT_POLICY before starting it:
 they are read when the libraries load. Needs torch (Debian's python3-torch).
 """
 import argparse
+import contextlib
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -26,14 +36,32 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reference"))
+import llama_ref  # noqa: E402
 from llama_ref import LlamaRef  # noqa: E402
+
+
+def sdpa_forward(self, x, cos, sin):
+    """llama_ref.Attention.forward with PyTorch's fused causal attention."""
+    B, T, _ = x.shape
+    q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
+    k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim)
+    v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim)
+    q, k = llama_ref.apply_rope(q, cos, sin), llama_ref.apply_rope(k, cos, sin)
+    group = self.n_heads // self.n_kv
+    k = k.repeat_interleave(group, dim=2)
+    v = v.repeat_interleave(group, dim=2)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(self.head_dim))
+    return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
 PRESETS = {
     "tiny": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=512, ffn_hidden_dim=192),
     "stories15M": dict(dim=288, n_layers=6, n_heads=6, n_kv_heads=6, vocab_size=32000,
                        ffn_hidden_dim=768),
-    "gpt2-small": dict(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=50257,
+    "gpt2-small": dict(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=50304,
                        ffn_hidden_dim=2048),
+    "gpt2-medium": dict(dim=1024, n_layers=24, n_heads=16, n_kv_heads=16, vocab_size=50304,
+                        ffn_hidden_dim=2752),
 }
 LR = 3e-4
 
@@ -49,10 +77,13 @@ def flops_per_token(cfg, T):
 class Step:
     """The model, its optimizer and one fixed batch."""
 
-    def __init__(self, preset, B, T, compile_model=False, fused=False):
+    def __init__(self, preset, B, T, compile_model=False, fused=False, device="cpu", bf16=False):
         torch.manual_seed(0)
+        self.device = torch.device(device)
         self.cfg = dict(PRESETS[preset], norm_eps=1e-5, rope_theta=10000.0, tied_embeddings=1)
-        self.model = LlamaRef(self.cfg).float()
+        self.model = LlamaRef(self.cfg).float().to(self.device)
+        self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if bf16 else \
+            contextlib.nullcontext
         decay, no_decay = [], []
         with torch.no_grad():  # weft's init: normal(0, 0.02), residual projections scaled down
             for name, p in self.model.named_parameters():
@@ -70,22 +101,29 @@ class Step:
                                      **({"fused": True} if fused else {}))
         self.forward = torch.compile(self.model) if compile_model else self.model
         V = self.cfg["vocab_size"]
-        self.tokens = torch.randint(0, V, (B, T))
-        self.targets = torch.randint(0, V, (B, T))
+        self.tokens = torch.randint(0, V, (B, T)).to(self.device)
+        self.targets = torch.randint(0, V, (B, T)).to(self.device)
         self.phases = dict(zero=0.0, fwd=0.0, bwd=0.0, opt=0.0)
         self.loss = float("nan")
 
+    def sync(self):
+        """The time of the work queued so far (a GPU runs behind the host)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
     def step(self):
-        t0 = time.perf_counter()
+        t0 = self.sync()
         self.opt.zero_grad(set_to_none=True)
-        t1 = time.perf_counter()
-        _, loss = self.forward(self.tokens, self.targets)
-        t2 = time.perf_counter()
+        t1 = self.sync()
+        with self.autocast():
+            _, loss = self.forward(self.tokens, self.targets)
+        t2 = self.sync()
         loss.backward()
-        t3 = time.perf_counter()
+        t3 = self.sync()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.opt.step()
-        t4 = time.perf_counter()
+        t4 = self.sync()
         ph = self.phases
         ph["zero"] += t1 - t0
         ph["fwd"] += t2 - t1
@@ -155,9 +193,15 @@ def main():
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the model (inductor; its first steps compile)")
     ap.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--bf16", action="store_true", help="the forward under autocast(bfloat16)")
+    ap.add_argument("--sdpa", action="store_true", help="F.scaled_dot_product_attention for the attention")
+    ap.add_argument("--json", action="store_true", help="one JSON object instead of the sentence")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    st = Step(a.preset, a.batch, a.seq, compile_model=a.compile, fused=a.fused)
+    if a.sdpa:
+        llama_ref.Attention.forward = sdpa_forward
+    st = Step(a.preset, a.batch, a.seq, compile_model=a.compile, fused=a.fused, device=a.device, bf16=a.bf16)
     if a.serve:
         serve(st, a)
         return
@@ -167,6 +211,13 @@ def main():
     mean = sum(times) / len(times)
     n = a.batch * a.seq
     ph = {k: v / len(times) * 1e3 for k, v in st.phases.items()}
+    if a.json:
+        mem = torch.cuda.max_memory_allocated(st.device) if st.device.type == "cuda" else None
+        print(json.dumps(dict(torch=torch.__version__, preset=a.preset, batch=a.batch, seq=a.seq, device=a.device,
+                              bf16=a.bf16, sdpa=a.sdpa, fused=a.fused, compiled=a.compile, mean_s=mean,
+                              best_s=min(times), tokens_per_s=n / mean, loss=st.loss,
+                              flops_per_token=flops_per_token(st.cfg, a.seq), peak_bytes=mem, phases_ms=ph)))
+        return
     print(f"torch {torch.__version__}, {a.preset}, B x T = {a.batch} x {a.seq}, "
           f"{torch.get_num_threads()} threads: {mean:.3f} s mean, {min(times):.3f} s best "
           f"-> {n / mean:.0f} tokens/s (loss {st.loss:.4f}); zero_grad {ph['zero']:.1f} ms, "

@@ -99,6 +99,21 @@ char **wf_tool_argv(int *argc) {
     return tool_argv;
 }
 
+wf_status wf_tool_device(const char *device) {
+    wf_backend *be = NULL;
+    char note[768], why[1024];
+    if (wf_backend_open_device(&be, device, note, sizeof note) != WF_OK) {
+        snprintf(why, sizeof why, "%s", wf_error_msg());
+        return wf_error(WF_ERR_UNSUPPORTED, "--device %s: %s", device, why);
+    }
+    if (note[0]) WF_INFO("%s", note);
+    if (be == wf_backend_cpu()) return WF_OK;
+    snprintf(why, sizeof why, "%s", wf_backend_name(be));
+    wf_backend_close(be);
+    return wf_error(WF_ERR_UNSUPPORTED, "--device %s: the %s backend opened, but this command cannot run its model on it yet",
+                    device, why);
+}
+
 int wf_tool_fail(const char *cmd) {
     wf_log_line("weft %s: error: %s", cmd, wf_error_msg()); /* whole, beside other ranks' lines */
     return 1;

@@ -29,6 +29,7 @@ typedef struct {
     double interval, idle_timeout;
     int tensorboard, json;
     char *tasks, *task_dir, *model, *output, *examples;
+    char *device;
     int64_t shots, fewshot_seed, limit;
 } eval_opts;
 
@@ -54,6 +55,8 @@ static const wf_opt eval_opt_table[] = {
      "evaluate at most N tokens of each dataset, whole sequences from its start (0: all of it)"},
     {"threads", NULL, WF_OPT_INT, offsetof(eval_opts, threads), "0", 0, 4096,
      "compute threads (0: WEFT_THREADS or every CPU)"},
+    {"device", NULL, WF_OPT_STR, offsetof(eval_opts, device), "cpu", WF_CHOICES(wf_backend_device_names),
+     .help = "the compute backend: cpu, cuda or auto (cuda when it opens, else cpu); docs/gpu.md"},
     {"interval", NULL, WF_OPT_FLOAT, offsetof(eval_opts, interval), "10", 0.001, 86400,
      "--watch: seconds between looks at the run's checkpoints"},
     {"stop_after", "stop-after", WF_OPT_INT, offsetof(eval_opts, stop_after), "0", 0, 9.2e18,
@@ -298,7 +301,8 @@ static wf_status run_eval(const eval_opts *o, const wf_strs *pos) {
 }
 
 static int eval_main(void *opts, const wf_strs *pos) {
-    return run_eval(opts, pos) == WF_OK ? 0 : wf_tool_fail(eval_spec.name);
+    const eval_opts *o = opts;
+    return wf_tool_device(o->device) == WF_OK && run_eval(o, pos) == WF_OK ? 0 : wf_tool_fail(eval_spec.name);
 }
 
 int wf_cmd_eval(int argc, char **argv) {

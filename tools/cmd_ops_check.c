@@ -1,4 +1,4 @@
-/* `weft ops-check [--backend NAME] [--op OP] [--json] [--perf]`: every op
+/* `weft ops-check [--backend NAME | --device DEV] [--op OP] [--json] [--perf]`: every op
  * of a backend against the reference backend `ref` on random inputs of odd
  * and tail shapes, by normalised error against a threshold per op and
  * dtype (wf_backend_ops_check, include/weft/backend.h); --perf times each
@@ -17,6 +17,7 @@
 
 typedef struct {
     char *backend;
+    char *device;
     char *op;
     int json;
     int perf;
@@ -25,8 +26,10 @@ typedef struct {
 } ops_opts;
 
 static const wf_opt ops_opt_table[] = {
-    {"backend", NULL, WF_OPT_STR, offsetof(ops_opts, backend), "cpu", WF_NO_RANGE,
-     "the backend to check (cpu, ref)"},
+    {"backend", NULL, WF_OPT_STR, offsetof(ops_opts, backend), NULL, WF_NO_RANGE,
+     "the backend to check: cpu (the default), ref, or another that wf_backend_open knows"},
+    {"device", NULL, WF_OPT_STR, offsetof(ops_opts, device), NULL, WF_CHOICES(wf_backend_device_names),
+     .help = "check the compute backend of this device instead (cpu, cuda, auto: as `weft train --device`)"},
     {"op", NULL, WF_OPT_STR, offsetof(ops_opts, op), NULL, WF_NO_RANGE, "check this op only (default: every op)"},
     {"json", NULL, WF_OPT_BOOL, offsetof(ops_opts, json), "false", WF_NO_RANGE, "print one JSON object"},
     {"perf", NULL, WF_OPT_BOOL, offsetof(ops_opts, perf), "false", WF_NO_RANGE,
@@ -38,7 +41,7 @@ static const wf_opt ops_opt_table[] = {
 
 static const wf_cmd_spec ops_spec = {
     "ops-check",
-    "weft ops-check [--backend NAME] [--op OP] [--json] [--perf]",
+    "weft ops-check [--backend NAME | --device cpu|cuda|auto] [--op OP] [--json] [--perf]",
     "Runs every op of a backend (matmul, rmsnorm, rope, attention, swiglu, embedding, cross-entropy, sumsq, "
     "first non-finite, loss sum, add, cast, AdamW; forward and backward) on random inputs of odd and tail "
     "shapes, and the same op of the reference backend `ref` on the same inputs, and compares each output by "
@@ -87,7 +90,24 @@ static int ops_main(void *opts, const wf_strs *pos) {
     ops_opts *o = opts;
     if (o->threads > 0) wf_kern_set_threads((int)o->threads);
     wf_backend *be = NULL, *ref = NULL;
-    if (wf_backend_open(&be, o->backend) != WF_OK || wf_backend_open(&ref, "ref") != WF_OK) {
+    if (o->device && o->backend) {
+        wf_error(WF_ERR_CONFIG, "--device %s and --backend %s: give one of them", o->device, o->backend);
+        return wf_tool_fail("ops-check");
+    }
+    wf_status s0 = WF_OK;
+    if (o->device) {
+        char note[768], why[1024];
+        s0 = wf_backend_open_device(&be, o->device, note, sizeof note);
+        if (s0 != WF_OK) {
+            snprintf(why, sizeof why, "%s", wf_error_msg());
+            wf_error(WF_ERR_UNSUPPORTED, "--device %s: %s", o->device, why);
+        } else if (note[0]) {
+            fprintf(stderr, "weft ops-check: %s\n", note);
+        }
+    } else {
+        s0 = wf_backend_open(&be, o->backend ? o->backend : "cpu");
+    }
+    if (s0 != WF_OK || wf_backend_open(&ref, "ref") != WF_OK) {
         wf_backend_close(be);
         return wf_tool_fail("ops-check");
     }

@@ -20,6 +20,7 @@ typedef struct {
     char *model;
     char *tokenizer;
     char *prompt;
+    char *device;
     int64_t max_tokens, top_k, seed, threads;
     double temperature, top_p;
     int stop_at_eos, ids;
@@ -48,6 +49,8 @@ static const wf_opt sample_opt_table[] = {
      "print token ids instead of text"},
     {"threads", NULL, WF_OPT_INT, offsetof(sample_opts, threads), "0", 0, 4096,
      "compute threads (0: WEFT_THREADS or every CPU)"},
+    {"device", NULL, WF_OPT_STR, offsetof(sample_opts, device), "cpu", WF_CHOICES(wf_backend_device_names),
+     .help = "the compute backend: cpu, cuda or auto (cuda when it opens, else cpu); docs/gpu.md"},
 };
 
 static const wf_cmd_spec sample_spec = {
@@ -177,7 +180,8 @@ static wf_status run_sample(const sample_opts *o) {
 
 static int sample_main(void *opts, const wf_strs *pos) {
     (void)pos;
-    return run_sample(opts) == WF_OK ? 0 : wf_tool_fail(sample_spec.name);
+    const sample_opts *o = opts;
+    return wf_tool_device(o->device) == WF_OK && run_sample(o) == WF_OK ? 0 : wf_tool_fail(sample_spec.name);
 }
 
 int wf_cmd_sample(int argc, char **argv) {

@@ -21,6 +21,12 @@ int wf_tool_run(const wf_cmd_spec *spec, void *opts, size_t opts_size, int argc,
  * body that records it (run.json). */
 char **wf_tool_argv(int *argc);
 
+/* The compute device a command's --device asked for (cpu, cuda, auto:
+ * wf_backend_open_device): WF_OK on the cpu, and for auto when cuda does
+ * not open (logged); an error that says why otherwise ("--device cuda:
+ * ..."). The commands' models run on the cpu backend only, so far. */
+wf_status wf_tool_device(const char *device);
+
 /* Prints "weft <cmd>: error: <this thread's message>" and returns 1. */
 int wf_tool_fail(const char *cmd);
 

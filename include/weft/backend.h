@@ -77,6 +77,29 @@ const char *const *wf_backend_names(void);
  * works on host memory (the trainer's shards, sums over host buffers). */
 wf_backend *wf_backend_cpu(void);
 
+/* ------------------------------------------------------------- devices
+ * What `train.device` and the commands' `--device` choose (docs/gpu.md,
+ * "Running on GPUs: options, NCCL"). */
+
+/* The devices a run may ask for: "cpu", "cuda", "auto"; NULL-terminated. */
+extern const char *const wf_backend_device_names[];
+
+/* Opens the compute backend of `device`: "cpu" is wf_backend_cpu() (closing
+ * it is a no-op); "cuda" is wf_backend_open("cuda"), whose error says why
+ * it cannot start; "auto" is cuda when it opens, else cpu, and then writes
+ * into note (cap bytes; may be NULL) why cuda was not taken, for the log
+ * (note is "" otherwise). Any other name: WF_ERR_CONFIG naming the three. */
+wf_status wf_backend_open_device(wf_backend **out, const char *device, char *note, size_t cap);
+
+/* The device index this process should use among n_devices (> 0): its local
+ * rank, from the first of LOCAL_RANK (torchrun), SLURM_LOCALID (srun),
+ * OMPI_COMM_WORLD_LOCAL_RANK (Open MPI) and MPI_LOCALRANKID (MPICH) that is
+ * set, modulo n_devices; 0 when none is set. With one device visible per
+ * rank (CUDA_VISIBLE_DEVICES set per task) that is device 0. The cuda
+ * backend and the NCCL communicator follow this rule. *from names the
+ * variable used ("" if none); from may be NULL. */
+int wf_backend_local_device(int n_devices, const char **from);
+
 /* ---------------------------------------------------------------- memory */
 
 /* A block of `bytes` (zeroed), 4096-aligned; WF_ERR_NOMEM naming the size

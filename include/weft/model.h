@@ -52,8 +52,11 @@ typedef struct {
  *   "tiny"        dim 64, 2 layers, 4 heads, 2 kv heads, vocab 512, seq 64 (tests)
  *   "stories15M"  llama2.c's stories15M: dim 288, 6 layers, 6 heads, vocab
  *                 32000, seq 256, hidden 768, tied (15.2M parameters)
- *   "gpt2-small"  dim 768, 12 layers, 12 heads, vocab 50257, seq 1024,
- *                 hidden 2048, tied (123.6M parameters, near GPT-2 small)
+ *   "gpt2-small"  dim 768, 12 layers, 12 heads, vocab 50304 (GPT-2's
+ *                 50257 padded to a multiple of 128), seq 1024, hidden
+ *                 2048, tied (123.6M parameters, near GPT-2 small)
+ *   "gpt2-medium" dim 1024, 24 layers, 16 heads, vocab 50304, seq 1024,
+ *                 hidden 2752, tied (355.1M parameters, near GPT-2 medium)
  * Unknown names fail with WF_ERR_CONFIG and the list of presets. */
 wf_status wf_model_config_preset(wf_model_config *cfg, const char *name);
 

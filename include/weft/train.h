@@ -42,7 +42,8 @@
 #define WF_TRAIN_KEYS(X) \
     /* [model] */ \
     X(preset, WF_OPT_STR, "model.preset", "preset", "tiny", (WF_CHOICES(wf_model_presets)), \
-      "starting sizes: tiny, stories15M or gpt2-small; every size below that is non-zero overrides it") \
+      "starting sizes: tiny, stories15M, gpt2-small (~124M) or gpt2-medium (~355M); every size below that is " \
+      "non-zero overrides it") \
     X(dim, WF_OPT_INT, "model.dim", NULL, "0", (0, 1 << 16), \
       "model width C (0: from the preset)") \
     X(n_layers, WF_OPT_INT, "model.n_layers", NULL, "0", (0, 1024), \
@@ -153,6 +154,15 @@
       "activation recomputation, trading compute for memory: none (keep every block's activations), block " \
       "(keep each block's input, re-run its forward in the backward) or selective (keep the matmul outputs, " \
       "recompute norms and SwiGLU); the same results bit for bit (docs/model.md)") \
+    X(device, WF_OPT_STR, "train.device", "device", "cpu", (WF_CHOICES(wf_backend_device_names)), \
+      "the compute backend: cpu, cuda (one NVIDIA GPU per rank, picked by LOCAL_RANK, SLURM_LOCALID or " \
+      "OMPI_COMM_WORLD_LOCAL_RANK) or auto (cuda when it opens, else cpu, logged); docs/gpu.md") \
+    X(dtype, WF_OPT_STR, "train.dtype", NULL, "fp32", (WF_CHOICES(wf_train_dtype_names)), \
+      "compute precision: fp32, or bf16 (bf16 weight copies and activations for the matmuls and attention; " \
+      "fp32 accumulation, norms, loss, master weights and AdamW moments); the cpu backend is fp32 only") \
+    X(tf32, WF_OPT_BOOL, "train.tf32", NULL, "false", (WF_NO_RANGE), \
+      "let fp32 matmuls on the GPU round their inputs to TF32 (tensor cores); off, fp32 is exact fp32. No " \
+      "effect on the cpu") \
     X(lock_stale_s, WF_OPT_FLOAT, "train.lock_stale_s", NULL, "600", (1, 1e9), \
       "the run directory's lock (one job per run) left by a job on another host whose heartbeat is older than " \
       "this many seconds is taken over (on this host a dead pid is enough)") \
@@ -278,10 +288,13 @@
       "spans each thread can hold per capture (40 bytes each); more are dropped and counted")
 
 /* The values of the enum keys that have no module of their own:
- * optim.schedule_unit, guard.nonfinite, dist.shard (NULL-terminated). */
+ * optim.schedule_unit, guard.nonfinite, dist.shard, train.dtype
+ * (NULL-terminated). train.device's are wf_backend_device_names. */
 extern const char *const wf_train_schedule_units[];
 extern const char *const wf_train_nonfinite_actions[];
 extern const char *const wf_train_shard_names[];
+/* train.dtype's values: "fp32", "bf16". */
+extern const char *const wf_train_dtype_names[];
 
 #define WF_TRAIN_CTYPE_WF_OPT_STR char *
 #define WF_TRAIN_CTYPE_WF_OPT_INT int64_t

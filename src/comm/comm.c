@@ -203,7 +203,11 @@ static const wf_comm_ops *open_backend(const char *path, char *tried, size_t cap
 static const wf_comm_ops *find_backend(const char *name, char *tried, size_t cap) {
     if (strchr(name, '/')) return open_backend(name, tried, cap);
     char file[96];
-    snprintf(file, sizeof file, "libweft-mpi-%s.so", name);
+    /* NCCL's backend is one shared object whatever MPI bootstraps it. */
+    if (strcmp(name, "nccl") == 0)
+        snprintf(file, sizeof file, "libweft-nccl.so");
+    else
+        snprintf(file, sizeof file, "libweft-mpi-%s.so", name);
     char path[PATH_MAX + 128];
     const char *dir = getenv("WEFT_DIST_LIB_DIR");
     if (dir && *dir) {
@@ -258,6 +262,11 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
             int n = launcher_size(&var);
             char why[160] = "";
             if (var) snprintf(why, sizeof why, " (the launcher set %s=%d)", var, n);
+            if (strcmp(name, "nccl") == 0)
+                return wf_error(WF_ERR_NOTFOUND,
+                                "dist: cannot load the NCCL backend libweft-nccl.so%s; tried:%s\nBuild it with "
+                                "`make nccl`, or point WEFT_DIST_LIB_DIR at the folder holding it",
+                                why, tried);
             if (strchr(name, '/'))
                 return wf_error(WF_ERR_NOTFOUND,
                                 "dist: cannot load the MPI backend%s:%s\nBuild the backends with "
@@ -313,10 +322,13 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
     }
     c->world_rank = c->rank;
     c->world_size = c->size;
+    if (be->abort_async) wf__comm_watchdog_set_abort(c->wd, be->abort_async, c->st);
     wf_log_set_rank(c->rank, c->size);
     const char *stall = getenv("WEFT_TEST_STALL_COLLECTIVE");
     c->stall_rank = -1;
     if (stall && sscanf(stall, "%d:%lld", &c->stall_rank, &c->stall_step) != 2) c->stall_rank = -1;
+    /* A device communicator says which library it loaded and how it started. */
+    if (be->abort_async && c->rank == 0) WF_INFO("dist: %s backend: %s", be->name, c->version);
     if (ring == 1 && c->rank == 0)
         WF_INFO("dist: Open MPI's non-blocking all-reduce runs as a ring (weft set %s=1; libnbc's "
                 "own choice for in-place calls, a binomial tree, moved gradients 2.5x slower: "

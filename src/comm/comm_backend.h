@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-#define WF_COMM_ABI 4
+#define WF_COMM_ABI 5
 #define WF_COMM_BACKEND_SYMBOL "wf_comm_backend_v1"
 
 typedef enum { WF_DT_F32 = 0, WF_DT_F64, WF_DT_I32, WF_DT_BYTE } wf_comm_dtype;
@@ -86,6 +86,12 @@ typedef struct wf_comm_ops {
      * must not change until it completes. */
     int (*isend)(void *state, int slot, const void *buf, size_t bytes, int peer, int msg_tag);
     int (*irecv)(void *state, int slot, void *buf, size_t bytes, int peer, int msg_tag);
+    /* Optional (NULL: none). Called by the collective watchdog's thread on
+     * a timeout, while the main thread may be blocked inside a call of this
+     * backend, just before the process exits: frees what the process
+     * leaves behind (NCCL's ncclCommAbort stops the communicator's kernels
+     * on the device). Writes what it did into msg. (ABI 5) */
+    void (*abort_async)(void *state, char *msg, size_t cap);
 } wf_comm_ops;
 
 typedef const wf_comm_ops *(*wf_comm_ops_fn)(void);

@@ -23,6 +23,12 @@ typedef struct wf_watchdog wf_watchdog;
 wf_status wf__comm_watchdog_create(wf_watchdog **out, const wf_comm_options *o, int rank, int world);
 void wf__comm_watchdog_destroy(wf_watchdog *w); /* accepts NULL; stops the thread */
 
+/* On a timeout, just before the process exits, the watchdog's thread calls
+ * fn(ctx, msg, cap) (the backend's abort_async: NCCL's ncclCommAbort) and
+ * logs what it wrote into msg. */
+typedef void (*wf__comm_abort_fn)(void *ctx, char *msg, size_t cap);
+void wf__comm_watchdog_set_abort(wf_watchdog *w, wf__comm_abort_fn fn, void *ctx);
+
 void wf__comm_watchdog_set_step(wf_watchdog *w, int64_t step);
 int64_t wf__comm_watchdog_step(wf_watchdog *w);
 

@@ -75,6 +75,8 @@ struct wf_watchdog {
     char *report_path;
     wf_comm_timeout_fn on_timeout;
     void *on_timeout_ctx;
+    wf__comm_abort_fn abort_fn; /* the backend's abort_async, or NULL */
+    void *abort_ctx;
     double t0;
     int dump_section;  /* the stack dumps' section (wf_stackdump_add_section), 0 if none */
     double period;     /* the thread's wake-up period, s */
@@ -215,8 +217,23 @@ static void fire(wf_watchdog *w) {
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
     }
+    if (w->abort_fn) {
+        /* A device communicator (NCCL) keeps its kernels spinning on the
+         * GPU for the collective that never completes: abort it, naming
+         * that collective, before the exit. */
+        char msg[512] = "";
+        w->abort_fn(w->abort_ctx, msg, sizeof msg);
+        WF_ERROR("collective watchdog: %s (blocked in #%llu %s \"%s\")", msg[0] ? msg : "aborted the communicator",
+                 (unsigned long long)w->blocked.seq, w->blocked.kind, w->blocked.tag);
+    }
     fflush(stdout);
     _exit(w->exit_code);
+}
+
+void wf__comm_watchdog_set_abort(wf_watchdog *w, wf__comm_abort_fn fn, void *ctx) {
+    if (!w) return;
+    w->abort_fn = fn;
+    w->abort_ctx = ctx;
 }
 
 /* The stack dumps' section: the step, the collective the rank is blocked

@@ -92,6 +92,44 @@ wf_backend *wf_backend_cpu(void) {
 
 const char *wf_backend_name(const wf_backend *be) { return be->ops->name; }
 
+/* ------------------------------------------------------------- devices */
+
+const char *const wf_backend_device_names[] = {"cpu", "cuda", "auto", NULL};
+
+wf_status wf_backend_open_device(wf_backend **out, const char *device, char *note, size_t cap) {
+    *out = NULL;
+    if (note && cap) note[0] = '\0';
+    if (!device || strcmp(device, "cpu") == 0) {
+        *out = wf_backend_cpu();
+        return WF_OK;
+    }
+    if (strcmp(device, "cuda") == 0) return wf_backend_open(out, "cuda");
+    if (strcmp(device, "auto") == 0) {
+        if (wf_backend_open(out, "cuda") == WF_OK) return WF_OK;
+        if (note && cap) snprintf(note, cap, "device auto: cuda did not open (%s): computing on the cpu", wf_error_msg());
+        wf_error_clear();
+        *out = wf_backend_cpu();
+        return WF_OK;
+    }
+    return wf_error(WF_ERR_CONFIG, "device '%s' is not known: use cpu, cuda or auto", device);
+}
+
+int wf_backend_local_device(int n_devices, const char **from) {
+    static const char *const vars[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
+    if (from) *from = "";
+    if (n_devices < 1) return 0;
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || !*v) continue;
+        char *end;
+        long r = strtol(v, &end, 10);
+        if (*end || r < 0) continue; /* not a local rank: the next variable */
+        if (from) *from = vars[i];
+        return (int)(r % n_devices);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------ the host calls */
 
 int wf__backend_host_alloc(void *state, size_t bytes, void **out) {

@@ -25,7 +25,7 @@ static wf_model_config config_base(void) {
     return c;
 }
 
-const char *const wf_model_presets[] = {"tiny", "stories15M", "gpt2-small", NULL};
+const char *const wf_model_presets[] = {"tiny", "stories15M", "gpt2-small", "gpt2-medium", NULL};
 
 wf_status wf_model_config_preset(wf_model_config *cfg, const char *name) {
     wf_model_config c = config_base();
@@ -37,10 +37,17 @@ wf_status wf_model_config_preset(wf_model_config *cfg, const char *name) {
         c.vocab_size = 32000, c.max_seq_len = 256, c.ffn_hidden_dim = 768;
     } else if (strcmp(name, "gpt2-small") == 0) {
         c.dim = 768, c.n_layers = 12, c.n_heads = 12, c.n_kv_heads = 12;
-        c.vocab_size = 50257, c.max_seq_len = 1024, c.ffn_hidden_dim = 2048;
+        /* GPT-2's 50,257 tokens padded to a multiple of 128 (the extra rows
+         * are never a target): tensor-core friendly matmuls on a GPU. */
+        c.vocab_size = 50304, c.max_seq_len = 1024, c.ffn_hidden_dim = 2048;
+    } else if (strcmp(name, "gpt2-medium") == 0) {
+        /* Llama's FFN rule for dim 1024 (2752, a multiple of 64): the
+         * parameters of GPT-2 medium's 4x MLP within 0.03%. */
+        c.dim = 1024, c.n_layers = 24, c.n_heads = 16, c.n_kv_heads = 16;
+        c.vocab_size = 50304, c.max_seq_len = 1024, c.ffn_hidden_dim = 2752;
     } else {
         return wf_error(WF_ERR_CONFIG,
-                        "model: unknown preset '%s'; the presets are tiny, stories15M, gpt2-small",
+                        "model: unknown preset '%s'; the presets are tiny, stories15M, gpt2-small, gpt2-medium",
                         name);
     }
     *cfg = c;

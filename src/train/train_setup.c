@@ -4,6 +4,7 @@
  * gradient reduction (strategy.c), the batch buffers and the loaders.
  * Nothing is allocated after this but what a checkpoint save stages. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -240,6 +241,35 @@ wf_status wf__train_allocate(trainer *t, const wf_adamw_config *ac, int recomput
     return WF_OK;
 }
 
+const char *const wf_train_dtype_names[] = {"fp32", "bf16", NULL};
+
+/* train.device, train.dtype and train.tf32 (docs/gpu.md, "Running on GPUs:
+ * options, NCCL"): the compute backend opened by name through the seam.
+ * Only the cpu backend trains today; a device backend that opens is
+ * refused until the trainer places the model on it. */
+static wf_status check_device(const wf_train_config *tc) {
+    wf_backend *be = NULL;
+    char note[768];
+    if (wf_backend_open_device(&be, tc->device, note, sizeof note) != WF_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", wf_error_msg());
+        return wf_error(WF_ERR_UNSUPPORTED, "train.device = %s: %s", tc->device, why);
+    }
+    if (note[0]) WF_INFO("train.%s", note);
+    if (be != wf_backend_cpu()) {
+        const char *name = wf_backend_name(be);
+        wf_backend_close(be);
+        return wf_error(WF_ERR_UNSUPPORTED, "train.device = %s: the %s backend opened, but the trainer cannot place "
+                                            "the model on it yet",
+                        tc->device, name);
+    }
+    if (strcmp(tc->dtype, "bf16") == 0)
+        return wf_error(WF_ERR_CONFIG, "train.dtype = bf16: the cpu backend computes in fp32 only; use train.dtype = "
+                                       "fp32 on the cpu (bf16 is for train.device = cuda)");
+    if (tc->tf32) WF_INFO("train.tf32 = true has no effect on the cpu, whose fp32 is exact fp32");
+    return WF_OK;
+}
+
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     t->tc = tc;
     wf_store_options so = {tc->store_endpoint, tc->store_region, tc->store_retries ? (int)tc->store_retries : -1,
@@ -250,6 +280,7 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
         return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR), or a mixture "
                                        "of datasets in data.sources");
     WF_TRY(wf__train_check_keys(tc, &t->spike));
+    WF_TRY(check_device(tc));
     t->sched_tokens = strcmp(tc->schedule_unit, "tokens") == 0;
     t->spike_action = (wf_spike_action)wf_spike_action_parse(tc->spike_action);
     t->nonfinite_stop = strcmp(tc->guard_nonfinite, "stop") == 0;

@@ -94,7 +94,7 @@ def test_gradient_accumulation_matches_one_big_batch(dataset, tmp_path):
     (["--seq-len", 128], "data.seq_len = 128 is longer than model.max_seq_len = 64"),
     (["--model.vocab_size=300"], "model.vocab_size = 300 is smaller than the dataset's vocabulary (512 ids)"),
     (["--data.global_batch_tokens=100"], "data.global_batch_tokens = 100 is not a multiple of batch_size * seq_len"),
-    (["--preset", "huge"], "model.preset = 'huge': use tiny, stories15M or gpt2-small"),
+    (["--preset", "huge"], "model.preset = 'huge': use tiny, stories15M, gpt2-small or gpt2-medium"),
     (["--schedule", "linear"], "optim.schedule = 'linear'"),
 ])
 def test_bad_configs_fail_before_training(dataset, tmp_path, extra, needle):
@@ -155,13 +155,15 @@ def test_docs_list_every_train_key(root):
 # the values, with "did you mean" for a near miss; `weft plan`, which reads
 # the same config, refuses with the same words; --help lists the values.
 ENUMS = [
-    ("model.preset", "stories15", "stories15M", "tiny, stories15M or gpt2-small"),
+    ("model.preset", "stories15", "stories15M", "tiny, stories15M, gpt2-small or gpt2-medium"),
     ("optim.schedule", "cosin", "cosine", "cosine, wsd or constant"),
     ("optim.schedule_unit", "token", "tokens", "steps or tokens"),
     ("train.recompute", "blok", "block", "none, block or selective"),
     ("guard.nonfinite", "skipp", "skip", "stop or skip"),
     ("spike.action", "rollbak", "rollback", "warn, skip or rollback"),
     ("dist.shard", "fsd", "fsdp", "ddp, zero1, zero2 or fsdp"),
+    ("train.device", "cud", "cuda", "cpu, cuda or auto"),
+    ("train.dtype", "bf15", "bf16", "fp32 or bf16"),
 ]
 
 

@@ -36,11 +36,11 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def rope_tables(T, head_dim, theta, dtype):
-    """cos, sin of shape (T, head_dim/2), computed in float64."""
-    i = torch.arange(0, head_dim, 2, dtype=torch.float64)
+def rope_tables(T, head_dim, theta, dtype, device=None):
+    """cos, sin of shape (T, head_dim/2), computed in float64 (on device)."""
+    i = torch.arange(0, head_dim, 2, dtype=torch.float64, device=device)
     inv_freq = theta ** (-i / head_dim)
-    ang = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    ang = torch.outer(torch.arange(T, dtype=torch.float64, device=device), inv_freq)
     return ang.cos().to(dtype), ang.sin().to(dtype)
 
 
@@ -74,7 +74,7 @@ class Attention(nn.Module):
         v = v.repeat_interleave(group, dim=2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, heads, T, head_dim)
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
-        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(mask, float("-inf"))
         y = scores.softmax(dim=-1) @ v
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
@@ -132,7 +132,7 @@ class LlamaRef(nn.Module):
         T = tokens.shape[1]
         dtype = self.model.embed_tokens.weight.dtype
         head_dim = self.cfg["dim"] // self.cfg["n_heads"]
-        cos, sin = rope_tables(T, head_dim, self.cfg["rope_theta"], dtype)
+        cos, sin = rope_tables(T, head_dim, self.cfg["rope_theta"], dtype, tokens.device)
         x = self.model.embed_tokens(tokens)
         for block in self.model.layers:
             x = block(x, cos, sin)

@@ -143,3 +143,42 @@ WF_TEST(an_arena_carves_a_backends_blocks) {
     WF_CHECK_TRUE(total_b > 0 && free_b <= total_b);
     wf_backend_close(be);
 }
+
+WF_TEST(devices_open_by_name_and_local_ranks_pick_the_device) {
+    wf_backend *be = NULL;
+    char note[512];
+    WF_CHECK_OK(wf_backend_open_device(&be, "cpu", note, sizeof note));
+    WF_CHECK_TRUE(be == wf_backend_cpu());
+    WF_CHECK_STREQ(note, "");
+    /* no cuda backend in this build: auto falls back and says why */
+    if (wf_backend_open(&be, "cuda") != WF_OK) {
+        wf_error_clear();
+        WF_CHECK_ERR(wf_backend_open_device(&be, "cuda", NULL, 0), WF_ERR_NOTFOUND, "cuda");
+        WF_CHECK_OK(wf_backend_open_device(&be, "auto", note, sizeof note));
+        WF_CHECK_TRUE(be == wf_backend_cpu());
+        WF_CHECK_TRUE(strstr(note, "device auto: cuda did not open (") == note);
+    } else {
+        wf_backend_close(be);
+    }
+    WF_CHECK_ERR(wf_backend_open_device(&be, "gpu", NULL, 0), WF_ERR_CONFIG, "use cpu, cuda or auto");
+
+    static const char *const vars[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
+    for (size_t i = 0; i < 4; i++) unsetenv(vars[i]);
+    const char *from = NULL;
+    WF_CHECK_EQ(wf_backend_local_device(8, &from), 0);
+    WF_CHECK_STREQ(from, "");
+    setenv("MPI_LOCALRANKID", "3", 1);
+    WF_CHECK_EQ(wf_backend_local_device(8, &from), 3);
+    WF_CHECK_STREQ(from, "MPI_LOCALRANKID");
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "5", 1);
+    WF_CHECK_EQ(wf_backend_local_device(8, &from), 5);
+    setenv("SLURM_LOCALID", "9", 1); /* modulo the visible devices */
+    WF_CHECK_EQ(wf_backend_local_device(8, &from), 1);
+    WF_CHECK_STREQ(from, "SLURM_LOCALID");
+    setenv("LOCAL_RANK", "x", 1); /* not a number: the next variable */
+    WF_CHECK_EQ(wf_backend_local_device(8, &from), 1);
+    setenv("LOCAL_RANK", "2", 1);
+    WF_CHECK_EQ(wf_backend_local_device(8, &from), 2);
+    WF_CHECK_EQ(wf_backend_local_device(1, &from), 0); /* one device per rank */
+    for (size_t i = 0; i < 4; i++) unsetenv(vars[i]);
+}

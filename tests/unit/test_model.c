@@ -31,7 +31,14 @@ WF_TEST(presets_have_the_documented_sizes) {
     WF_CHECK_EQ(wf_model_config_num_params(&c), 15191712);
     WF_CHECK_OK(wf_model_config_preset(&c, "gpt2-small"));
     WF_CHECK_OK(wf_model_config_validate(&c));
-    WF_CHECK_EQ(wf_model_config_num_params(&c), 123551232);
+    /* 50304 x 768 + 12 x (4 x 768^2 + 3 x 768 x 2048 + 2 x 768) + 768 */
+    WF_CHECK_EQ(wf_model_config_num_params(&c), 123587328);
+    WF_CHECK_EQ(c.vocab_size, 50304);
+    WF_CHECK_OK(wf_model_config_preset(&c, "gpt2-medium"));
+    WF_CHECK_OK(wf_model_config_validate(&c));
+    /* 50304 x 1024 + 24 x (4 x 1024^2 + 3 x 1024 x 2752 + 2 x 1024) + 1024 */
+    WF_CHECK_EQ(wf_model_config_num_params(&c), 355124224);
+    WF_CHECK_EQ(wf_model_config_hidden_dim(&c), 2752);
     WF_CHECK_OK(wf_model_config_preset(&c, "tiny"));
     WF_CHECK_OK(wf_model_config_validate(&c));
     /* Llama's rule: 8*64/3 = 170, rounded up to a multiple of 32. */
