@@ -176,6 +176,52 @@ $(BUILD)/libweft-mpi-mpich.so: src/comm/mpi/comm_mpi.c src/comm/comm_backend.h
 	@echo "  MPI     $@"
 	$(Q)$(CC) $(MPI_BE_FLAGS) $(call mpi_inc,$(shell mpicc.mpich -compile-info)) -o $@ $< $(call mpi_link,$(shell mpicc.mpich -link-info))
 
+# The CUDA backend (src/cuda/, docs/gpu.md), one source compiled two ways.
+# `make cudaemu`: by the host C++ compiler against the emulator, the test
+# backend build/libweft-cudaemu.so, plus two builds with a planted fault
+# each (a missing __syncthreads, an off-by-one write) that the tests must
+# catch. `make cuda`: by nvcc, static cudart, sm_90a code plus compute_90
+# PTX, warnings (ptxas's spills, local memory, double precision too) as
+# errors: build/libweft-cuda.so; one line and nothing else without nvcc.
+NVCC     ?= $(or $(shell command -v nvcc),$(wildcard /usr/local/cuda/bin/nvcc))
+CXX_EMU  ?= $(if $(findstring clang,$(CC)),clang++,g++)
+CUDA_SRC := src/cuda/backend_cuda.cu
+CUDA_DEP := $(CUDA_SRC) src/cuda/kernels.cuh src/cuda/cuda_compat.h src/kernels/backend_impl.h include/weft/backend.h
+EMU_DEP  := $(CUDA_DEP) src/cuda/emu/cuda_emu.h src/cuda/emu/cuda_emu.cc
+EMU_FLAGS = -std=c++17 -x c++ -O1 -g -fPIC -shared -fvisibility=hidden -ffp-contract=off -Wall -Wextra \
+            -Wshadow -Wno-unused-parameter $(if $(filter 1,$(WERROR)),-Werror) $(CPPFLAGS) \
+            $(shell pkg-config --cflags openblas) $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer)
+EMU_LIBS := $(shell pkg-config --libs openblas)
+EMU_PLANTS := $(BUILD)/cudaemu-plant/no-sync/libweft-cudaemu.so $(BUILD)/cudaemu-plant/off-by-one/libweft-cudaemu.so
+.PHONY: cuda cudaemu
+cudaemu: $(BUILD)/libweft-cudaemu.so $(EMU_PLANTS)
+$(BUILD)/libweft-cudaemu.so: $(EMU_DEP)
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $@"
+	$(Q)$(CXX_EMU) $(EMU_FLAGS) -o $@ $(CUDA_SRC) src/cuda/emu/cuda_emu.cc $(EMU_LIBS)
+$(BUILD)/cudaemu-plant/no-sync/libweft-cudaemu.so: $(EMU_DEP)
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $@"
+	$(Q)$(CXX_EMU) $(EMU_FLAGS) -DWF_CUDA_PLANT_NO_SYNC -o $@ $(CUDA_SRC) src/cuda/emu/cuda_emu.cc $(EMU_LIBS)
+$(BUILD)/cudaemu-plant/off-by-one/libweft-cudaemu.so: $(EMU_DEP)
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $@"
+	$(Q)$(CXX_EMU) $(EMU_FLAGS) -DWF_CUDA_PLANT_OFF_BY_ONE -o $@ $(CUDA_SRC) src/cuda/emu/cuda_emu.cc $(EMU_LIBS)
+NVCC_FLAGS := -std=c++17 -O3 -shared --cudart static -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter \
+              -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
+              --Werror all-warnings -Xptxas --warn-on-spills,--warn-on-local-memory-usage,--warn-on-double-precision-use,--warning-as-error \
+              -Iinclude -Isrc -D_GNU_SOURCE
+ifneq ($(NVCC),)
+cuda: $(BUILD)/libweft-cuda.so
+$(BUILD)/libweft-cuda.so: $(CUDA_DEP)
+	@mkdir -p $(dir $@)
+	@echo "  NVCC    $@"
+	$(Q)$(NVCC) $(NVCC_FLAGS) -o $@ $(CUDA_SRC) -ldl
+else
+cuda:
+	@echo "cuda: no nvcc (PATH, /usr/local/cuda/bin): build/libweft-cuda.so skipped"
+endif
+
 # Everything is rebuilt when the compiler or its flags change (make itself
 # only compares file times): the flags line is kept in $(BUILD)/.flags.
 # `make pic` and `make pic-link-flags` build nothing in $(BUILD) (pic runs
