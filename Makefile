@@ -95,7 +95,7 @@ RECORD_DEFS := -DWF_BUILD_CC='"$(CC)"' -DWF_SOURCE_DIR='"$(CURDIR)"' \
 $(BUILD)/obj/src/obs/obs_record.o: CPPFLAGS += $(RECORD_DEFS)
 
 .PHONY: all lib tests bench mpi-backends fuzz fuzz-targets pic pic-link-flags clean
-all: $(BUILD)/weft tests bench mpi-backends
+all: $(BUILD)/weft tests bench mpi-backends cudaemu
 lib: $(BUILD)/libweft.a
 tests: $(TEST_BIN) $(TTOOL_BIN) $(FUZZ_BIN)
 bench: $(BENCH_BIN)

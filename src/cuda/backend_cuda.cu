@@ -134,16 +134,27 @@ static const char *cu_last_error(void *state) {
 }
 
 #if !WF_CUDA_EMU
+/* The library file to open: the environment's override (WEFT_CUBLASLT_LIB,
+ * WEFT_CUDNN_LIB, WEFT_NCCL_LIB: a path, for an install outside the
+ * loader's paths; the tests point them at nothing to hide a library), or
+ * the soname. */
+static const char *lib_file_(const char *env, const char *soname) {
+    const char *e = getenv(env);
+    return e && *e ? e : soname;
+}
+
+/* Opens cuBLASLt (required) and looks for cuDNN and NCCL (optional),
+ * writing what it found into st->libs. */
 static int open_libs_(cuda_state_ *st) {
-    static const char *const lt_names[] = {"libcublasLt.so.13", "libcublasLt.so"};
-    for (const char *n : lt_names)
-        if ((st->lt_lib = dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
+    const char *lt_file = lib_file_("WEFT_CUBLASLT_LIB", "libcublasLt.so.13");
+    st->lt_lib = dlopen(lt_file, RTLD_NOW | RTLD_LOCAL);
     if (!st->lt_lib)
-        return fail_(NULL, "cuBLASLt is missing (libcublasLt.so.13: %s); it is required for the matmuls", dlerror());
+        return fail_(NULL, "cuBLASLt is missing (%s), and the matmuls need it: install CUDA 13's cuBLAS or set "
+                           "WEFT_CUBLASLT_LIB to its file", dlerror());
 #define LT_SYM_(field, name)                                                                       \
     do {                                                                                           \
         void *s_ = dlsym(st->lt_lib, name);                                                        \
-        if (!s_) return fail_(NULL, "cuBLASLt: libcublasLt.so.13 has no %s", name);                \
+        if (!s_) return fail_(NULL, "cuBLASLt: %s has no %s", lt_file, name);                      \
         memcpy(&st->lt.field, &s_, sizeof s_);                                                     \
     } while (0)
     LT_SYM_(create, "cublasLtCreate");
@@ -160,14 +171,13 @@ static int open_libs_(cuda_state_ *st) {
     LT_SYM_(heuristic, "cublasLtMatmulAlgoGetHeuristic");
     LT_SYM_(matmul, "cublasLtMatmul");
 #undef LT_SYM_
-    /* optional: named when missing */
-    static const char *const optional[][2] = {{"cuDNN", "libcudnn.so.9"}, {"NCCL", "libnccl.so.2"}};
-    st->libs[0] = '\0';
+    static const char *const optional[][3] = {{"cuDNN", "WEFT_CUDNN_LIB", "libcudnn.so.9"},
+                                              {"NCCL", "WEFT_NCCL_LIB", "libnccl.so.2"}};
+    snprintf(st->libs, sizeof st->libs, "cuBLASLt found");
     for (auto &o : optional) {
-        void *h = dlopen(o[1], RTLD_NOW | RTLD_LOCAL);
+        void *h = dlopen(lib_file_(o[1], o[2]), RTLD_NOW | RTLD_LOCAL);
         size_t len = strlen(st->libs);
-        snprintf(st->libs + len, sizeof st->libs - len, "%s%s %s", len ? "; " : "", o[0],
-                 h ? "found" : "missing (optional)");
+        snprintf(st->libs + len, sizeof st->libs - len, ", %s %s", o[0], h ? "found" : "missing (optional)");
         if (h) dlclose(h);
     }
     return 0;
@@ -176,21 +186,29 @@ static int open_libs_(cuda_state_ *st) {
 
 static void cu_fini(void *state);
 
+/* The libraries first, then the driver: where both are missing, the
+ * library is named (the driver's error names no library). */
 static int cu_init(void **state) {
     *state = NULL;
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) return fail_(NULL, "cudaGetDeviceCount: %s", cuda_words_(e));
-    if (count < 1) return fail_(NULL, "cudaGetDeviceCount: no CUDA device");
     cuda_state_ *st = (cuda_state_ *)calloc(1, sizeof *st);
     if (!st) return fail_(NULL, "cannot allocate the backend's state");
+    const char *libs = "";
 #if !WF_CUDA_EMU
     if (open_libs_(st) != 0) {
         free(st);
         return -1;
     }
-    if (getenv("WEFT_CUDA_VERBOSE")) fprintf(stderr, "weft: backend cuda: %s\n", st->libs);
+    libs = st->libs;
+    if (getenv("WEFT_CUDA_VERBOSE")) fprintf(stderr, "weft: backend cuda: %s\n", libs);
 #endif
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count < 1) {
+        fail_(NULL, "cudaGetDeviceCount: %s%s%s%s", e != cudaSuccess ? cuda_words_(e) : "no CUDA device",
+              *libs ? " (" : "", libs, *libs ? ")" : "");
+        free(st);
+        return -1;
+    }
     int rc = 0;
     cudaError_t c = cudaStreamCreate(&st->stream);
     if (c == cudaSuccess) c = cudaMalloc((void **)&st->small, SMALL_FLOATS_ * sizeof(float));
@@ -204,7 +222,6 @@ static int cu_init(void **state) {
         rc = fail_(NULL, "cannot allocate cuBLASLt's workspace (%zu bytes)", LT_WORKSPACE_);
 #endif
     if (rc) {
-        snprintf(init_err_ + strlen(init_err_), sizeof init_err_ - strlen(init_err_), "%s", "");
         cu_fini(st);
         return -1;
     }
