@@ -182,7 +182,9 @@ $(BUILD)/libweft-mpi-mpich.so: src/comm/mpi/comm_mpi.c src/comm/comm_backend.h
 # each (a missing __syncthreads, an off-by-one write) that the tests must
 # catch. `make cuda`: by nvcc, static cudart, sm_90a code plus compute_90
 # PTX, warnings (ptxas's spills, local memory, double precision too) as
-# errors: build/libweft-cuda.so; one line and nothing else without nvcc.
+# errors: build/libweft-cuda.so, and build/cuda-resources.txt, each kernel's
+# registers, shared memory and stack from ptxas -v (the committed copy is
+# src/cuda/resources.txt); one line and nothing else without nvcc.
 NVCC     ?= $(or $(shell command -v nvcc),$(wildcard /usr/local/cuda/bin/nvcc))
 CXX_EMU  ?= $(if $(findstring clang,$(CC)),clang++,g++)
 CUDA_SRC := src/cuda/backend_cuda.cu
@@ -216,7 +218,9 @@ cuda: $(BUILD)/libweft-cuda.so
 $(BUILD)/libweft-cuda.so: $(CUDA_DEP)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $@"
-	$(Q)$(NVCC) $(NVCC_FLAGS) -o $@ $(CUDA_SRC) -ldl
+	$(Q)$(NVCC) $(NVCC_FLAGS) -Xptxas -v -o $@ $(CUDA_SRC) -ldl 2> $(BUILD)/cuda-ptxas.log || \
+	    { grep -v '^ptxas info\|bytes stack frame' $(BUILD)/cuda-ptxas.log; rm -f $@; exit 1; }
+	$(Q)python3 scripts/cuda_resources.py < $(BUILD)/cuda-ptxas.log > $(BUILD)/cuda-resources.txt
 else
 cuda:
 	@echo "cuda: no nvcc (PATH, /usr/local/cuda/bin): build/libweft-cuda.so skipped"

@@ -101,3 +101,32 @@ def test_a_missing_cuda_library_is_named(var, words, tmp_path):
     assert words in r.stderr
     if var == "WEFT_CUBLASLT_LIB":  # required: the backend does not start without it, driver or not
         assert r.returncode == 1 and "the matmuls need it" in r.stderr
+
+
+@needs_cuda_build
+def test_the_kernels_resources_are_the_committed_table():
+    """build/cuda-resources.txt (ptxas -v, by `make cuda`) against the
+    committed src/cuda/resources.txt: a kernel change that changes its
+    registers, barriers, shared memory or stack shows as a change of that
+    file (copy the new one over when the change is meant). The figures are
+    nvcc 13.0's. Every kernel keeps no stack, spills nothing and uses no
+    static shared memory (the emulator knows dynamic shared memory only)."""
+    built = (BUILD / "cuda-resources.txt").read_text()
+    committed = (BUILD.parent / "src" / "cuda" / "resources.txt").read_text()
+    assert built == committed, "the kernels' resources changed: review build/cuda-resources.txt, copy it to src/cuda/"
+    rows = [line.split() for line in committed.splitlines() if not line.startswith("#")]
+    assert len(rows) >= 19 and all(r[1] == "sm_90a" for r in rows)
+    assert all(r[4] == r[5] == r[6] == r[7] == "0" for r in rows), rows
+
+
+@pytest.mark.asan
+def test_every_op_passes_in_a_sanitizer_build():
+    """In the AddressSanitizer + UBSan build (WEFT_BUILD=build-address-
+    undefined pytest -m asan, scripts/check.sh) cudaemu is instrumented too:
+    its red zones are poisoned for ASan, so a stray read fails as well as a
+    write; the fiber switches are annotated. Elsewhere the test above
+    covers it."""
+    if "address" not in BUILD.name:
+        pytest.skip("not a sanitizer build: test_every_op_passes_under_every_schedule covers it")
+    out = json.loads(ops_check("shuffle:5", "--json").stdout)
+    assert out["failed"] == 0 and {x["op"] for x in out["results"]} == OPS
