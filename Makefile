@@ -196,7 +196,12 @@ EMU_FLAGS = -std=c++17 -x c++ -O1 -g -fPIC -shared -fvisibility=hidden -ffp-cont
 EMU_LIBS := $(shell pkg-config --libs openblas)
 EMU_PLANTS := $(BUILD)/cudaemu-plant/no-sync/libweft-cudaemu.so $(BUILD)/cudaemu-plant/off-by-one/libweft-cudaemu.so
 .PHONY: cuda cudaemu
-cudaemu: $(BUILD)/libweft-cudaemu.so $(EMU_PLANTS)
+cudaemu: $(BUILD)/libweft-cudaemu.so $(EMU_PLANTS) $(BUILD)/tests/cuda_emu
+# The emulator's own unit test (tests/cuda/, run by tests/py/test_cudaemu.py).
+$(BUILD)/tests/cuda_emu: tests/cuda/test_cuda_emu.cc src/cuda/emu/cuda_emu.h src/cuda/emu/cuda_emu.cc src/cuda/cuda_compat.h
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $@"
+	$(Q)$(CXX_EMU) $(filter-out -fPIC -shared -fvisibility=hidden,$(EMU_FLAGS)) -o $@ tests/cuda/test_cuda_emu.cc src/cuda/emu/cuda_emu.cc
 $(BUILD)/libweft-cudaemu.so: $(EMU_DEP)
 	@mkdir -p $(dir $@)
 	@echo "  CXX     $@"

@@ -7,6 +7,7 @@ build, `cuda`, here without a driver: it fails with the driver's words and
 names a missing library. docs/gpu.md has the design."""
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -130,3 +131,15 @@ def test_every_op_passes_in_a_sanitizer_build():
         pytest.skip("not a sanitizer build: test_every_op_passes_under_every_schedule covers it")
     out = json.loads(ops_check("shuffle:5", "--json").stdout)
     assert out["failed"] == 0 and {x["op"] for x in out["results"]} == OPS
+
+
+def test_the_emulator_itself():
+    """tests/cuda/test_cuda_emu.cc: the warp exchange and ballot under every
+    schedule, warp-serial order shown by a planted race, and the reports of
+    a deadlock, writes outside an allocation or shared memory, an
+    impossible launch and an out-of-bounds fill."""
+    exe = BUILD / "tests" / "cuda_emu"
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and lines and all(x.startswith("ok ") for x in lines), r.stdout + r.stderr
+    assert len(lines) >= 18 and any("deadlock" in x for x in lines)

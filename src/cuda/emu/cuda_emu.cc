@@ -284,10 +284,26 @@ static int rz_broken_(const alloc_ &a, long long *off) {
     return bad;
 }
 
+/* Restores a's red zones once their breach is reported, so that the next
+ * launch reports only its own. */
+static void rz_rearm_(const alloc_ &a) {
+#ifdef EMU_ASAN_
+    ASAN_UNPOISON_MEMORY_REGION(a.base, RZ_BYTES_);
+    ASAN_UNPOISON_MEMORY_REGION(a.base + RZ_BYTES_ + a.bytes, tail_rz_(a.bytes));
+#endif
+    memset(a.base, RZ_BYTE_, RZ_BYTES_);
+    memset(a.base + RZ_BYTES_ + a.bytes, RZ_BYTE_, tail_rz_(a.bytes));
+#ifdef EMU_ASAN_
+    ASAN_POISON_MEMORY_REGION(a.base, RZ_BYTES_);
+    ASAN_POISON_MEMORY_REGION(a.base + RZ_BYTES_ + a.bytes, tail_rz_(a.bytes));
+#endif
+}
+
 static int check_allocs_(const char *when) {
     for (const alloc_ &a : allocs_) {
         long long off = 0;
         if (rz_broken_(a, &off)) {
+            rz_rearm_(a);
             fail_(cudaErrorLaunchFailure,
                   "%s wrote outside device allocation #%d (%zu bytes): at byte offset %lld", when, a.serial,
                   a.bytes, off);
