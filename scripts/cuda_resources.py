@@ -15,8 +15,18 @@ USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) byt
 
 
 def demangle(name):
+    """The kernel's name, with its template argument: _Z15attention_fwd_kIfEv...
+    is attention_fwd_k<float>, ...I7wf_bf16E... attention_fwd_k<wf_bf16>."""
     m = re.match(r"_Z(\d+)(\w+)", name)
-    return m.group(2)[: int(m.group(1))] if m else name
+    if not m:
+        return name
+    n = int(m.group(1))
+    base, rest = m.group(2)[:n], m.group(2)[n:]
+    t = re.match(r"I(?:(\d+)(\w+)|([a-z]))E", rest)
+    if not t:
+        return base
+    arg = t.group(2)[: int(t.group(1))] if t.group(1) else {"f": "float", "i": "int"}.get(t.group(3), t.group(3))
+    return f"{base}<{arg}>"
 
 
 def main():

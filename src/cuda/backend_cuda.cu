@@ -19,8 +19,9 @@
  * caller's), sync waits for the stream. Marks are events from a ring of
  * WF_MARKS (a mark stays valid for that many later marks).
  *
- * Only fp32 for now: float_dtypes declares f32 and the seam refuses the
- * rest. */
+ * Dtypes: f32 everywhere; bf16 (in and out, fp32 math) for matmul,
+ * attention and cast. float_dtypes declares both, so the other ops refuse
+ * bf16 themselves, naming the op and the argument. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
@@ -66,6 +67,7 @@ struct lt_api_ {
     decltype(&cublasLtMatmul) matmul;
 };
 #define LT_WORKSPACE_ ((size_t)32 << 20)
+static cudaDataType_t cuda_type_(wf_dtype dt) { return dt == WF_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 #endif
 
 struct cuda_state_ {
@@ -116,6 +118,11 @@ static const char *cuda_words_(cudaError_t e) {
  * anything the emulator found). */
 #define CK_LAUNCH_(st, what) CK_(st, cudaGetLastError(), what)
 
+/* The backend links nothing of libweft, so not wf_dtype_name. */
+static const char *wf_dtype_name_(wf_dtype dt) {
+    return dt == WF_DTYPE_F32 ? "f32" : dt == WF_DTYPE_BF16 ? "bf16" : dt == WF_DTYPE_F16 ? "f16" : "i32";
+}
+
 static int grid_for_(int64_t n, int threads) {
     int64_t g = (n + threads - 1) / threads;
     if (g < 1) g = 1;
@@ -125,6 +132,21 @@ static int grid_for_(int64_t n, int threads) {
 #define F_(x) ((float *)(x).p)
 #define CF_(x) ((const float *)(x).p)
 #define I_(x) ((const int32_t *)(x).p)
+
+/* bf16 kernels exist for matmul, attention and cast; the other ops refuse
+ * a bf16 argument (the seam lets it through: the table declares bf16). */
+static int f32_only_(cuda_state_ *st, const char *op, const wf_dptr *args, int n) {
+    for (int i = 0; i < n; i++)
+        if (args[i].dt != WF_DTYPE_F32 && args[i].dt != WF_DTYPE_I32)
+            return fail_(st, "%s: argument %d has dtype %s: this op is f32 only (bf16: matmul, attention, cast)", op,
+                         i + 1, wf_dtype_name_(args[i].dt));
+    return 0;
+}
+#define F32_ONLY_(st, op, ...)                                                              \
+    do {                                                                                    \
+        const wf_dptr a_[] = {__VA_ARGS__};                                                 \
+        if (f32_only_((st), (op), a_, (int)(sizeof a_ / sizeof a_[0]))) return -1;          \
+    } while (0)
 
 /* --------------------------------------------------------- init, fini */
 
@@ -343,15 +365,55 @@ static double cu_mark_seconds(void *state, wf_backend_mark a, wf_backend_mark b)
  * gemm_cm_ is that column-major call: cuBLASLt's under nvcc, sgemm's under
  * the emulator. */
 
-static int gemm_cm_(cuda_state_ *st, int ta, int tb, int m, int n, int k, float alpha, const float *A, int64_t lda,
-                    int64_t sa, const float *B, int64_t ldb, int64_t sb, float beta, float *C, int64_t ldc,
-                    int64_t sc, int batch) {
+#if WF_CUDA_EMU
+/* The floats of a column-major operand (rows x cols, ld, batch stride) of
+ * dtype dt, converted into a new array laid out the same way; NULL when
+ * out of memory. */
+static float *emu_widen_(const void *x, wf_dtype dt, int rows, int cols, int64_t ld, int64_t stride, int batch) {
+    int64_t span = (int64_t)(batch - 1) * stride + (int64_t)(cols - 1) * ld + rows;
+    float *f = (float *)calloc((size_t)span, sizeof(float));
+    if (!f) return NULL;
+    for (int b = 0; b < batch; b++)
+        for (int c = 0; c < cols; c++)
+            for (int r = 0; r < rows; r++) {
+                int64_t i = (int64_t)b * stride + (int64_t)c * ld + r;
+                f[i] = dt == WF_DTYPE_BF16 ? wf_bf16_to_f32(((const wf_bf16 *)x)[i]) : ((const float *)x)[i];
+            }
+    return f;
+}
+#endif
+
+static int gemm_cm_(cuda_state_ *st, int ta, int tb, int m, int n, int k, float alpha, const void *A, wf_dtype adt,
+                    int64_t lda, int64_t sa, const void *B, wf_dtype bdt, int64_t ldb, int64_t sb, float beta, void *C,
+                    wf_dtype cdt, int64_t ldc, int64_t sc, int batch) {
 #if WF_CUDA_EMU
     CK_(st, cudaStreamSynchronize(st->stream), "matmul: the work before it");
-    for (int i = 0; i < batch; i++)
-        cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha,
-                    A + i * sa, (int)lda, B + i * sb, (int)ldb, beta, C + i * sc, (int)ldc);
-    return 0;
+    if (adt == WF_DTYPE_F32 && bdt == WF_DTYPE_F32 && cdt == WF_DTYPE_F32) {
+        for (int i = 0; i < batch; i++)
+            cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                        (const float *)A + i * sa, (int)lda, (const float *)B + i * sb, (int)ldb, beta,
+                        (float *)C + i * sc, (int)ldc);
+        return 0;
+    }
+    /* bf16 somewhere: as cuBLASLt computes it, fp32 products and sums of
+     * the exact bf16 values, the output rounded once to its dtype */
+    float *a = emu_widen_(A, adt, ta ? k : m, ta ? m : k, lda, sa, batch);
+    float *b = emu_widen_(B, bdt, tb ? n : k, tb ? k : n, ldb, sb, batch);
+    float *c = emu_widen_(C, beta != 0.0f ? cdt : WF_DTYPE_F32, m, n, ldc, sc, batch);
+    if (a && b && c)
+        for (int i = 0; i < batch; i++)
+            cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                        a + i * sa, (int)lda, b + i * sb, (int)ldb, beta, c + i * sc, (int)ldc);
+    for (int i = 0; i < batch && a && b && c; i++)
+        for (int col = 0; col < n; col++)
+            for (int r = 0; r < m; r++) {
+                int64_t x = (int64_t)i * sc + (int64_t)col * ldc + r;
+                if (cdt == WF_DTYPE_BF16) ((wf_bf16 *)C)[x] = wf_f32_to_bf16(c[x]);
+                else ((float *)C)[x] = c[x];
+            }
+    int ok = a && b && c;
+    free(a), free(b), free(c);
+    return ok ? 0 : fail_(st, "matmul: no host memory for the emulated bf16 product");
 #else
     lt_api_ &lt = st->lt;
     cublasLtMatmulDesc_t desc = NULL;
@@ -367,9 +429,9 @@ static int gemm_cm_(cuda_state_ *st, int ta, int tb, int m, int n, int k, float 
     lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
     lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
     /* stored shapes: A is m x k (k x m when transposed), B k x n (n x k) */
-    if (lt.layout_create(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda) != CUBLAS_STATUS_SUCCESS ||
-        lt.layout_create(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb) != CUBLAS_STATUS_SUCCESS ||
-        lt.layout_create(&lc, CUDA_R_32F, m, n, ldc) != CUBLAS_STATUS_SUCCESS)
+    if (lt.layout_create(&la, cuda_type_(adt), ta ? k : m, ta ? m : k, lda) != CUBLAS_STATUS_SUCCESS ||
+        lt.layout_create(&lb, cuda_type_(bdt), tb ? n : k, tb ? k : n, ldb) != CUBLAS_STATUS_SUCCESS ||
+        lt.layout_create(&lc, cuda_type_(cdt), m, n, ldc) != CUBLAS_STATUS_SUCCESS)
         goto done;
     if (batch > 1) {
         lt.layout_set(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
@@ -411,15 +473,20 @@ static int cu_matmul(void *state, const wf_matmul_desc *d) {
     if (d->k == 0) { /* no product: C stays (accumulate) or becomes zeros */
         if (d->accumulate) return 0;
         for (int i = 0; i < batch; i++) {
-            WF_LAUNCH(zero2d_k, grid_for_((int64_t)d->m * d->n, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream,
-                      F_(d->c) + i * d->stride_c, (int64_t)d->m, d->n, d->ldc);
+            int64_t mn = (int64_t)d->m * d->n;
+            if (d->c.dt == WF_DTYPE_BF16)
+                WF_LAUNCH(zero2d_k<wf_bf16>, grid_for_(mn, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream,
+                          (wf_bf16 *)d->c.p + i * d->stride_c, (int64_t)d->m, d->n, d->ldc);
+            else
+                WF_LAUNCH(zero2d_k<float>, grid_for_(mn, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream,
+                          F_(d->c) + i * d->stride_c, (int64_t)d->m, d->n, d->ldc);
             CK_LAUNCH_(st, "matmul (k = 0)");
         }
         return 0;
     }
-    return gemm_cm_(st, d->trans_b, d->trans_a, d->n, d->m, d->k, d->alpha, CF_(d->b), d->ldb, d->stride_b,
-                    CF_(d->a), d->lda, d->stride_a, d->accumulate ? 1.0f : 0.0f, F_(d->c), d->ldc, d->stride_c,
-                    batch);
+    return gemm_cm_(st, d->trans_b, d->trans_a, d->n, d->m, d->k, d->alpha, d->b.p, d->b.dt, d->ldb, d->stride_b,
+                    d->a.p, d->a.dt, d->lda, d->stride_a, d->accumulate ? 1.0f : 0.0f, d->c.p, d->c.dt, d->ldc,
+                    d->stride_c, batch);
 }
 
 /* ---------------------------------------------------------------- ops */
@@ -427,6 +494,7 @@ static int cu_matmul(void *state, const wf_matmul_desc *d) {
 static int cu_rmsnorm_fwd(void *state, wf_dptr out, wf_dptr rstd, wf_dptr inp, wf_dptr weight, int N, int C,
                           float eps) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "rmsnorm_fwd", out, rstd, inp, weight);
     if (N <= 0) return 0;
     WF_LAUNCH(rmsnorm_fwd_k, N, WF_ROW_THREADS, 32 * sizeof(float), st->stream, F_(out), F_(rstd), CF_(inp),
               CF_(weight), C, eps);
@@ -437,6 +505,7 @@ static int cu_rmsnorm_fwd(void *state, wf_dptr out, wf_dptr rstd, wf_dptr inp, w
 static int cu_rmsnorm_bwd(void *state, wf_dptr dinp, wf_dptr dweight, wf_dptr dout, wf_dptr inp, wf_dptr weight,
                           wf_dptr rstd, int N, int C) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "rmsnorm_bwd", dinp, dweight, dout, inp, weight, rstd);
     if (N <= 0 || C <= 0) return 0;
     WF_LAUNCH(rmsnorm_bwd_dx_k, N, WF_ROW_THREADS, 32 * sizeof(float), st->stream, F_(dinp), CF_(dout), CF_(inp),
               CF_(weight), CF_(rstd), C);
@@ -451,6 +520,7 @@ static int cu_rmsnorm_bwd(void *state, wf_dptr dinp, wf_dptr dweight, wf_dptr do
  * backend makes them, then uploaded. */
 static int cu_rope_table(void *state, wf_dptr cos_tab, wf_dptr sin_tab, int T, int HD, double theta) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "rope_table", cos_tab, sin_tab);
     int half = HD / 2;
     size_t n = (size_t)T * half;
     float *c = (float *)malloc((n ? n : 1) * sizeof(float)), *s = (float *)malloc((n ? n : 1) * sizeof(float));
@@ -473,6 +543,7 @@ static int cu_rope_table(void *state, wf_dptr cos_tab, wf_dptr sin_tab, int T, i
 
 static int rope_(cuda_state_ *st, wf_dptr x, wf_dptr cos_tab, wf_dptr sin_tab, int B, int T, int n_heads, int HD,
                  int stride, float dir) {
+    F32_ONLY_(st, "rope", x, cos_tab, sin_tab);
     int64_t pairs = (int64_t)B * T * n_heads * (HD / 2);
     if (pairs <= 0) return 0;
     WF_LAUNCH(rope_k, grid_for_(pairs, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream, F_(x), CF_(cos_tab),
@@ -509,11 +580,21 @@ static int cu_attention_fwd(void *state, wf_dptr out, wf_dptr lse, wf_dptr qkv, 
     size_t sh = att_shared_(0, HD);
     if (sh > ATT_SHARED_MAX_) return fail_(st, "attention_fwd: head width %d needs %zu bytes of shared memory", HD, sh);
     if (B <= 0 || T <= 0) return 0;
-    CK_(st, cudaFuncSetAttribute(attention_fwd_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh),
+    if (out.dt != qkv.dt || lse.dt != WF_DTYPE_F32)
+        return fail_(st, "attention_fwd: out and qkv must have one dtype (%s, %s) and lse f32 (%s)",
+                     wf_dtype_name_(out.dt), wf_dtype_name_(qkv.dt), wf_dtype_name_(lse.dt));
+    CK_(st, cudaFuncSetAttribute(attention_fwd_k<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh),
+        "attention_fwd: cudaFuncSetAttribute");
+    CK_(st, cudaFuncSetAttribute(attention_fwd_k<wf_bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh),
         "attention_fwd: cudaFuncSetAttribute");
     dim3 grid((unsigned)((T + WF_ATT_ROWS - 1) / WF_ATT_ROWS), (unsigned)NH, (unsigned)B);
-    WF_LAUNCH(attention_fwd_k, grid, WF_ATT_ROWS, sh, st->stream, F_(out), F_(lse), CF_(qkv), T, NH, NKV, HD,
-              1.0f / sqrtf((float)HD));
+    float scale = 1.0f / sqrtf((float)HD);
+    if (out.dt == WF_DTYPE_BF16)
+        WF_LAUNCH(attention_fwd_k<wf_bf16>, grid, WF_ATT_ROWS, sh, st->stream, (wf_bf16 *)out.p, F_(lse),
+                  (const wf_bf16 *)qkv.p, T, NH, NKV, HD, scale);
+    else
+        WF_LAUNCH(attention_fwd_k<float>, grid, WF_ATT_ROWS, sh, st->stream, F_(out), F_(lse), CF_(qkv), T, NH, NKV,
+                  HD, scale);
     CK_LAUNCH_(st, "attention_fwd");
     return 0;
 }
@@ -525,23 +606,42 @@ static int cu_attention_bwd(void *state, wf_dptr dqkv, wf_dptr dout, wf_dptr qkv
     if (sh2 > ATT_SHARED_MAX_)
         return fail_(st, "attention_bwd: head width %d needs %zu bytes of shared memory", HD, sh2);
     if (B <= 0 || T <= 0) return 0;
-    CK_(st, cudaFuncSetAttribute(attention_bwd_dq_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh1),
+    if (dqkv.dt != qkv.dt || dout.dt != qkv.dt || out.dt != qkv.dt || lse.dt != WF_DTYPE_F32)
+        return fail_(st, "attention_bwd: dqkv, dout, qkv and out must have one dtype (%s, %s, %s, %s) and lse f32 (%s)",
+                     wf_dtype_name_(dqkv.dt), wf_dtype_name_(dout.dt), wf_dtype_name_(qkv.dt), wf_dtype_name_(out.dt),
+                     wf_dtype_name_(lse.dt));
+    CK_(st, cudaFuncSetAttribute(attention_bwd_dq_k<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh1),
         "attention_bwd: cudaFuncSetAttribute");
-    CK_(st, cudaFuncSetAttribute(attention_bwd_dkv_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh2),
+    CK_(st, cudaFuncSetAttribute(attention_bwd_dkv_k<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh2),
+        "attention_bwd: cudaFuncSetAttribute");
+    CK_(st, cudaFuncSetAttribute(attention_bwd_dq_k<wf_bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh1),
+        "attention_bwd: cudaFuncSetAttribute");
+    CK_(st, cudaFuncSetAttribute(attention_bwd_dkv_k<wf_bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh2),
         "attention_bwd: cudaFuncSetAttribute");
     float scale = 1.0f / sqrtf((float)HD);
     unsigned tiles = (unsigned)((T + WF_ATT_ROWS - 1) / WF_ATT_ROWS);
-    WF_LAUNCH(attention_bwd_dq_k, dim3(tiles, (unsigned)NH, (unsigned)B), WF_ATT_ROWS, sh1, st->stream, F_(dqkv),
-              CF_(dout), CF_(qkv), CF_(out), CF_(lse), T, NH, NKV, HD, scale);
-    CK_LAUNCH_(st, "attention_bwd (dq)");
-    WF_LAUNCH(attention_bwd_dkv_k, dim3(tiles, (unsigned)NKV, (unsigned)B), WF_ATT_ROWS, sh2, st->stream, F_(dqkv),
-              CF_(dout), CF_(qkv), CF_(out), CF_(lse), T, NH, NKV, HD, scale);
+    dim3 gq(tiles, (unsigned)NH, (unsigned)B), gkv(tiles, (unsigned)NKV, (unsigned)B);
+    if (qkv.dt == WF_DTYPE_BF16) {
+        const wf_bf16 *dy = (const wf_bf16 *)dout.p, *x = (const wf_bf16 *)qkv.p, *o = (const wf_bf16 *)out.p;
+        WF_LAUNCH(attention_bwd_dq_k<wf_bf16>, gq, WF_ATT_ROWS, sh1, st->stream, (wf_bf16 *)dqkv.p, dy, x, o,
+                  CF_(lse), T, NH, NKV, HD, scale);
+        CK_LAUNCH_(st, "attention_bwd (dq)");
+        WF_LAUNCH(attention_bwd_dkv_k<wf_bf16>, gkv, WF_ATT_ROWS, sh2, st->stream, (wf_bf16 *)dqkv.p, dy, x, o,
+                  CF_(lse), T, NH, NKV, HD, scale);
+    } else {
+        WF_LAUNCH(attention_bwd_dq_k<float>, gq, WF_ATT_ROWS, sh1, st->stream, F_(dqkv), CF_(dout), CF_(qkv),
+                  CF_(out), CF_(lse), T, NH, NKV, HD, scale);
+        CK_LAUNCH_(st, "attention_bwd (dq)");
+        WF_LAUNCH(attention_bwd_dkv_k<float>, gkv, WF_ATT_ROWS, sh2, st->stream, F_(dqkv), CF_(dout), CF_(qkv),
+                  CF_(out), CF_(lse), T, NH, NKV, HD, scale);
+    }
     CK_LAUNCH_(st, "attention_bwd (dk, dv)");
     return 0;
 }
 
 static int cu_swiglu_fwd(void *state, wf_dptr out, wf_dptr h13, int N, int H) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "swiglu_fwd", out, h13);
     int64_t n = (int64_t)N * H;
     if (n <= 0) return 0;
     WF_LAUNCH(swiglu_fwd_k, grid_for_(n, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream, F_(out), CF_(h13),
@@ -552,6 +652,7 @@ static int cu_swiglu_fwd(void *state, wf_dptr out, wf_dptr h13, int N, int H) {
 
 static int cu_swiglu_bwd(void *state, wf_dptr dh13, wf_dptr dout, wf_dptr h13, int N, int H) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "swiglu_bwd", dh13, dout, h13);
     int64_t n = (int64_t)N * H;
     if (n <= 0) return 0;
     WF_LAUNCH(swiglu_bwd_k, grid_for_(n, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream, F_(dh13), CF_(dout),
@@ -562,6 +663,7 @@ static int cu_swiglu_bwd(void *state, wf_dptr dh13, wf_dptr dout, wf_dptr h13, i
 
 static int cu_embedding_fwd(void *state, wf_dptr out, wf_dptr tokens, wf_dptr wte, int N, int C) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "embedding_fwd", out, wte);
     int64_t n = (int64_t)N * C;
     if (n <= 0) return 0;
     WF_LAUNCH(embedding_fwd_k, grid_for_(n, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream, F_(out), I_(tokens),
@@ -572,6 +674,7 @@ static int cu_embedding_fwd(void *state, wf_dptr out, wf_dptr tokens, wf_dptr wt
 
 static int cu_embedding_bwd(void *state, wf_dptr dwte, wf_dptr dout, wf_dptr tokens, int N, int C) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "embedding_bwd", dwte, dout);
     if (N <= 0 || C <= 0) return 0;
     WF_LAUNCH(embedding_bwd_k, (C + WF_ROW_THREADS - 1) / WF_ROW_THREADS, WF_ROW_THREADS, 0, st->stream, F_(dwte),
               CF_(dout), I_(tokens), (int64_t)N, C);
@@ -582,6 +685,7 @@ static int cu_embedding_bwd(void *state, wf_dptr dwte, wf_dptr dout, wf_dptr tok
 static int cu_crossentropy_fwd(void *state, wf_dptr losses, wf_dptr lse, wf_dptr logits, wf_dptr targets, int N,
                                int V) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "crossentropy_fwd", losses, lse, logits);
     if (N <= 0) return 0;
     WF_LAUNCH(crossentropy_fwd_k, N, WF_EW_THREADS, 32 * sizeof(float), st->stream, F_(losses), F_(lse),
               CF_(logits), I_(targets), V);
@@ -592,6 +696,7 @@ static int cu_crossentropy_fwd(void *state, wf_dptr losses, wf_dptr lse, wf_dptr
 static int cu_crossentropy_bwd(void *state, wf_dptr logits, wf_dptr lse, wf_dptr targets, int N, int V,
                                float dloss) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "crossentropy_bwd", logits, lse);
     int64_t n = (int64_t)N * V;
     if (n <= 0) return 0;
     WF_LAUNCH(crossentropy_bwd_k, grid_for_(n, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream, F_(logits), CF_(lse),
@@ -608,6 +713,7 @@ static int small_down_(cuda_state_ *st, size_t floats) {
 
 static int cu_sumsq(void *state, wf_dptr x, size_t n, double *out) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "sumsq", x);
     *out = 0.0;
     if (n == 0) return 0;
     int64_t per = ((int64_t)n + WF_REDUCE_BLOCKS - 1) / WF_REDUCE_BLOCKS;
@@ -624,6 +730,7 @@ static int cu_sumsq(void *state, wf_dptr x, size_t n, double *out) {
 
 static int cu_first_nonfinite(void *state, wf_dptr x, size_t n, size_t *index) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "first_nonfinite", x);
     *index = n;
     if (n == 0) return 0;
     int64_t per = ((int64_t)n + WF_REDUCE_BLOCKS - 1) / WF_REDUCE_BLOCKS;
@@ -642,6 +749,7 @@ static int cu_first_nonfinite(void *state, wf_dptr x, size_t n, size_t *index) {
 
 static int cu_loss_sum(void *state, wf_dptr losses, wf_dptr targets, size_t n, double *sum, size_t *n_valid) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "loss_sum", losses);
     *sum = 0.0, *n_valid = 0;
     if (n == 0) return 0;
     if (n > (size_t)INT32_MAX) return fail_(st, "loss_sum: %zu rows, more than 2^31 - 1", n);
@@ -658,6 +766,7 @@ static int cu_loss_sum(void *state, wf_dptr losses, wf_dptr targets, size_t n, d
 
 static int cu_add(void *state, wf_dptr y, wf_dptr a, wf_dptr b, size_t n) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "add", y, a, b);
     if (n == 0) return 0;
     WF_LAUNCH(add_k, grid_for_((int64_t)n, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream, F_(y), CF_(a), CF_(b),
               (int64_t)n);
@@ -665,14 +774,27 @@ static int cu_add(void *state, wf_dptr y, wf_dptr a, wf_dptr b, size_t n) {
     return 0;
 }
 
-/* f32 -> f32 is the only pair while f32 is the only dtype: a copy. */
+/* The same dtype is a copy; f32 to bf16 rounds to nearest even. */
 static int cu_cast(void *state, wf_dptr dst, wf_dptr src, size_t n) {
-    return cu_copy(state, dst.p, src.p, n * sizeof(float));
+    cuda_state_ *st = (cuda_state_ *)state;
+    if (dst.dt == src.dt) return cu_copy(state, dst.p, src.p, n * (dst.dt == WF_DTYPE_BF16 ? 2 : 4));
+    if (n == 0) return 0;
+    if (dst.dt == WF_DTYPE_BF16 && src.dt == WF_DTYPE_F32)
+        WF_LAUNCH(cast_f32_bf16_k, grid_for_((int64_t)n, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream,
+                  (wf_bf16 *)dst.p, CF_(src), (int64_t)n);
+    else if (dst.dt == WF_DTYPE_F32 && src.dt == WF_DTYPE_BF16)
+        WF_LAUNCH(cast_bf16_f32_k, grid_for_((int64_t)n, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream, F_(dst),
+                  (const wf_bf16 *)src.p, (int64_t)n);
+    else
+        return fail_(st, "cast: %s to %s is not implemented", wf_dtype_name_(src.dt), wf_dtype_name_(dst.dt));
+    CK_LAUNCH_(st, "cast");
+    return 0;
 }
 
 static int cu_adamw(void *state, wf_dptr p, wf_dptr g, wf_dptr m, wf_dptr v, const wf_adamw_span *ranges,
                     int n_ranges, size_t total, wf_adamw_coef k) {
     cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "adamw", p, g, m, v);
     for (int r = 0; r < n_ranges; r++) {
         int64_t n = (int64_t)ranges[r].numel, o = (int64_t)ranges[r].offset;
         if (n <= 0) continue;
@@ -691,7 +813,7 @@ static wf_backend_ops make_ops_(void) {
     memset(&o, 0, sizeof o);
     o.abi = WF_BACKEND_ABI;
     o.name = BACKEND_NAME_;
-    o.float_dtypes = 1u << WF_DTYPE_F32;
+    o.float_dtypes = 1u << WF_DTYPE_F32 | 1u << WF_DTYPE_BF16;
     o.init = cu_init;
     o.fini = cu_fini;
     o.last_error = cu_last_error;

@@ -315,9 +315,18 @@ static __global__ void add_k(float *y, const float *a, const float *b, int64_t n
     for (int64_t i = global_index(); i < n; i += global_stride()) y[i] = a[i] + b[i];
 }
 
+/* dst = src converted (bf16 by rounding to nearest even). */
+static __global__ void cast_f32_bf16_k(wf_bf16 *dst, const float *src, int64_t n) {
+    for (int64_t i = global_index(); i < n; i += global_stride()) dst[i] = wf_f32_to_bf16(src[i]);
+}
+static __global__ void cast_bf16_f32_k(float *dst, const wf_bf16 *src, int64_t n) {
+    for (int64_t i = global_index(); i < n; i += global_stride()) dst[i] = wf_bf16_to_f32(src[i]);
+}
+
 /* C (rows, cols, row stride ldc) = 0: a matmul with k = 0. */
-static __global__ void zero2d_k(float *c, int64_t rows, int cols, int64_t ldc) {
-    for (int64_t i = global_index(); i < rows * cols; i += global_stride()) c[(i / cols) * ldc + i % cols] = 0.0f;
+template <class E>
+static __global__ void zero2d_k(E *c, int64_t rows, int cols, int64_t ldc) {
+    for (int64_t i = global_index(); i < rows * cols; i += global_stride()) wf_st(c, (i / cols) * ldc + i % cols, 0.0f);
 }
 
 /* One span of AdamW (include/weft/backend.h has the update), in the float
@@ -341,21 +350,25 @@ static __global__ void adamw_k(float *p, const float *g, float *m, float *v, int
  * memory WF_ATT_KEYS rows at a time; each thread keeps its row's running
  * maximum, sum and output (online softmax), so memory is O(T). qkv rows
  * hold NH query heads, NKV key heads, NKV value heads (QKV = (NH+2NKV)HD
- * floats); query head h reads kv head h / (NH/NKV). */
+ * elements); query head h reads kv head h / (NH/NKV). The element type E
+ * of qkv, out, dout and dqkv is float or wf_bf16 (bf16 in and out); the
+ * math, the shared tiles and lse are fp32. */
 
 /* Loads rows [j0, j0 + WF_ATT_KEYS) of head column `col` (in floats) of
  * qkv for batch row base `b0` into dst (WF_ATT_KEYS, HD), zeros past T. */
-static __device__ void att_load_tile(float *dst, const float *qkv, int64_t b0, int j0, int T, int64_t QKV,
+template <class E>
+static __device__ void att_load_tile(float *dst, const E *qkv, int64_t b0, int j0, int T, int64_t QKV,
                                      int64_t col, int HD) {
     for (int idx = (int)threadIdx.x; idx < WF_ATT_KEYS * HD; idx += (int)blockDim.x) {
         int r = idx / HD, d = idx % HD, j = j0 + r;
-        dst[idx] = j < T ? qkv[(b0 + j) * QKV + col + d] : 0.0f;
+        dst[idx] = j < T ? wf_ld(qkv, (b0 + j) * QKV + col + d) : 0.0f;
     }
 }
 
 /* grid (tiles of T, NH, B). out (B, T, NH*HD), lse (B, NH, T).
  * Shared: (2 * WF_ATT_ROWS + 2 * WF_ATT_KEYS) * HD floats. */
-static __global__ void attention_fwd_k(float *out, float *lse, const float *qkv, int T, int NH, int NKV, int HD,
+template <class E>
+static __global__ void attention_fwd_k(E *out, float *lse, const E *qkv, int T, int NH, int NKV, int HD,
                                        float scale) {
     WF_DYN_SHARED(float, sh);
     const int tid = (int)threadIdx.x, h = (int)blockIdx.y, g = h / (NH / NKV);
@@ -365,7 +378,7 @@ static __global__ void attention_fwd_k(float *out, float *lse, const float *qkv,
     float *ks = sh + (int64_t)2 * WF_ATT_ROWS * HD, *vs = ks + (int64_t)WF_ATT_KEYS * HD;
     const int active = t < T;
     for (int d = 0; d < HD; d++) {
-        q[d] = active ? qkv[(b0 + t) * QKV + (int64_t)h * HD + d] : 0.0f;
+        q[d] = active ? wf_ld(qkv, (b0 + t) * QKV + (int64_t)h * HD + d) : 0.0f;
         acc[d] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
@@ -393,7 +406,7 @@ static __global__ void attention_fwd_k(float *out, float *lse, const float *qkv,
         __syncthreads(); /* before the next tile overwrites ks, vs */
     }
     if (!active) return;
-    for (int d = 0; d < HD; d++) out[(b0 + t) * OW + (int64_t)h * HD + d] = acc[d] / l;
+    for (int d = 0; d < HD; d++) wf_st(out, (b0 + t) * OW + (int64_t)h * HD + d, acc[d] / l);
     lse[((int64_t)blockIdx.z * NH + h) * T + t] = m + logf(l);
 }
 
@@ -401,7 +414,8 @@ static __global__ void attention_fwd_k(float *out, float *lse, const float *qkv,
  * dq_t = sum_{j<=t} p_j (dout_t.v_j - D_t) k_j * scale, with p_j = exp(s_j
  * - lse_t) and D_t = dout_t.out_t. Writes dqkv's query heads.
  * Shared: (3 * WF_ATT_ROWS + 2 * WF_ATT_KEYS) * HD floats. */
-static __global__ void attention_bwd_dq_k(float *dqkv, const float *dout, const float *qkv, const float *out,
+template <class E>
+static __global__ void attention_bwd_dq_k(E *dqkv, const E *dout, const E *qkv, const E *out,
                                           const float *lse, int T, int NH, int NKV, int HD, float scale) {
     WF_DYN_SHARED(float, sh);
     const int tid = (int)threadIdx.x, h = (int)blockIdx.y, g = h / (NH / NKV);
@@ -413,9 +427,9 @@ static __global__ void attention_bwd_dq_k(float *dqkv, const float *dout, const 
     const int active = t < T;
     float D = 0.0f, L = 0.0f;
     for (int d = 0; d < HD; d++) {
-        q[d] = active ? qkv[(b0 + t) * QKV + (int64_t)h * HD + d] : 0.0f;
-        dy[d] = active ? dout[(b0 + t) * OW + (int64_t)h * HD + d] : 0.0f;
-        D += active ? dy[d] * out[(b0 + t) * OW + (int64_t)h * HD + d] : 0.0f;
+        q[d] = active ? wf_ld(qkv, (b0 + t) * QKV + (int64_t)h * HD + d) : 0.0f;
+        dy[d] = active ? wf_ld(dout, (b0 + t) * OW + (int64_t)h * HD + d) : 0.0f;
+        D += active ? dy[d] * wf_ld(out, (b0 + t) * OW + (int64_t)h * HD + d) : 0.0f;
         dq[d] = 0.0f;
     }
     if (active) L = lse[((int64_t)blockIdx.z * NH + h) * T + t];
@@ -435,7 +449,7 @@ static __global__ void attention_bwd_dq_k(float *dqkv, const float *dout, const 
         __syncthreads();
     }
     if (!active) return;
-    for (int d = 0; d < HD; d++) dqkv[(b0 + t) * QKV + (int64_t)h * HD + d] = dq[d];
+    for (int d = 0; d < HD; d++) wf_st(dqkv, (b0 + t) * QKV + (int64_t)h * HD + d, dq[d]);
 }
 
 /* The key and value gradients. grid (tiles of T, NKV, B); one thread per
@@ -445,7 +459,8 @@ static __global__ void attention_bwd_dq_k(float *dqkv, const float *dout, const 
  * Query rows, dout rows, lse and D stream through shared memory. Writes
  * dqkv's key and value heads.
  * Shared: (4 * WF_ATT_ROWS + 2 * WF_ATT_KEYS) * HD + 2 * WF_ATT_KEYS floats. */
-static __global__ void attention_bwd_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *out,
+template <class E>
+static __global__ void attention_bwd_dkv_k(E *dqkv, const E *dout, const E *qkv, const E *out,
                                            const float *lse, int T, int NH, int NKV, int HD, float scale) {
     WF_DYN_SHARED(float, sh);
     const int tid = (int)threadIdx.x, g = (int)blockIdx.y, group = NH / NKV;
@@ -457,8 +472,8 @@ static __global__ void attention_bwd_dkv_k(float *dqkv, const float *dout, const
     float *Ls = dys + (int64_t)WF_ATT_KEYS * HD, *Ds = Ls + WF_ATT_KEYS;
     const int active = j < T;
     for (int d = 0; d < HD; d++) {
-        k[d] = active ? qkv[(b0 + j) * QKV + (int64_t)(NH + g) * HD + d] : 0.0f;
-        v[d] = active ? qkv[(b0 + j) * QKV + (int64_t)(NH + NKV + g) * HD + d] : 0.0f;
+        k[d] = active ? wf_ld(qkv, (b0 + j) * QKV + (int64_t)(NH + g) * HD + d) : 0.0f;
+        v[d] = active ? wf_ld(qkv, (b0 + j) * QKV + (int64_t)(NH + NKV + g) * HD + d) : 0.0f;
         dk[d] = dv[d] = 0.0f;
     }
     const int first = (int)blockIdx.x * WF_ATT_ROWS; /* no query before it sees these keys */
@@ -468,13 +483,13 @@ static __global__ void attention_bwd_dkv_k(float *dqkv, const float *dout, const
             att_load_tile(qs, qkv, b0, t0, T, QKV, (int64_t)h * HD, HD);
             for (int idx = tid; idx < WF_ATT_KEYS * HD; idx += (int)blockDim.x) {
                 int r = idx / HD, d = idx % HD, t = t0 + r;
-                dys[idx] = t < T ? dout[(b0 + t) * OW + (int64_t)h * HD + d] : 0.0f;
+                dys[idx] = t < T ? wf_ld(dout, (b0 + t) * OW + (int64_t)h * HD + d) : 0.0f;
             }
             if (tid < WF_ATT_KEYS) {
                 int t = t0 + tid;
                 float D = 0.0f;
                 for (int d = 0; d < HD && t < T; d++)
-                    D += dout[(b0 + t) * OW + (int64_t)h * HD + d] * out[(b0 + t) * OW + (int64_t)h * HD + d];
+                    D += wf_ld(dout, (b0 + t) * OW + (int64_t)h * HD + d) * wf_ld(out, (b0 + t) * OW + (int64_t)h * HD + d);
                 Ds[tid] = D;
                 Ls[tid] = t < T ? lse[((int64_t)blockIdx.z * NH + h) * T + t] : 0.0f;
             }
@@ -492,8 +507,8 @@ static __global__ void attention_bwd_dkv_k(float *dqkv, const float *dout, const
     }
     if (!active) return;
     for (int d = 0; d < HD; d++) {
-        dqkv[(b0 + j) * QKV + (int64_t)(NH + g) * HD + d] = dk[d];
-        dqkv[(b0 + j) * QKV + (int64_t)(NH + NKV + g) * HD + d] = dv[d];
+        wf_st(dqkv, (b0 + j) * QKV + (int64_t)(NH + g) * HD + d, dk[d]);
+        wf_st(dqkv, (b0 + j) * QKV + (int64_t)(NH + NKV + g) * HD + d, dv[d]);
     }
 }
 
