@@ -63,7 +63,30 @@ static int err_has_(const char *words) {
     return e != cudaSuccess && strstr(wf_emu_last_message(), words) != NULL;
 }
 
-int main(void) {
+static __global__ void to_bf16_k(unsigned short *out, const float *in, int n) {
+    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) out[i] = wf_f32_to_bf16(in[i]).bits;
+}
+
+/* `cuda_emu bf16`: reads float bit patterns (hex, one a line) and prints
+ * the bf16 bits the kernels' rounding gives each (hex), for the test to
+ * hold against PyTorch's. */
+static int bf16_mode(void) {
+    float *in = NULL;
+    unsigned short *out = NULL;
+    int n = 0;
+    cudaMalloc((void **)&in, 4096 * sizeof(float));
+    cudaMalloc((void **)&out, 4096 * sizeof(unsigned short));
+    unsigned u;
+    while (n < 4096 && scanf("%x", &u) == 1) in[n++] = wf_u2f(u);
+    WF_LAUNCH(to_bf16_k, (n + 127) / 128 > 0 ? (n + 127) / 128 : 1, 128, 0, (cudaStream_t)0, out, (const float *)in, n);
+    if (cudaGetLastError() != cudaSuccess) return 1;
+    for (int i = 0; i < n; i++) printf("%04x\n", out[i]);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "bf16") == 0) return bf16_mode();
     static const char *const schedules[] = {"rr", "fwd", "rev", "shuffle:9"};
     float *f = NULL;
     unsigned *u = NULL;

@@ -38,6 +38,9 @@ def test_every_op_passes_under_every_schedule_with_the_same_bits():
         assert all(x["ok"] and x["err"] <= x["threshold"] for x in res), (sched, res)
         # tails: T past the 64-row tiles with fewer kv heads, widths not a multiple of 32
         assert any("T=130" in x["shape"] and "NKV=1" in x["shape"] for x in res if x["op"] == "attention_bwd")
+        # bf16 (in and out, fp32 math) for the ops that have it, f32 for all
+        assert {x["op"] for x in res if x["dtype"] == "bf16"} == {"matmul", "attention_fwd", "attention_bwd", "cast"}
+        assert {x["op"] for x in res if x["dtype"] == "f32"} == OPS
         errs[sched] = [(x["op"], x["shape"], x["output"], x["err"]) for x in res]
     # The kernels are deterministic: the order the emulator runs threads in
     # changes no bit, so every schedule's errors are the same numbers.
@@ -143,3 +146,29 @@ def test_the_emulator_itself():
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and lines and all(x.startswith("ok ") for x in lines), r.stdout + r.stderr
     assert len(lines) >= 18 and any("deadlock" in x for x in lines)
+
+
+def test_the_kernels_bf16_rounding_is_pytorchs():
+    """wf_f32_to_bf16 (src/cuda/cuda_compat.h, every bf16 store of the
+    kernels) against PyTorch's float32 -> bfloat16 conversion: random bit
+    patterns, exact ties (to even), values that round up into the next
+    binade or to infinity, subnormals, infinities and NaN."""
+    torch = pytest.importorskip("torch")
+    import random
+    rng = random.Random(25)
+    bits = [rng.getrandbits(32) for _ in range(2000)]
+    bits += [(rng.getrandbits(16) << 16) | 0x8000 for _ in range(500)]          # ties
+    bits += [0x3F7FFFFF, 0x3F7F8000, 0x7F7FFFFF, 0x7F7F8000, 0x00000001, 0x00008000, 0x80018000,
+             0x7F800000, 0xFF800000, 0x00000000, 0x80000000]
+    bits = [b for b in bits if (b & 0x7FFFFFFF) <= 0x7F800000]  # NaN payloads: checked apart
+    r = subprocess.run([str(BUILD / "tests" / "cuda_emu"), "bf16"], input="".join(f"{b:08x}\n" for b in bits),
+                       capture_output=True, text=True, timeout=120, check=True)
+    ours = [int(x, 16) for x in r.stdout.split()]
+    f = torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    theirs = [int(x) & 0xFFFF for x in f.to(torch.bfloat16).view(torch.int16).tolist()]
+    assert len(ours) == len(bits)
+    bad = [(hex(b), hex(o), hex(t)) for b, o, t in zip(bits, ours, theirs) if o != t]
+    assert not bad, bad[:10]
+    r = subprocess.run([str(BUILD / "tests" / "cuda_emu"), "bf16"], input="7fc00001\nffa00000\n7f800001\n",
+                       capture_output=True, text=True, timeout=60, check=True)
+    assert all((int(x, 16) & 0x7F80) == 0x7F80 and (int(x, 16) & 0x7F) for x in r.stdout.split())  # still NaN
