@@ -367,12 +367,12 @@ static double cu_mark_seconds(void *state, wf_backend_mark a, wf_backend_mark b)
 
 #if WF_CUDA_EMU
 /* The floats of a column-major operand (rows x cols, ld, batch stride) of
- * dtype dt, converted into a new array laid out the same way; NULL when
- * out of memory. */
+ * dtype dt, converted into a new array laid out the same way (zeros when x
+ * is NULL); NULL when out of memory. */
 static float *emu_widen_(const void *x, wf_dtype dt, int rows, int cols, int64_t ld, int64_t stride, int batch) {
     int64_t span = (int64_t)(batch - 1) * stride + (int64_t)(cols - 1) * ld + rows;
     float *f = (float *)calloc((size_t)span, sizeof(float));
-    if (!f) return NULL;
+    if (!f || !x) return f;
     for (int b = 0; b < batch; b++)
         for (int c = 0; c < cols; c++)
             for (int r = 0; r < rows; r++) {
@@ -399,7 +399,7 @@ static int gemm_cm_(cuda_state_ *st, int ta, int tb, int m, int n, int k, float 
      * the exact bf16 values, the output rounded once to its dtype */
     float *a = emu_widen_(A, adt, ta ? k : m, ta ? m : k, lda, sa, batch);
     float *b = emu_widen_(B, bdt, tb ? n : k, tb ? k : n, ldb, sb, batch);
-    float *c = emu_widen_(C, beta != 0.0f ? cdt : WF_DTYPE_F32, m, n, ldc, sc, batch);
+    float *c = emu_widen_(beta != 0.0f ? C : NULL, cdt, m, n, ldc, sc, batch); /* beta = 0 reads no C */
     if (a && b && c)
         for (int i = 0; i < batch; i++)
             cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha,

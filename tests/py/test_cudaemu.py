@@ -134,6 +134,11 @@ def test_every_op_passes_in_a_sanitizer_build():
         pytest.skip("not a sanitizer build: test_every_op_passes_under_every_schedule covers it")
     out = json.loads(ops_check("shuffle:5", "--json").stdout)
     assert out["failed"] == 0 and {x["op"] for x in out["results"]} == OPS
+    # the off-by-one: ASan stops the first stray access (a read of h13 past
+    # its end, before the write the red zone check would report) at its line
+    r = ops_check("fwd", "--op", "swiglu_fwd", lib_dir=BUILD / "cudaemu-plant" / "off-by-one", check=False)
+    assert r.returncode == 23 and "AddressSanitizer: use-after-poison" in r.stderr
+    assert "in swiglu_fwd_k src/cuda/kernels.cuh" in r.stderr
 
 
 def test_the_emulator_itself():
