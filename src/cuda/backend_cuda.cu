@@ -75,6 +75,8 @@ struct cuda_state_ {
     char err[640];
     float *small;      /* device: SMALL_FLOATS_ floats */
     float *small_host; /* its host copy */
+    float *ws;         /* device workspace (workspace_) */
+    size_t ws_bytes;
     cudaEvent_t marks[WF_MARKS];
     int next_mark;
     /* cudaMalloc's pointer for each block aligned up to 4096 (rare) */
@@ -258,6 +260,7 @@ static void cu_fini(void *state) {
     for (int i = 0; i < WF_MARKS; i++)
         if (st->marks[i]) cudaEventDestroy(st->marks[i]);
     cudaFree(st->small);
+    if (st->ws) cudaFree(st->ws);
     free(st->small_host);
 #if !WF_CUDA_EMU
     if (st->lt_workspace) cudaFree(st->lt_workspace);
@@ -502,6 +505,21 @@ static int cu_rmsnorm_fwd(void *state, wf_dptr out, wf_dptr rstd, wf_dptr inp, w
     return 0;
 }
 
+/* Row chunks of RMSNorm's weight gradient (the partials' rows). */
+#define RMS_CHUNKS_ 64
+
+/* The backend's workspace grows to `bytes` on first need (the first step
+ * of a run), then stays: nothing is allocated in later steps. */
+static int workspace_(cuda_state_ *st, size_t bytes, const char *op) {
+    if (bytes <= st->ws_bytes) return 0;
+    CK_(st, cudaStreamSynchronize(st->stream), op);
+    if (st->ws) cudaFree(st->ws);
+    st->ws = NULL, st->ws_bytes = 0;
+    CK_(st, cudaMalloc((void **)&st->ws, bytes), op);
+    st->ws_bytes = bytes;
+    return 0;
+}
+
 static int cu_rmsnorm_bwd(void *state, wf_dptr dinp, wf_dptr dweight, wf_dptr dout, wf_dptr inp, wf_dptr weight,
                           wf_dptr rstd, int N, int C) {
     cuda_state_ *st = (cuda_state_ *)state;
@@ -510,8 +528,16 @@ static int cu_rmsnorm_bwd(void *state, wf_dptr dinp, wf_dptr dweight, wf_dptr do
     WF_LAUNCH(rmsnorm_bwd_dx_k, N, WF_ROW_THREADS, 32 * sizeof(float), st->stream, F_(dinp), CF_(dout), CF_(inp),
               CF_(weight), CF_(rstd), C);
     CK_LAUNCH_(st, "rmsnorm_bwd (dinp)");
-    WF_LAUNCH(rmsnorm_bwd_dw_k, (C + WF_ROW_THREADS - 1) / WF_ROW_THREADS, WF_ROW_THREADS, 0, st->stream,
-              F_(dweight), CF_(dout), CF_(inp), CF_(rstd), N, C);
+    int chunks = N < RMS_CHUNKS_ ? N : RMS_CHUNKS_;
+    int64_t per = ((int64_t)N + chunks - 1) / chunks;
+    chunks = (int)(((int64_t)N + per - 1) / per);
+    if (workspace_(st, (size_t)chunks * (size_t)C * sizeof(float), "rmsnorm_bwd")) return -1;
+    unsigned cols = (unsigned)((C + WF_ROW_THREADS - 1) / WF_ROW_THREADS);
+    WF_LAUNCH(rmsnorm_bwd_dw_part_k, dim3(cols, (unsigned)chunks), WF_ROW_THREADS, 0, st->stream, st->ws, CF_(dout),
+              CF_(inp), CF_(rstd), (int64_t)N, C, per);
+    CK_LAUNCH_(st, "rmsnorm_bwd (dweight chunks)");
+    WF_LAUNCH(rmsnorm_bwd_dw_sum_k, cols, WF_ROW_THREADS, 0, st->stream, F_(dweight), (const float *)st->ws, chunks,
+              C);
     CK_LAUNCH_(st, "rmsnorm_bwd (dweight)");
     return 0;
 }

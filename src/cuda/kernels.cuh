@@ -149,13 +149,25 @@ static __global__ void rmsnorm_bwd_dx_k(float *dinp, const float *dout, const fl
     for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) dx[c] += r * weight[c] * dy[c] - k * x[c];
 }
 
-/* One thread per column, rows in order: dweight (C) +=. */
-static __global__ void rmsnorm_bwd_dw_k(float *dweight, const float *dout, const float *inp, const float *rstd,
-                                        int N, int C) {
+/* The weight gradient in two fixed stages, so that it is deterministic and
+ * still spread over the GPU: grid (column blocks, chunks), each thread one
+ * column of one chunk of rows [chunk * per, (chunk + 1) * per), in order,
+ * into part (chunks, C)... */
+static __global__ void rmsnorm_bwd_dw_part_k(float *part, const float *dout, const float *inp, const float *rstd,
+                                             int64_t N, int C, int64_t per) {
+    int64_t c = global_index(), n0 = (int64_t)blockIdx.y * per, n1 = n0 + per < N ? n0 + per : N;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (int64_t n = n0; n < n1; n++) acc += dout[n * C + c] * inp[n * C + c] * rstd[n];
+    part[(int64_t)blockIdx.y * C + c] = acc;
+}
+
+/* ...then one thread per column adds the chunks in order: dweight (C) +=. */
+static __global__ void rmsnorm_bwd_dw_sum_k(float *dweight, const float *part, int chunks, int C) {
     int64_t c = global_index();
     if (c >= C) return;
     float acc = 0.0f;
-    for (int64_t n = 0; n < N; n++) acc += dout[n * C + c] * inp[n * C + c] * rstd[n];
+    for (int k = 0; k < chunks; k++) acc += part[(int64_t)k * C + c];
     dweight[c] += acc;
 }
 
