@@ -713,7 +713,7 @@ static int cu_crossentropy_fwd(void *state, wf_dptr losses, wf_dptr lse, wf_dptr
     cuda_state_ *st = (cuda_state_ *)state;
     F32_ONLY_(st, "crossentropy_fwd", losses, lse, logits);
     if (N <= 0) return 0;
-    WF_LAUNCH(crossentropy_fwd_k, N, WF_EW_THREADS, 32 * sizeof(float), st->stream, F_(losses), F_(lse),
+    WF_LAUNCH(crossentropy_fwd_k, N, WF_REDUCE_THREADS, 32 * sizeof(float), st->stream, F_(losses), F_(lse),
               CF_(logits), I_(targets), V);
     CK_LAUNCH_(st, "crossentropy_fwd");
     return 0;
