@@ -228,7 +228,7 @@ $(BUILD)/libweft-cuda.so: $(CUDA_DEP)
 	$(Q)python3 scripts/cuda_resources.py < $(BUILD)/cuda-ptxas.log > $(BUILD)/cuda-resources.txt
 else
 cuda:
-	@echo "cuda: no nvcc (PATH, /usr/local/cuda/bin): build/libweft-cuda.so skipped"
+	@echo "cuda: no nvcc (PATH, /usr/local/cuda/bin): $(BUILD)/libweft-cuda.so skipped"
 endif
 
 # Everything is rebuilt when the compiler or its flags change (make itself
