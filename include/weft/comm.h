@@ -18,8 +18,10 @@
  * requires. Every call takes a `tag` (may be NULL) that names it in the
  * flight recorder and in the watchdog's report ("grad bucket 3/8", "agree").
  *
- * This module does not do: point-to-point messages, sub-communicators,
- * tensor/pipeline parallelism, or GPU buffers.
+ * Sub-communicators (wf_comm_split) and the device mesh (wf_mesh) give
+ * each parallelism axis its own communicator; point-to-point messages
+ * (wf_comm_send/recv) carry a pipeline's activations. This module does
+ * not do: the parallelism itself (the trainer's), or GPU buffers.
  */
 #ifndef WEFT_COMM_H
 #define WEFT_COMM_H
@@ -195,6 +197,58 @@ wf_status wf_comm_test(wf_comm *c, wf_comm_request *req, int *done);
 wf_status wf_comm_wait(wf_comm *c, wf_comm_request *req);
 /* Tests every outstanding request once: drives MPI's progress. */
 wf_status wf_comm_progress(wf_comm *c);
+
+/* --- Sub-communicators. -------------------------------------------------
+ * Collective over `c`: the ranks that pass the same color (>= 0) form a
+ * new communicator, ranked by key, then by their rank in `c`; named
+ * `axis` (1 to 15 characters: "tp", "dp", "pp"), which every collective
+ * on it carries in the flight recorder and the watchdog's report
+ * ("all_reduce[tp]") and its errors name with the world rank. It shares
+ * c's backend, watchdog and step; it has its own request slots. Destroy
+ * it with wf_comm_destroy before `c`. WF_ERR_UNSUPPORTED for a backend
+ * built without sub-communicators. */
+wf_status wf_comm_split(wf_comm *c, int color, int key, const char *axis, wf_comm **out);
+/* The axis name of a communicator made by wf_comm_split; "" for the world. */
+const char *wf_comm_axis(const wf_comm *c);
+
+/* --- Point-to-point messages. -------------------------------------------
+ * `bytes` bytes to or from rank `peer` (another rank of `c`), matched by
+ * `msg_tag` (0 .. WF_COMM_MAX_MSG_TAG) and by order between one pair of
+ * ranks, as MPI matches them. Non-blocking forms complete by
+ * wf_comm_test/wait like the collectives (request slots, flight recorder
+ * entries "send to 3" / "recv from 1" with `tag`, the watchdog while
+ * waiting). A send's buffer must stay untouched until it completes. */
+#define WF_COMM_MAX_MSG_TAG 32767
+wf_status wf_comm_isend(wf_comm *c, const void *buf, size_t bytes, int peer, int msg_tag, const char *tag,
+                        wf_comm_request *req);
+wf_status wf_comm_irecv(wf_comm *c, void *buf, size_t bytes, int peer, int msg_tag, const char *tag,
+                        wf_comm_request *req);
+/* Blocking: isend or irecv, then wait. */
+wf_status wf_comm_send(wf_comm *c, const void *buf, size_t bytes, int peer, int msg_tag, const char *tag);
+wf_status wf_comm_recv(wf_comm *c, void *buf, size_t bytes, int peer, int msg_tag, const char *tag);
+
+/* --- The device mesh. ---------------------------------------------------
+ * The world's ranks laid out as an n-dimensional grid with named axes,
+ * outermost first ({"pp", "dp", "tp"}): world rank = row-major index of
+ * the coordinates, so the innermost axis's groups are consecutive ranks
+ * (one node on a cluster). Each axis gets a sub-communicator of the ranks
+ * that share every other coordinate. */
+#define WF_MESH_MAX_AXES 4
+typedef struct wf_mesh wf_mesh;
+/* Collective over `world`. Refused (WF_ERR_CONFIG, naming the sizes) when
+ * the product of `sizes` is not the world size, or a size is < 1;
+ * WF_ERR_INVALID for a repeated or empty name, or n_axes outside
+ * 1 .. WF_MESH_MAX_AXES. Names are copied. */
+wf_status wf_mesh_create(wf_comm *world, int n_axes, const char *const *names, const int *sizes, wf_mesh **out);
+void wf_mesh_destroy(wf_mesh *m); /* accepts NULL; destroys the axes' communicators */
+/* The axis `name`'s communicator, its size, and this rank's coordinate on
+ * it; NULL, 0 and -1 for a name the mesh lacks. */
+wf_comm *wf_mesh_comm(const wf_mesh *m, const char *name);
+int wf_mesh_size(const wf_mesh *m, const char *name);
+int wf_mesh_coord(const wf_mesh *m, const char *name);
+/* The world rank at `coords` (n_axes of them, outermost first); -1 if any
+ * is out of range. */
+int wf_mesh_rank_at(const wf_mesh *m, const int *coords);
 
 /* --- Rank agreement. ----------------------------------------------------
  * Each rank passes its own word of flags; all get the OR over ranks, so

@@ -56,7 +56,21 @@ struct wf_comm {
     int max_reqs, n_out;
     int stall_rank;      /* WEFT_TEST_STALL_COLLECTIVE's, -1 if unset */
     long long stall_step;
+    /* A sub-communicator (wf_comm_split): its axis name, the world's rank
+     * and size for messages; it shares the world's watchdog and backend. */
+    char axis[16];
+    int world_rank, world_size;
+    int is_split;
 };
+
+/* Records a collective in the flight recorder; a sub-communicator's kind
+ * carries its axis ("all_reduce[tp]"), so that a report names the axis. */
+static uint64_t wd_begin(wf_comm *c, const char *kind, const char *tag, size_t bytes, int blocking) {
+    if (!c->axis[0]) return wf__comm_watchdog_begin(c->wd, kind, tag, bytes, blocking);
+    char k[64];
+    snprintf(k, sizeof k, "%s[%s]", kind, c->axis);
+    return wf__comm_watchdog_begin(c->wd, k, tag, bytes, blocking);
+}
 
 wf_comm_options wf_comm_options_default(void) {
     return (wf_comm_options){
@@ -297,6 +311,8 @@ wf_status wf_comm_create(wf_comm **out, const wf_comm_options *opts) {
         free(c);
         return s;
     }
+    c->world_rank = c->rank;
+    c->world_size = c->size;
     wf_log_set_rank(c->rank, c->size);
     const char *stall = getenv("WEFT_TEST_STALL_COLLECTIVE");
     c->stall_rank = -1;
@@ -326,6 +342,11 @@ void wf_comm_destroy(wf_comm *c) {
     /* Leave no request behind: MPI_Finalize with pending ones is an error. */
     for (int i = 0; i < c->max_reqs; i++)
         if (c->reqs[i].used && !c->reqs[i].done) c->be->wait(c->st, i);
+    if (c->is_split) {
+        c->be->free_split(c->st);
+        free(c);
+        return;
+    }
     wf__comm_watchdog_destroy(c->wd);
     c->be->finalize(c->st);
     free(c);
@@ -394,6 +415,10 @@ static wf_status backend_op(wf_comm_op op, wf_comm_dtype dt, const char *kind, c
 }
 
 static wf_status comm_fail(wf_comm *c, const char *kind, const char *tag) {
+    if (c->is_split)
+        return wf_error(WF_ERR_IO, "dist: %s \"%s\" at step %lld on rank %d of %d of axis %s (rank %d of %d): %s",
+                        kind, tag ? tag : "", (long long)wf__comm_watchdog_step(c->wd), c->rank, c->size,
+                        c->axis, c->world_rank, c->world_size, c->be->last_error(c->st));
     return wf_error(WF_ERR_IO, "dist: %s \"%s\" at step %lld on rank %d of %d: %s", kind,
                     tag ? tag : "", (long long)wf__comm_watchdog_step(c->wd), c->rank, c->size,
                     c->be->last_error(c->st));
@@ -457,7 +482,7 @@ static wf_status all_reduce_any(wf_comm *c, void *buf, size_t n, wf_comm_dtype d
     if (n && !buf) return wf_error(WF_ERR_INVALID, "dist: all_reduce \"%s\": NULL buffer", tag ? tag : "");
     size_t es = dtype_size(dt);
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_reduce", (int64_t)(n * es));
-    uint64_t seq = wf__comm_watchdog_begin(c->wd, "all_reduce", tag, n * es, 1);
+    uint64_t seq = wd_begin(c, "all_reduce", tag, n * es, 1);
     if (c->stall_rank == c->rank && wf__comm_watchdog_step(c->wd) == c->stall_step)
         stall_in_collective_for_test(c, tag);
     int rc = 0;
@@ -549,7 +574,7 @@ wf_status wf_comm_reduce_scatter(wf_comm *c, const float *send, float *recv, con
                         "dist: reduce_scatter \"%s\": the receive buffer overlaps the send buffer",
                         tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "reduce_scatter", (int64_t)(total * sizeof(float)));
-    uint64_t seq = wf__comm_watchdog_begin(c->wd, "reduce_scatter", tag, total * sizeof(float), 1);
+    uint64_t seq = wd_begin(c, "reduce_scatter", tag, total * sizeof(float), 1);
     int rc = c->be->reduce_scatter(c->st, send, recv, counts, bop);
     wf__comm_watchdog_end(c->wd, seq, rc == 0);
     if (rc == 0 && op == WF_COMM_AVG && c->size > 1) divide_f32(recv, mine, c->size);
@@ -563,7 +588,7 @@ wf_status wf_comm_all_gather(wf_comm *c, float *buf, const size_t *counts, const
     WF_TRY(check_counts(c, counts, "all_gather", tag, &total));
     if (total && !buf) return wf_error(WF_ERR_INVALID, "dist: all_gather \"%s\": NULL buffer", tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_gather", (int64_t)(total * sizeof(float)));
-    uint64_t seq = wf__comm_watchdog_begin(c->wd, "all_gather", tag, total * sizeof(float), 1);
+    uint64_t seq = wd_begin(c, "all_gather", tag, total * sizeof(float), 1);
     int rc = c->be->all_gather(c->st, buf, counts);
     wf__comm_watchdog_end(c->wd, seq, rc == 0);
     wf_trace_end(span);
@@ -582,7 +607,7 @@ wf_status wf_comm_all_gather_bytes(wf_comm *c, const void *mine, void *out, size
         return wf_error(WF_ERR_INVALID,
                         "dist: all_gather_bytes \"%s\": the input overlaps the output", tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "all_gather", (int64_t)(bytes * (size_t)c->size));
-    uint64_t seq = wf__comm_watchdog_begin(c->wd, "all_gather", tag, bytes * (size_t)c->size, 1);
+    uint64_t seq = wd_begin(c, "all_gather", tag, bytes * (size_t)c->size, 1);
     int rc = c->be->all_gather_bytes(c->st, mine, out, bytes);
     wf__comm_watchdog_end(c->wd, seq, rc == 0);
     wf_trace_end(span);
@@ -595,7 +620,7 @@ wf_status wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root, const
                         tag ? tag : "", root, c->size - 1);
     if (bytes && !buf) return wf_error(WF_ERR_INVALID, "dist: broadcast \"%s\": NULL buffer", tag ? tag : "");
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "broadcast", (int64_t)(bytes));
-    uint64_t seq = wf__comm_watchdog_begin(c->wd, "broadcast", tag, bytes, 1);
+    uint64_t seq = wd_begin(c, "broadcast", tag, bytes, 1);
     int rc = 0;
     for (size_t done = 0; done < bytes && rc == 0;) {
         size_t k = bytes - done < WF_COMM_MAX_COUNT ? bytes - done : WF_COMM_MAX_COUNT;
@@ -608,7 +633,7 @@ wf_status wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root, const
 }
 
 wf_status wf_comm_barrier(wf_comm *c, const char *tag) {
-    uint64_t seq = wf__comm_watchdog_begin(c->wd, "barrier", tag, 0, 1);
+    uint64_t seq = wd_begin(c, "barrier", tag, 0, 1);
     int rc = c->be->barrier(c->st);
     wf__comm_watchdog_end(c->wd, seq, rc == 0);
     return rc == 0 ? WF_OK : comm_fail(c, "barrier", tag);
@@ -683,7 +708,7 @@ wf_status wf_comm_iall_reduce(wf_comm *c, float *buf, size_t n, wf_comm_op op, c
         return wf_error(WF_ERR_INVALID, "dist: iall_reduce \"%s\": NULL buffer", tag ? tag : "");
     int slot = free_slot(c);
     if (slot < 0) return no_slot(c, "iall_reduce", tag);
-    uint64_t seq = wf__comm_watchdog_begin(c->wd, "iall_reduce", tag, n * sizeof(float), 0);
+    uint64_t seq = wd_begin(c, "iall_reduce", tag, n * sizeof(float), 0);
     /* Starting it can do real work (Open MPI's libnbc runs the schedule's
      * first round in the call): traced, as the tests in progress are. */
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "iall_reduce", (int64_t)(n * sizeof(float)));
@@ -723,7 +748,7 @@ wf_status wf_comm_ireduce_scatter(wf_comm *c, const float *send, float *recv, co
                         tag ? tag : "");
     int slot = free_slot(c);
     if (slot < 0) return no_slot(c, "ireduce_scatter", tag);
-    uint64_t seq = wf__comm_watchdog_begin(c->wd, "ireduce_scatter", tag, total * sizeof(float), 0);
+    uint64_t seq = wd_begin(c, "ireduce_scatter", tag, total * sizeof(float), 0);
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "ireduce_scatter", (int64_t)(total * sizeof(float)));
     int rc = c->be->ireduce_scatter(c->st, slot, send, recv, counts, bop);
     wf_trace_end(span);
@@ -749,7 +774,7 @@ wf_status wf_comm_iall_gather(wf_comm *c, float *buf, const size_t *counts, cons
     if (total && !buf) return wf_error(WF_ERR_INVALID, "dist: iall_gather \"%s\": NULL buffer", tag ? tag : "");
     int slot = free_slot(c);
     if (slot < 0) return no_slot(c, "iall_gather", tag);
-    uint64_t seq = wf__comm_watchdog_begin(c->wd, "iall_gather", tag, total * sizeof(float), 0);
+    uint64_t seq = wd_begin(c, "iall_gather", tag, total * sizeof(float), 0);
     wf_trace_span span = wf_trace_begin_bytes(WF_TRACE_COMM, "iall_gather", (int64_t)(total * sizeof(float)));
     int rc = c->be->iall_gather(c->st, slot, buf, counts);
     wf_trace_end(span);
@@ -821,4 +846,103 @@ wf_status wf_comm_progress(wf_comm *c) {
     }
     wf_trace_end(span);
     return s;
+}
+
+/* --- Sub-communicators and messages (ABI 4) ----------------------------- */
+
+static wf_status unsupported(wf_comm *c, const char *what) {
+    return wf_error(WF_ERR_UNSUPPORTED, "dist: the %s backend has no %s (rebuild it with `make`, or use an MPI backend)",
+                    c->backend, what);
+}
+
+wf_status wf_comm_split(wf_comm *c, int color, int key, const char *axis, wf_comm **out) {
+    *out = NULL;
+    if (color < 0) return wf_error(WF_ERR_INVALID, "dist: split into axis %s: color %d < 0", axis ? axis : "", color);
+    if (!axis || !*axis || strlen(axis) >= sizeof c->axis)
+        return wf_error(WF_ERR_INVALID, "dist: split: the axis needs a name of 1 to %zu characters",
+                        sizeof c->axis - 1);
+    if (!c->be->split || !c->be->free_split) return unsupported(c, "sub-communicators");
+    wf_comm *k = calloc(1, sizeof *k);
+    if (!k) return wf_error(WF_ERR_NOMEM, "dist: out of memory for the %s communicator", axis);
+    uint64_t seq = wd_begin(c, "split", axis, 0, 1);
+    int rc = c->be->split(c->st, color, key, &k->st, &k->rank, &k->size);
+    wf__comm_watchdog_end(c->wd, seq, rc == 0);
+    if (rc != 0) {
+        free(k);
+        return comm_fail(c, "split", axis);
+    }
+    k->be = c->be;
+    k->local_rank = c->local_rank;
+    memcpy(k->backend, c->backend, sizeof k->backend);
+    memcpy(k->version, c->version, sizeof k->version);
+    k->wd = c->wd;
+    k->max_reqs = c->max_reqs;
+    k->stall_rank = -1;
+    snprintf(k->axis, sizeof k->axis, "%s", axis);
+    k->world_rank = c->world_rank;
+    k->world_size = c->world_size;
+    k->is_split = 1;
+    *out = k;
+    return WF_OK;
+}
+
+const char *wf_comm_axis(const wf_comm *c) { return c->axis; }
+
+/* Starts a send or a receive of `bytes` bytes with rank `peer`. */
+static wf_status p2p_start(wf_comm *c, int is_send, void *buf, size_t bytes, int peer, int msg_tag,
+                           const char *tag, wf_comm_request *req) {
+    const char *kind = is_send ? "send" : "recv";
+    if (!req) return wf_error(WF_ERR_INVALID, "dist: %s \"%s\": NULL request", kind, tag ? tag : "");
+    req->slot = -1;
+    req->seq = 0;
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+        return wf_error(WF_ERR_INVALID, "dist: %s \"%s\": peer %d is not another rank of this communicator (0..%d, this is %d)",
+                        kind, tag ? tag : "", peer, c->size - 1, c->rank);
+    if (msg_tag < 0 || msg_tag > WF_COMM_MAX_MSG_TAG)
+        return wf_error(WF_ERR_INVALID, "dist: %s \"%s\": message tag %d is outside 0..%d", kind, tag ? tag : "",
+                        msg_tag, WF_COMM_MAX_MSG_TAG);
+    if (bytes > WF_COMM_MAX_COUNT)
+        return wf_error(WF_ERR_RANGE, "dist: %s \"%s\": %zu bytes is more than one message moves (%zu)", kind,
+                        tag ? tag : "", bytes, WF_COMM_MAX_COUNT);
+    if (bytes && !buf) return wf_error(WF_ERR_INVALID, "dist: %s \"%s\": NULL buffer", kind, tag ? tag : "");
+    if (!c->be->isend || !c->be->irecv) return unsupported(c, "point-to-point messages");
+    int slot = free_slot(c);
+    if (slot < 0) return no_slot(c, kind, tag);
+    char k[32];
+    snprintf(k, sizeof k, "%s %s %d", kind, is_send ? "to" : "from", peer);
+    uint64_t seq = wd_begin(c, k, tag, bytes, 0);
+    int rc = is_send ? c->be->isend(c->st, slot, buf, bytes, peer, msg_tag)
+                     : c->be->irecv(c->st, slot, buf, bytes, peer, msg_tag);
+    if (rc != 0) {
+        wf__comm_watchdog_end(c->wd, seq, 0);
+        return comm_fail(c, kind, tag);
+    }
+    c->reqs[slot] = (comm_req){.used = 1, .buf = NULL, .n = 0, .avg = 0, .seq = seq,
+                               .wait_name = is_send ? "wait send" : "wait recv"};
+    c->n_out++;
+    req->slot = slot;
+    req->seq = seq;
+    return WF_OK;
+}
+
+wf_status wf_comm_isend(wf_comm *c, const void *buf, size_t bytes, int peer, int msg_tag, const char *tag,
+                        wf_comm_request *req) {
+    return p2p_start(c, 1, (void *)(uintptr_t)buf, bytes, peer, msg_tag, tag, req);
+}
+
+wf_status wf_comm_irecv(wf_comm *c, void *buf, size_t bytes, int peer, int msg_tag, const char *tag,
+                        wf_comm_request *req) {
+    return p2p_start(c, 0, buf, bytes, peer, msg_tag, tag, req);
+}
+
+wf_status wf_comm_send(wf_comm *c, const void *buf, size_t bytes, int peer, int msg_tag, const char *tag) {
+    wf_comm_request r;
+    WF_TRY(wf_comm_isend(c, buf, bytes, peer, msg_tag, tag, &r));
+    return wf_comm_wait(c, &r);
+}
+
+wf_status wf_comm_recv(wf_comm *c, void *buf, size_t bytes, int peer, int msg_tag, const char *tag) {
+    wf_comm_request r;
+    WF_TRY(wf_comm_irecv(c, buf, bytes, peer, msg_tag, tag, &r));
+    return wf_comm_wait(c, &r);
 }

@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-#define WF_COMM_ABI 3
+#define WF_COMM_ABI 4
 #define WF_COMM_BACKEND_SYMBOL "wf_comm_backend_v1"
 
 typedef enum { WF_DT_F32 = 0, WF_DT_F64, WF_DT_I32, WF_DT_BYTE } wf_comm_dtype;
@@ -70,6 +70,22 @@ typedef struct wf_comm_ops {
     int (*broadcast)(void *state, void *buf, size_t bytes, int root);
     int (*barrier)(void *state);
     int max_requests;
+
+    /* (ABI 4; NULL in a backend without them: the communicator refuses
+     * sub-communicators and messages then, naming the backend.)
+     * Collective over this communicator: the ranks that give the same
+     * color form a new one, ordered by key (then by rank here), as
+     * MPI_Comm_split. *child gets its state (every call above works on
+     * it, with its own request slots), *rank and *size its place; free it
+     * with free_split, before finalize. */
+    int (*split)(void *state, int color, int key, void **child, int *rank, int *size);
+    void (*free_split)(void *child);
+    /* Point to point, non-blocking, into request slot `slot` (completed by
+     * test or wait): bytes <= WF_COMM_MAX_COUNT to or from rank `peer` of
+     * this communicator, matched by `msg_tag` (0 .. 32767). A send's buffer
+     * must not change until it completes. */
+    int (*isend)(void *state, int slot, const void *buf, size_t bytes, int peer, int msg_tag);
+    int (*irecv)(void *state, int slot, void *buf, size_t bytes, int peer, int msg_tag);
 } wf_comm_ops;
 
 typedef const wf_comm_ops *(*wf_comm_ops_fn)(void);

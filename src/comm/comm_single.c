@@ -1,8 +1,10 @@
 /* The single-process backend: a world of one rank. Every collective is the
  * identity (a reduction over one rank is its input; its gather is its own
  * part) except reduce-scatter (blocking or not), which copies the rank's
- * part. No MPI, no
- * threads; used whenever weft runs without a launcher. */
+ * part. A split gives another world of one; there is no peer to send a
+ * message to (the communicator refuses a message to oneself before it
+ * gets here). No MPI, no threads; used whenever weft runs without a
+ * launcher. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +65,14 @@ static int single_all_gather_bytes(void *state, const void *mine, void *out, siz
 static int single_broadcast(void *state, void *buf, size_t bytes, int root) { return 0; }
 static int single_barrier(void *state) { return 0; }
 
+static int single_split(void *state, int color, int key, void **child, int *rank, int *size) {
+    *child = NULL;
+    *rank = 0;
+    *size = 1;
+    return 0;
+}
+static void single_free_split(void *child) {}
+
 const wf_comm_ops *wf__comm_single_backend(void) {
     static const wf_comm_ops b = {
         .abi = WF_COMM_ABI,
@@ -83,6 +93,8 @@ const wf_comm_ops *wf__comm_single_backend(void) {
         .broadcast = single_broadcast,
         .barrier = single_barrier,
         .max_requests = 1 << 30,
+        .split = single_split,
+        .free_split = single_free_split,
     };
     return &b;
 }

@@ -80,6 +80,40 @@ static MPI_Op mpi_op(wf_comm_bop op) {
     return MPI_BOR;
 }
 
+static void state_free(mpi_state *s) {
+    if (!s) return;
+    MPI_Comm_free(&s->comm);
+    free(s->icounts);
+    free(s->idispls);
+    free(s->slot_counts);
+    free(s->slot_displs);
+    free(s);
+}
+
+/* A state around `comm` (which it owns from now on), or NULL (the
+ * communicator freed) when memory runs out. */
+static mpi_state *state_new(MPI_Comm comm) {
+    mpi_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        MPI_Comm_free(&comm);
+        return NULL;
+    }
+    s->comm = comm;
+    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(s->comm, &s->rank);
+    MPI_Comm_size(s->comm, &s->size);
+    for (int i = 0; i < MPI_BACKEND_MAX_REQUESTS; i++) s->reqs[i] = MPI_REQUEST_NULL;
+    s->icounts = calloc((size_t)s->size, sizeof *s->icounts);
+    s->idispls = calloc((size_t)s->size, sizeof *s->idispls);
+    s->slot_counts = calloc((size_t)MPI_BACKEND_MAX_REQUESTS * (size_t)s->size, sizeof *s->slot_counts);
+    s->slot_displs = calloc((size_t)MPI_BACKEND_MAX_REQUESTS * (size_t)s->size, sizeof *s->slot_displs);
+    if (!s->icounts || !s->idispls || !s->slot_counts || !s->slot_displs) {
+        state_free(s);
+        return NULL;
+    }
+    return s;
+}
+
 static int mpi_init(void **state, int *rank, int *size, int *local_rank, char *version,
                     size_t version_cap) {
     *state = NULL;
@@ -97,31 +131,11 @@ static int mpi_init(void **state, int *rank, int *size, int *local_rank, char *v
                  provided, MPI_THREAD_SERIALIZED);
         return -1;
     }
-    mpi_state *s = calloc(1, sizeof *s);
+    MPI_Comm world;
+    rc = MPI_Comm_dup(MPI_COMM_WORLD, &world);
+    if (rc != MPI_SUCCESS) return fail(NULL, "MPI_Comm_dup", rc);
+    mpi_state *s = state_new(world);
     if (!s) {
-        snprintf(init_err_, sizeof init_err_, "out of memory for the MPI backend's state");
-        return -1;
-    }
-    rc = MPI_Comm_dup(MPI_COMM_WORLD, &s->comm);
-    if (rc != MPI_SUCCESS) {
-        free(s);
-        return fail(NULL, "MPI_Comm_dup", rc);
-    }
-    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(s->comm, &s->rank);
-    MPI_Comm_size(s->comm, &s->size);
-    for (int i = 0; i < MPI_BACKEND_MAX_REQUESTS; i++) s->reqs[i] = MPI_REQUEST_NULL;
-    s->icounts = calloc((size_t)s->size, sizeof *s->icounts);
-    s->idispls = calloc((size_t)s->size, sizeof *s->idispls);
-    s->slot_counts = calloc((size_t)MPI_BACKEND_MAX_REQUESTS * (size_t)s->size, sizeof *s->slot_counts);
-    s->slot_displs = calloc((size_t)MPI_BACKEND_MAX_REQUESTS * (size_t)s->size, sizeof *s->slot_displs);
-    if (!s->icounts || !s->idispls || !s->slot_counts || !s->slot_displs) {
-        free(s->slot_displs);
-        free(s->icounts);
-        free(s->idispls);
-        free(s->slot_counts);
-        MPI_Comm_free(&s->comm);
-        free(s);
         snprintf(init_err_, sizeof init_err_, "out of memory for the MPI backend's state");
         return -1;
     }
@@ -148,15 +162,7 @@ static int mpi_init(void **state, int *rank, int *size, int *local_rank, char *v
 }
 
 static void mpi_finalize(void *state) {
-    mpi_state *s = state;
-    if (s) {
-        MPI_Comm_free(&s->comm);
-        free(s->icounts);
-        free(s->idispls);
-        free(s->slot_counts);
-        free(s->slot_displs);
-        free(s);
-    }
+    state_free(state);
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin) MPI_Finalize();
@@ -264,6 +270,37 @@ static int mpi_barrier(void *state) {
     return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Barrier", rc);
 }
 
+static int mpi_split(void *state, int color, int key, void **child, int *rank, int *size) {
+    mpi_state *s = state;
+    MPI_Comm sub;
+    *child = NULL;
+    int rc = MPI_Comm_split(s->comm, color, key, &sub);
+    if (rc != MPI_SUCCESS) return fail(s, "MPI_Comm_split", rc);
+    mpi_state *c = state_new(sub);
+    if (!c) {
+        snprintf(s->err, sizeof s->err, "out of memory for a sub-communicator's state on rank %d", s->rank);
+        return -1;
+    }
+    *rank = c->rank;
+    *size = c->size;
+    *child = c;
+    return 0;
+}
+
+static void mpi_free_split(void *child) { state_free(child); }
+
+static int mpi_isend(void *state, int slot, const void *buf, size_t bytes, int peer, int msg_tag) {
+    mpi_state *s = state;
+    int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, msg_tag, s->comm, &s->reqs[slot]);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Isend", rc);
+}
+
+static int mpi_irecv(void *state, int slot, void *buf, size_t bytes, int peer, int msg_tag) {
+    mpi_state *s = state;
+    int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, msg_tag, s->comm, &s->reqs[slot]);
+    return rc == MPI_SUCCESS ? 0 : fail(s, "MPI_Irecv", rc);
+}
+
 __attribute__((visibility("default"))) const wf_comm_ops *wf_comm_backend_v1(void);
 
 const wf_comm_ops *wf_comm_backend_v1(void) {
@@ -286,6 +323,10 @@ const wf_comm_ops *wf_comm_backend_v1(void) {
         .broadcast = mpi_broadcast,
         .barrier = mpi_barrier,
         .max_requests = MPI_BACKEND_MAX_REQUESTS,
+        .split = mpi_split,
+        .free_split = mpi_free_split,
+        .isend = mpi_isend,
+        .irecv = mpi_irecv,
     };
     return &b;
 }
