@@ -94,8 +94,8 @@ RECORD_DEFS := -DWF_BUILD_CC='"$(CC)"' -DWF_SOURCE_DIR='"$(CURDIR)"' \
     -DWF_BUILD_CFLAGS='"$(subst ',,$(subst ",,$(CPPFLAGS) $(CFLAGS)))"'
 $(BUILD)/obj/src/obs/obs_record.o: CPPFLAGS += $(RECORD_DEFS)
 
-.PHONY: all lib tests bench mpi-backends nccl gpu-bundle fuzz fuzz-targets pic pic-link-flags clean
-all: $(BUILD)/weft tests bench mpi-backends nccl
+.PHONY: all lib tests bench mpi-backends nccl gpu-bundle cuda cudaemu fuzz fuzz-targets pic pic-link-flags clean
+all: $(BUILD)/weft tests bench mpi-backends nccl cudaemu
 lib: $(BUILD)/libweft.a
 tests: $(TEST_BIN) $(TTOOL_BIN) $(FUZZ_BIN)
 bench: $(BENCH_BIN)
@@ -196,6 +196,61 @@ $(BUILD)/libnccl-emu.so: tests/emu/nccl_emu.c src/comm/nccl/nccl_abi.h
 # and the closure of its non-glibc libraries, zstd-packed, under 64 MiB.
 gpu-bundle: all
 	$(Q)scripts/gpu_bundle.sh $(BUILD)
+
+# The CUDA backend (src/cuda/, docs/gpu.md), one source compiled two ways.
+# `make cudaemu`: by the host C++ compiler against the emulator, the test
+# backend build/libweft-cudaemu.so, plus two builds with a planted fault
+# each (a missing __syncthreads, an off-by-one write) that the tests must
+# catch. `make cuda`: by nvcc, static cudart, sm_90a code plus compute_90
+# PTX, warnings (ptxas's spills, local memory, double precision too) as
+# errors: build/libweft-cuda.so, and build/cuda-resources.txt, each kernel's
+# registers, shared memory and stack from ptxas -v (the committed copy is
+# src/cuda/resources.txt); one line and nothing else without nvcc.
+NVCC     ?= $(or $(shell command -v nvcc),$(wildcard /usr/local/cuda/bin/nvcc))
+CXX_EMU  ?= $(if $(findstring clang,$(CC)),clang++,g++)
+CUDA_SRC := src/cuda/backend_cuda.cu
+CUDA_DEP := $(CUDA_SRC) src/cuda/kernels.cuh src/cuda/cuda_compat.h src/kernels/backend_impl.h include/weft/backend.h
+EMU_DEP  := $(CUDA_DEP) src/cuda/emu/cuda_emu.h src/cuda/emu/cuda_emu.cc
+EMU_FLAGS = -std=c++17 -x c++ -O1 -g -fPIC -shared -fvisibility=hidden -ffp-contract=off -Wall -Wextra \
+            -Wshadow -Wno-unused-parameter $(if $(filter 1,$(WERROR)),-Werror) $(CPPFLAGS) \
+            $(shell pkg-config --cflags openblas) $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer)
+EMU_LIBS := $(shell pkg-config --libs openblas)
+EMU_PLANTS := $(BUILD)/cudaemu-plant/no-sync/libweft-cudaemu.so $(BUILD)/cudaemu-plant/off-by-one/libweft-cudaemu.so
+.PHONY: cuda cudaemu
+cudaemu: $(BUILD)/libweft-cudaemu.so $(EMU_PLANTS) $(BUILD)/tests/cuda_emu
+# The emulator's own unit test (tests/cuda/, run by tests/py/test_cudaemu.py).
+$(BUILD)/tests/cuda_emu: tests/cuda/test_cuda_emu.cc src/cuda/emu/cuda_emu.h src/cuda/emu/cuda_emu.cc src/cuda/cuda_compat.h
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $@"
+	$(Q)$(CXX_EMU) $(filter-out -fPIC -shared -fvisibility=hidden,$(EMU_FLAGS)) -o $@ tests/cuda/test_cuda_emu.cc src/cuda/emu/cuda_emu.cc
+$(BUILD)/libweft-cudaemu.so: $(EMU_DEP)
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $@"
+	$(Q)$(CXX_EMU) $(EMU_FLAGS) -o $@ $(CUDA_SRC) src/cuda/emu/cuda_emu.cc $(EMU_LIBS)
+$(BUILD)/cudaemu-plant/no-sync/libweft-cudaemu.so: $(EMU_DEP)
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $@"
+	$(Q)$(CXX_EMU) $(EMU_FLAGS) -DWF_CUDA_PLANT_NO_SYNC -o $@ $(CUDA_SRC) src/cuda/emu/cuda_emu.cc $(EMU_LIBS)
+$(BUILD)/cudaemu-plant/off-by-one/libweft-cudaemu.so: $(EMU_DEP)
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $@"
+	$(Q)$(CXX_EMU) $(EMU_FLAGS) -DWF_CUDA_PLANT_OFF_BY_ONE -o $@ $(CUDA_SRC) src/cuda/emu/cuda_emu.cc $(EMU_LIBS)
+NVCC_FLAGS := -std=c++17 -O3 -shared --cudart static -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter \
+              -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
+              --Werror all-warnings -Xptxas --warn-on-spills,--warn-on-local-memory-usage,--warn-on-double-precision-use,--warning-as-error \
+              -Iinclude -Isrc -D_GNU_SOURCE
+ifneq ($(NVCC),)
+cuda: $(BUILD)/libweft-cuda.so
+$(BUILD)/libweft-cuda.so: $(CUDA_DEP)
+	@mkdir -p $(dir $@)
+	@echo "  NVCC    $@"
+	$(Q)$(NVCC) $(NVCC_FLAGS) -Xptxas -v -o $@ $(CUDA_SRC) -ldl 2> $(BUILD)/cuda-ptxas.log || \
+	    { grep -v '^ptxas info\|bytes stack frame' $(BUILD)/cuda-ptxas.log; rm -f $@; exit 1; }
+	$(Q)python3 scripts/cuda_resources.py < $(BUILD)/cuda-ptxas.log > $(BUILD)/cuda-resources.txt
+else
+cuda:
+	@echo "cuda: no nvcc (PATH, /usr/local/cuda/bin): $(BUILD)/libweft-cuda.so skipped"
+endif
 
 # Everything is rebuilt when the compiler or its flags change (make itself
 # only compares file times): the flags line is kept in $(BUILD)/.flags.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: the setup script, the build with
-# gcc and with clang (warnings are errors), the AddressSanitizer +
+# gcc and with clang (warnings are errors), the CUDA backend with nvcc, the AddressSanitizer +
 # UndefinedBehaviorSanitizer and ThreadSanitizer builds, the libFuzzer build
 # with each fuzz target run for a short fixed time (FUZZ_SECONDS, default 15
 # s each; docs/fuzzing.md), the tests marked asan (a chosen set of the MPI
@@ -40,6 +40,9 @@ build() {
 }
 build gcc
 build clang CC=clang BUILD=build-clang
+# The CUDA backend by nvcc (ptxas warnings as errors; one line where there
+# is no nvcc). `make` builds its emulated twin, cudaemu, in every build.
+build cuda cuda
 build asan+ubsan SANITIZE=address,undefined
 build tsan SANITIZE=thread
 build fuzz fuzz

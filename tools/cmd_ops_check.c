@@ -27,7 +27,7 @@ typedef struct {
 
 static const wf_opt ops_opt_table[] = {
     {"backend", NULL, WF_OPT_STR, offsetof(ops_opts, backend), NULL, WF_NO_RANGE,
-     "the backend to check: cpu (the default), ref, or another that wf_backend_open knows"},
+     "the backend to check: cpu (the default), ref, cuda, cudaemu, or another that wf_backend_open knows"},
     {"device", NULL, WF_OPT_STR, offsetof(ops_opts, device), NULL, WF_CHOICES(wf_backend_device_names),
      .help = "check the compute backend of this device instead (cpu, cuda, auto: as `weft train --device`)"},
     {"op", NULL, WF_OPT_STR, offsetof(ops_opts, op), NULL, WF_NO_RANGE, "check this op only (default: every op)"},
@@ -46,8 +46,10 @@ static const wf_cmd_spec ops_spec = {
     "first non-finite, loss sum, add, cast, AdamW; forward and backward) on random inputs of odd and tail "
     "shapes, and the same op of the reference backend `ref` on the same inputs, and compares each output by "
     "its normalised error sum((x - r)^2) / sum(r^2) against the op's threshold for its dtype (f32: 1e-10; "
-    "double sums 1e-20; counts and indices exact). Exit status 1 when any output fails. With --perf, times "
-    "each op on larger shapes instead (best of 3) and prints GFLOP/s or GB/s.",
+    "double sums 1e-20; counts and indices exact; bf16 outputs 1.6e-5, on a backend that has bf16: matmul, "
+    "attention and cast of cuda and cudaemu). Exit status 1 when any output fails. With --perf, times "
+    "each op on larger shapes instead (best of 3) and prints GFLOP/s or GB/s. cudaemu runs the CUDA kernels "
+    "under an emulator; WF_CUDAEMU_SCHEDULE (rr, fwd, rev, shuffle[:SEED]) picks its thread order (docs/gpu.md).",
     ops_opt_table,
     sizeof ops_opt_table / sizeof *ops_opt_table,
     0,

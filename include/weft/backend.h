@@ -8,7 +8,11 @@
  *   ref   the kernels' `_ref` twins as a whole backend: serial loops, sums
  *         in double. The oracle every other backend is checked against
  *         (`weft ops-check`); slow. Host memory too.
- * (cuda, cudaemu and auto come later, behind the same table.)
+ *   cuda  the CUDA kernels of src/cuda/ and cuBLASLt, a shared object
+ *         (build/libweft-cuda.so, `make cuda`) loaded by name (docs/gpu.md).
+ *   cudaemu  the same kernel sources run by a CUDA emulator on the CPU
+ *         (build/libweft-cudaemu.so): a test instrument.
+ * (auto comes later, behind the same table.)
  *
  * Memory. A backend hands out blocks (one per arena: wf_backend_arena_mem)
  * that only its ops and its copies touch; upload and download move bytes
@@ -16,8 +20,9 @@
  *
  * Arguments. Every tensor argument is a wf_dptr: an address in a block and
  * the dtype of its elements, so that bf16 ops come without another table.
- * Only fp32 (and int32 token ids) is implemented now: any other dtype is
- * refused with WF_ERR_UNSUPPORTED naming the op and the argument. Shapes
+ * fp32 (and int32 token ids) everywhere; bf16 on cuda and cudaemu for
+ * matmul, attention and cast. A dtype a backend does not have is refused
+ * with WF_ERR_UNSUPPORTED naming the op and the argument. Shapes
  * are checked by the caller (the model validates once per step); ops do not
  * validate them. Layouts and meanings are those of include/weft/kernels.h.
  *
@@ -65,8 +70,13 @@ static inline wf_dptr wf_i32(const int32_t *p) { return (wf_dptr){(void *)(uintp
 
 typedef struct wf_backend wf_backend;
 
-/* Opens backend `name` ("cpu", "ref"); WF_ERR_NOTFOUND naming the known
- * ones otherwise. Close with wf_backend_close. */
+/* Opens backend `name` ("cpu", "ref", "cuda", "cudaemu"); WF_ERR_NOTFOUND
+ * naming the known ones otherwise. cuda and cudaemu are shared objects
+ * libweft-<name>.so, looked for in WEFT_BACKEND_LIB_DIR if set, else beside
+ * the executable, one or two folders above it, or ../lib/weft:
+ * WF_ERR_NOTFOUND naming every path tried when none loads,
+ * WF_ERR_UNSUPPORTED with the backend's words when it cannot start (no
+ * driver, no cuBLASLt). Close with wf_backend_close. */
 wf_status wf_backend_open(wf_backend **out, const char *name);
 void wf_backend_close(wf_backend *be); /* accepts NULL; not the shared cpu one */
 const char *wf_backend_name(const wf_backend *be);

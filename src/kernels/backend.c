@@ -3,12 +3,15 @@
  * against what the backend declared and makes one call through the
  * backend's table (backend_impl.h). Also the host-memory calls that the
  * cpu and ref backends share. */
+#include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "kernels/backend_impl.h"
+#include "weft/fileio.h"
 #include "weft/trace.h"
 
 static const char *const dtype_names_[WF_DTYPE_COUNT] = {"f32", "bf16", "f16", "i32"};
@@ -25,7 +28,7 @@ size_t wf_dtype_size(wf_dtype dt) { return dt >= 0 && dt < WF_DTYPE_COUNT ? dtyp
 #define BACKENDS_MAX_ 8
 static const wf_backend_ops *planted_[BACKENDS_MAX_];
 static int n_planted_;
-static const char *names_[BACKENDS_MAX_ + 3];
+static const char *names_[BACKENDS_MAX_ + 5];
 
 wf_status wf__backend_register(const wf_backend_ops *ops) {
     if (ops->abi != WF_BACKEND_ABI)
@@ -42,9 +45,70 @@ const char *const *wf_backend_names(void) {
     int n = 0;
     names_[n++] = "cpu";
     names_[n++] = "ref";
+    names_[n++] = "cuda";
+    names_[n++] = "cudaemu";
     for (int i = 0; i < n_planted_; i++) names_[n++] = planted_[i]->name;
     names_[n] = NULL;
     return names_;
+}
+
+/* The device backends are shared objects, libweft-<name>.so (built by
+ * `make cuda` and `make cudaemu`, src/cuda/), opened with dlopen like the
+ * MPI backends (src/comm/comm.c): from WEFT_BACKEND_LIB_DIR if set, else
+ * beside the executable or up to two folders above it, or ../lib/weft.
+ * Never closed. On failure *why says what was tried. */
+static const wf_backend_ops *load_ops_(const char *name, char *why, size_t cap) {
+    char file[64], path[PATH_MAX + 128], exe[PATH_MAX];
+    snprintf(file, sizeof file, "libweft-%s.so", name);
+    const char *dirs[6];
+    char dirbuf[5][PATH_MAX + 16];
+    int n_dirs = 0;
+    const char *env = getenv("WEFT_BACKEND_LIB_DIR");
+    if (env && *env) dirs[n_dirs++] = env;
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (!(env && *env) && len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        static const char *const rel[] = {"", "/..", "/../..", "/../lib/weft"};
+        for (int i = 0; i < 4; i++) {
+            snprintf(dirbuf[i], sizeof dirbuf[i], "%s%s", exe, rel[i]);
+            dirs[n_dirs++] = dirbuf[i];
+        }
+    }
+    why[0] = '\0';
+    for (int i = 0; i < n_dirs; i++) {
+        if (wf_path_join(path, sizeof path, dirs[i], file, NULL) != WF_OK) {
+            wf_error_clear();
+            continue;
+        }
+        size_t w = strlen(why);
+        if (access(path, F_OK) != 0) {
+            snprintf(why + w, cap - w, "\n  %s: no such file", path);
+            continue;
+        }
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+        if (!h) {
+            snprintf(why + w, cap - w, "\n  %s: %s", path, dlerror());
+            continue;
+        }
+        wf_backend_ops_fn fn;
+        void *sym = dlsym(h, WF_BACKEND_SYMBOL);
+        if (!sym) {
+            snprintf(why + w, cap - w, "\n  %s: not a weft backend (no %s)", path, WF_BACKEND_SYMBOL);
+            continue;
+        }
+        memcpy(&fn, &sym, sizeof fn); /* object to function pointer, as POSIX allows */
+        const wf_backend_ops *ops = fn();
+        if (!ops || ops->abi != WF_BACKEND_ABI) {
+            snprintf(why + w, cap - w, "\n  %s: built for backend ABI %d, this weft has ABI %d: rebuild it", path,
+                     ops ? ops->abi : -1, WF_BACKEND_ABI);
+            continue;
+        }
+        return ops;
+    }
+    if (!why[0]) snprintf(why, cap, " (no folder to look in)");
+    return NULL;
 }
 
 static const wf_backend_ops *find_ops_(const char *name) {
@@ -58,6 +122,13 @@ static const wf_backend_ops *find_ops_(const char *name) {
 wf_status wf_backend_open(wf_backend **out, const char *name) {
     *out = NULL;
     const wf_backend_ops *ops = name ? find_ops_(name) : NULL;
+    if (!ops && name && (strcmp(name, "cuda") == 0 || strcmp(name, "cudaemu") == 0)) {
+        char why[2048];
+        ops = load_ops_(name, why, sizeof why);
+        if (!ops)
+            return wf_error(WF_ERR_NOTFOUND, "backend %s: cannot load libweft-%s.so (`make %s` builds it); tried:%s",
+                            name, name, name, why);
+    }
     if (!ops) {
         char known[256] = "";
         for (const char *const *n = wf_backend_names(); *n; n++)

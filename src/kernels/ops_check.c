@@ -20,7 +20,18 @@
  * relative RMS error of 1e-5) leaves room for other summation orders and
  * is far below what a wrong index, a missing term or a wrong scale gives
  * (1e-3 and up). Reductions in double (sumsq) must agree to 1e-20, and
- * counts and indices exactly. */
+ * counts and indices exactly.
+ *
+ * bf16 (for a backend that declares it: matmul, attention, cast). The
+ * case's `low` arguments are bf16 on the checked backend; every backend
+ * gets the same values, rounded to bf16 on the host (inputs and the
+ * initial contents of outputs), and ref computes in f32 on them. So the
+ * only difference allowed is the rounding of a bf16 output (8 significant
+ * bits), which moves each element by at most 2^-8 of itself: a normalised
+ * error of at most 2^-16 = 1.53e-5, hence the threshold 1.6e-5 (the fp32
+ * math differs by 1e-13; rounding errors spread evenly give about 2e-6).
+ * An element left unwritten or computed from a wrong index gives 1e-2 and
+ * up. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +45,7 @@
 #define OC_SCALARS_ 2
 #define TOL_F32_ 1e-10
 #define TOL_F64_ 1e-20
+#define TOL_BF16_ 1.6e-5
 
 typedef enum { ARG_IN, ARG_IDS, ARG_OUT, ARG_SCRATCH } arg_kind_;
 
@@ -44,6 +56,7 @@ typedef struct {
     float lo, hi;  /* uniform range of the initial values */
     int id_max;    /* ARG_IDS: ids in [id_neg ? -1 : 0, id_max) */
     int id_neg;
+    int low;       /* has the case's dtype (bf16) on the checked backend */
 } arg_;
 
 struct case_;
@@ -60,6 +73,7 @@ typedef struct case_ {
     int i[8];        /* the op's sizes, by op */
     float f[2];      /* its float parameters */
     double threshold;
+    wf_dtype dtype;  /* f32, or bf16: the args marked `low` are bf16 on the checked backend */
     double flops, bytes; /* per call, for --perf */
     run_fn_ run;
     /* Fixes host inputs after the random fill (consistent forward outputs
@@ -186,6 +200,35 @@ static arg_ out_(const char *name, size_t n) { return (arg_){name, ARG_OUT, n, -
 static arg_ ids_(const char *name, size_t n, int max, int neg) { return (arg_){name, ARG_IDS, n, 0, 0, max, neg}; }
 
 static void add_arg(case_ *c, arg_ a) { c->args[c->n_args++] = a; }
+
+/* c in bf16: the arguments named in `low` (space-separated) are bf16. */
+static case_ bf16_(case_ c, const char *low) {
+    c.dtype = WF_DTYPE_BF16;
+    c.threshold = TOL_BF16_;
+    size_t len = strlen(c.shape);
+    snprintf(c.shape + len, sizeof c.shape - len, " bf16=%s", low);
+    for (int k = 0; k < c.n_args; k++) {
+        size_t n = strlen(c.args[k].name);
+        for (const char *p = strstr(low, c.args[k].name); p; p = strstr(p + 1, c.args[k].name))
+            if ((p == low || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) c.args[k].low = 1;
+    }
+    return c;
+}
+
+/* bf16 <-> f32, round to nearest even (NaN kept quiet). */
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 static case_ base_(const char *op, run_fn_ run) {
     case_ c;
@@ -379,9 +422,18 @@ static case_ vector_case(const char *op, run_fn_ run, int n) {
 }
 
 /* Every case of the check (big = 0) or the perf shapes (big = 1), into
- * out (room for 64); returns how many. */
-static int make_cases(case_ *out, int big, int threads) {
+ * out (room for 64), with the bf16 ones when `bf16`; returns how many. */
+static int make_cases(case_ *out, int big, int threads, int bf16) {
     int n = 0;
+    if (!big && bf16) {
+        out[n++] = bf16_(mm_case(67, 37, 29, 0, 1, 0, 0, 1.0f, 0), "a b c");
+        out[n++] = bf16_(mm_case(33, 45, 67, 1, 0, 0, 3, 1.0f, 1), "a b c");
+        out[n++] = bf16_(mm_case(5, 7, 3, 1, 1, 3, 1, 0.5f, 0), "a b"); /* fp32 out */
+        out[n++] = bf16_(attention_case(1, 2, 67, 6, 2, 10, threads), "out qkv");
+        out[n++] = bf16_(attention_case(0, 1, 130, 3, 1, 6, threads), "dqkv dout qkv out");
+        out[n++] = bf16_(vector_case("cast", run_cast, 1003), "dst");
+        out[n++] = bf16_(vector_case("cast", run_cast, 1003), "src");
+    }
     if (!big) {
         out[n++] = mm_case(67, 37, 29, 0, 1, 0, 0, 1.0f, 0);
         out[n++] = mm_case(33, 45, 67, 1, 0, 0, 3, 1.0f, 1);
@@ -458,6 +510,13 @@ static void free_data(case_data_ *d) {
     }
 }
 
+/* A bf16 case's low arguments hold bf16 values for every backend. */
+static void round_low(const case_ *c, case_data_ *d) {
+    for (int k = 0; k < c->n_args && c->dtype == WF_DTYPE_BF16; k++)
+        if (c->args[k].low)
+            for (size_t i = 0; i < c->args[k].n; i++) d->host[k][i] = from_bf16(to_bf16(d->host[k][i]));
+}
+
 static wf_status fill_host(const case_ *c, wf_backend *ref, uint64_t seed, case_data_ *d) {
     for (int k = 0; k < c->n_args; k++) {
         const arg_ *a = &c->args[k];
@@ -475,7 +534,28 @@ static wf_status fill_host(const case_ *c, wf_backend *ref, uint64_t seed, case_
             for (size_t i = 0; i < a->n; i++) d->host[k][i] = a->lo + (a->hi - a->lo) * wf_rng_uniform(&r);
         }
     }
-    return c->prep ? c->prep(ref, c, d->host) : WF_OK;
+    round_low(c, d);
+    wf_status s = c->prep ? c->prep(ref, c, d->host) : WF_OK;
+    round_low(c, d); /* the forward outputs prep made for a backward */
+    return s;
+}
+
+static wf_status upload_bf16(wf_backend *be, void *dst, const float *src, size_t n) {
+    uint16_t *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    if (!tmp) return wf_error(WF_ERR_NOMEM, "ops-check: %zu bf16 values", n);
+    for (size_t i = 0; i < n; i++) tmp[i] = to_bf16(src[i]);
+    wf_status s = wf_backend_upload(be, dst, tmp, n * sizeof *tmp);
+    free(tmp);
+    return s;
+}
+
+static wf_status download_bf16(wf_backend *be, float *dst, const void *src, size_t n) {
+    uint16_t *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    if (!tmp) return wf_error(WF_ERR_NOMEM, "ops-check: %zu bf16 values", n);
+    wf_status s = wf_backend_download(be, tmp, src, n * sizeof *tmp);
+    for (size_t i = 0; i < n && s == WF_OK; i++) dst[i] = from_bf16(tmp[i]);
+    free(tmp);
+    return s;
 }
 
 /* Runs case c on be from the host arrays; outputs into d->result[slot].
@@ -486,10 +566,12 @@ static wf_status run_on(wf_backend *be, const case_ *c, case_data_ *d, int slot,
     wf_status s = WF_OK;
     for (int k = 0; k < c->n_args && s == WF_OK; k++) {
         const arg_ *a = &c->args[k];
-        size_t bytes = (arg_elems(be, c, a) ? arg_elems(be, c, a) : 1) * sizeof(float);
+        int low = a->low && slot == 0 && c->dtype == WF_DTYPE_BF16;
+        size_t bytes = (arg_elems(be, c, a) ? arg_elems(be, c, a) : 1) * (low ? 2 : sizeof(float));
         s = wf_backend_alloc(be, bytes, &dev[k]);
-        if (s == WF_OK && a->kind != ARG_SCRATCH) s = wf_backend_upload(be, dev[k], d->host[k], a->n * sizeof(float));
-        args[k] = (wf_dptr){dev[k], a->kind == ARG_IDS ? WF_DTYPE_I32 : WF_DTYPE_F32};
+        if (s == WF_OK && low) s = upload_bf16(be, dev[k], d->host[k], a->n);
+        else if (s == WF_OK && a->kind != ARG_SCRATCH) s = wf_backend_upload(be, dev[k], d->host[k], a->n * sizeof(float));
+        args[k] = (wf_dptr){dev[k], a->kind == ARG_IDS ? WF_DTYPE_I32 : low ? WF_DTYPE_BF16 : WF_DTYPE_F32};
     }
     if (s == WF_OK) s = c->run(be, c, args, d->scalars[slot]);
     if (s == WF_OK) s = wf_backend_sync(be);
@@ -505,6 +587,7 @@ static wf_status run_on(wf_backend *be, const case_ *c, case_data_ *d, int slot,
         if (c->args[k].kind != ARG_OUT) continue;
         d->result[slot][k] = malloc((c->args[k].n ? c->args[k].n : 1) * sizeof(float));
         if (!d->result[slot][k]) s = wf_error(WF_ERR_NOMEM, "ops-check: %s: result %s", c->op, c->args[k].name);
+        else if (args[k].dt == WF_DTYPE_BF16) s = download_bf16(be, d->result[slot][k], dev[k], c->args[k].n);
         else s = wf_backend_download(be, d->result[slot][k], dev[k], c->args[k].n * sizeof(float));
     }
     for (int k = 0; k < c->n_args; k++) wf_backend_free(be, dev[k]);
@@ -547,7 +630,7 @@ wf_status wf_backend_ops_check(wf_backend *be, wf_backend *ref, const char *op, 
     int threads = wf_kern_threads();
     case_ *cases = calloc(64, sizeof *cases);
     if (!cases) return wf_error(WF_ERR_NOMEM, "ops-check: the case table");
-    int n_cases = make_cases(cases, perf, threads);
+    int n_cases = make_cases(cases, perf, threads, (int)(be->ops->float_dtypes >> WF_DTYPE_BF16 & 1u));
     wf_status s = WF_OK;
     for (int i = 0; i < n_cases && s == WF_OK; i++) {
         const case_ *c = &cases[i];
@@ -559,7 +642,7 @@ wf_status wf_backend_ops_check(wf_backend *be, wf_backend *ref, const char *op, 
         memset(&r, 0, sizeof r);
         snprintf(r.op, sizeof r.op, "%s", c->op);
         snprintf(r.shape, sizeof r.shape, "%s", c->shape);
-        r.dtype = WF_DTYPE_F32;
+        r.dtype = c->dtype;
         if (s == WF_OK && perf) {
             s = run_on(be, c, &d, 0, 3, &r.seconds);
             if (s == WF_OK) {

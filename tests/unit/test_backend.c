@@ -103,7 +103,7 @@ WF_TEST(a_planted_wrong_op_is_named) {
 
 WF_TEST(unknown_names_and_dtypes_are_refused_by_name) {
     wf_backend *be = NULL;
-    WF_CHECK_ERR(wf_backend_open(&be, "cuda"), WF_ERR_NOTFOUND, "cpu, ref");
+    WF_CHECK_ERR(wf_backend_open(&be, "tpu"), WF_ERR_NOTFOUND, "cpu, ref, cuda, cudaemu");
     WF_CHECK_TRUE(be == NULL);
     WF_CHECK_OK(wf_backend_open(&be, "cpu"));
     float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
