@@ -12,6 +12,10 @@ import pytest
 from conftest import run_weft_cmd
 from test_train_dist import args, dataset, losses  # noqa: F401
 
+# Without a driver the cuda backend (when `make cuda` built it) fails in the
+# driver's own words; without the build, the seam names the file it lacks.
+CUDA_WHY = "CUDA driver version is insufficient"
+
 
 def train(dataset, run, *extra):
     return run_weft_cmd(args(dataset, run, *extra, steps=2), check=False)
@@ -20,7 +24,8 @@ def train(dataset, run, *extra):
 def test_train_device_cuda_fails_before_writing(dataset, tmp_path):
     r = train(dataset, tmp_path / "run", "--device", "cuda")
     assert r.returncode == 1
-    assert "weft train: error: train.device = cuda: backend 'cuda'" in r.stderr, r.stderr
+    assert "weft train: error: train.device = cuda: backend cuda: " in r.stderr, r.stderr
+    assert CUDA_WHY in r.stderr or "cannot load libweft-cuda.so" in r.stderr, r.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
     assert not (tmp_path / "run" / "model.safetensors").exists()
 
@@ -30,7 +35,7 @@ def test_train_device_auto_falls_back_to_the_cpu_and_says_why(dataset, tmp_path)
     assert ref.returncode == 0, ref.stderr
     r = train(dataset, tmp_path / "auto", "--train.device=auto")
     assert r.returncode == 0, r.stderr
-    assert "train.device auto: cuda did not open (backend 'cuda'" in r.stderr and "computing on the cpu" in r.stderr
+    assert "train.device auto: cuda did not open (backend cuda: " in r.stderr and "computing on the cpu" in r.stderr
     assert losses(r.stdout) == losses(ref.stdout) and len(losses(r.stdout)) == 2
     assert 'device = "auto"' in (tmp_path / "auto" / "config.toml").read_text()
 
@@ -49,7 +54,7 @@ def test_bf16_on_the_cpu_is_refused_and_tf32_is_noted(dataset, tmp_path):
 def test_commands_take_device(cmd):
     r = run_weft_cmd(cmd + ["--device", "cuda"], check=False)
     assert r.returncode == 1
-    assert f"weft {cmd[0]}: error: --device cuda: backend 'cuda'" in r.stderr, r.stderr
+    assert f"weft {cmd[0]}: error: --device cuda: backend cuda: " in r.stderr, r.stderr
     r = run_weft_cmd(cmd + ["--device", "gpu"], check=False)
     assert r.returncode == 1 and "device = 'gpu' (did you mean 'cpu'?): use cpu, cuda or auto" in r.stderr, r.stderr
 
