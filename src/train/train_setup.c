@@ -32,6 +32,7 @@ void wf__train_free(trainer *t) {
     wf__train_tasks_free(t);
     if (t->units) wf__train_units_free(t); /* fsdp: its optimizers, t->opt among them */
     wf_adamw_destroy(t->opt);
+    wf_muon_destroy(t->muon);
     wf_model_destroy(t->model);
     wf_arena_destroy(t->arena);
     free(t->tokenizer_path);
@@ -327,6 +328,7 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
                           .weight_decay = tc->weight_decay,
                           .decay_embeddings = tc->decay_embeddings,
                           .grad_clip = tc->grad_clip};
+    WF_TRY(wf__train_muon_config(t, &ac)); /* optim.name = muon: AdamW leaves the block matrices to Muon */
     t->zero1 = t->shard == WF__SHARD_ZERO1 || t->shard == WF__SHARD_ZERO2;
     if (t->shard == WF__SHARD_ZERO2) {
         WF_TRY(make_zero1(t, &ac));
@@ -340,6 +342,7 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
         WF_TRY(make_reducer(t));
     } else {
         WF_TRY(wf_adamw_create(&t->opt, &ac, t->model, t->arena));
+        WF_TRY(wf__train_muon_setup(t));
         arena_mark(t, "optimizer");
         if (t->world > 1) WF_TRY(make_reducer(t));
     }

@@ -192,8 +192,9 @@ static wf_status update(trainer *t, int64_t step, step_outcome *o) {
     }
     const float *grad = t->zero1 ? t->gshard : wf_model_grads(t->model);
     wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
-    wf_status s = wf_adamw_step_shard(t->opt, o->lr, grad, o->grad_norm);
+    wf_status s = wf_adamw_step_shard(t->opt, o->lr_adamw, grad, o->grad_norm);
     wf_trace_end(span);
+    if (s == WF_OK) s = wf__train_muon_step(t, o, grad); /* optim.name = muon: the block matrices */
     if (s != WF_OK) return wf_error_wrap(s, "step %lld: ", (long long)step + 1);
     if (t->zero1) {
         double tg = wf_time_now();
@@ -223,6 +224,8 @@ wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o) {
     double t0 = wf_time_now();
     o->lr = t->sched_tokens ? wf_lr_at_units(&t->sched, o->tokens_before, (uint64_t)o->tokens)
                             : wf_lr_at(&t->sched, (uint64_t)step);
+    o->lr_adamw = o->lr * t->adamw_lr_ratio; /* muon: the AdamW group's, on the same schedule */
+    o->muon_update_rms = NAN;
     wf_trace_span region = wf_trace_begin(WF_TRACE_REGION, "optimizer");
     wf_status s = grad_norm(t, &o->grad_norm);
     if (s == WF_OK) judge(t, o);
