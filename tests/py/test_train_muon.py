@@ -133,3 +133,16 @@ def test_ddp_two_ranks_match_one_process(dataset, tmp_path):
     close(losses(two.stdout), ref, LOSS_TOL)
     w1, w2 = weights(tmp_path / "one" / "model.safetensors"), weights(tmp_path / "two" / "model.safetensors")
     assert max(float(np.abs(w1[k] - w2[k]).max()) for k in w1) <= WEIGHT_TOL
+
+
+def test_spike_rollback_restores_the_momentum(dataset, tmp_path):
+    """spike.action = rollback with a detector so tight that an early step is
+    a spike: back to the last checkpoint (Muon's momentum with it), and the
+    run goes on to the end."""
+    run = tmp_path / "run"
+    r = train(dataset, run, *MUON, "--spike.action=rollback", "--spike.z=0.001", "--spike.warmup=2",
+              "--spike.window=2", "--ckpt.every=1", "--spike.skip_batches=1")
+    assert "for the spike at step" in r.stderr, r.stderr[-3000:]
+    assert sorted(step_records(r.stdout))[-1] == 12
+    m, t = read_checkpoint(ckpt_dirs(run)[-1])
+    assert m["state"]["optimizer"]["name"] == "muon" and any(k.startswith("optim.momentum.") for k in t)
