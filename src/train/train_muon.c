@@ -27,7 +27,14 @@ const char *wf__train_optim_name(const trainer *t) { return muon_on(t) ? "muon" 
 wf_status wf__train_muon_config(trainer *t, wf_adamw_config *ac) {
     const wf_train_config *tc = t->tc;
     t->adamw_lr_ratio = 1.0;
-    if (!muon_on(t)) return WF_OK;
+    if (!muon_on(t)) {
+        static const char *const keys[] = {"optim.adamw_lr", "optim.muon_momentum", "optim.muon_nesterov",
+                                           "optim.muon_ns_steps", "optim.muon_weight_decay", "optim.muon_scale"};
+        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+            if (wf_opts_given(wf_train_spec(), tc, keys[i]) && t->rank == 0)
+                WF_WARN("%s is set but optim.name = adamw: it is Muon's (optim.name = muon), and ignored", keys[i]);
+        return WF_OK;
+    }
     if (t->shard != WF__SHARD_DDP)
         return wf_error(WF_ERR_CONFIG,
                         "optim.name = muon with dist.shard = %s: Muon's sharded work split (whole matrices per "
