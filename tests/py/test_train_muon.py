@@ -4,8 +4,8 @@ schedule) and their metrics; the checkpoint's state (the momentum under
 "optim.momentum.<name>", no second moment for Muon matrices, AdamW's
 moments for the rest, optimizer.name in the manifest); stop and resume bit
 for bit; switching the optimizer on resume refused unless
-optim.reset_state; the sharded modes refused for now; DDP at 2 ranks
-against one process within test_train_dist.py's tolerances. The update
+optim.reset_state; the sharded modes refused for now; DDP at 2 and 4
+ranks against one process within test_train_dist.py's tolerances. The update
 itself is checked against a PyTorch Muon in test_muon_vs_torch.py."""
 import json
 
@@ -121,12 +121,13 @@ def test_sharded_modes_are_refused_for_now(dataset, tmp_path, shard):
     assert f"optim.name = muon with dist.shard = {shard}" in r.stderr and "dist.shard = ddp" in r.stderr
 
 
-def test_ddp_two_ranks_match_one_process(dataset, tmp_path):
+@pytest.mark.parametrize("np_", [2, 4])
+def test_ddp_ranks_match_one_process(dataset, tmp_path, np_):
     mpi_launch.require(BUILD / "weft", BUILD)
     extra = list(MUON) + ["--data.global_batch_tokens=256", "--dist.bucket_mb=0.05"]
     one = mpi_launch.check(mpi_launch.launch(BUILD / "weft", None, 1, train_args(dataset, tmp_path / "one", extra,
                                                                                   steps=6)))
-    two = mpi_launch.check(mpi_launch.launch(BUILD / "weft", "openmpi", 2,
+    two = mpi_launch.check(mpi_launch.launch(BUILD / "weft", "openmpi", np_,
                                              train_args(dataset, tmp_path / "two", extra, steps=6), timeout=120))
     ref = losses(one.stdout)
     assert len(ref) == 6
