@@ -198,6 +198,10 @@ wf_status wf_backend_loss_sum(wf_backend *be, wf_dptr losses, wf_dptr targets, s
                               size_t *n_valid);
 /* y[i] = a[i] + b[i] (y may be a or b). */
 wf_status wf_backend_add(wf_backend *be, wf_dptr y, wf_dptr a, wf_dptr b, size_t n);
+/* y[i] = a * x[i] + b * y[i] (x may be y); with b == 0, y[i] = a * x[i]
+ * and y is not read. Muon's momentum, Newton-Schulz combinations and
+ * update (src/optim/muon.c). */
+wf_status wf_backend_axpby(wf_backend *be, wf_dptr y, wf_dptr x, float a, float b, size_t n);
 /* dst[i] = src[i] converted to dst's dtype (the same dtype: a copy). */
 wf_status wf_backend_cast(wf_backend *be, wf_dptr dst, wf_dptr src, size_t n);
 

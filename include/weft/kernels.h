@@ -240,4 +240,9 @@ void wf_kern_adamw_ref(float *p, const float *g, float *m, float *v, const wf_ad
 void wf_kern_add(float *y, const float *a, const float *b, size_t n);
 void wf_kern_add_ref(float *y, const float *a, const float *b, size_t n);
 
+/* y = a * x + b * y, elementwise (x may be y); with b == 0, y = a * x and y
+ * is not read (Muon, src/optim/muon.c). */
+void wf_kern_axpby(float *y, const float *x, float a, float b, size_t n);
+void wf_kern_axpby_ref(float *y, const float *x, float a, float b, size_t n);
+
 #endif

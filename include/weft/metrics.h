@@ -64,6 +64,8 @@ typedef struct {
     double val_loss;       /* validation loss, NaN when not computed at this step */
     double lr;             /* learning rate the update used */
     double grad_norm;      /* global L2 norm of the gradient, before clipping */
+    double lr_adamw;       /* optim.name = muon: the AdamW group's learning rate (lr is Muon's); NaN otherwise */
+    double muon_update_rms;/* optim.name = muon: RMS of the Muon matrices' change this step; NaN otherwise */
     int64_t tokens;        /* tokens the step trained on (all ranks): its global batch in tokens */
     int64_t batch_seqs;    /* its global batch in sequences (all ranks; grows under a batch-size ramp) */
     int64_t tokens_seen;   /* tokens trained by the run up to and including this step */
@@ -128,6 +130,8 @@ void wf_metrics_step_memory(wf_metrics_step *r, const wf_arena *arena);
     X("val_loss", val_loss, D, "train/val_loss", 1.0, "nats/token")                  \
     X("lr", lr, D, "train/lr", 1.0, "")                                              \
     X("grad_norm", grad_norm, D, "train/grad_norm", 1.0, "")                         \
+    X("lr_adamw", lr_adamw, D, "train/lr_adamw", 1.0, "")                            \
+    X("muon_update_rms", muon_update_rms, D, "train/muon_update_rms", 1.0, "")       \
     X("tokens", tokens, I, "train/batch_tokens", 1.0, "tokens")                      \
     X("batch_seqs", batch_seqs, I, "train/batch_seqs", 1.0, "sequences")             \
     X("tokens_seen", tokens_seen, I, "train/tokens_seen", 1.0, "tokens")             \

@@ -33,6 +33,7 @@ typedef struct {
     double weight_decay;
     int decay_embeddings;  /* 1: also decay the token embedding (and an untied lm_head) */
     double grad_clip;      /* max global L2 norm; <= 0 disables clipping */
+    int skip_muon;         /* 1: leave out the matrices Muon updates (wf_muon_takes): optim.name = muon */
 } wf_adamw_config;
 
 typedef struct wf_adamw wf_adamw;
@@ -104,6 +105,74 @@ uint64_t wf_adamw_steps(const wf_adamw *o);
 float *wf_adamw_m(wf_adamw *o);
 float *wf_adamw_v(wf_adamw *o);
 void wf_adamw_set_steps(wf_adamw *o, uint64_t t);
+
+/* ---- Muon: momentum orthogonalised by a Newton-Schulz iteration ----
+ *
+ * For every 2-D weight inside the blocks (wf_muon_takes: the attention
+ * and MLP projections), as KellerJordan/Muon's muon.py computes it, in
+ * fp32 (docs/optim.md has the algorithm):
+ *   g' = g * clip                         (the global-norm clip, as AdamW's)
+ *   buf = mu * buf + (1 - mu) * g'        (momentum.lerp_(grad, 1 - mu))
+ *   u = nesterov ? (1 - mu) * g' + mu * buf : buf
+ *   X = u / (||u||_F + 1e-7); ns_steps times, with X wide (rows <= cols;
+ *   a tall matrix is iterated as its transpose):
+ *     A = X X^T;  B = b A + c A A;  X = a X + B X
+ *   p = p * (1 - lr * wd) - lr * scale * X
+ * scale: reference max(1, rows / cols)^0.5; match_adamw_rms (Moonlight)
+ * 0.2 * sqrt(max(rows, cols)), which gives the update about AdamW's RMS so
+ * that AdamW's learning rate carries over. Every product is the backend's
+ * matmul op and every elementwise step its axpby op, so the iteration runs
+ * wherever the model's backend runs. The embedding, the head and the norms
+ * are AdamW's (wf_adamw_config.skip_muon leaves the matrices out of it). */
+typedef enum { WF_MUON_SCALE_REFERENCE = 0, WF_MUON_SCALE_MATCH_ADAMW_RMS } wf_muon_scale;
+
+/* The scale rules' names, in wf_muon_scale order, NULL-terminated. */
+extern const char *const wf_muon_scale_names[];
+
+typedef struct {
+    double momentum;       /* mu, 0.95 */
+    int nesterov;          /* 1 */
+    int ns_steps;          /* 5 */
+    double ns_a, ns_b, ns_c; /* the quintic's coefficients: 3.4445, -4.7750, 2.0315 */
+    double weight_decay;   /* decoupled, as AdamW's: 0 (the reference's default) */
+    wf_muon_scale scale;
+    double grad_clip;      /* max global L2 norm (the same as AdamW's); <= 0: none */
+} wf_muon_config;
+
+typedef struct wf_muon wf_muon;
+
+wf_muon_config wf_muon_config_default(void);
+
+/* 1 if Muon updates `t`: a 2-D tensor of a block ("model.layers.*"). */
+int wf_muon_takes(const wf_tensor_info *t);
+
+/* Muon for every tensor of `m` that wf_muon_takes, with its momentum in
+ * `momentum`: a buffer laid out as the parameter buffer (num_params floats,
+ * in the model's backend's memory; only the Muon tensors' elements are
+ * used, the rest is left alone: the trainer lends AdamW's first-moment
+ * buffer, whose Muon part AdamW leaves unused under skip_muon). The
+ * iteration's scratch (two matrices of the largest Muon tensor, two square
+ * ones of its smaller side) comes from `arena`. Bad values in `cfg` are
+ * WF_ERR_CONFIG naming the optim.* key. `m`, `momentum` and `arena` must
+ * outlive the optimizer. */
+wf_status wf_muon_create(wf_muon **out, const wf_muon_config *cfg, wf_model *m, float *momentum, wf_arena *arena);
+void wf_muon_destroy(wf_muon *o); /* accepts NULL */
+
+/* One update of every Muon tensor from `grad` (laid out as the parameter
+ * buffer: the model's gradients, or DDP's summed copy), clipped with
+ * `grad_norm`, the global norm over all parameters. A non-finite norm or a
+ * negative or non-finite lr is WF_ERR_RANGE and changes nothing.
+ * *update_rms (may be NULL) gets the RMS of the parameters' change over
+ * the Muon tensors. The result does not depend on the thread count. */
+wf_status wf_muon_step(wf_muon *o, double lr, const float *grad, double grad_norm, double *update_rms);
+
+/* Elements Muon updates, and the largest tensor's. */
+size_t wf_muon_numel(const wf_muon *o);
+
+/* Floats of Newton-Schulz scratch wf_muon_create takes for `m` (for plans),
+ * and the floating-point operations of one step's iterations. */
+size_t wf_muon_scratch_floats(const wf_model *m);
+double wf_muon_ns_flops(const wf_model *m, int ns_steps);
 
 /* Learning-rate schedules, as a pure function of the position in the run:
  * in steps (0-based), or in any other unit counted from 0 (the trainer's

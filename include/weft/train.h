@@ -126,6 +126,24 @@
       "also decay the token embedding (and an untied output projection)") \
     X(grad_clip, WF_OPT_FLOAT, "optim.grad_clip", NULL, "1.0", (0, 1e9), \
       "clip gradients to this global L2 norm (0: no clipping)") \
+    X(optim_name, WF_OPT_STR, "optim.name", NULL, "adamw", (WF_CHOICES(wf_train_optim_names)), \
+      "the optimizer: adamw, or muon (Muon for the blocks' 2-D weights at optim.lr, AdamW for the embedding, " \
+      "head and norms at optim.adamw_lr); docs/optim.md") \
+    X(adamw_lr, WF_OPT_FLOAT, "optim.adamw_lr", NULL, "0", (0, 10), \
+      "muon: peak learning rate of the AdamW group, on the same schedule (0: optim.lr)") \
+    X(muon_momentum, WF_OPT_FLOAT, "optim.muon_momentum", NULL, "0.95", (0, 0.999999), \
+      "muon: momentum") \
+    X(muon_nesterov, WF_OPT_BOOL, "optim.muon_nesterov", NULL, "true", (WF_NO_RANGE), \
+      "muon: Nesterov momentum") \
+    X(muon_ns_steps, WF_OPT_INT, "optim.muon_ns_steps", NULL, "5", (1, 100), \
+      "muon: Newton-Schulz iterations") \
+    X(muon_weight_decay, WF_OPT_FLOAT, "optim.muon_weight_decay", NULL, "0", (0, 10), \
+      "muon: decoupled weight decay of the Muon matrices") \
+    X(muon_scale, WF_OPT_STR, "optim.muon_scale", NULL, "reference", (WF_CHOICES(wf_muon_scale_names)), \
+      "muon: update scale, reference (max(1, rows/cols)^0.5) or match_adamw_rms (0.2 sqrt(max(rows, cols)): " \
+      "AdamW's learning rate carries over)") \
+    X(reset_state, WF_OPT_BOOL, "optim.reset_state", NULL, "false", (WF_NO_RANGE), \
+      "on resume, load the parameters only and start the optimizer state afresh (needed to switch optim.name)") \
     /* [train] */ \
     X(run_dir, WF_OPT_STR, "train.run_dir", "run-dir", "runs/default", (WF_NO_RANGE), \
       "where the run's files go (config.toml, checkpoints/, model.safetensors, metrics.jsonl, tb/, run.json, traces/)") \
@@ -291,6 +309,7 @@
  * optim.schedule_unit, guard.nonfinite, dist.shard, train.dtype
  * (NULL-terminated). train.device's are wf_backend_device_names. */
 extern const char *const wf_train_schedule_units[];
+extern const char *const wf_train_optim_names[];
 extern const char *const wf_train_nonfinite_actions[];
 extern const char *const wf_train_shard_names[];
 /* train.dtype's values: "fp32", "bf16". */

@@ -472,6 +472,12 @@ wf_status wf_backend_add(wf_backend *be, wf_dptr y, wf_dptr a, wf_dptr b, size_t
     return CALL_(add, y, a, b, n);
 }
 
+wf_status wf_backend_axpby(wf_backend *be, wf_dptr y, wf_dptr x, float a, float b, size_t n) {
+    F_("axpby", y);
+    F_("axpby", x);
+    return CALL_(axpby, y, x, a, b, n);
+}
+
 wf_status wf_backend_cast(wf_backend *be, wf_dptr dst, wf_dptr src, size_t n) {
     F_("cast", dst);
     F_("cast", src);

@@ -117,6 +117,11 @@ static int BK_(add)(void *state, wf_dptr y, wf_dptr a, wf_dptr b, size_t n) {
     return 0;
 }
 
+static int BK_(axpby)(void *state, wf_dptr y, wf_dptr x, float a, float b, size_t n) {
+    KERN_(axpby)(F_(y), CF_(x), a, b, n);
+    return 0;
+}
+
 /* f32 -> f32 is the only pair while f32 is the only dtype. */
 static int BK_(cast)(void *state, wf_dptr dst, wf_dptr src, size_t n) {
     if (n && dst.p != src.p) memmove(dst.p, src.p, n * sizeof(float));
@@ -160,5 +165,6 @@ static int BK_(adamw)(void *state, wf_dptr p, wf_dptr g, wf_dptr m, wf_dptr v, c
     .first_nonfinite = BK_(first_nonfinite),              \
     .loss_sum = BK_(loss_sum),                            \
     .add = BK_(add),                                      \
+    .axpby = BK_(axpby),                                  \
     .cast = BK_(cast),                                    \
     .adamw = BK_(adamw)

@@ -23,7 +23,7 @@
 
 #include "weft/backend.h"
 
-#define WF_BACKEND_ABI 1
+#define WF_BACKEND_ABI 2 /* 2: axpby (Muon) */
 #define WF_BACKEND_SYMBOL "wf_backend_ops_v1"
 
 typedef struct wf_backend_ops {
@@ -77,6 +77,7 @@ typedef struct wf_backend_ops {
     int (*first_nonfinite)(void *state, wf_dptr x, size_t n, size_t *index);
     int (*loss_sum)(void *state, wf_dptr losses, wf_dptr targets, size_t n, double *sum, size_t *n_valid);
     int (*add)(void *state, wf_dptr y, wf_dptr a, wf_dptr b, size_t n);
+    int (*axpby)(void *state, wf_dptr y, wf_dptr x, float a, float b, size_t n);
     int (*cast)(void *state, wf_dptr dst, wf_dptr src, size_t n);
     int (*adamw)(void *state, wf_dptr p, wf_dptr g, wf_dptr m, wf_dptr v, const wf_adamw_span *ranges,
                  int n_ranges, size_t total, wf_adamw_coef k);

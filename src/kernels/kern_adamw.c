@@ -1,6 +1,6 @@
 /* The AdamW update over ranges of one flat buffer (src/optim/adamw.c has
  * the formulas and why each float expression is PyTorch's), and the
- * elementwise add and cast. Elementwise, so the bits do not depend on the
+ * elementwise add, axpby and cast. Elementwise, so the bits do not depend on the
  * thread count. The Makefile builds this file with -fno-math-errno:
  * sqrtf's errno (never set here, v >= 0) otherwise keeps the compiler from
  * vectorising the loop (bench/README.md, "Measurements behind choices in
@@ -61,4 +61,22 @@ void wf_kern_add(float *y, const float *a, const float *b, size_t n) {
 
 void wf_kern_add_ref(float *y, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = (float)((double)a[i] + (double)b[i]);
+}
+
+/* Muon's elementwise steps (src/optim/muon.c): momentum, the Newton-Schulz
+ * iteration's linear combinations, the update. With b == 0, y is only
+ * written (it may hold anything, NaN included, before). */
+void wf_kern_axpby(float *y, const float *x, float a, float b, size_t n) {
+    if (b == 0.0f) {
+#pragma omp parallel for simd schedule(static) if (n >= ADAMW_PARALLEL_MIN_)
+        for (size_t i = 0; i < n; i++) y[i] = a * x[i];
+        return;
+    }
+#pragma omp parallel for simd schedule(static) if (n >= ADAMW_PARALLEL_MIN_)
+    for (size_t i = 0; i < n; i++) y[i] = a * x[i] + b * y[i];
+}
+
+void wf_kern_axpby_ref(float *y, const float *x, float a, float b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        y[i] = b == 0.0f ? (float)((double)a * x[i]) : (float)((double)a * x[i] + (double)b * y[i]);
 }

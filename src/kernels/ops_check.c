@@ -152,6 +152,9 @@ static wf_status run_loss_sum(wf_backend *be, const case_ *c, wf_dptr *a, double
 static wf_status run_add(wf_backend *be, const case_ *c, wf_dptr *a, double *s) {
     return wf_backend_add(be, A_(0), A_(1), A_(2), (size_t)c->i[0]);
 }
+static wf_status run_axpby(wf_backend *be, const case_ *c, wf_dptr *a, double *s) {
+    return wf_backend_axpby(be, A_(0), A_(1), c->f[0], c->f[1], (size_t)c->i[0]);
+}
 static wf_status run_cast(wf_backend *be, const case_ *c, wf_dptr *a, double *s) {
     return wf_backend_cast(be, A_(0), A_(1), (size_t)c->i[0]);
 }
@@ -185,12 +188,19 @@ static wf_status prep_first_nonfinite(wf_backend *ref, const case_ *c, float **h
     return WF_OK;
 }
 
+/* axpby with b = 0: y's old values are NaN and must not reach the result. */
+static wf_status prep_axpby_nan(wf_backend *ref, const case_ *c, float **h) {
+    (void)ref;
+    for (int i = 0; i < c->i[0]; i += 7) h[0][i] = NAN;
+    return WF_OK;
+}
+
 /* ------------------------------------------------------------- cases */
 
 static const char *const op_names_[] = {
     "matmul",     "rmsnorm_fwd", "rmsnorm_bwd", "rope_table",     "rope_fwd",        "rope_bwd",
     "attention_fwd", "attention_bwd", "swiglu_fwd", "swiglu_bwd", "embedding_fwd", "embedding_bwd",
-    "crossentropy_fwd", "crossentropy_bwd", "sumsq", "first_nonfinite", "loss_sum", "add", "cast", "adamw",
+    "crossentropy_fwd", "crossentropy_bwd", "sumsq", "first_nonfinite", "loss_sum", "add", "axpby", "cast", "adamw",
     NULL};
 
 const char *const *wf_backend_op_names(void) { return op_names_; }
@@ -403,6 +413,12 @@ static case_ vector_case(const char *op, run_fn_ run, int n) {
         add_arg(&c, in_("a", (size_t)n, -1, 1));
         add_arg(&c, in_("b", (size_t)n, -1, 1));
         c.bytes = 12.0 * n;
+    } else if (strcmp(op, "axpby") == 0) {
+        /* b == 0 (y not read) is a case of its own: see make_cases */
+        add_arg(&c, out_("y", (size_t)n));
+        add_arg(&c, in_("x", (size_t)n, -1, 1));
+        c.f[0] = -0.75f, c.f[1] = 0.95f;
+        c.bytes = 12.0 * n;
     } else if (strcmp(op, "cast") == 0) {
         add_arg(&c, out_("dst", (size_t)n));
         add_arg(&c, in_("src", (size_t)n, -1, 1));
@@ -462,6 +478,12 @@ static int make_cases(case_ *out, int big, int threads, int bf16) {
         out[n++] = vector_case("first_nonfinite", run_first_nonfinite, 1001);
         out[n++] = vector_case("loss_sum", run_loss_sum, 67);
         out[n++] = vector_case("add", run_add, 1003);
+        out[n++] = vector_case("axpby", run_axpby, 1003);
+        out[n] = vector_case("axpby", run_axpby, 100003);
+        out[n].f[1] = 0.0f; /* y = a x: y's old values (some NaN) must not count */
+        out[n].prep = prep_axpby_nan;
+        snprintf(out[n].shape, sizeof out[n].shape, "n=100003 b=0");
+        n++;
         out[n++] = vector_case("cast", run_cast, 1003);
         out[n++] = vector_case("adamw", run_adamw, 100003);
     } else {
@@ -484,6 +506,7 @@ static int make_cases(case_ *out, int big, int threads, int bf16) {
         out[n++] = vector_case("first_nonfinite", run_first_nonfinite, 1 << 24);
         out[n++] = vector_case("loss_sum", run_loss_sum, 1 << 16);
         out[n++] = vector_case("add", run_add, 1 << 24);
+        out[n++] = vector_case("axpby", run_axpby, 1 << 24);
         out[n++] = vector_case("cast", run_cast, 1 << 24);
         out[n++] = vector_case("adamw", run_adamw, 1 << 24);
     }

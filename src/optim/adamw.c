@@ -112,6 +112,7 @@ wf_status wf_adamw_create_shard(wf_adamw **out, const wf_adamw_config *cfg, wf_m
         size_t lo = t->offset > begin ? t->offset : begin;
         size_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
         if (lo >= hi) continue;
+        if (cfg->skip_muon && wf_muon_takes(t)) continue; /* Muon's (muon.c) */
         int decay = wf_adamw_decays(cfg, t);
         adamw_range_ *last = o->n_ranges ? &ranges[o->n_ranges - 1] : NULL;
         if (last && last->decay == decay && last->offset + last->numel == lo)

@@ -98,6 +98,7 @@ static wf_status make_flat(trainer *t, const wf_adamw_config *ac) {
 
 static wf_status setup_ddp(trainer *t, const wf_adamw_config *ac) {
     WF_TRY(wf_adamw_create(&t->opt, ac, t->model, t->arena));
+    WF_TRY(wf__train_muon_setup(t)); /* optim.name = muon: its scratch (the momentum is AdamW's m) */
     wf__train_arena_mark(t, "optimizer");
     wf__train_arena_part(t, WF__PART_OPTIMIZER);
     return t->world > 1 && !t->plan_only ? make_reducer(t) : WF_OK; /* the reducer is not the arena's */
@@ -179,8 +180,9 @@ static wf_status reduce_buckets(trainer *t, int64_t step, step_outcome *o) {
 static wf_status update_flat(trainer *t, int64_t step, step_outcome *o) {
     const float *grad = t->strat->grads == WF__KEEP_WHOLE ? wf_model_grads(t->model) : t->gshard;
     wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
-    wf_status s = wf_adamw_step_shard(t->opt, o->lr, grad, o->grad_norm);
+    wf_status s = wf_adamw_step_shard(t->opt, o->lr_adamw, grad, o->grad_norm);
     wf_trace_end(span);
+    if (s == WF_OK) s = wf__train_muon_step(t, o, grad); /* optim.name = muon (ddp only): the block matrices */
     if (s != WF_OK) return wf_error_wrap(s, "step %lld: ", (long long)step + 1);
     if (t->strat->gather == WF__GATHER_AFTER_UPDATE) {
         double tg = wf_time_now();

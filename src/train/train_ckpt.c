@@ -31,7 +31,9 @@ static char *config_toml(const wf_train_config *tc) {
 }
 
 /* The state a checkpoint holds: every parameter, then the AdamW moments
- * under "optim.m.<name>" and "optim.v.<name>". */
+ * under "optim.m.<name>" and "optim.v.<name>". With optim.name = muon a
+ * Muon matrix has its momentum (AdamW's m slot, train_muon.c) under
+ * "optim.momentum.<name>" and no v. */
 static wf_status build_state(trainer *t) {
     int nt = wf_model_num_tensors(t->model);
     t->n_state = 3 * (size_t)nt;
@@ -42,14 +44,17 @@ static wf_status build_state(trainer *t) {
     const char *prefix[3] = {"", "optim.m.", "optim.v."};
     size_t shard_lo, shard_hi;
     wf_adamw_range(t->opt, &shard_lo, &shard_hi);
+    size_t j = 0;
     for (int k = 0; k < 3; k++) {
         for (int i = 0; i < nt; i++) {
             const wf_tensor_info *ti = wf_model_tensor(t->model, i);
-            size_t j = (size_t)k * (size_t)nt + (size_t)i;
-            size_t n = strlen(prefix[k]) + strlen(ti->name) + 1;
+            int muon = t->muon && wf_muon_takes(ti);
+            if (muon && k == 2) continue; /* Muon keeps one buffer */
+            const char *pre = muon && k == 1 ? "optim.momentum." : prefix[k];
+            size_t n = strlen(pre) + strlen(ti->name) + 1;
             t->state_names[j] = malloc(n);
             if (!t->state_names[j]) return wf_error(WF_ERR_NOMEM, "out of memory");
-            snprintf(t->state_names[j], n, "%s%s", prefix[k], ti->name);
+            snprintf(t->state_names[j], n, "%s%s", pre, ti->name);
             wf_ckpt_tensor *e = &t->state[j];
             e->name = t->state_names[j];
             e->ndim = ti->ndim;
@@ -86,8 +91,10 @@ static wf_status build_state(trainer *t) {
                 wf_ckpt_tensor_range(e, t->rank, &b, &end);
                 e->data = b < end ? bufs[k] + (ti->offset + (size_t)b - shard_lo) : bufs[k];
             }
+            j++;
         }
     }
+    t->n_state = j;
     return WF_OK;
 }
 
@@ -125,6 +132,7 @@ static wf_status make_meta(trainer *t, wf_ckpt_meta **out) {
     wf_status s = wf_ckpt_meta_set_str(m, "config", t->config_text);
     if (s == WF_OK) s = wf_ckpt_meta_set_model_config(m, &t->mc);
     if (s == WF_OK) s = wf_ckpt_meta_set_u64(m, "optimizer.steps", wf_adamw_steps(t->opt));
+    if (s == WF_OK) s = wf_ckpt_meta_set_str(m, "optimizer.name", wf__train_optim_name(t));
     /* The data's cursor: one dataset's {epoch, sample}, or the mixture's mix.* keys. */
     if (s == WF_OK && !t->mix.n) s = wf_ckpt_meta_set_u64(m, "loader.epoch", ls.epoch);
     if (s == WF_OK && !t->mix.n) s = wf_ckpt_meta_set_u64(m, "loader.sample", ls.sample);

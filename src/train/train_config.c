@@ -12,6 +12,7 @@
 #include "weft/train.h"
 
 const char *const wf_train_schedule_units[] = {"steps", "tokens", NULL};
+const char *const wf_train_optim_names[] = {"adamw", "muon", NULL};
 const char *const wf_train_nonfinite_actions[] = {"stop", "skip", NULL};
 
 /* The table is made from WF_TRAIN_KEYS (include/weft/train.h), the list the

@@ -195,6 +195,8 @@ struct trainer {
     int plan_only;             /* `weft plan`: allocation only, on a plan-only arena, no communicator */
     wf_model *model;
     wf_adamw *opt;
+    wf_muon *muon;             /* optim.name = muon: the block matrices' optimizer (train_muon.c); NULL otherwise */
+    double adamw_lr_ratio;     /* the AdamW group's lr over the schedule's (optim.adamw_lr / optim.lr; 1 for adamw) */
     wf_loader *train, *val;
     train_mix mix;             /* data.sources: the mixture (mix.n 0: data.dir alone) */
     int32_t *inputs, *targets; /* (Bl, T) each */
@@ -260,6 +262,8 @@ struct step_outcome {
     uint64_t tokens_before;    /* tokens trained before it */
     int64_t data_pos;          /* the step's first micro-batch in the data order */
     double data_s, fwd_bwd_s, optim_s;
+    double lr_adamw;           /* muon: the AdamW group's learning rate (lr is Muon's); else lr */
+    double muon_update_rms;    /* muon: the RMS of the Muon matrices' change this step; NaN otherwise */
     double comm_s;             /* several ranks: blocked in the gradient's collectives; NaN with one */
     wf_spike_result spike;
     int64_t src_seqs[WF_MIX_MAX_SOURCES];  /* a mixture: the step's sequences from each source (all ranks) */
@@ -396,6 +400,19 @@ wf_status wf__train_units_export(trainer *t, wf_safetensors_writer *w);
 wf_status wf__train_units_import(trainer *t, const char *path);
 /* fsdp: the sum of squares of this rank's parameters. */
 wf_status wf__train_units_local_sumsq(const trainer *t, double *out);
+
+/* train_muon.c: optim.name = muon (docs/optim.md) */
+/* Reads optim.name; refuses muon where its work split is not there yet
+ * (dist.shard zero1 at several ranks, zero2, fsdp). Sets adamw_lr_ratio and
+ * ac->skip_muon. Before any optimizer is made. */
+wf_status wf__train_muon_config(trainer *t, wf_adamw_config *ac);
+/* After t->opt: Muon over the block matrices, its momentum in AdamW's
+ * first-moment slots of those matrices (unused by AdamW under skip_muon). */
+wf_status wf__train_muon_setup(trainer *t);
+/* The step's update of the Muon matrices (nothing without muon). */
+wf_status wf__train_muon_step(trainer *t, step_outcome *o, const float *grad);
+/* The optimizer's name as checkpoints record it ("optimizer.name"). */
+const char *wf__train_optim_name(const trainer *t);
 
 /* train_mix.c */
 /* data.sources and data.weight_schedule read and checked (names, weights,

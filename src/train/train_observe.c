@@ -259,6 +259,7 @@ wf_status wf__train_observe(trainer *t, int64_t done, const step_outcome *o, con
     r.val_loss = eval ? t->val_loss : NAN;
     r.lr = o->lr;
     r.grad_norm = o->grad_norm;
+    if (t->muon) r.lr_adamw = o->lr_adamw, r.muon_update_rms = o->muon_update_rms;
     r.tokens = o->tokens;
     r.batch_seqs = o->batch_seqs;
     r.tokens_seen = (int64_t)(o->tokens_before + (uint64_t)o->tokens);

@@ -164,8 +164,54 @@ static wf_status restore_tokens(trainer *t, const wf_ckpt *c, uint64_t seq_len, 
     return WF_OK;
 }
 
-/* Restores everything a step depends on from `c`; *start gets its step. */
-static wf_status restore(trainer *t, wf_ckpt *c, int64_t *start) {
+/* The optimizer state of `c` fits this run: the same optim.name (a
+ * checkpoint without optimizer.name is AdamW's). *params_only: load the
+ * parameters alone and start the optimizer afresh (optim.reset_state on
+ * the job's resume, or on a rollback to a checkpoint of the other
+ * optimizer). */
+static wf_status check_optimizer(trainer *t, wf_ckpt *c, int resume, int *params_only) {
+    const char *saved = NULL, *now = wf__train_optim_name(t);
+    if (wf_ckpt_get_str(c, "optimizer.name", &saved) != WF_OK || !saved) saved = "adamw";
+    wf_error_clear();
+    int differ = strcmp(saved, now) != 0;
+    *params_only = t->tc->reset_state && (resume || differ);
+    if (differ && !t->tc->reset_state)
+        return wf_error(WF_ERR_CONFIG,
+                        "%s was saved with optim.name = %s but this run has optim.name = %s: its optimizer state "
+                        "does not carry over; set optim.reset_state = true to load the parameters only and start "
+                        "%s's state afresh, or keep optim.name = %s",
+                        wf_ckpt_path(c), saved, now, now, saved);
+    if (*params_only && resume)
+        WF_INFO("optim.reset_state = true: loading the parameters of %s only; the %s state starts afresh%s",
+                wf_ckpt_path(c), now, differ ? " (the checkpoint's is another optimizer's)" : "");
+    return WF_OK;
+}
+
+/* The parameters alone (the first entries of t->state, as this rank holds
+ * them) from `c`, which also holds another optimizer's state that
+ * wf_ckpt_load_rank would refuse as not this run's. */
+static wf_status load_params_only(trainer *t, wf_ckpt *c) {
+    size_t nt = (size_t)wf_model_num_tensors(t->model);
+    for (size_t i = 0; i < nt; i++) {
+        const wf_ckpt_tensor *e = &t->state[i];
+        int64_t b = 0, end = 0;
+        wf_ckpt_tensor_range(e, t->rank, &b, &end);
+        if (b >= end) continue;
+        size_t count = (size_t)(end - b);
+        float *stage = e->be ? malloc(count * sizeof *stage) : e->data;
+        if (!stage) return wf_error(WF_ERR_NOMEM, "%s: a staging buffer of %zu floats for %s", wf_ckpt_path(c), count,
+                                    e->name);
+        wf_status s = wf_ckpt_read_range(c, e->name, b, end, stage);
+        if (s == WF_OK && e->be) s = wf_backend_upload(e->be, e->data, stage, count * sizeof *stage);
+        if (e->be) free(stage);
+        WF_TRY(s);
+    }
+    return WF_OK;
+}
+
+/* Restores everything a step depends on from `c`; *start gets its step.
+ * resume: the job's start (1), or a rollback (0). */
+static wf_status restore(trainer *t, wf_ckpt *c, int64_t *start, int resume) {
     const wf_train_config *tc = t->tc;
     const char *dir = wf_ckpt_path(c);
     wf_model_config saved;
@@ -181,7 +227,21 @@ static wf_status restore(trainer *t, wf_ckpt *c, int64_t *start) {
         has_cursor = 0; /* wf__train_mix_restore says so */
     }
     if (has_cursor) WF_TRY(wf_ckpt_get_u64(c, "loader.sample", &sample));
-    WF_TRY(wf_ckpt_load_rank(c, t->state, t->n_state, t->rank));
+    int params_only = 0;
+    WF_TRY(check_optimizer(t, c, resume, &params_only));
+    if (params_only) {
+        /* the parameters are the first entries; the optimizer's state zeroed */
+        size_t nt = (size_t)wf_model_num_tensors(t->model);
+        WF_TRY(load_params_only(t, c));
+        for (size_t i = nt; i < t->n_state; i++) {
+            int64_t b = 0, e = 0;
+            wf_ckpt_tensor_range(&t->state[i], t->rank, &b, &e);
+            if (t->state[i].data && e > b) memset(t->state[i].data, 0, (size_t)(e - b) * sizeof(float));
+        }
+        opt_steps = 0;
+    } else {
+        WF_TRY(wf_ckpt_load_rank(c, t->state, t->n_state, t->rank));
+    }
     wf_adamw_set_steps(t->opt, opt_steps);
     if (t->strat->optim == WF__KEEP_PIECES) wf__train_units_set_steps(t, opt_steps); /* an optimizer per unit */
     wf__train_units_invalidate(t); /* fsdp: the pieces changed */
@@ -234,7 +294,7 @@ wf_status wf__train_resume_or_init(trainer *t, int64_t *start) {
     }
     if (c) {
         if (is_set(tc->ckpt_init_from)) WF_INFO("resuming, so ckpt.init_from = %s is not used", tc->ckpt_init_from);
-        wf_status s = restore(t, c, start);
+        wf_status s = restore(t, c, start, 1);
         if (s == WF_OK) {
             WF_INFO("resumed from %s (step %" PRId64 ")", wf_ckpt_path(c), *start);
             snprintf(t->rollback_dir, sizeof t->rollback_dir, "%s", wf_ckpt_path(c));
@@ -284,7 +344,7 @@ wf_status wf__train_rollback(trainer *t, int64_t step, int64_t spike_pos, int mi
     }
     wf_status s = wf_ckpt_verify(c, NULL, NULL);
     int64_t got = 0;
-    if (s == WF_OK) s = restore(t, c, &got);
+    if (s == WF_OK) s = restore(t, c, &got, 0);
     /* The detector goes back with the model: the steps run again are
      * judged against the window the checkpoint's step left, as they were
      * the first time; the abandoned steps leave it. */

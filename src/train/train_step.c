@@ -137,6 +137,8 @@ wf_status wf__train_step(trainer *t, int64_t step, step_outcome *o) {
     double t0 = wf_time_now();
     o->lr = t->sched_tokens ? wf_lr_at_units(&t->sched, o->tokens_before, (uint64_t)o->tokens)
                             : wf_lr_at(&t->sched, (uint64_t)step);
+    o->lr_adamw = o->lr * t->adamw_lr_ratio; /* muon: the AdamW group's, on the same schedule */
+    o->muon_update_rms = NAN;
     wf_trace_span region = wf_trace_begin(WF_TRACE_REGION, "optimizer");
     /* The global L2 norm of the summed gradient, wherever the strategy keeps it. */
     wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "grad norm");

@@ -108,7 +108,8 @@ def test_metrics_jsonl_has_every_field_every_step(spiky, warned):
     recs = jsonl(run)
     assert [r["step"] for r in recs] == list(range(1, STEPS + 1))
     fields = [k for k, _ in table_fields()]
-    sometimes = {"val_loss", "eval_s", "loss_z", "grad_norm_z", "comm_s"}
+    muon_only = {"lr_adamw", "muon_update_rms"}  # optim.name = muon (tests/py/test_train_muon.py)
+    sometimes = {"val_loss", "eval_s", "loss_z", "grad_norm_z", "comm_s"} | muon_only
     for r in recs:
         missing = [k for k in fields if k not in r and k not in sometimes]
         assert not missing, (r["step"], missing)
@@ -123,6 +124,7 @@ def test_metrics_jsonl_has_every_field_every_step(spiky, warned):
         assert ("val_loss" in r) == ("eval_s" in r) == (r["step"] % EVAL == 0)
         assert ("loss_z" in r) == (r["step"] > 30)  # the detector's warmup
         assert "comm_s" not in r  # one process: no gradient communication to time
+        assert not muon_only & set(r)  # AdamW: one group
     # the console shows the same losses, and MFU
     lines = step_lines(p.stdout)
     assert len(lines) == STEPS
@@ -158,7 +160,8 @@ def test_tensorboard_reads_the_run(warned):
     acc = ea.EventAccumulator(str(run / "tb"), size_guidance={ea.SCALARS: 0})
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {t for _, t in table_fields() if t} - {"time/comm_s"} <= tags  # comm_s: several ranks only
+    muon_only = {"train/lr_adamw", "train/muon_update_rms"}
+    assert {t for _, t in table_fields() if t} - {"time/comm_s"} - muon_only <= tags  # comm_s: several ranks only
     assert "time/comm_s" not in tags
     recs = jsonl(run)
     loss = {e.step: e.value for e in acc.Scalars("train/loss")}

@@ -1,0 +1,149 @@
+"""`weft train` with optim.name = muon, end to end: the groups (Muon for the
+blocks' matrices, AdamW for the rest at optim.adamw_lr on the same
+schedule) and their metrics; the checkpoint's state (the momentum under
+"optim.momentum.<name>", no second moment for Muon matrices, AdamW's
+moments for the rest, optimizer.name in the manifest); stop and resume bit
+for bit; switching the optimizer on resume refused unless
+optim.reset_state; the sharded modes refused for now; DDP at 2 and 4
+ranks against one process within test_train_dist.py's tolerances. The update
+itself is checked against a PyTorch Muon in test_muon_vs_torch.py."""
+import json
+
+import numpy as np
+import pytest
+
+import mpi_launch
+from conftest import BUILD, metrics_by_step, run_weft_cmd, tokenize_austen
+from test_ckpt_cli import REQUEUE, ckpt_dirs, read_checkpoint, step_records
+from test_train_dist import LOSS_TOL, WEIGHT_TOL, close, losses, weights
+
+MUON_TENSORS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, corpus_dir):
+    d = tmp_path_factory.mktemp("muon")
+    tokenize_austen(d, corpus_dir)
+    return d
+
+
+def train_args(dataset, run, extra=(), steps=12):
+    return ["train", "--data", dataset / "data", "--run-dir", run, "--preset", "tiny", "--steps", steps,
+            "--batch-size", 4, "--seq-len", 32, "--lr", 0.02, "--optim.warmup_steps=2", "--train.eval_every=6",
+            "--threads", 1, "--ckpt.every=4", "--optim.adamw_lr=0.004"] + list(extra)
+
+
+def train(dataset, run, *extra, steps=12, check=True):
+    return run_weft_cmd(train_args(dataset, run, extra, steps), check=check)
+
+
+MUON = ("--optim.name=muon",)
+
+
+def test_groups_metrics_and_checkpoint_state(dataset, tmp_path):
+    run = tmp_path / "muon"
+    r = train(dataset, run, *MUON)
+    assert "optimizer: Muon for" in r.stderr and "AdamW for the other" in r.stderr
+    recs = metrics_by_step(run)
+    assert len(recs) == 12
+    for x in recs:
+        assert x["lr_adamw"] == pytest.approx(x["lr"] * 0.2, rel=1e-12)
+        assert 0 < x["muon_update_rms"] < x["lr"]
+    # the same run with AdamW: the same first loss (same init), then other losses; no Muon metrics
+    a = train(dataset, tmp_path / "adamw")
+    la, lm = step_records(a.stdout), step_records(r.stdout)
+    assert la[1] == lm[1] and la[3] != lm[3]
+    assert "lr_adamw" not in metrics_by_step(tmp_path / "adamw")[0]
+
+    m, t = read_checkpoint(ckpt_dirs(run)[-1])
+    assert m["state"]["optimizer"]["name"] == "muon"
+    params = [k for k in t if not k.startswith("optim.")]
+    muon = [k for k in params if any(f".{n}." in k for n in MUON_TENSORS)]
+    assert len(muon) == 7 * 2  # tiny: 2 layers
+    for k in params:
+        if k in muon:
+            assert "optim.momentum." + k in t and "optim.v." + k not in t and "optim.m." + k not in t
+            assert t["optim.momentum." + k].shape == t[k].shape and np.abs(t["optim.momentum." + k]).max() > 0
+        else:
+            assert "optim.m." + k in t and "optim.v." + k in t and "optim.momentum." + k not in t
+    _, ta = read_checkpoint(ckpt_dirs(tmp_path / "adamw")[-1])
+    assert "optim.momentum." + muon[0] not in ta
+
+
+def test_stop_and_resume_is_bit_exact(dataset, tmp_path):
+    full = train(dataset, tmp_path / "full", *MUON)
+    split = tmp_path / "split"
+    first = train(dataset, split, *MUON, "--ckpt.stop_at=6", check=False)
+    assert first.returncode == REQUEUE, first.stderr
+    second = train(dataset, split, *MUON)
+    assert "resumed from" in second.stderr
+    a, b, c = step_records(full.stdout), step_records(first.stdout), step_records(second.stdout)
+    assert {**b, **c} == a
+    assert (split / "model.safetensors").read_bytes() == (tmp_path / "full" / "model.safetensors").read_bytes()
+    _, ta = read_checkpoint(ckpt_dirs(tmp_path / "full")[-1])
+    _, tb = read_checkpoint(ckpt_dirs(split)[-1])
+    assert ta.keys() == tb.keys() and all(np.array_equal(ta[k], tb[k]) for k in ta)
+
+
+@pytest.mark.parametrize("saved,now", [("adamw", "muon"), ("muon", "adamw")])
+def test_switching_the_optimizer_needs_reset_state(dataset, tmp_path, saved, now):
+    run = tmp_path / "run"
+    first = train(dataset, run, f"--optim.name={saved}", "--ckpt.stop_at=4", check=False)
+    assert first.returncode == REQUEUE, first.stderr
+    r = train(dataset, run, f"--optim.name={now}", check=False)
+    assert r.returncode != 0
+    assert f"was saved with optim.name = {saved} but this run has optim.name = {now}" in r.stderr
+    assert "optim.reset_state = true" in r.stderr
+    r = train(dataset, run, f"--optim.name={now}", "--optim.reset_state=true")
+    assert "loading the parameters of" in r.stderr and "starts afresh" in r.stderr
+    assert sorted(step_records(r.stdout)) == list(range(5, 13))
+    m, _ = read_checkpoint(ckpt_dirs(run)[-1])
+    assert m["state"]["optimizer"]["name"] == now and m["state"]["optimizer"]["steps"] == 8
+
+
+def test_a_checkpoint_without_optimizer_name_is_adamw(dataset, tmp_path):
+    """Checkpoints of older weft have no optimizer.name: AdamW's."""
+    run = tmp_path / "run"
+    first = train(dataset, run, "--ckpt.stop_at=4", check=False)
+    assert first.returncode == REQUEUE
+    ck = ckpt_dirs(run)[-1]
+    man = json.loads((ck / "manifest.json").read_text())
+    assert man["state"]["optimizer"].pop("name") == "adamw"
+    (ck / "manifest.json").write_text(json.dumps(man))
+    r = train(dataset, run, *MUON, check=False)
+    assert r.returncode != 0 and "was saved with optim.name = adamw" in r.stderr
+
+
+@pytest.mark.parametrize("shard", ["zero2", "fsdp"])
+def test_sharded_modes_are_refused_for_now(dataset, tmp_path, shard):
+    r = train(dataset, tmp_path / "run", *MUON, f"--dist.shard={shard}", check=False)
+    assert r.returncode != 0
+    assert f"optim.name = muon with dist.shard = {shard}" in r.stderr and "dist.shard = ddp" in r.stderr
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_ddp_ranks_match_one_process(dataset, tmp_path, np_):
+    mpi_launch.require(BUILD / "weft", BUILD)
+    extra = list(MUON) + ["--data.global_batch_tokens=256", "--dist.bucket_mb=0.05"]
+    one = mpi_launch.check(mpi_launch.launch(BUILD / "weft", None, 1, train_args(dataset, tmp_path / "one", extra,
+                                                                                  steps=6)))
+    two = mpi_launch.check(mpi_launch.launch(BUILD / "weft", "openmpi", np_,
+                                             train_args(dataset, tmp_path / "two", extra, steps=6), timeout=120))
+    ref = losses(one.stdout)
+    assert len(ref) == 6
+    close(losses(two.stdout), ref, LOSS_TOL)
+    w1, w2 = weights(tmp_path / "one" / "model.safetensors"), weights(tmp_path / "two" / "model.safetensors")
+    assert max(float(np.abs(w1[k] - w2[k]).max()) for k in w1) <= WEIGHT_TOL
+
+
+def test_spike_rollback_restores_the_momentum(dataset, tmp_path):
+    """spike.action = rollback with a detector so tight that an early step is
+    a spike: back to the last checkpoint (Muon's momentum with it), and the
+    run goes on to the end."""
+    run = tmp_path / "run"
+    r = train(dataset, run, *MUON, "--spike.action=rollback", "--spike.z=0.001", "--spike.warmup=2",
+              "--spike.window=2", "--ckpt.every=1", "--spike.skip_batches=1")
+    assert "for the spike at step" in r.stderr, r.stderr[-3000:]
+    assert sorted(step_records(r.stdout))[-1] == 12
+    m, t = read_checkpoint(ckpt_dirs(run)[-1])
+    assert m["state"]["optimizer"]["name"] == "muon" and any(k.startswith("optim.momentum.") for k in t)
