@@ -800,6 +800,16 @@ static int cu_add(void *state, wf_dptr y, wf_dptr a, wf_dptr b, size_t n) {
     return 0;
 }
 
+static int cu_axpby(void *state, wf_dptr y, wf_dptr x, float a, float b, size_t n) {
+    cuda_state_ *st = (cuda_state_ *)state;
+    F32_ONLY_(st, "axpby", y, x);
+    if (n == 0) return 0;
+    WF_LAUNCH(axpby_k, grid_for_((int64_t)n, WF_EW_THREADS), WF_EW_THREADS, 0, st->stream, F_(y), CF_(x), a, b,
+              (int64_t)n);
+    CK_LAUNCH_(st, "axpby");
+    return 0;
+}
+
 /* The same dtype is a copy; f32 to bf16 rounds to nearest even. */
 static int cu_cast(void *state, wf_dptr dst, wf_dptr src, size_t n) {
     cuda_state_ *st = (cuda_state_ *)state;
@@ -872,6 +882,7 @@ static wf_backend_ops make_ops_(void) {
     o.first_nonfinite = cu_first_nonfinite;
     o.loss_sum = cu_loss_sum;
     o.add = cu_add;
+    o.axpby = cu_axpby;
     o.cast = cu_cast;
     o.adamw = cu_adamw;
     return o;

@@ -334,6 +334,16 @@ static __global__ void add_k(float *y, const float *a, const float *b, int64_t n
     for (int64_t i = global_index(); i < n; i += global_stride()) y[i] = a[i] + b[i];
 }
 
+/* y = a x + b y (Muon's momentum, Newton-Schulz combinations and update);
+ * with b == 0, y is only written (it may hold NaN before), as the cpu's. */
+static __global__ void axpby_k(float *y, const float *x, float a, float b, int64_t n) {
+    if (b == 0.0f) {
+        for (int64_t i = global_index(); i < n; i += global_stride()) y[i] = a * x[i];
+    } else {
+        for (int64_t i = global_index(); i < n; i += global_stride()) y[i] = a * x[i] + b * y[i];
+    }
+}
+
 /* dst = src converted (bf16 by rounding to nearest even). */
 static __global__ void cast_f32_bf16_k(wf_bf16 *dst, const float *src, int64_t n) {
     for (int64_t i = global_index(); i < n; i += global_stride()) dst[i] = wf_f32_to_bf16(src[i]);

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -30,10 +31,42 @@ static const wf_backend_ops *planted_[BACKENDS_MAX_];
 static int n_planted_;
 static const char *names_[BACKENDS_MAX_ + 5];
 
+/* Every entry of the table, for the check that a backend fills them all
+ * (a backend built against this ABI but leaving one NULL is refused by
+ * name rather than crashing at its first call). */
+#define ENTRY_(f) {#f, offsetof(wf_backend_ops, f)}
+static const struct {
+    const char *name;
+    size_t off;
+} entries_[] = {
+    ENTRY_(init), ENTRY_(fini), ENTRY_(last_error), ENTRY_(alloc),
+    ENTRY_(free), ENTRY_(upload), ENTRY_(download), ENTRY_(copy),
+    ENTRY_(fill), ENTRY_(sync), ENTRY_(mem_info), ENTRY_(mark),
+    ENTRY_(mark_seconds), ENTRY_(matmul), ENTRY_(rmsnorm_fwd), ENTRY_(rmsnorm_bwd),
+    ENTRY_(rope_table), ENTRY_(rope_fwd), ENTRY_(rope_bwd), ENTRY_(attention_scratch),
+    ENTRY_(attention_fwd), ENTRY_(attention_bwd), ENTRY_(swiglu_fwd), ENTRY_(swiglu_bwd),
+    ENTRY_(embedding_fwd), ENTRY_(embedding_bwd), ENTRY_(crossentropy_fwd), ENTRY_(crossentropy_bwd),
+    ENTRY_(sumsq), ENTRY_(first_nonfinite), ENTRY_(loss_sum), ENTRY_(add),
+    ENTRY_(axpby), ENTRY_(cast), ENTRY_(adamw),
+};
+#undef ENTRY_
+
+/* The first entry `ops` leaves NULL, or NULL. */
+static const char *missing_entry_(const wf_backend_ops *ops) {
+    for (size_t i = 0; i < sizeof entries_ / sizeof entries_[0]; i++) {
+        void *fn;
+        memcpy(&fn, (const char *)ops + entries_[i].off, sizeof fn);
+        if (!fn) return entries_[i].name;
+    }
+    return NULL;
+}
+
 wf_status wf__backend_register(const wf_backend_ops *ops) {
     if (ops->abi != WF_BACKEND_ABI)
         return wf_error(WF_ERR_INVALID, "backend %s: built for ABI %d, this weft has ABI %d: rebuild it",
                         ops->name, ops->abi, WF_BACKEND_ABI);
+    if (missing_entry_(ops))
+        return wf_error(WF_ERR_INVALID, "backend %s: its table has no %s: rebuild it", ops->name, missing_entry_(ops));
     if (n_planted_ == BACKENDS_MAX_)
         return wf_error(WF_ERR_INVALID, "backend %s: no room for another backend (%d)", ops->name,
                         BACKENDS_MAX_);
@@ -103,6 +136,10 @@ static const wf_backend_ops *load_ops_(const char *name, char *why, size_t cap) 
         if (!ops || ops->abi != WF_BACKEND_ABI) {
             snprintf(why + w, cap - w, "\n  %s: built for backend ABI %d, this weft has ABI %d: rebuild it", path,
                      ops ? ops->abi : -1, WF_BACKEND_ABI);
+            continue;
+        }
+        if (missing_entry_(ops)) {
+            snprintf(why + w, cap - w, "\n  %s: its table has no %s: rebuild it", path, missing_entry_(ops));
             continue;
         }
         return ops;

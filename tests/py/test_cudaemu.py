@@ -15,7 +15,7 @@ from conftest import BUILD, run_weft_cmd
 
 OPS = {"matmul", "rmsnorm_fwd", "rmsnorm_bwd", "rope_table", "rope_fwd", "rope_bwd", "attention_fwd",
        "attention_bwd", "swiglu_fwd", "swiglu_bwd", "embedding_fwd", "embedding_bwd", "crossentropy_fwd",
-       "crossentropy_bwd", "sumsq", "first_nonfinite", "loss_sum", "add", "cast", "adamw"}
+       "crossentropy_bwd", "sumsq", "first_nonfinite", "loss_sum", "add", "axpby", "cast", "adamw"}
 SCHEDULES = ("rr", "fwd", "rev", "shuffle:3")
 
 
