@@ -65,12 +65,28 @@ wf_status wf_store_configure(const wf_store_options *o) {
         return wf_error(WF_ERR_CONFIG, "store.part_mb = %d: S3 parts are at least 5 MiB", o->part_mb);
     if (o->retries < -1) return wf_error(WF_ERR_CONFIG, "store.retries = %d: must be >= 0", o->retries);
     if (o->timeout_s < 0) return wf_error(WF_ERR_CONFIG, "store.timeout_s = %g: must be > 0", o->timeout_s);
+    if (o->read_ahead_mb < 0 || o->read_ahead_mb > 1024 || (o->read_ahead_mb > 0 && o->read_ahead_mb * 1048576 < 4096))
+        return wf_error(WF_ERR_CONFIG, "store.read_ahead = %g: want 4 KiB to 1024 MiB (in MiB)", o->read_ahead_mb);
     return WF_OK;
 }
 
 static const char *env(const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
+}
+
+size_t wf_store_read_ahead(void) {
+    double mb = g_opts.read_ahead_mb;
+    if (!(mb > 0) && env("WEFT_STORE_READ_AHEAD")) { /* the commands without store options (eval, data) */
+        mb = strtod(env("WEFT_STORE_READ_AHEAD"), NULL);
+        if (!(mb * 1048576 >= 4096 && mb <= 1024)) {
+            WF_WARN("store: WEFT_STORE_READ_AHEAD=%s is not 4 KiB to 1024 MiB (in MiB): using 8",
+                    env("WEFT_STORE_READ_AHEAD"));
+            mb = 8;
+        }
+    }
+    if (!(mb > 0)) mb = 8;
+    return (size_t)(mb * 1048576) / 4096 * 4096; /* whole pages: whole tokens of either width */
 }
 
 static void trim(char *s) {
@@ -185,10 +201,11 @@ static wf_status config_get(const s3_config **out) {
     return WF_OK;
 }
 
-wf_status wf__store_cache_root(char *out, size_t cap, char *host, size_t host_cap) {
+wf_status wf__store_cache_root(char *out, size_t cap, char *host, size_t host_cap, int *given) {
     pthread_once(&g_once, config_init);
     if (g_init_status != WF_OK) return wf_error(g_init_status, "%s", g_init_msg);
     const char *dir = g_opts.cache_dir ? g_opts.cache_dir : env("WEFT_STORE_CACHE");
+    if (given) *given = dir != NULL;
     if (dir) snprintf(out, cap, "%s", dir);
     else if (env("XDG_CACHE_HOME")) snprintf(out, cap, "%s/weft/store", env("XDG_CACHE_HOME"));
     else snprintf(out, cap, "%s/.cache/weft/store", env("HOME") ? env("HOME") : "/tmp");
