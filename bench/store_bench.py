@@ -1,7 +1,7 @@
 """Object-store throughput of weft's S3 backend against boto3 (s3transfer),
 on the same local SeaweedFS server, same machine, same run.
 
-    .venv/bin/python bench/store_bench.py [--mb 256] [--part-mb 16] [--threads 4]
+    .venv/bin/python bench/store_bench.py [--mb 256] [--part-mb 8] [--threads 10]
         [--repeat 3] [--endpoint URL]
 
 Without --endpoint it starts SeaweedFS on 127.0.0.1 (tests/py/s3_servers.py:
@@ -13,11 +13,14 @@ MB/s with 1 MB = 1e6 bytes):
             --part-mb MiB, --threads in flight, each part's SHA-256 signed)
             against boto3's upload_file with TransferConfig(
             multipart_chunksize = --part-mb MiB, max_concurrency = --threads)
-  download  `weft store cp s3://... FILE` (ranged GETs of --part-mb MiB,
-            --threads in flight, XXH3 checked, fsync before the rename:
-            complete or absent after a crash) against boto3's
-            download_file with the same TransferConfig, alone and followed
-            by an fsync of the file (the same durability as weft's)
+  download  `weft store cp s3://... FILE` (ranged GETs of 8 MiB, 10 in
+            flight: s3transfer's defaults, whatever the options; XXH3
+            checked, fsync before the rename: complete or absent after a
+            crash) against boto3's download_file with TransferConfig(
+            --part-mb, --threads), alone and followed by an fsync of the
+            file (the same durability as weft's)
+
+The defaults, parts of 8 MiB and 10 in flight, are s3transfer's.
 
 weft's figure includes starting the process (a few ms). Over http botocore
 signs every body's SHA-256, as weft does, so both hash each byte they
@@ -48,8 +51,8 @@ def timed(fn):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=int, default=256)
-    ap.add_argument("--part-mb", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--part-mb", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--endpoint")
     a = ap.parse_args()

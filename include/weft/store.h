@@ -72,7 +72,7 @@ wf_status wf_store_write(const char *url, const void *data, size_t len);
 wf_status wf_store_upload(const char *path, const char *url);
 
 /* Copies `url` to the local file `path` (atomically): from S3, ranged GETs
- * of store.part_mb with store.threads in flight, the whole file then
+ * of 8 MiB with 10 in flight (s3transfer's defaults), the whole file then
  * checked against the XXH3 the object was written with. */
 wf_status wf_store_download(const char *url, const char *path);
 

@@ -6,11 +6,14 @@
  * verify, the payload is streamed once through the hasher.
  *
  * Reads: the token section is cut into blocks of store.read_ahead bytes.
- * A read that goes forward (its first block is the one the last read ended
- * in, or the next) is served from whole blocks, two of them in memory
- * (double buffering): while the caller copies from block k, block k + 1 is
- * fetched on a background thread. A read that jumps (a shuffled loader's
- * sample) is one ranged GET of exactly its bytes, and frees the blocks.
+ * A read that goes on from the last one (it starts at or after the last
+ * one's start and at most 1/8 block past its end: an eval pass, the
+ * validation split, a loader's rows without shuffle, other ranks' rows
+ * skipped) is served from whole blocks, two of them in memory (double
+ * buffering): while the caller copies from block k, block k + 1 is fetched
+ * on a background thread. Any other read (a shuffled loader's sample, the
+ * first read) is one ranged GET of exactly its bytes, and frees the
+ * blocks: random reads never fetch more than they use.
  *
  * Cache (a directory given by store.cache_dir or WEFT_STORE_CACHE): a copy
  * there is used only when it passes the payload checksum and has the
@@ -57,7 +60,7 @@ struct wf_shard_remote {
     unsigned char *buf[2];    /* the double buffer, allocated when reading goes forward */
     uint64_t held[2];         /* the block each buffer holds, NONE for none */
     int cur;                  /* the buffer served last */
-    uint64_t next_k;          /* the block the last read ended in, NONE before the first */
+    uint64_t prev_a, prev_b;  /* the last read's bytes [prev_a, prev_b); NONE before the first */
     /* read-ahead: one fetch at a time, into buf[ahead_slot] */
     pthread_t thread;
     int running, ahead_slot;
@@ -224,8 +227,8 @@ static wf_status fetch_locked(wf_shard *s, wf_shard_remote *r, uint64_t start, s
         return WF_OK;
     }
     const uint64_t k0 = (a - r->t0) / r->block, k1 = (b - 1 - r->t0) / r->block;
-    const int forward = r->part_fd >= 0 || k0 == 0 || (r->next_k != NONE && (k0 == r->next_k || k0 == r->next_k + 1));
-    r->next_k = k1;
+    const int forward = r->part_fd >= 0 || (r->prev_a != NONE && a >= r->prev_a && a <= r->prev_b + r->block / 8);
+    r->prev_a = a, r->prev_b = b;
     if (!forward) { /* a jump: exactly the bytes asked for */
         free_blocks(r);
         unsigned char *tmp = malloc((size_t)(b - a));
@@ -376,7 +379,7 @@ wf_status wf__shard_open_remote(wf_shard *s, int verify) {
     s->remote = r;
     r->cache_path = cpath;
     r->part_fd = -1;
-    r->held[0] = r->held[1] = r->next_k = NONE;
+    r->held[0] = r->held[1] = r->prev_a = r->prev_b = NONE;
     r->t0 = tokens_offset;
     r->t1 = tokens_offset + s->n_tokens * (uint64_t)s->token_bytes;
     r->block = wf_store_read_ahead();

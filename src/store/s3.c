@@ -783,6 +783,12 @@ wf_status wf__s3_upload_file(const char *url, const char *path) {
 
 /* ---- parallel download ---- */
 
+/* Whole-object downloads: s3transfer's defaults (boto3's download_file),
+ * 8 MiB ranged GETs, 10 in flight. store.part_mb and store.threads size
+ * uploads, whose parts S3 bounds (5 MiB at least, 10000 at most). */
+#define DOWNLOAD_PART_BYTES ((size_t)8 << 20)
+#define DOWNLOAD_THREADS 10
+
 typedef struct {
     const char *url;
     int fd;
@@ -827,8 +833,6 @@ wf_status wf__s3_download_file(const char *url, const char *path, int durable) {
 }
 
 static wf_status download_once(const char *url, const char *path, int durable) {
-    const s3_config *c;
-    WF_TRY(config_get(&c));
     wf_store_stat st;
     WF_TRY(wf__s3_head(url, &st));
     wf_buf tmp = {0};
@@ -837,8 +841,9 @@ static wf_status download_once(const char *url, const char *path, int durable) {
     int fd = open(tmp.data, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     wf_status s = fd >= 0 ? WF_OK : wf_error(WF_ERR_IO, "%s: cannot create: %s", tmp.data, strerror(errno));
     if (s == WF_OK && st.size) {
-        dl_ctx d = {url, fd, st.size, c->part_bytes, (int)((st.size + c->part_bytes - 1) / c->part_bytes), 0, 0};
-        int threads = c->threads < d.n_parts ? c->threads : d.n_parts;
+        const size_t part = DOWNLOAD_PART_BYTES;
+        dl_ctx d = {url, fd, st.size, part, (int)((st.size + part - 1) / part), 0, 0};
+        int threads = DOWNLOAD_THREADS < d.n_parts ? DOWNLOAD_THREADS : d.n_parts;
         s = wf_parallel_run(threads, dl_worker, &d);
     }
     if (s == WF_OK && st.xxh3[0]) {  /* the whole file against the hash it was written with */

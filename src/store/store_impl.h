@@ -96,8 +96,8 @@ wf_status wf__s3_get(const char *url, uint64_t offset, uint64_t len, int ranged,
                      size_t meta_cap);
 wf_status wf__s3_put(const char *url, const void *data, size_t len);
 wf_status wf__s3_upload_file(const char *url, const char *path);
-/* Object to local file: store.threads ranged GETs of store.part_mb in
- * flight, written in place into a temporary file, checked against the
+/* Object to local file: 10 ranged GETs of 8 MiB in flight (s3transfer's
+ * defaults), written in place into a temporary file, checked against the
  * object's XXH3 metadata, renamed into place; with `durable`, fsync'ed
  * first (a cache copy is not: it is checked at every use instead). */
 wf_status wf__s3_download_file(const char *url, const char *path, int durable);

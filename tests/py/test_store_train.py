@@ -107,8 +107,8 @@ def test_shards_read_by_ranges_with_read_ahead(seaweedfs, local_dataset, corpus_
     assert losses(out.stdout) == want
     assert "503" in proxy.actions() and "retry 1 of" in out.stderr
     got = ranged_gets(proxy, sizes)
-    # a sample: T + 1 = 33 uint16 tokens (one that follows the last read goes by blocks)
-    assert got["train-00000.wfs"].count(33 * 2) >= 8 * 4 // 2, got
+    # a sample: T + 1 = 33 uint16 tokens (one close after the last read goes by blocks)
+    assert got["train-00000.wfs"].count(33 * 2) >= 8 * 4 - 2, got
 
     ev = ["eval", "--checkpoint", tmp_path / "disk", "--json"]
     env["WEFT_STORE_READ_AHEAD"] = "0.01"
