@@ -79,29 +79,44 @@ def main():
             def record(name, seconds):
                 best[name] = min(best.get(name, 1e9), seconds)
 
-            for _ in range(a.repeat):
+            def weft_up():
                 record("weft upload", timed(lambda: subprocess.run(
                     weft + [str(src), "s3://weft/bench/weft.bin"], env=env, check=True)))
+
+            def boto3_up():
                 record("boto3 upload", timed(lambda: client.upload_file(
                     str(src), "weft", "bench/boto3.bin", Config=cfg)))
-                for who in ("weft", "boto3"):
-                    out = Path(tmp) / f"{who}.down"
-                    if who == "weft":
-                        record("weft download", timed(lambda: subprocess.run(
-                            weft + ["s3://weft/bench/weft.bin", str(out)], env=env, check=True)))
-                    else:
-                        record("boto3 download", timed(lambda: client.download_file(
-                            "weft", "bench/boto3.bin", str(out), Config=cfg)))
-                        out.unlink()
 
-                        def durable():  # what weft does: the file on disk before it is renamed into place
-                            client.download_file("weft", "bench/boto3.bin", str(out), Config=cfg)
-                            fd = os.open(out, os.O_RDONLY)
-                            os.fsync(fd)
-                            os.close(fd)
-                        record("boto3 download+fsync", timed(durable))
-                    assert hashlib.sha256(out.read_bytes()).digest() == want, who
-                    out.unlink()
+            def weft_down():
+                out = Path(tmp) / "weft.down"
+                record("weft download", timed(lambda: subprocess.run(
+                    weft + ["s3://weft/bench/weft.bin", str(out)], env=env, check=True)))
+                assert hashlib.sha256(out.read_bytes()).digest() == want, "weft"
+                out.unlink()
+
+            def boto3_down():
+                out = Path(tmp) / "boto3.down"
+                record("boto3 download", timed(lambda: client.download_file(
+                    "weft", "bench/boto3.bin", str(out), Config=cfg)))
+                out.unlink()
+
+                def durable():  # what weft does: the file on disk before it is renamed into place
+                    client.download_file("weft", "bench/boto3.bin", str(out), Config=cfg)
+                    fd = os.open(out, os.O_RDONLY)
+                    os.fsync(fd)
+                    os.close(fd)
+                record("boto3 download+fsync", timed(durable))
+                assert hashlib.sha256(out.read_bytes()).digest() == want, "boto3"
+                out.unlink()
+
+            # Uploads, then (the server's writes flushed) downloads; weft and
+            # boto3 take turns at going first, so that neither always meets
+            # the other's leftovers (dirty pages, the server's compaction).
+            for phase in ((weft_up, boto3_up), (weft_down, boto3_down)):
+                os.sync()
+                for r in range(a.repeat):
+                    for fn in (phase if r % 2 == 0 else phase[::-1]):
+                        fn()
         print(f"{a.mb} MB, parts of {a.part_mb} MiB, {a.threads} in flight, best of {a.repeat}, "
               f"server {'SeaweedFS on 127.0.0.1' if server else endpoint}")
         print(f"{'what':22} {'seconds':>8} {'MB/s':>8}  peer time / weft time")
