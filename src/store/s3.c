@@ -311,6 +311,12 @@ static size_t header_cb(char *line, size_t size, size_t n, void *ctx) {
         header_value(line, len, v, sizeof v);
         r->content_length = strtoull(v, NULL, 10);
         r->have_length = 1;
+        /* A body's room at once, not by doubling (each doubling copies
+         * what came so far: 2x the bytes of a large whole GET). A failed
+         * reservation is not an error: the buffer still grows. */
+        if (strcmp(r->method, "GET") == 0 && r->content_length > r->resp.cap && r->content_length < ((uint64_t)1 << 34) &&
+            wf_buf_reserve(&r->resp, (size_t)r->content_length) != WF_OK)
+            wf_error_clear();
     }
     return len;
 }
