@@ -126,6 +126,25 @@ def test_shards_read_by_ranges_with_read_ahead(seaweedfs, local_dataset, corpus_
     assert blocks[:2] == [128, 88] and blocks.count(8192) >= 9 and max(blocks[2:]) == 8192, blocks
 
 
+def test_failed_shard_read_stops_training(seaweedfs, local_dataset, corpus_dir, tmp_path):
+    """A shard read that fails after the retries stops training with an
+    error naming the object and the sample."""
+    import s3_servers
+    env = no_cache_env(seaweedfs, tmp_path)
+    url = "s3://weft/datasets/faults"
+    tokenize_to(seaweedfs, local_dataset, corpus_dir, url, env)
+    proxy = s3_servers.FaultProxy(seaweedfs.endpoint, rule=lambda m, p, n: (
+        "500" if m == "GET" and p.endswith("train-00000.wfs") and n > 12 else "ok"))
+    try:
+        p = run_weft_cmd(["train", "--data", url, "--run-dir", tmp_path / "s3", "--preset", "tiny", "--steps", 8,
+                          "--batch-size", 4, "--seq-len", 32, "--threads", 2, "--store.retries=1"],
+                         env=dict(env, AWS_ENDPOINT_URL=proxy.endpoint), check=False)
+    finally:
+        proxy.stop()
+    assert p.returncode == 1, p.stderr
+    assert "loader: reading sample" in p.stderr and f"GET {url}/train-00000.wfs: HTTP 500" in p.stderr, p.stderr
+
+
 def test_cache_filled_on_first_read_and_verified_on_reuse(server, local_dataset, corpus_dir, tmp_path):
     cache = tmp_path / "cache"
     env = server.env(WEFT_STORE_CACHE=str(cache))
