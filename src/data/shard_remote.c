@@ -21,7 +21,9 @@
  * read goes by blocks, each block is also written into a partial copy
  * (<copy>.part-<pid>), and once every block is there the copy is checked
  * against the header's payload checksum and renamed into place: the cache
- * is filled by the first pass over the shard, whatever its order.
+ * is filled by the first pass over the shard, whatever its order. A jump
+ * reads a block already in the partial copy from there (its own bytes),
+ * and keeps no buffers after it.
  *
  * One mutex per shard serializes its reads (the loader has one reading
  * thread; eval and the Python package read from one thread too). */
@@ -219,6 +221,26 @@ static void start_ahead(wf_shard *s, wf_shard_remote *r, uint64_t k) {
     if (pthread_create(&r->thread, NULL, ahead_main, &r->job) == 0) r->running = 1;
 }
 
+/* `len` bytes at `off` of the partial copy, decoded into out. */
+static wf_status pread_part(wf_shard *s, wf_shard_remote *r, uint64_t off, size_t len, int32_t *out) {
+    unsigned char *tmp = malloc(len);
+    if (!tmp) return wf_error(WF_ERR_NOMEM, "%s: out of memory", s->path);
+    wf_status st = WF_OK;
+    for (size_t got = 0; got < len;) {
+        ssize_t k = pread(r->part_fd, tmp + got, len - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            st = wf_error(WF_ERR_IO, "%s: reading the cached copy %s: %s", s->path, r->part_path,
+                          k < 0 ? strerror(errno) : "it got shorter");
+            break;
+        }
+        got += (size_t)k;
+    }
+    if (st == WF_OK) decode(s->token_bytes, tmp, len / (size_t)s->token_bytes, out);
+    free(tmp);
+    return st;
+}
+
 static wf_status fetch_locked(wf_shard *s, wf_shard_remote *r, uint64_t start, size_t n, int32_t *out) {
     const int tb = s->token_bytes;
     const uint64_t a = r->t0 + start * (uint64_t)tb, b = a + (uint64_t)n * (uint64_t)tb;
@@ -227,9 +249,9 @@ static wf_status fetch_locked(wf_shard *s, wf_shard_remote *r, uint64_t start, s
         return WF_OK;
     }
     const uint64_t k0 = (a - r->t0) / r->block, k1 = (b - 1 - r->t0) / r->block;
-    const int forward = r->part_fd >= 0 || (r->prev_a != NONE && a >= r->prev_a && a <= r->prev_b + r->block / 8);
+    const int forward = r->prev_a != NONE && a >= r->prev_a && a <= r->prev_b + r->block / 8;
     r->prev_a = a, r->prev_b = b;
-    if (!forward) { /* a jump: exactly the bytes asked for */
+    if (!forward && r->part_fd < 0) { /* a jump: exactly the bytes asked for */
         free_blocks(r);
         unsigned char *tmp = malloc((size_t)(b - a));
         if (!tmp) return wf_error(WF_ERR_NOMEM, "%s: out of memory", s->path);
@@ -238,15 +260,24 @@ static wf_status fetch_locked(wf_shard *s, wf_shard_remote *r, uint64_t start, s
         free(tmp);
         return st;
     }
+    /* Reading in order, or a jump while the cache fills: by whole blocks
+     * (a jump's block goes into the partial copy, and one already there
+     * is read from it, exactly the bytes asked for). */
+    if (!forward) free_blocks(r);
     size_t done = 0;
     for (uint64_t k = k0; k <= k1; k++) {
-        int slot;
-        WF_TRY(get_block(s, r, k, &slot));
-        r->cur = slot;
         uint64_t boff = r->t0 + k * r->block;
         uint64_t from = a + (uint64_t)done * (uint64_t)tb - boff;
         uint64_t avail = (block_len(r, k) - from) / (uint64_t)tb;
         size_t m = n - done < avail ? n - done : (size_t)avail;
+        if (!forward && r->part_fd >= 0 && r->have[k]) {
+            WF_TRY(pread_part(s, r, boff + from, m * (size_t)tb, out + done));
+            done += m;
+            continue;
+        }
+        int slot;
+        WF_TRY(get_block(s, r, k, &slot));
+        r->cur = slot;
         decode(tb, r->buf[slot] + from, m, out + done);
         done += m;
         if (r->done.data) { /* that block completed the cached copy */
@@ -255,7 +286,8 @@ static wf_status fetch_locked(wf_shard *s, wf_shard_remote *r, uint64_t start, s
             return WF_OK;
         }
     }
-    start_ahead(s, r, k1 + 1);
+    if (forward) start_ahead(s, r, k1 + 1);
+    else free_blocks(r); /* a jump keeps no buffers: many shards filling at once stay small */
     return WF_OK;
 }
 

@@ -172,6 +172,16 @@ def test_cache_filled_on_first_read_and_verified_on_reuse(server, local_dataset,
     assert "checksum mismatch" in out.stderr and "from the store again" in out.stderr
     assert copies[0].read_bytes() == (local_dataset / "data" / copies[0].name).read_bytes()
 
+    # Blocks of 8 KiB: shuffled samples fill the cache block by block (a
+    # block already there read back from the partial copy), in any order.
+    env2 = server.env(WEFT_STORE_CACHE=str(tmp_path / "cache2"))
+    out = train(url, tmp_path / "run-s3-blocks", env2, "--store.read_ahead=0.01")
+    assert losses(out.stdout) == want
+    assert "val-00000.wfs is now cached" in out.stderr  # read in order: complete
+    done = sorted((tmp_path / "cache2").rglob("*.wfs"))
+    assert done and all(p.read_bytes() == (local_dataset / "data" / p.name).read_bytes() for p in done)
+    assert not list((tmp_path / "cache2").rglob("*.part-*"))  # an unfinished copy is removed at close
+
 
 def test_missing_remote_dataset_is_named(seaweedfs, tmp_path):
     env = seaweedfs.env(WEFT_STORE_CACHE=str(tmp_path / "cache"))
