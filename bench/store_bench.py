@@ -22,7 +22,8 @@ MB/s with 1 MB = 1e6 bytes):
 
 The defaults, parts of 8 MiB and 10 in flight, are s3transfer's.
 
-weft's figure includes starting the process (a few ms). Over http botocore
+weft's figure includes starting the process (0.1-0.2 s on a loaded
+2-core VM: about 50 shared libraries). Over http botocore
 signs every body's SHA-256, as weft does, so both hash each byte they
 upload. Not a test: nothing asserts on
 time; it checks that every copy has the right bytes.
