@@ -6,10 +6,12 @@
  * secret). Multipart uploads keep store.threads parts in flight and are
  * aborted when they fail, so an object is there complete or not at all.
  *
- * One curl easy handle per request: connections are not reused across
- * requests. Simple and thread-safe; the transfers weft makes are large
- * (shard ranges of megabytes, checkpoint parts of 16 MiB), so the
- * handshake is a small share. */
+ * One curl easy handle per thread, reset before each request: its
+ * connection to the endpoint is reused by the thread's next request (a
+ * shuffled loader's ranged GETs of a few kilobytes would otherwise pay a
+ * connect, and over TLS a handshake, each). Handles are never shared
+ * between threads, so every call stays thread-safe; a thread's handle is
+ * freed when the thread ends. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -338,6 +340,29 @@ static int retryable(CURLcode cc, long status, const char *code) {
            strcmp(code, "RequestTimeout") == 0 || strcmp(code, "InternalError") == 0;
 }
 
+/* The calling thread's curl handle, reset (its connections kept). */
+static pthread_key_t g_handle_key;
+static pthread_once_t g_handle_once = PTHREAD_ONCE_INIT;
+static int g_handle_key_ok;
+
+static void handle_free(void *h) { curl_easy_cleanup(h); }
+static void handle_key_init(void) { g_handle_key_ok = pthread_key_create(&g_handle_key, handle_free) == 0; }
+
+static CURL *thread_handle(void) {
+    pthread_once(&g_handle_once, handle_key_init);
+    CURL *h = g_handle_key_ok ? pthread_getspecific(g_handle_key) : NULL;
+    if (h) {
+        curl_easy_reset(h);
+        return h;
+    }
+    h = curl_easy_init();
+    if (h && (!g_handle_key_ok || pthread_setspecific(g_handle_key, h) != 0)) {
+        curl_easy_cleanup(h);
+        h = NULL;
+    }
+    return h;
+}
+
 /* One attempt; *cc and r->status say how it went. */
 static wf_status attempt(const s3_config *c, s3_req *r, CURLcode *cc, char *curl_err) {
     wf_buf path = {0}, query = {0}, url = {0}, auth = {0}, hline = {0};
@@ -367,7 +392,7 @@ static wf_status attempt(const s3_config *c, s3_req *r, CURLcode *cc, char *curl
     wf__sigv4_query(&query, r->query, r->n_query);
     if (query.len) wf_buf_printf(&url, "?%s", query.data);
 
-    h = curl_easy_init();
+    h = thread_handle();
     if (!h || url.failed) {
         s = wf_error(WF_ERR_NOMEM, "out of memory (curl handle)");
         goto done;
@@ -428,7 +453,7 @@ static wf_status attempt(const s3_config *c, s3_req *r, CURLcode *cc, char *curl
     if (r->resp.failed) s = wf_error(WF_ERR_NOMEM, "%s %s: out of memory for the answer", r->method, r->url);
 done:
     curl_slist_free_all(hl);
-    if (h) curl_easy_cleanup(h);
+    if (h) curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL); /* the buffer is the caller's stack */
     if (auth.data) memset(auth.data, 0, auth.len);
     wf_buf_free(&path), wf_buf_free(&query), wf_buf_free(&url), wf_buf_free(&auth), wf_buf_free(&hline);
     return s;
