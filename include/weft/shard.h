@@ -6,8 +6,9 @@
  *   DIR/val-00000.wfs ...       token shards of the validation split
  * A shard holds a header (magic, version, dtype, counts, checksum), the
  * tokens (uint16 when the vocabulary fits, else uint32, little-endian) and a
- * document index (the start offset of each document). Shards are read
- * through mmap and verified on open.
+ * document index (the start offset of each document). Local shards are
+ * read through mmap and verified on open; a shard in an object store
+ * (s3://) is read by ranged GETs with read-ahead (docs/storage.md).
  */
 #ifndef WEFT_SHARD_H
 #define WEFT_SHARD_H
@@ -45,25 +46,42 @@ void wf_dataset_writer_destroy(wf_dataset_writer *w); /* accepts NULL; removes u
 
 /* ----------------------------------------------------------------- reader */
 
+typedef struct wf_shard_remote wf_shard_remote;
+
 typedef struct {
     char *path;
-    wf_mmap map;
+    wf_mmap map;           /* the whole file (a remote shard: empty until wf_shard_load) */
     int token_bytes;       /* 2 or 4 */
     uint32_t vocab_size;
     uint64_t n_tokens;
     uint64_t n_docs;
-    const unsigned char *tokens;     /* n_tokens little-endian tokens */
+    uint64_t size, payload_hash, header_hash; /* the file's size and its header's checksums */
+    const unsigned char *tokens;     /* n_tokens little-endian tokens (NULL: remote, not loaded) */
     const unsigned char *doc_starts; /* n_docs little-endian uint64 token offsets */
+    wf_shard_remote *remote;         /* an s3:// shard read by ranges; NULL when mapped */
 } wf_shard;
 
 /* Maps and checks a shard: magic, version, sizes against the file size, and
- * (with verify) the checksum. Errors name the file and what is wrong. */
+ * (with verify) the checksum. Errors name the file and what is wrong. An
+ * s3:// URL is opened for ranged reads: its header and document index are
+ * fetched and checked now, its tokens when read (wf_shard_fetch); with a
+ * cache directory (wf_store_cache_path) a copy there that passes the
+ * checksums is mapped instead, and one is filled as the shard is read. */
 wf_status wf_shard_open(wf_shard *s, const char *path, int verify);
 void wf_shard_close(wf_shard *s); /* accepts a zeroed shard */
 
 /* Copies tokens [start, start+n) of the shard into out. The caller keeps
- * the range inside [0, n_tokens); nothing is checked here (the hot path). */
+ * the range inside [0, n_tokens); nothing is checked here (the hot path).
+ * A mapped shard only (s->tokens != NULL); wf_shard_fetch reads any. */
 void wf_shard_read(const wf_shard *s, uint64_t start, size_t n, int32_t *out);
+/* The same for any shard: a remote one reads through its blocks (ranged
+ * GETs, the next block fetched ahead on a background thread when reading
+ * goes forward), which may fail. Thread-safe. */
+wf_status wf_shard_fetch(const wf_shard *s, uint64_t start, size_t n, int32_t *out);
+/* Brings a remote shard's whole file into memory, so that map, tokens and
+ * doc_starts point at it (for views of its bytes); nothing for a mapped
+ * shard. The payload checksum is checked. */
+wf_status wf_shard_load(wf_shard *s);
 /* Token offset where document `doc` starts; doc == n_docs gives n_tokens,
  * so document d spans [doc_start(d), doc_start(d + 1)). */
 uint64_t wf_shard_doc_start(const wf_shard *s, uint64_t doc);

@@ -37,6 +37,7 @@ typedef struct {
     int threads;           /* parts in flight at once; 0: 4 */
     const char *cache_dir; /* local copies of objects (wf_store_local_copy); NULL: WEFT_STORE_CACHE,
                               else $XDG_CACHE_HOME/weft/store, else ~/.cache/weft/store */
+    double read_ahead_mb;  /* a shard's ranged reads: block size in MiB, two in memory; 0: 8 */
 } wf_store_options;
 
 /* Sets the options (copied). Call before any transfer, from one thread. */
@@ -71,7 +72,7 @@ wf_status wf_store_write(const char *url, const void *data, size_t len);
 wf_status wf_store_upload(const char *path, const char *url);
 
 /* Copies `url` to the local file `path` (atomically): from S3, ranged GETs
- * of store.part_mb with store.threads in flight, the whole file then
+ * of 8 MiB with 10 in flight (s3transfer's defaults), the whole file then
  * checked against the XXH3 the object was written with. */
 wf_status wf_store_download(const char *url, const char *path);
 
@@ -84,6 +85,16 @@ wf_status wf_store_download(const char *url, const char *path);
  * not write, the same ETag as when it was downloaded; otherwise it is
  * downloaded again. Ranks and processes may share one cache directory. */
 wf_status wf_store_local_copy(const char *url, char **local);
+
+/* The block size of a shard's ranged reads in bytes: store.read_ahead,
+ * else WEFT_STORE_READ_AHEAD (MiB), else 8 MiB; whole 4 KiB pages. */
+size_t wf_store_read_ahead(void);
+
+/* Where the optional cache keeps its copy of `url`, malloc'ed into *path:
+ * <cache>/<host>/<bucket>/<key> when a cache directory was given
+ * (store.cache_dir or WEFT_STORE_CACHE), else *path is NULL (no cache).
+ * Shards read by ranges fill it as they are read (docs/storage.md). */
+wf_status wf_store_cache_path(const char *url, char **path);
 
 /* Removes an object or file; one that is not there is not an error. */
 wf_status wf_store_delete(const char *url);

@@ -228,8 +228,10 @@
     X(store_part_mb, WF_OPT_INT, "store.part_mb", NULL, "16", (5, 5120), "S3 multipart part size, MiB") \
     X(store_threads, WF_OPT_INT, "store.threads", NULL, "4", (1, 64), "parts of one S3 upload in flight at once") \
     X(store_cache_dir, WF_OPT_STR, "store.cache_dir", NULL, NULL, (WF_NO_RANGE), \
-      "local copies of s3:// shards and checkpoint files (none: WEFT_STORE_CACHE, else " \
-      "$XDG_CACHE_HOME/weft/store)") \
+      "local copies of s3:// shards (filled as they are read; none: WEFT_STORE_CACHE, else no copies) and " \
+      "checkpoint files (none: WEFT_STORE_CACHE, else $XDG_CACHE_HOME/weft/store)") \
+    X(store_read_ahead, WF_OPT_FLOAT, "store.read_ahead", NULL, "8", (0.004, 1024), \
+      "block of an s3:// shard's ranged reads, MiB; the next one is fetched ahead while one is read") \
     /* [guard] */ \
     X(guard_nonfinite, WF_OPT_STR, "guard.nonfinite", NULL, "stop", (WF_CHOICES(wf_train_nonfinite_actions)), \
       "at a NaN or Inf in the loss, the gradients or the parameters: stop (save the last good state, write " \

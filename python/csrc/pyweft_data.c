@@ -111,7 +111,9 @@ static PyObject *split_shard(pw_split *sp, PyObject *arg) {
     if (k == -1 && PyErr_Occurred()) return NULL;
     if (k < 0 || (size_t)k >= sp->ds.n_shards)
         return PyErr_Format(PyExc_IndexError, "shard %zd of %zu", k, sp->ds.n_shards);
-    const wf_shard *s = &sp->ds.shards[k];
+    wf_shard *s = &sp->ds.shards[k];
+    wf_status ls = wf_shard_load(s); /* a shard in an object store: its bytes into memory */
+    if (ls != WF_OK) return pw_raise(ls);
     PyObject *tokens = pw_view_new((PyObject *)sp, s->tokens, (Py_ssize_t)(s->n_tokens * (uint64_t)s->token_bytes));
     PyObject *index = pw_view_new((PyObject *)sp, s->doc_starts, (Py_ssize_t)(s->n_docs * 8));
     PyObject *file = pw_view_new((PyObject *)sp, s->map.data, (Py_ssize_t)s->map.size);

@@ -438,11 +438,12 @@ wf_status wf_dataset_info_load(wf_dataset_info *info, const char *dir) {
     char *path = path_join(dir, DATASET_JSON);
     if (!path) return wf_error(WF_ERR_NOMEM, "out of memory");
     wf_status s;
-    char *local = NULL;
+    char *text = NULL;
+    size_t len = 0;
     if (wf_store_is_remote(dir)) {
-        /* A dataset in an object store: its index read from a local copy
-         * (weft/store.h, docs/storage.md); messages name the object. */
-        s = wf_store_local_copy(path, &local);
+        /* A dataset in an object store: its index read whole (checked
+         * against the XXH3 it was written with; weft/store.h). */
+        s = wf_store_read(path, &text, &len);
         if (s == WF_ERR_NOTFOUND)
             wf_error_wrap(s, "%s is not a dataset written by `weft tokenize`, or its writing did not finish: ", dir);
     } else if (!wf_path_is_dir(dir)) {
@@ -456,7 +457,8 @@ wf_status wf_dataset_info_load(wf_dataset_info *info, const char *dir) {
     }
     if (s == WF_OK) {
         json_error_t jerr;
-        json_t *root = json_load_file(local ? local : path, JSON_REJECT_DUPLICATES, &jerr);
+        json_t *root = text ? json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr)
+                            : json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
         if (!root) {
             s = wf_error(WF_ERR_FORMAT, "%s:%d:%d: malformed JSON: %s", path, jerr.line, jerr.column, jerr.text);
         } else {
@@ -465,7 +467,7 @@ wf_status wf_dataset_info_load(wf_dataset_info *info, const char *dir) {
         }
     }
     free(path);
-    free(local);
+    free(text);
     if (s != WF_OK) wf_dataset_info_free(info);
     return s;
 }
@@ -483,14 +485,13 @@ void wf_dataset_close(wf_dataset *d) {
  * fields are compared, so this costs nothing even without verify. */
 static wf_status check_listed(const wf_shard *s, const wf_shard_info *si, const wf_dataset_info *info,
                               const char *json_path) {
-    uint64_t payload_hash = wf_le64_get_(s->map.data + 64), header_hash = wf_le64_get_(s->map.data + 120);
     const char *what = NULL;
     if (s->token_bytes != info->token_bytes) what = "token dtype";
     else if (s->vocab_size != info->vocab_size) what = "vocab_size";
     else if (s->n_tokens != si->n_tokens) what = "n_tokens";
     else if (s->n_docs != si->n_docs) what = "n_docs";
-    else if (s->map.size != si->bytes) what = "size in bytes";
-    else if (payload_hash != si->payload_hash || header_hash != si->header_hash) what = "checksums";
+    else if (s->size != si->bytes) what = "size in bytes";
+    else if (s->payload_hash != si->payload_hash || s->header_hash != si->header_hash) what = "checksums";
     if (!what) return WF_OK;
     return wf_error(WF_ERR_FORMAT,
                     "%s: its %s differs from what %s lists: the shard belongs to another dataset or was "
@@ -540,20 +541,15 @@ wf_status wf_dataset_open(wf_dataset *d, const char *dir, const char *split, int
             s = wf_error(WF_ERR_NOMEM, "out of memory");
             goto done;
         }
-        if (wf_store_is_remote(shard_path)) {
-            /* A shard in an object store is opened from its local copy. */
-            char *local = NULL;
-            s = wf_store_local_copy(shard_path, &local);
-            if (s == WF_ERR_NOTFOUND) wf_error_wrap(s, "listed in %s: the dataset is incomplete: ", json_path);
-            if (s != WF_OK) goto done;
-            free(shard_path);
-            shard_path = local;
-        } else if (!wf_path_exists(shard_path)) {
+        if (!wf_store_is_remote(shard_path) && !wf_path_exists(shard_path)) {
             s = wf_error(WF_ERR_NOTFOUND, "%s: missing (listed in %s): the dataset is incomplete", shard_path,
                          json_path);
             goto done;
         }
+        /* A shard in an object store is opened for ranged reads. */
         s = wf_shard_open(&d->shards[k], shard_path, verify);
+        if (s == WF_ERR_NOTFOUND && wf_store_is_remote(shard_path))
+            wf_error_wrap(s, "listed in %s: the dataset is incomplete: ", json_path);
         if (s != WF_OK) goto done;
         d->n_shards = k + 1;
         s = check_listed(&d->shards[k], &sp->shards[k], &info, json_path);
@@ -589,7 +585,7 @@ wf_status wf_dataset_read(const wf_dataset *d, uint64_t start, size_t n, int32_t
         uint64_t off = start + done - d->shard_base[k];
         uint64_t avail = s->n_tokens - off;
         size_t m = n - done < avail ? n - done : (size_t)avail;
-        wf_shard_read(s, off, m, out + done);
+        WF_TRY(wf_shard_fetch(s, off, m, out + done));
         /* A corrupt shard opened without verify must not feed the model an
          * id past the embedding table; the check rides on the copy. */
         uint32_t bad = 0;

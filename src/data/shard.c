@@ -1,6 +1,6 @@
 /* One token shard file: the streaming writer (wf_shard_out_*, used by the
  * dataset writer in dataset.c) and the mmap reader with its checks
- * (wf_shard_*). The byte layout is in shard_impl.h and
+ * (wf_shard_*); a shard in an object store is read in shard_remote.c. The byte layout is in shard_impl.h and
  * docs/formats/token-shard.md. This file knows nothing of dataset.json,
  * splits or tokenizers. */
 #include <errno.h>
@@ -10,6 +10,7 @@
 #include "weft/buf.h"
 #include "data/shard_impl.h"
 #include "weft/shard.h"
+#include "weft/store.h"
 
 /* ------------------------------------------------------------- writing */
 
@@ -126,36 +127,36 @@ void wf__shard_out_abort(wf_shard_out *o) {
 
 /* ------------------------------------------------------------- reading */
 
-/* Checks that every token is below the vocabulary; reports the first that
- * is not. The common case is one pass computing a maximum. */
-static wf_status check_token_range(const wf_shard *s) {
+/* Checks that tokens [first, first + n) of the shard, whose bytes are at p,
+ * are below the vocabulary; reports the first that is not. The common case
+ * is one pass computing a maximum. */
+wf_status wf__shard_check_tokens(const wf_shard *s, const unsigned char *p, uint64_t first, uint64_t n) {
     uint32_t mx = 0;
     if (s->token_bytes == 2) {
-        for (uint64_t i = 0; i < s->n_tokens; i++) {
-            uint32_t v = wf_le16_get_(s->tokens + 2 * i);
+        for (uint64_t i = 0; i < n; i++) {
+            uint32_t v = wf_le16_get_(p + 2 * i);
             mx = v > mx ? v : mx;
         }
     } else {
-        for (uint64_t i = 0; i < s->n_tokens; i++) {
-            uint32_t v = wf_le32_get_(s->tokens + 4 * i);
+        for (uint64_t i = 0; i < n; i++) {
+            uint32_t v = wf_le32_get_(p + 4 * i);
             mx = v > mx ? v : mx;
         }
     }
     if (mx < s->vocab_size) return WF_OK;
-    for (uint64_t i = 0; i < s->n_tokens; i++) {
-        uint32_t v = s->token_bytes == 2 ? wf_le16_get_(s->tokens + 2 * i) : wf_le32_get_(s->tokens + 4 * i);
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t v = s->token_bytes == 2 ? wf_le16_get_(p + 2 * i) : wf_le32_get_(p + 4 * i);
         if (v >= s->vocab_size)
             return wf_error(WF_ERR_FORMAT,
                             "%s: token %llu is %u, outside the vocabulary [0, %u): the shard is corrupt",
-                            s->path, (unsigned long long)i, v, s->vocab_size);
+                            s->path, (unsigned long long)(first + i), v, s->vocab_size);
     }
     return WF_OK;
 }
 
-static wf_status shard_check(wf_shard *s, int verify) {
+wf_status wf__shard_check_header(wf_shard *s, const unsigned char *h, uint64_t size, uint64_t *tokens_offset_out,
+                                 uint64_t *index_offset_out) {
     const char *p = s->path;
-    const unsigned char *h = s->map.data;
-    uint64_t size = s->map.size;
     if (size < WF_SHARD_HEADER_SIZE)
         return wf_error(WF_ERR_FORMAT,
                         "%s: truncated: %llu bytes, shorter than the %u-byte shard header (an interrupted copy?)",
@@ -181,6 +182,9 @@ static wf_status shard_check(wf_shard *s, int verify) {
     s->n_docs = wf_le64_get_(h + 32);
     uint64_t tokens_offset = wf_le64_get_(h + 40), index_offset = wf_le64_get_(h + 48);
     uint64_t file_size = wf_le64_get_(h + 56);
+    s->size = size;
+    s->payload_hash = wf_le64_get_(h + 64);
+    s->header_hash = want_hash;
     if (header_size != WF_SHARD_HEADER_SIZE)
         return wf_error(WF_ERR_FORMAT, "%s: header_size is %u, expected %u", p, header_size,
                         WF_SHARD_HEADER_SIZE);
@@ -212,8 +216,12 @@ static wf_status shard_check(wf_shard *s, int verify) {
                         p, (unsigned long long)s->n_tokens, tb, (unsigned long long)tokens_offset,
                         (unsigned long long)s->n_docs, (unsigned long long)index_offset,
                         (unsigned long long)size);
-    s->tokens = h + tokens_offset;
-    s->doc_starts = h + index_offset;
+    *tokens_offset_out = tokens_offset;
+    *index_offset_out = index_offset;
+    return WF_OK;
+}
+
+wf_status wf__shard_check_index(const wf_shard *s) {
     /* The document index is small (8 bytes a document): always checked, so
      * document lookups never leave the shard. */
     uint64_t prev = 0;
@@ -223,37 +231,61 @@ static wf_status shard_check(wf_shard *s, int verify) {
             return wf_error(WF_ERR_FORMAT,
                             "%s: document index entry %llu is %llu (previous %llu, %llu tokens): entries start "
                             "at 0 and increase strictly below n_tokens",
-                            p, (unsigned long long)d, (unsigned long long)st, (unsigned long long)prev,
+                            s->path, (unsigned long long)d, (unsigned long long)st, (unsigned long long)prev,
                             (unsigned long long)s->n_tokens);
         prev = st;
     }
+    return WF_OK;
+}
+
+static wf_status shard_check(wf_shard *s, int verify) {
+    const unsigned char *h = s->map.data;
+    uint64_t size = s->map.size, tokens_offset = 0, index_offset = 0;
+    WF_TRY(wf__shard_check_header(s, h, size, &tokens_offset, &index_offset));
+    s->tokens = h + tokens_offset;
+    s->doc_starts = h + index_offset;
+    WF_TRY(wf__shard_check_index(s));
     if (verify) {
-        uint64_t want = wf_le64_get_(h + 64);
         uint64_t got = wf_hash64(s->tokens, (size_t)(size - tokens_offset));
-        if (want != got)
+        if (s->payload_hash != got)
             return wf_error(WF_ERR_CHECKSUM,
                             "%s: payload checksum mismatch (stored %016llx, computed %016llx): the tokens "
                             "or document index are corrupt; re-run `weft tokenize`",
-                            p, (unsigned long long)want, (unsigned long long)got);
-        WF_TRY(check_token_range(s));
+                            s->path, (unsigned long long)s->payload_hash, (unsigned long long)got);
+        WF_TRY(wf__shard_check_tokens(s, s->tokens, 0, s->n_tokens));
     }
     return WF_OK;
+}
+
+/* Maps a local shard file (also a complete copy in the store cache). */
+wf_status wf__shard_open_mapped(wf_shard *s, const char *path, int verify) {
+    wf_status st = wf_mmap_open(&s->map, path);
+    if (st == WF_OK) st = shard_check(s, verify);
+    return st;
 }
 
 wf_status wf_shard_open(wf_shard *s, const char *path, int verify) {
     memset(s, 0, sizeof *s);
     s->path = strdup(path);
     if (!s->path) return wf_error(WF_ERR_NOMEM, "out of memory");
-    wf_status st = wf_mmap_open(&s->map, path);
-    if (st == WF_OK) st = shard_check(s, verify);
+    wf_status st = wf_store_is_remote(path) ? wf__shard_open_remote(s, verify) : wf__shard_open_mapped(s, path, verify);
     if (st != WF_OK) wf_shard_close(s);
     return st;
 }
 
 void wf_shard_close(wf_shard *s) {
+    wf__shard_close_remote(s);
     wf_mmap_close(&s->map);
     free(s->path);
     memset(s, 0, sizeof *s);
+}
+
+wf_status wf_shard_fetch(const wf_shard *s, uint64_t start, size_t n, int32_t *out) {
+    if (s->tokens) {
+        wf_shard_read(s, start, n, out);
+        return WF_OK;
+    }
+    return wf__shard_fetch_remote(s, start, n, out);
 }
 
 void wf_shard_read(const wf_shard *s, uint64_t start, size_t n, int32_t *out) {

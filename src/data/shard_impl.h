@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "weft/fileio.h"
+#include "weft/shard.h"
 #include "weft/status.h"
 
 #define WF_SHARD_MAGIC "WEFTSHRD"
@@ -93,5 +94,23 @@ wf_status wf__shard_out_append(wf_shard_out *o, const int32_t *ids, size_t n);
 wf_status wf__shard_out_end(wf_shard_out *o, wf_shard_summary *sum);
 /* Removes the temporary file; safe after end or on a zeroed writer. */
 void wf__shard_out_abort(wf_shard_out *o);
+
+/* ---- reading (shard.c, shard_remote.c) ---- */
+
+/* Checks the header bytes h of a shard of `size` bytes (named s->path in
+ * errors); fills s's counts, size and checksums and the section offsets. */
+wf_status wf__shard_check_header(wf_shard *s, const unsigned char *h, uint64_t size, uint64_t *tokens_offset,
+                                 uint64_t *index_offset);
+/* Checks s->doc_starts: from 0, strictly increasing, below n_tokens. */
+wf_status wf__shard_check_index(const wf_shard *s);
+/* Checks that tokens [first, first + n), whose bytes are at p, are in the vocabulary. */
+wf_status wf__shard_check_tokens(const wf_shard *s, const unsigned char *p, uint64_t first, uint64_t n);
+/* Maps and checks a local file as shard s (s->path already set). */
+wf_status wf__shard_open_mapped(wf_shard *s, const char *path, int verify);
+
+/* shard_remote.c: s->path is an s3:// URL. */
+wf_status wf__shard_open_remote(wf_shard *s, int verify);
+wf_status wf__shard_fetch_remote(const wf_shard *s, uint64_t start, size_t n, int32_t *out);
+void wf__shard_close_remote(wf_shard *s); /* nothing for a mapped shard */
 
 #endif

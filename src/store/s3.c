@@ -6,10 +6,12 @@
  * secret). Multipart uploads keep store.threads parts in flight and are
  * aborted when they fail, so an object is there complete or not at all.
  *
- * One curl easy handle per request: connections are not reused across
- * requests. Simple and thread-safe; the transfers weft makes are large
- * (shard ranges of megabytes, checkpoint parts of 16 MiB), so the
- * handshake is a small share. */
+ * One curl easy handle per thread, reset before each request: its
+ * connection to the endpoint is reused by the thread's next request (a
+ * shuffled loader's ranged GETs of a few kilobytes would otherwise pay a
+ * connect, and over TLS a handshake, each). Handles are never shared
+ * between threads, so every call stays thread-safe; a thread's handle is
+ * freed when the thread ends. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -65,12 +67,28 @@ wf_status wf_store_configure(const wf_store_options *o) {
         return wf_error(WF_ERR_CONFIG, "store.part_mb = %d: S3 parts are at least 5 MiB", o->part_mb);
     if (o->retries < -1) return wf_error(WF_ERR_CONFIG, "store.retries = %d: must be >= 0", o->retries);
     if (o->timeout_s < 0) return wf_error(WF_ERR_CONFIG, "store.timeout_s = %g: must be > 0", o->timeout_s);
+    if (o->read_ahead_mb < 0 || o->read_ahead_mb > 1024 || (o->read_ahead_mb > 0 && o->read_ahead_mb * 1048576 < 4096))
+        return wf_error(WF_ERR_CONFIG, "store.read_ahead = %g: want 4 KiB to 1024 MiB (in MiB)", o->read_ahead_mb);
     return WF_OK;
 }
 
 static const char *env(const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
+}
+
+size_t wf_store_read_ahead(void) {
+    double mb = g_opts.read_ahead_mb;
+    if (!(mb > 0) && env("WEFT_STORE_READ_AHEAD")) { /* the commands without store options (eval, data) */
+        mb = strtod(env("WEFT_STORE_READ_AHEAD"), NULL);
+        if (!(mb * 1048576 >= 4096 && mb <= 1024)) {
+            WF_WARN("store: WEFT_STORE_READ_AHEAD=%s is not 4 KiB to 1024 MiB (in MiB): using 8",
+                    env("WEFT_STORE_READ_AHEAD"));
+            mb = 8;
+        }
+    }
+    if (!(mb > 0)) mb = 8;
+    return (size_t)(mb * 1048576) / 4096 * 4096; /* whole pages: whole tokens of either width */
 }
 
 static void trim(char *s) {
@@ -185,10 +203,11 @@ static wf_status config_get(const s3_config **out) {
     return WF_OK;
 }
 
-wf_status wf__store_cache_root(char *out, size_t cap, char *host, size_t host_cap) {
+wf_status wf__store_cache_root(char *out, size_t cap, char *host, size_t host_cap, int *given) {
     pthread_once(&g_once, config_init);
     if (g_init_status != WF_OK) return wf_error(g_init_status, "%s", g_init_msg);
     const char *dir = g_opts.cache_dir ? g_opts.cache_dir : env("WEFT_STORE_CACHE");
+    if (given) *given = dir != NULL;
     if (dir) snprintf(out, cap, "%s", dir);
     else if (env("XDG_CACHE_HOME")) snprintf(out, cap, "%s/weft/store", env("XDG_CACHE_HOME"));
     else snprintf(out, cap, "%s/.cache/weft/store", env("HOME") ? env("HOME") : "/tmp");
@@ -294,6 +313,12 @@ static size_t header_cb(char *line, size_t size, size_t n, void *ctx) {
         header_value(line, len, v, sizeof v);
         r->content_length = strtoull(v, NULL, 10);
         r->have_length = 1;
+        /* A body's room at once, not by doubling (each doubling copies
+         * what came so far: 2x the bytes of a large whole GET). A failed
+         * reservation is not an error: the buffer still grows. */
+        if (strcmp(r->method, "GET") == 0 && r->content_length > r->resp.cap && r->content_length < ((uint64_t)1 << 34) &&
+            wf_buf_reserve(&r->resp, (size_t)r->content_length) != WF_OK)
+            wf_error_clear();
     }
     return len;
 }
@@ -313,6 +338,29 @@ static int retryable(CURLcode cc, long status, const char *code) {
                cc == CURLE_COULDNT_RESOLVE_HOST || cc == CURLE_HTTP2 || cc == CURLE_HTTP2_STREAM;
     return status == 500 || status == 502 || status == 503 || status == 504 || strcmp(code, "SlowDown") == 0 ||
            strcmp(code, "RequestTimeout") == 0 || strcmp(code, "InternalError") == 0;
+}
+
+/* The calling thread's curl handle, reset (its connections kept). */
+static pthread_key_t g_handle_key;
+static pthread_once_t g_handle_once = PTHREAD_ONCE_INIT;
+static int g_handle_key_ok;
+
+static void handle_free(void *h) { curl_easy_cleanup(h); }
+static void handle_key_init(void) { g_handle_key_ok = pthread_key_create(&g_handle_key, handle_free) == 0; }
+
+static CURL *thread_handle(void) {
+    pthread_once(&g_handle_once, handle_key_init);
+    CURL *h = g_handle_key_ok ? pthread_getspecific(g_handle_key) : NULL;
+    if (h) {
+        curl_easy_reset(h);
+        return h;
+    }
+    h = curl_easy_init();
+    if (h && (!g_handle_key_ok || pthread_setspecific(g_handle_key, h) != 0)) {
+        curl_easy_cleanup(h);
+        h = NULL;
+    }
+    return h;
 }
 
 /* One attempt; *cc and r->status say how it went. */
@@ -344,7 +392,7 @@ static wf_status attempt(const s3_config *c, s3_req *r, CURLcode *cc, char *curl
     wf__sigv4_query(&query, r->query, r->n_query);
     if (query.len) wf_buf_printf(&url, "?%s", query.data);
 
-    h = curl_easy_init();
+    h = thread_handle();
     if (!h || url.failed) {
         s = wf_error(WF_ERR_NOMEM, "out of memory (curl handle)");
         goto done;
@@ -405,7 +453,7 @@ static wf_status attempt(const s3_config *c, s3_req *r, CURLcode *cc, char *curl
     if (r->resp.failed) s = wf_error(WF_ERR_NOMEM, "%s %s: out of memory for the answer", r->method, r->url);
 done:
     curl_slist_free_all(hl);
-    if (h) curl_easy_cleanup(h);
+    if (h) curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL); /* the buffer is the caller's stack */
     if (auth.data) memset(auth.data, 0, auth.len);
     wf_buf_free(&path), wf_buf_free(&query), wf_buf_free(&url), wf_buf_free(&auth), wf_buf_free(&hline);
     return s;
@@ -766,6 +814,12 @@ wf_status wf__s3_upload_file(const char *url, const char *path) {
 
 /* ---- parallel download ---- */
 
+/* Whole-object downloads: s3transfer's defaults (boto3's download_file),
+ * 8 MiB ranged GETs, 10 in flight. store.part_mb and store.threads size
+ * uploads, whose parts S3 bounds (5 MiB at least, 10000 at most). */
+#define DOWNLOAD_PART_BYTES ((size_t)8 << 20)
+#define DOWNLOAD_THREADS 10
+
 typedef struct {
     const char *url;
     int fd;
@@ -810,8 +864,6 @@ wf_status wf__s3_download_file(const char *url, const char *path, int durable) {
 }
 
 static wf_status download_once(const char *url, const char *path, int durable) {
-    const s3_config *c;
-    WF_TRY(config_get(&c));
     wf_store_stat st;
     WF_TRY(wf__s3_head(url, &st));
     wf_buf tmp = {0};
@@ -820,8 +872,9 @@ static wf_status download_once(const char *url, const char *path, int durable) {
     int fd = open(tmp.data, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     wf_status s = fd >= 0 ? WF_OK : wf_error(WF_ERR_IO, "%s: cannot create: %s", tmp.data, strerror(errno));
     if (s == WF_OK && st.size) {
-        dl_ctx d = {url, fd, st.size, c->part_bytes, (int)((st.size + c->part_bytes - 1) / c->part_bytes), 0, 0};
-        int threads = c->threads < d.n_parts ? c->threads : d.n_parts;
+        const size_t part = DOWNLOAD_PART_BYTES;
+        dl_ctx d = {url, fd, st.size, part, (int)((st.size + part - 1) / part), 0, 0};
+        int threads = DOWNLOAD_THREADS < d.n_parts ? DOWNLOAD_THREADS : d.n_parts;
         s = wf_parallel_run(threads, dl_worker, &d);
     }
     if (s == WF_OK && st.xxh3[0]) {  /* the whole file against the hash it was written with */

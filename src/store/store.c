@@ -146,12 +146,9 @@ static int copy_matches(const char *path, const wf_store_stat *st) {
     return ok;
 }
 
-wf_status wf_store_local_copy(const char *url, char **local) {
-    *local = NULL;
-    if (!wf_store_is_remote(url)) {
-        *local = strdup(url);
-        return *local ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
-    }
+/* The cache's path for the object `url` into *out (NULL when the cache
+ * is only the default one and `given_only`). */
+static wf_status cache_file(const char *url, int given_only, wf_buf *out, int *none) {
     wf__s3_url u;
     WF_TRY(wf__s3_url_parse(url, &u));
     /* The key becomes a path below the cache: no "." or ".." segment may
@@ -165,10 +162,40 @@ wf_status wf_store_local_copy(const char *url, char **local) {
         seg += n + 1;
     }
     char root[1024], host[256];
-    if (s == WF_OK) s = wf__store_cache_root(root, sizeof root, host, sizeof host);
+    int given = 0;
+    if (s == WF_OK) s = wf__store_cache_root(root, sizeof root, host, sizeof host, &given);
+    *none = s == WF_OK && given_only && !given;
+    if (s == WF_OK && !*none) {
+        wf_buf_printf(out, "%s/%s/%s/%s", root, host, u.bucket, u.key);
+        if (out->failed) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    }
+    wf__s3_url_free(&u);
+    return s;
+}
+
+wf_status wf_store_cache_path(const char *url, char **path) {
+    *path = NULL;
+    if (!wf_store_is_remote(url)) return wf_error(WF_ERR_INVALID, "%s: not an s3:// URL", url);
+    wf_buf b = {0};
+    int none = 0;
+    wf_status s = cache_file(url, 1, &b, &none);
+    if (s != WF_OK || none) {
+        wf_buf_free(&b);
+        return s;
+    }
+    *path = b.data;
+    return WF_OK;
+}
+
+wf_status wf_store_local_copy(const char *url, char **local) {
+    *local = NULL;
+    if (!wf_store_is_remote(url)) {
+        *local = strdup(url);
+        return *local ? WF_OK : wf_error(WF_ERR_NOMEM, "out of memory");
+    }
     wf_buf path = {0};
-    wf_buf_printf(&path, "%s/%s/%s/%s", root, host, u.bucket, u.key);
-    if (s == WF_OK && path.failed) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    int none = 0;
+    wf_status s = cache_file(url, 0, &path, &none);
     wf_store_stat st;
     if (s == WF_OK) s = wf_store_head(url, &st);
     if (s == WF_OK && !copy_matches(path.data, &st)) {
@@ -195,7 +222,6 @@ wf_status wf_store_local_copy(const char *url, char **local) {
             wf_buf_free(&side);
         }
     }
-    wf__s3_url_free(&u);
     if (s != WF_OK) {
         wf_buf_free(&path);
         return s;

@@ -86,16 +86,18 @@ wf_status wf__s3_url_parse(const char *url, wf__s3_url *u);
 void wf__s3_url_free(wf__s3_url *u);
 
 /* The cache directory's root and the endpoint's host[:port] (copies of
- * objects live under <root>/<host>/<bucket>/<key>). */
-wf_status wf__store_cache_root(char *root, size_t cap, char *host, size_t host_cap);
+ * objects live under <root>/<host>/<bucket>/<key>); *given (may be NULL)
+ * says whether the directory was given (store.cache_dir, WEFT_STORE_CACHE)
+ * rather than the default. */
+wf_status wf__store_cache_root(char *root, size_t cap, char *host, size_t host_cap, int *given);
 
 wf_status wf__s3_head(const char *url, wf_store_stat *st);
 wf_status wf__s3_get(const char *url, uint64_t offset, uint64_t len, int ranged, wf_buf *out, char *meta_xxh3,
                      size_t meta_cap);
 wf_status wf__s3_put(const char *url, const void *data, size_t len);
 wf_status wf__s3_upload_file(const char *url, const char *path);
-/* Object to local file: store.threads ranged GETs of store.part_mb in
- * flight, written in place into a temporary file, checked against the
+/* Object to local file: 10 ranged GETs of 8 MiB in flight (s3transfer's
+ * defaults), written in place into a temporary file, checked against the
  * object's XXH3 metadata, renamed into place; with `durable`, fsync'ed
  * first (a cache copy is not: it is checked at every use instead). */
 wf_status wf__s3_download_file(const char *url, const char *path, int durable);

@@ -279,7 +279,8 @@ static wf_status check_device(const wf_train_config *tc) {
 wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     t->tc = tc;
     wf_store_options so = {tc->store_endpoint, tc->store_region, tc->store_retries ? (int)tc->store_retries : -1,
-                           tc->store_timeout_s, (int)tc->store_part_mb, (int)tc->store_threads, tc->store_cache_dir};
+                           tc->store_timeout_s, (int)tc->store_part_mb, (int)tc->store_threads, tc->store_cache_dir,
+                           tc->store_read_ahead};
     WF_TRY(wf_store_configure(&so));
     WF_TRY(wf__train_mix_config(t));
     if ((!tc->data_dir || !tc->data_dir[0]) && !t->mix.n)

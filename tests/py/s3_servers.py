@@ -143,7 +143,8 @@ class FaultProxy:
       "stall" forward it, then hold the answer back for `stall_s` seconds;
       "down"  close at once without reading (a server that died);
       "corrupt" forward it, and flip the last byte of the answer (its body's).
-    `log` lists (n, method, path, action) of every request seen."""
+    `log` lists (n, method, path, action) of every request seen, `ranges`
+    (method, path, Range header or None)."""
 
     def __init__(self, upstream, rule=None, stall_s=5.0):
         import threading
@@ -152,6 +153,7 @@ class FaultProxy:
         self.rule = rule or (lambda m, p, n: "ok")
         self.stall_s = stall_s
         self.log, self.n = [], 0
+        self.ranges = []  # (method, path, the Range header or None) of every request
         self.lock = threading.Lock()
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -203,8 +205,11 @@ class FaultProxy:
                 return
             method, path = head.split(b" ")[0].decode(), head.split(b" ")[1].decode()
             action = self.rule(method, path, n)
+            rng = next((ln.split(b":", 1)[1].strip().decode() for ln in head.split(b"\r\n")[1:]
+                        if ln.lower().startswith(b"range:")), None)
             with self.lock:
                 self.log.append((n, method, path, action))
+                self.ranges.append((method, path, rng))
             if action == "down":
                 return
             if action == "reset":
