@@ -42,7 +42,7 @@ static void carve_acts(const wf_model *m, wf__model_carver *cv, model_layer_acts
     }
     if (which & ACTS_MATMUL) {
         a->qkv = wf__model_carve(cv, N * QKV);
-        a->att = wf__model_carve(cv, N * C);
+        a->att = wf__model_carve(cv, N * (size_t)m->CA);
         a->lse = wf__model_carve(cv, B * (size_t)m->NH * T);
         a->mid = wf__model_carve(cv, N * C);
         a->h13 = wf__model_carve(cv, N * 2 * H);
@@ -51,7 +51,7 @@ static void carve_acts(const wf_model *m, wf__model_carver *cv, model_layer_acts
 
 /* The logits (B, T, V) of the planned shape, reused for their gradient:
  * plan_layout's one carve that wf_model_plan_logits_bytes reports apart. */
-static size_t logits_numel(const wf_model *m) { return (size_t)m->plan_B * (size_t)m->plan_T * (size_t)m->V; }
+static size_t logits_numel(const wf_model *m) { return (size_t)m->plan_B * (size_t)m->plan_T * (size_t)m->VL; }
 
 /* The activation memory, in floats (r(x) = x rounded up to a multiple of
  * 16: every buffer starts on a 64-byte boundary); N = B*T, C, H, QKV,
@@ -94,10 +94,15 @@ static void plan_layout(wf_model *m, wf__model_carver *cv) {
     m->targets = (int32_t *)(void *)wf__model_carve(cv, N);
     m->dres = wf__model_carve(cv, N * C);
     m->dxn = wf__model_carve(cv, N * C);
-    m->datt = wf__model_carve(cv, N * C);
+    m->datt = wf__model_carve(cv, N * (size_t)m->CA);
     m->dqkv = wf__model_carve(cv, N * QKV);
     m->dh13 = wf__model_carve(cv, N * 2 * H);
     m->dg = wf__model_carve(cv, N * H);
+    if (m->tp > 1) {
+        m->tp_tokens = (int32_t *)(void *)wf__model_carve(cv, N);
+        m->tp_targets = (int32_t *)(void *)wf__model_carve(cv, N);
+        m->tp_rows = wf__model_carve(cv, 2 * N);
+    }
 }
 
 /* Runs one backend call (a wf_status expression), adds its time between
@@ -269,6 +274,14 @@ wf_status wf_model_plan(wf_model *m, int B, int T) {
                              "model: activations for B x T = %d x %d (%zu bytes): ", B, T,
                              cv.used * sizeof(float));
     }
+    if (m->tp > 1) {
+        free(m->tp_host);
+        m->tp_host = malloc(5 * (size_t)B * (size_t)T * sizeof(float));
+        if (!m->tp_host) {
+            m->plan_B = 0;
+            return wf_error(WF_ERR_NOMEM, "model: cannot allocate the tensor-parallel row scratch");
+        }
+    }
     m->act_floats = cv.used;
     cv = (wf__model_carver){base, 0};
     plan_layout(m, &cv);
@@ -284,6 +297,133 @@ static wf_status check_ids(const int32_t *ids, int B, int T, int V, const char *
                 return wf_error(
                     WF_ERR_RANGE, "model: %s[%d][%d] = %d is outside the vocabulary [0, %d)%s",
                     what, b, t, id, V, allow_negative ? " (negative targets are ignored)" : "");
+        }
+    return WF_OK;
+}
+
+/* ---- Tensor parallelism (wf_model_create_tp; docs/model.md) ----------
+ * Every rank holds whole inputs and outputs of each block (the residual
+ * stream, the norms: replicated) and a slice of each linear layer. A
+ * column-parallel layer (q/k/v, gate/up) needs nothing forward; its input
+ * gradient is a partial sum, all-reduced. A row-parallel layer (o_proj,
+ * down_proj) gives partial sums, all-reduced forward; its backward needs
+ * nothing. Rank 0 alone starts the row-parallel output from the residual,
+ * the others from zero, so that the all-reduce adds the residual once.
+ * The collectives are bitwise the same on every rank (wf_model_tp_ops), so
+ * the replicated activations and the norms' gradients stay identical. */
+
+static wf_status tp_sum(wf_model *m, float *buf, size_t n, const char *tag) {
+    if (m->tp <= 1) return WF_OK;
+    return m->tp_ops.all_reduce(m->tp_ops.ctx, buf, n, WF_MODEL_TP_SUM, tag);
+}
+
+/* The start of a row-parallel layer's output `out` (n floats): the
+ * residual `res` on rank 0 (or without TP), zero elsewhere. */
+static wf_status tp_residual_start(wf_model *m, float *out, const float *res, size_t n) {
+    if (m->tp > 1 && m->tp_rank != 0) return wf_backend_fill(m->be, out, 0, n * sizeof(float));
+    return wf_backend_copy(m->be, out, res, n * sizeof(float));
+}
+
+/* Vocabulary parallelism: rank r holds vocabulary rows [v0, v0 + VL) of
+ * the embedding and of lm_head. The embedding of a token that is not this
+ * rank's is zero here (its owner's row after the all-reduce); its
+ * gradient rows are dropped. The cross-entropy combines each rank's row
+ * log-sum-exp: an all-reduce MAX of them, then one SUM of exp(lse_r - max)
+ * and of the target's logit (from the rank that holds it, 0 elsewhere).
+ * The per-row vectors (N floats) are combined on the host, as the loss
+ * sum already is. Host scratch m->tp_host: the last forward's tokens and
+ * targets (int32, N each), then three float vectors (N each). */
+static int tp_owns(const wf_model *m, int32_t v) { return v >= m->v0 && v < m->v0 + m->VL; }
+
+/* Zeroes the rows of x (N, C) whose token is not this rank's, runs of
+ * consecutive rows in one fill. */
+static wf_status tp_zero_foreign_rows(wf_model *m, float *x, int N) {
+    const int32_t *tok = (const int32_t *)(const void *)m->tp_host;
+    const size_t C = (size_t)m->C;
+    for (int n = 0; n < N;) {
+        if (tp_owns(m, tok[n])) {
+            n++;
+            continue;
+        }
+        int e = n;
+        while (e < N && !tp_owns(m, tok[e])) e++;
+        WF_TRY(wf_backend_fill(m->be, x + (size_t)n * C, 0, (size_t)(e - n) * C * sizeof(float)));
+        n = e;
+    }
+    return WF_OK;
+}
+
+static wf_status tp_embedding_fwd(wf_model *m, const int32_t *tokens, int N) {
+    int32_t *tok = (int32_t *)(void *)m->tp_host, *loc = (int32_t *)(void *)(m->tp_host + 2 * (size_t)N);
+    memcpy(tok, tokens, (size_t)N * sizeof *tok);
+    for (int n = 0; n < N; n++) loc[n] = tp_owns(m, tok[n]) ? tok[n] - m->v0 : 0;
+    WF_TRY(wf_backend_upload(m->be, m->tp_tokens, loc, (size_t)N * sizeof *loc));
+    TIMED_(fwd, WF_OP_EMBEDDING,
+           wf_backend_embedding_fwd(m->be, wf_f32(m->res[0]), wf_i32(m->tp_tokens), wf_f32(m->wte), N, m->C));
+    WF_TRY(tp_zero_foreign_rows(m, m->res[0], N));
+    return tp_sum(m, m->res[0], (size_t)N * m->C, "tp embedding");
+}
+
+/* losses and ce_lse of the global vocabulary from this rank's logits
+ * (N, VL). The local targets are the target's row here, -1 for an ignored
+ * row, 0 (a placeholder, fixed in the backward) for a row another rank
+ * holds. */
+static wf_status tp_crossentropy_fwd(wf_model *m, const int32_t *targets, int N) {
+    const size_t n_ = (size_t)N, VL = (size_t)m->VL;
+    int32_t *tgt = (int32_t *)(void *)(m->tp_host + n_), *loc = (int32_t *)(void *)(m->tp_host + 2 * n_);
+    float *fa = m->tp_host + 2 * n_, *fb = m->tp_host + 3 * n_, *fc = m->tp_host + 4 * n_;
+    wf_backend *be = m->be;
+    memcpy(tgt, targets, n_ * sizeof *tgt);
+    for (size_t n = 0; n < n_; n++) loc[n] = tgt[n] < 0 ? -1 : tp_owns(m, tgt[n]) ? tgt[n] - m->v0 : 0;
+    WF_TRY(wf_backend_upload(be, m->tp_targets, loc, n_ * sizeof *loc));
+    TIMED_(fwd, WF_OP_CROSSENTROPY,
+           wf_backend_crossentropy_fwd(be, wf_f32(m->losses), wf_f32(m->ce_lse), wf_f32(m->logits),
+                                       wf_i32(m->tp_targets), N, m->VL));
+    /* the row maxima of the ranks' log-sum-exps */
+    WF_TRY(wf_backend_copy(be, m->tp_rows, m->ce_lse, n_ * sizeof(float)));
+    WF_TRY(m->tp_ops.all_reduce(m->tp_ops.ctx, m->tp_rows, n_, WF_MODEL_TP_MAX, "tp ce max"));
+    WF_TRY(wf_backend_download(be, fb, m->tp_rows, n_ * sizeof *fb));
+    WF_TRY(wf_backend_download(be, fa, m->ce_lse, n_ * sizeof *fa));
+    for (size_t n = 0; n < n_; n++) {
+        fa[n] = (float)exp((double)fa[n] - (double)fb[n]);
+        fc[n] = 0.0f;
+        if (tgt[n] >= 0 && tp_owns(m, tgt[n]))
+            WF_TRY(wf_backend_download(be, &fc[n], m->logits + n * VL + (size_t)(tgt[n] - m->v0), sizeof *fc));
+    }
+    WF_TRY(wf_backend_upload(be, m->tp_rows, fa, n_ * sizeof *fa));
+    WF_TRY(wf_backend_upload(be, m->tp_rows + n_, fc, n_ * sizeof *fc));
+    WF_TRY(tp_sum(m, m->tp_rows, 2 * n_, "tp ce sum"));
+    WF_TRY(wf_backend_download(be, fa, m->tp_rows, n_ * sizeof *fa));
+    WF_TRY(wf_backend_download(be, fc, m->tp_rows + n_, n_ * sizeof *fc));
+    for (size_t n = 0; n < n_; n++) {
+        double lse = (double)fb[n] + log((double)fa[n]);
+        fa[n] = (float)lse;
+        fc[n] = tgt[n] < 0 ? 0.0f : (float)(lse - (double)fc[n]);
+    }
+    WF_TRY(wf_backend_upload(be, m->ce_lse, fa, n_ * sizeof *fa));
+    return wf_backend_upload(be, m->losses, fc, n_ * sizeof *fc);
+}
+
+/* The logits' gradient dloss * (softmax - onehot) over this rank's
+ * columns, with the global log-sum-exp: the kernel's, except in rows whose
+ * target another rank holds, where column 0 (the placeholder target) gets
+ * its softmax back without the onehot. */
+static wf_status tp_crossentropy_bwd(wf_model *m, int N, float dloss) {
+    const size_t n_ = (size_t)N, VL = (size_t)m->VL;
+    const int32_t *tgt = (const int32_t *)(const void *)(m->tp_host + n_);
+    float *z0 = m->tp_host + 2 * n_, *lse = m->tp_host + 3 * n_;
+    wf_backend *be = m->be;
+    for (size_t n = 0; n < n_; n++)
+        if (tgt[n] >= 0 && !tp_owns(m, tgt[n]))
+            WF_TRY(wf_backend_download(be, &z0[n], m->logits + n * VL, sizeof *z0));
+    WF_TRY(wf_backend_download(be, lse, m->ce_lse, n_ * sizeof *lse));
+    TIMED_(bwd, WF_OP_CROSSENTROPY,
+           wf_backend_crossentropy_bwd(be, wf_f32(m->logits), wf_f32(m->ce_lse), wf_i32(m->tp_targets), N,
+                                       m->VL, dloss));
+    for (size_t n = 0; n < n_; n++)
+        if (tgt[n] >= 0 && !tp_owns(m, tgt[n])) {
+            float g = (float)((double)dloss * exp((double)z0[n] - (double)lse[n]));
+            WF_TRY(wf_backend_upload(be, m->logits + n * VL, &g, sizeof g));
         }
     return WF_OK;
 }
@@ -305,8 +445,9 @@ static wf_status block_fwd_acts(wf_model *m, int l, const model_layer_acts_ *a) 
     TIMED_(fwd, WF_OP_ATTENTION,
            wf_backend_attention_fwd(be, wf_f32(a->att), wf_f32(a->lse), wf_f32(a->qkv), B, T, m->NH, m->NKV,
                                     m->HD, wf_f32(m->attn_scratch), m->n_threads));
-    TIMED_(fwd, WF_OP_COPY, wf_backend_copy(be, a->mid, m->res[l], (size_t)N * C * sizeof(float)));
-    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, a->mid, a->att, p->wo, N, C, C, 1));
+    TIMED_(fwd, WF_OP_COPY, tp_residual_start(m, a->mid, m->res[l], (size_t)N * C));
+    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, a->mid, a->att, p->wo, N, m->CA, C, 1));
+    WF_TRY(tp_sum(m, a->mid, (size_t)N * C, "tp o_proj"));
     TIMED_(fwd, WF_OP_RMSNORM,
            wf_backend_rmsnorm_fwd(be, wf_f32(a->xn2), wf_f32(a->rstd2), wf_f32(a->mid), wf_f32(p->ln2), N, C,
                                   eps));
@@ -321,9 +462,9 @@ static wf_status block_fwd(wf_model *m, int l, const model_layer_acts_ *a) {
     const model_layer_params_ *p = &m->lp[l];
     WF_TRY(block_fwd_acts(m, l, a));
     m->held_layer = l;
-    TIMED_(fwd, WF_OP_COPY, wf_backend_copy(m->be, m->res[l + 1], a->mid, (size_t)N * C * sizeof(float)));
+    TIMED_(fwd, WF_OP_COPY, tp_residual_start(m, m->res[l + 1], a->mid, (size_t)N * C));
     TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, m->res[l + 1], a->g, p->w2, N, H, C, 1));
-    return WF_OK;
+    return tp_sum(m, m->res[l + 1], (size_t)N * C, "tp down_proj");
 }
 
 wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
@@ -348,7 +489,11 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
     WF_TRY(wf_backend_upload(be, m->tokens, tokens, (size_t)N * sizeof *tokens));
 
     UNIT_EVENT_(0, WF_UNIT_FWD_BEGIN);
-    TIMED_(fwd, WF_OP_EMBEDDING, wf_backend_embedding_fwd(be, wf_f32(m->res[0]), wf_i32(m->tokens), wf_f32(m->wte), N, C));
+    if (m->tp > 1)
+        WF_TRY(tp_embedding_fwd(m, tokens, N));
+    else
+        TIMED_(fwd, WF_OP_EMBEDDING,
+               wf_backend_embedding_fwd(be, wf_f32(m->res[0]), wf_i32(m->tokens), wf_f32(m->wte), N, C));
     UNIT_EVENT_(0, WF_UNIT_FWD_END);
     for (int l = 0; l < m->L; l++) {
         UNIT_EVENT_(1 + l, WF_UNIT_FWD_BEGIN);
@@ -359,7 +504,7 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
     TIMED_(fwd, WF_OP_RMSNORM,
            wf_backend_rmsnorm_fwd(be, wf_f32(m->xf), wf_f32(m->rstdf), wf_f32(m->res[m->L]), wf_f32(m->norm_f), N,
                                   C, eps));
-    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, m->logits, m->xf, m->lm_head, N, C, m->V, 0));
+    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, m->logits, m->xf, m->lm_head, N, C, m->VL, 0));
     UNIT_EVENT_(m->L + 1, WF_UNIT_FWD_END);
 
     if (!targets) {
@@ -368,9 +513,12 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
         return WF_OK;
     }
     WF_TRY(wf_backend_upload(be, m->targets, targets, (size_t)N * sizeof *targets));
-    TIMED_(fwd, WF_OP_CROSSENTROPY,
-           wf_backend_crossentropy_fwd(be, wf_f32(m->losses), wf_f32(m->ce_lse), wf_f32(m->logits),
-                                       wf_i32(m->targets), N, m->V));
+    if (m->tp > 1)
+        WF_TRY(tp_crossentropy_fwd(m, targets, N));
+    else
+        TIMED_(fwd, WF_OP_CROSSENTROPY,
+               wf_backend_crossentropy_fwd(be, wf_f32(m->losses), wf_f32(m->ce_lse), wf_f32(m->logits),
+                                           wf_i32(m->targets), N, m->V));
     /* The mean, summed in row order in double: the same on any thread count. */
     double sum = 0.0;
     size_t n_valid = 0;
@@ -450,13 +598,14 @@ static wf_status block_bwd(wf_model *m, int l, const model_layer_acts_ *a) {
     TIMED_(bwd, WF_OP_SWIGLU, wf_backend_swiglu_bwd(be, wf_f32(m->dh13), wf_f32(m->dg), wf_f32(a->h13), N, H));
     TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->dxn, d->w13, m->dh13, a->xn2, p->w13, N, C, 2 * H));
     grad_done_(m, u, p->w13, (size_t)2 * H * C);
+    WF_TRY(tp_sum(m, m->dxn, (size_t)N * C, "tp gate_up grad"));
     TIMED_(bwd, WF_OP_RMSNORM,
            wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(d->ln2), wf_f32(m->dxn),
                                   wf_f32(a->mid), wf_f32(p->ln2), wf_f32(a->rstd2), N, C));
     grad_done_(m, u, p->ln2, (size_t)C);
     /* mid = res[l] + att @ wo^T */
-    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->datt, d->wo, m->dres, a->att, p->wo, N, C, C));
-    grad_done_(m, u, p->wo, (size_t)C * C);
+    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->datt, d->wo, m->dres, a->att, p->wo, N, m->CA, C));
+    grad_done_(m, u, p->wo, (size_t)C * m->CA);
     TIMED_(bwd, WF_OP_ATTENTION,
            wf_backend_attention_bwd(be, wf_f32(m->dqkv), wf_f32(m->datt), wf_f32(a->qkv), wf_f32(a->att),
                                     wf_f32(a->lse), B, T, m->NH, m->NKV, m->HD, wf_f32(m->attn_scratch),
@@ -467,6 +616,7 @@ static wf_status block_bwd(wf_model *m, int l, const model_layer_acts_ *a) {
     TIMED_(bwd, WF_OP_MATMUL,
            mm_bwd(m, m->dxn, d->wqkv, m->dqkv, a->xn1, p->wqkv, N, C, QKV));
     grad_done_(m, u, p->wqkv, (size_t)QKV * C);
+    WF_TRY(tp_sum(m, m->dxn, (size_t)N * C, "tp qkv grad"));
     TIMED_(bwd, WF_OP_RMSNORM,
            wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(d->ln1), wf_f32(m->dxn),
                                   wf_f32(m->res[l]), wf_f32(p->ln1), wf_f32(a->rstd1), N, C));
@@ -483,15 +633,19 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
     float dloss = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
 
     wf_backend *be = m->be;
-    TIMED_(bwd, WF_OP_CROSSENTROPY,
-           wf_backend_crossentropy_bwd(be, wf_f32(m->logits), wf_f32(m->ce_lse), wf_i32(m->targets), N, m->V,
-                                       dloss));
+    if (m->tp > 1)
+        WF_TRY(tp_crossentropy_bwd(m, N, dloss));
+    else
+        TIMED_(bwd, WF_OP_CROSSENTROPY,
+               wf_backend_crossentropy_bwd(be, wf_f32(m->logits), wf_f32(m->ce_lse), wf_i32(m->targets), N,
+                                           m->V, dloss));
     m->has_targets = 0;
     m->logits_are_grads = 1;
     UNIT_EVENT_(m->L + 1, WF_UNIT_BWD_BEGIN);
     TIMED_(bwd, WF_OP_MATMUL,
-           mm_bwd(m, m->dxn, m->d_lm_head, m->logits, m->xf, m->lm_head, N, C, m->V));
-    if (m->lm_head != m->wte) grad_done_(m, m->L + 1, m->lm_head, (size_t)m->V * C);
+           mm_bwd(m, m->dxn, m->d_lm_head, m->logits, m->xf, m->lm_head, N, C, m->VL));
+    if (m->lm_head != m->wte) grad_done_(m, m->L + 1, m->lm_head, (size_t)m->VL * C);
+    WF_TRY(tp_sum(m, m->dxn, (size_t)N * C, "tp lm_head grad"));
     TIMED_(bwd, WF_OP_COPY, wf_backend_fill(be, m->dres, 0, (size_t)N * C * sizeof(float)));
     TIMED_(bwd, WF_OP_RMSNORM,
            wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(m->d_norm_f), wf_f32(m->dxn),
@@ -505,10 +659,11 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
         UNIT_EVENT_(1 + l, WF_UNIT_BWD_END);
     }
     UNIT_EVENT_(0, WF_UNIT_BWD_BEGIN);
+    if (m->tp > 1) WF_TRY(tp_zero_foreign_rows(m, m->dres, N)); /* rows another rank's tokens own */
     TIMED_(bwd, WF_OP_EMBEDDING,
-           wf_backend_embedding_bwd(be, wf_f32(m->d_wte), wf_f32(m->dres), wf_i32(m->tokens), N,
-                                    C));
-    grad_done_(m, 0, m->wte, (size_t)m->V * C);
+           wf_backend_embedding_bwd(be, wf_f32(m->d_wte), wf_f32(m->dres),
+                                    wf_i32(m->tp > 1 ? m->tp_tokens : m->tokens), N, C));
+    grad_done_(m, 0, m->wte, (size_t)m->VL * C);
     UNIT_EVENT_(0, WF_UNIT_BWD_END);
     return WF_OK;
 }
@@ -549,7 +704,7 @@ static int activations_walk(const wf_model *m, int want, wf_model_activation *ou
         const model_layer_acts_ *a = &m->la[l];
         const float *data[ACTS_PER_LAYER] = {a->xn1, a->qkv, a->att, a->mid,
                                              a->xn2, a->h13, a->g,   m->res[l + 1]};
-        size_t width[ACTS_PER_LAYER] = {C, (size_t)m->QKV, C, C, C, 2 * (size_t)m->H, (size_t)m->H, C};
+        size_t width[ACTS_PER_LAYER] = {C, (size_t)m->QKV, (size_t)m->CA, C, C, 2 * (size_t)m->H, (size_t)m->H, C};
         /* which entries survive without the shared set: bit j for entry j */
         unsigned kept = m->recompute == WF_RECOMPUTE_NONE        ? 0xffu
                         : m->recompute == WF_RECOMPUTE_SELECTIVE ? 0xaeu /* qkv att mid h13 out */
@@ -559,7 +714,7 @@ static int activations_walk(const wf_model *m, int want, wf_model_activation *ou
             ACT_(kept >> j & 1u, data[j], N * width[j], "model.layers.%d.%s", l, names[j]);
     }
     ACT_(1, m->xf, N * C, "model.norm");
-    ACT_(1, m->logits, N * (size_t)m->V, "%s", m->logits_are_grads ? "lm_head.grad" : "lm_head");
+    ACT_(1, m->logits, N * (size_t)m->VL, "%s", m->logits_are_grads ? "lm_head.grad" : "lm_head");
     ACT_(1, m->losses, m->has_targets ? N : 0, "loss_per_token");
 #undef ACT_
     return n;

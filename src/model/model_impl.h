@@ -43,7 +43,12 @@ typedef struct {
 
 struct wf_model {
     wf_model_config cfg;
-    int C, L, NH, NKV, HD, H, V, QKV;
+    /* NH, NKV, H, QKV are this rank's (tensor parallelism: the global
+     * ones / tp); V is the global vocabulary, VL this rank's rows of it,
+     * from vocabulary id v0; CA = NH * HD the attention output's width. */
+    int C, L, NH, NKV, HD, H, V, QKV, VL, v0, CA;
+    int tp, tp_rank; /* 1, 0 without tensor parallelism */
+    wf_model_tp_ops tp_ops;
     wf_arena *arena;
     wf_backend *be; /* every op and copy on the model's memory goes through it */
 
@@ -74,6 +79,13 @@ struct wf_model {
     float *losses, *ce_lse;     /* (N), (N) */
     int32_t *tokens, *targets;  /* (N) copies of the last forward's inputs */
     float *dres, *dxn, *datt, *dqkv, *dh13, *dg; /* backward scratch, shared by all blocks */
+    /* Tensor parallelism only (NULL otherwise): the last forward's token
+     * ids and targets as this rank's vocabulary rows (model.c, "Vocabulary
+     * parallelism"), two row vectors for the cross-entropy's reductions,
+     * and host scratch for them: (N) int32, (N) int32, (2N), 5N floats. */
+    int32_t *tp_tokens, *tp_targets;
+    float *tp_rows;
+    float *tp_host;
 
     wf_model_op_times times; /* see wf_model_get_op_times */
 
@@ -108,7 +120,8 @@ static inline float *wf__model_carve(wf__model_carver *cv, size_t n) {
     return p;
 }
 
-/* Sets the sizes C, L, NH, NKV, HD, H, V, QKV from m->cfg (valid). */
+/* Sets the sizes C, L, NH, NKV, HD, H, V, QKV, VL, v0, CA from m->cfg
+ * (valid) and m->tp, m->tp_rank (0 counts as 1). */
 void wf__model_set_dims(struct wf_model *m);
 
 #endif
