@@ -18,8 +18,8 @@
  *         - the replicated tensors' (RMSNorm weights') gradients are
  *           bitwise the same on every rank.
  *       Prints "rank R tp P ok loss X ref Y grad_err E" or what failed.
- *   tp_check refuse [heads=] [kv=] [vocab=] [hidden=] [tp=]
- *       prints "refused: <message>" from wf_model_create_tp for that
+ *   tp_check refuse [dim=] [heads=] [kv=] [vocab=] [hidden=] [tp=]
+ *       prints "rank R refused before allocating: <message>" from wf_model_create_tp for that
  *       config at that tensor parallel size (default: the world size),
  *       or "accepted"; exit status 0 either way.
  */
@@ -56,7 +56,7 @@ static wf_status tp_all_reduce(void *ctx, float *buf, size_t n, wf_model_tp_op o
 static wf_model_config test_config(int argc, char **argv) {
     wf_model_config c;
     wf_model_config_preset(&c, "tiny");
-    c.dim = 64;
+    c.dim = (int)tool_arg_num(argc, argv, "dim", 64);
     c.n_layers = 2;
     c.n_heads = (int)tool_arg_num(argc, argv, "heads", 8);
     c.n_kv_heads = (int)tool_arg_num(argc, argv, "kv", 4);
