@@ -105,7 +105,7 @@ void wf_model_destroy(wf_model *m); /* accepts NULL */
 enum { WF_MODEL_NO_PARAMS = 1, WF_MODEL_NO_GRADS = 2 };
 wf_status wf_model_create_ex(wf_model **out, const wf_model_config *cfg, wf_arena *arena, int flags);
 
-/* ---- Tensor parallelism (docs/model.md, "Tensor parallelism") ---------
+/* ---- Tensor parallelism (docs/model.md, "Tensor parallelism (model level)")
  * A model of which this process holds one rank's slice, of `size` ranks
  * that run the same forward and backward on the same batch: q/k/v and
  * gate/up split by rows (column-parallel; q/k/v by whole heads, so that
@@ -287,7 +287,8 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
                            int T, float *loss);
 
 /* The logits (B, T, vocab) of the last forward; after wf_model_backward the
- * same buffer holds their gradient. */
+ * same buffer holds their gradient. With tensor parallelism, this rank's
+ * columns only: (B, T, vocab / tp), vocabulary ids from rank * vocab / tp. */
 const float *wf_model_logits(const wf_model *m);
 
 /* Backward of the last forward (which must have had targets): ADDS
