@@ -121,11 +121,24 @@ typedef struct {
      * ranks, bitwise the same on every rank; `tag` names the call. */
     wf_status (*all_reduce)(void *ctx, float *buf, size_t n, wf_model_tp_op op, const char *tag);
     void *ctx;
+    /* Sequence parallelism only. In place: buf holds size * n floats,
+     * this rank's n at rank * n are sent, the others' parts filled in. */
+    wf_status (*all_gather)(void *ctx, float *buf, size_t n, const char *tag);
+    /* send (size * n floats) summed over the ranks; recv (n, not
+     * overlapping send) gets this rank's part, the one at rank * n. */
+    wf_status (*reduce_scatter)(void *ctx, const float *send, float *recv, size_t n, const char *tag);
 } wf_model_tp_ops;
 typedef struct {
     int size; /* ranks; 1: no tensor parallelism */
     int rank; /* this process's, in [0, size) */
     wf_model_tp_ops ops;
+    /* Sequence parallelism: the residual stream and the RMSNorms between
+     * the tensor-parallel regions split by rows, rank r holding rows
+     * [r N/size, (r+1) N/size) of the N = B*T: all-gather before the
+     * column-parallel layers, reduce-scatter after the row-parallel ones.
+     * Needs all_gather and reduce_scatter, and B*T divisible by size at
+     * every forward. */
+    int sequence_parallel;
 } wf_model_tp;
 
 /* Whether `cfg` splits over `tp` ranks: n_heads, n_kv_heads, vocab_size
@@ -135,7 +148,7 @@ wf_status wf_model_tp_check(const wf_model_config *cfg, int tp);
 
 /* wf_model_create_ex for rank tp->rank of tp->size; tp NULL or size 1 is
  * wf_model_create_ex. Refused (WF_ERR_CONFIG) as wf_model_tp_check, or
- * WF_ERR_INVALID for a bad rank or a missing all_reduce, before anything
+ * WF_ERR_INVALID for a bad rank or a missing collective, before anything
  * is allocated. Tensor names are the global ones; wf_tensor_info says
  * which slice each is. wf_model_init gives every rank exactly its slice
  * of the global model's values. wf_model_plan_bytes does not know TP. */

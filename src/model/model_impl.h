@@ -18,7 +18,8 @@ typedef struct {
     float *w2;   /* (C, H)    down_proj */
 } model_layer_params_;
 
-/* Saved activations of one block, for up to the planned N = B*T rows.
+/* Saved activations of one block, for up to the planned N = B*T rows
+ * (with sequence parallelism rstd1, mid, rstd2 only this rank's N/tp).
  * With recomputation some or all of them point into one set shared by all
  * blocks (model.c, plan_layout). */
 typedef struct {
@@ -48,6 +49,7 @@ struct wf_model {
      * from vocabulary id v0; CA = NH * HD the attention output's width. */
     int C, L, NH, NKV, HD, H, V, QKV, VL, v0, CA;
     int tp, tp_rank; /* 1, 0 without tensor parallelism */
+    int sp;          /* sequence parallelism (wf_model_tp.sequence_parallel) */
     wf_model_tp_ops tp_ops;
     wf_arena *arena;
     wf_backend *be; /* every op and copy on the model's memory goes through it */
@@ -86,6 +88,11 @@ struct wf_model {
     int32_t *tp_tokens, *tp_targets;
     float *tp_rows;
     float *tp_host;
+    /* Sequence parallelism only: a whole (N, C) for the row-parallel
+     * layers' partial sums and the gathered residual gradient, this
+     * rank's rows (N/tp, C) of a norm's input gradient, and (C) for a
+     * norm weight's gradient before its all-reduce. */
+    float *tp_full, *tp_shard, *tp_lnw;
 
     wf_model_op_times times; /* see wf_model_get_op_times */
 

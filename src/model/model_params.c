@@ -133,16 +133,18 @@ wf_status wf_model_create_tp(wf_model **out, const wf_model_config *cfg, wf_aren
     WF_TRY(wf_model_config_validate(cfg));
     int tp_size = tp ? tp->size : 1;
     WF_TRY(wf_model_tp_check(cfg, tp_size));
-    if (tp_size > 1 && (tp->rank < 0 || tp->rank >= tp_size || !tp->ops.all_reduce))
+    if (tp_size > 1 && (tp->rank < 0 || tp->rank >= tp_size || !tp->ops.all_reduce ||
+                        (tp->sequence_parallel && (!tp->ops.all_gather || !tp->ops.reduce_scatter))))
         return wf_error(WF_ERR_INVALID,
-                        "model: tensor parallel rank %d of %d%s: the rank must be in [0, %d) and "
-                        "the all_reduce collective given",
-                        tp->rank, tp_size, tp->ops.all_reduce ? "" : " without an all_reduce", tp_size);
+                        "model: tensor parallel rank %d of %d: the rank must be in [0, %d) and the "
+                        "collectives given (all_reduce; all_gather and reduce_scatter for sequence "
+                        "parallelism)",
+                        tp->rank, tp_size, tp_size);
     wf_model *m = calloc(1, sizeof *m);
     if (!m) return wf_error(WF_ERR_NOMEM, "model: cannot allocate the model header");
     m->cfg = *cfg;
     m->tp = tp_size;
-    if (tp_size > 1) m->tp_rank = tp->rank, m->tp_ops = tp->ops;
+    if (tp_size > 1) m->tp_rank = tp->rank, m->tp_ops = tp->ops, m->sp = tp->sequence_parallel != 0;
     m->arena = arena;
     m->be = wf_backend_cpu();
     wf__model_set_dims(m);

@@ -4,8 +4,10 @@ MPI): at tp = 2 and 4 the slices start from exactly the whole model's
 values, and one forward and backward give one process's loss and every
 parameter's gradient within fp32 rounding (tp_check.c says the tolerances
 and why), tied and untied, with grouped-query and plain multi-head
-attention, with and without recomputation; the replicated RMSNorm
-gradients are bitwise equal on every rank. Configurations that do not
+attention, with and without recomputation, with and without sequence
+parallelism (which must also plan fewer activation bytes and refuse rows
+that do not split); the replicated RMSNorm gradients are bitwise equal on
+every rank. Configurations that do not
 split are refused, with the numbers, before anything is allocated."""
 import re
 
@@ -37,18 +39,40 @@ CASES = [
 ]
 
 
+def grads_ok(impl, tp, args):
+    """Runs tp_check grads; the planned activation bytes (the same on every
+    rank) once each rank said ok with the same global loss."""
+    r = check(run(impl, tp, ["grads", *args]))
+    losses, acts = set(), set()
+    for rank in range(tp):
+        m = re.search(rf"^rank {rank} tp {tp} ok loss (\S+) ref (\S+) grad_err (\S+) act_bytes (\d+)$",
+                      r.stdout, re.M)
+        assert m, r.stdout
+        losses.add(m.group(1))
+        acts.add(int(m.group(4)))
+    assert len(losses) == 1 and len(acts) == 1, r.stdout
+    return r, acts.pop()
+
+
 @pytest.mark.parametrize("impl", list(LAUNCH))
 @pytest.mark.parametrize("tp", [2, 4])
 @pytest.mark.parametrize("args", [c[1] for c in CASES], ids=[c[0] for c in CASES])
 def test_tp_matches_one_process(impl, tp, args):
-    r = check(run(impl, tp, ["grads", *args]))
-    losses = set()
-    for rank in range(tp):
-        m = re.search(rf"^rank {rank} tp {tp} ok loss (\S+) ref (\S+) grad_err (\S+)$", r.stdout, re.M)
-        assert m, r.stdout
-        losses.add(m.group(1))
-    # every rank computed the same global loss
-    assert len(losses) == 1, r.stdout
+    grads_ok(impl, tp, args)
+
+
+@pytest.mark.parametrize("impl", list(LAUNCH))
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("args", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_sequence_parallel_matches_one_process(impl, tp, args):
+    r, act_sp = grads_ok(impl, tp, ["sp=1", *args])
+    _, act_tp = grads_ok(impl, tp, args)
+    # the residual stream and the norms' 1/rms are split by rows
+    assert act_sp < act_tp, (act_sp, act_tp)
+    if tp == 4:  # B x T = 1 x 5 does not split over 4 ranks
+        for rank in range(tp):
+            assert (f"rank {rank} rows refused: model: sequence parallelism splits the B x T = 1 x 5 = 5 rows "
+                    f"over 4 ranks: 5 is not divisible by 4") in r.stdout, r.stdout
 
 
 REFUSALS = [

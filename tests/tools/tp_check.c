@@ -3,7 +3,7 @@
  * MPI backend is loaded at run time); the model's collectives come from
  * the "tp" axis of a one-axis mesh over the whole job.
  *
- *   tp_check grads [tied=0|1] [heads=8] [kv=4] [recompute=none|block|selective]
+ *   tp_check grads [tied=0|1] [heads=8] [kv=4] [recompute=none|block|selective] [sp=0|1]
  *       every rank builds the whole model (one process's, tp = 1) and its
  *       tensor-parallel slice at tp = world size, both initialised from
  *       the same seed, and checks:
@@ -17,7 +17,10 @@
  *           the slices of each split tensor cover it exactly once;
  *         - the replicated tensors' (RMSNorm weights') gradients are
  *           bitwise the same on every rank.
- *       Prints "rank R tp P ok loss X ref Y grad_err E" or what failed.
+ *       With sp=1 the model runs sequence parallel (B*T = 32 rows split
+ *       over the ranks) and the same checks hold.
+ *       Prints "rank R tp P ok loss X ref Y grad_err E act_bytes A" (A: the
+ *       tp model's planned activations) or what failed.
  *   tp_check refuse [dim=] [heads=] [kv=] [vocab=] [hidden=] [tp=]
  *       prints "rank R refused before allocating: <message>" from wf_model_create_tp for that
  *       config at that tensor parallel size (default: the world size),
@@ -51,6 +54,30 @@ static int fail(const char *what) {
 
 static wf_status tp_all_reduce(void *ctx, float *buf, size_t n, wf_model_tp_op op, const char *tag) {
     return wf_comm_all_reduce((wf_comm *)ctx, buf, n, op == WF_MODEL_TP_MAX ? WF_COMM_MAX : WF_COMM_SUM, tag);
+}
+
+/* Sequence parallelism's: every rank's part is n floats. */
+static wf_status tp_all_gather(void *ctx, float *buf, size_t n, const char *tag) {
+    wf_comm *c = ctx;
+    size_t counts[64];
+    for (int r = 0; r < wf_comm_size(c); r++) counts[r] = n;
+    return wf_comm_all_gather(c, buf, counts, tag);
+}
+
+static wf_status tp_reduce_scatter(void *ctx, const float *send, float *recv, size_t n, const char *tag) {
+    wf_comm *c = ctx;
+    size_t counts[64];
+    for (int r = 0; r < wf_comm_size(c); r++) counts[r] = n;
+    return wf_comm_reduce_scatter(c, send, recv, counts, WF_COMM_SUM, tag);
+}
+
+static wf_model_tp tp_of(wf_comm *tp_comm, int size, int argc, char **argv) {
+    wf_model_tp tp = {.size = size,
+                      .rank = wf_comm_rank(tp_comm) % (size > 0 ? size : 1),
+                      .ops = {.all_reduce = tp_all_reduce, .ctx = tp_comm, .all_gather = tp_all_gather,
+                              .reduce_scatter = tp_reduce_scatter},
+                      .sequence_parallel = (int)tool_arg_num(argc, argv, "sp", 0)};
+    return tp;
 }
 
 static wf_model_config test_config(int argc, char **argv) {
@@ -98,7 +125,7 @@ static int cmd_grads(wf_comm *tp_comm, int argc, char **argv) {
     wf_arena *arena;
     if (wf_arena_create(&arena, 1 << 20) != WF_OK) return fail("arena");
     wf_model *ref, *m;
-    wf_model_tp tp = {.size = size_, .rank = wf_comm_rank(tp_comm), .ops = {tp_all_reduce, tp_comm}};
+    wf_model_tp tp = tp_of(tp_comm, size_, argc, argv);
     if (wf_model_create(&ref, &cfg, arena) != WF_OK) return fail("create the whole model");
     if (wf_model_create_tp(&m, &cfg, arena, 0, &tp) != WF_OK) return fail("create the tp model");
     if (wf_model_set_recompute(ref, (wf_model_recompute)mode) != WF_OK ||
@@ -174,8 +201,18 @@ static int cmd_grads(wf_comm *tp_comm, int argc, char **argv) {
             }
         }
     }
+    /* sequence parallelism refuses rows that do not split */
+    if (tp.sequence_parallel && size_ > 2) {
+        if (wf_model_forward(m, tokens, targets, 1, 5, &ltp) == WF_OK) {
+            printf("rank %d: B x T = 1 x 5 accepted at sp over %d ranks\n", rank_, size_);
+            bad = 1;
+        } else {
+            printf("rank %d rows refused: %s\n", rank_, wf_error_msg());
+        }
+    }
     if (!bad)
-        printf("rank %d tp %d ok loss %.9g ref %.9g grad_err %.3g\n", rank_, size_, ltp, lref, worst);
+        printf("rank %d tp %d ok loss %.9g ref %.9g grad_err %.3g act_bytes %zu\n", rank_, size_, ltp, lref,
+               worst, wf_model_get_memory(m).activation_bytes);
     wf_model_destroy(m);
     wf_model_destroy(ref);
     wf_arena_destroy(arena);
@@ -185,8 +222,7 @@ static int cmd_grads(wf_comm *tp_comm, int argc, char **argv) {
 static int cmd_refuse(wf_comm *tp_comm, int argc, char **argv) {
     wf_model_config cfg = test_config(argc, argv);
     int tps = (int)tool_arg_num(argc, argv, "tp", size_);
-    wf_model_tp tp = {.size = tps, .rank = wf_comm_rank(tp_comm) % (tps > 0 ? tps : 1),
-                      .ops = {tp_all_reduce, tp_comm}};
+    wf_model_tp tp = tp_of(tp_comm, tps, argc, argv);
     wf_arena *arena;
     if (wf_arena_create(&arena, 1 << 20) != WF_OK) return fail("arena");
     wf_model *m = NULL;
