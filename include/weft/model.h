@@ -19,11 +19,10 @@
  * RoPE pairs element i of a head with element i + head_dim/2, as Hugging
  * Face's Llama does (see include/weft/kernels.h).
  *
- * Tensor parallelism: wf_model_create_tp (one rank's slice of every
- * layer; the caller brings the collectives).
+ * Tensor and sequence parallelism: wf_model_create_tp.
  *
  * This module does not do: optimizers, mixed precision, KV caches for
- * sampling, or sequence and pipeline parallelism.
+ * sampling, or pipeline parallelism.
  */
 #ifndef WEFT_MODEL_H
 #define WEFT_MODEL_H
@@ -355,7 +354,10 @@ void wf_model_reset_op_times(wf_model *m);
  * RoPE), the attention output before o_proj, the residual after attention,
  * the second norm, gate|up, the SwiGLU product and the block's output; the
  * final norm, the logits and the per-token losses. Each covers the last
- * forward's B*T rows. After wf_model_backward the logits' buffer holds
+ * forward's B*T rows (with sequence parallelism the embedding output, the
+ * residual after attention and the block outputs only this rank's B*T/tp;
+ * with tensor parallelism q/k/v, the attention output, gate|up and the
+ * SwiGLU product are this rank's heads' and columns'). After wf_model_backward the logits' buffer holds
  * their gradient: it is named "lm_head.grad" then. 0 before any forward.
  * With recomputation only what is held is listed: every block's output,
  * and (SELECTIVE) every block's kept matmul outputs; the shared

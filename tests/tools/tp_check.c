@@ -9,9 +9,9 @@
  *       the same seed, and checks:
  *         - each slice's initial values equal the whole model's at the
  *           global indices the slice names (wf_tensor_info), bit for bit;
- *         - the loss of one forward equals the whole model's (relative
- *           difference <= TOL_LOSS);
- *         - every parameter's gradient after the backward equals the
+ *         - the loss of each of two micro-batches equals the whole
+ *           model's (relative difference <= TOL_LOSS);
+ *         - every parameter's gradient, accumulated over both, equals the
  *           whole model's over the slice (normalised error
  *           sum((g - r)^2) / sum(r^2) <= TOL_GRAD, max over ranks), and
  *           the slices of each split tensor cover it exactly once;
@@ -113,14 +113,15 @@ static int cmd_grads(wf_comm *tp_comm, int argc, char **argv) {
         printf("rank %d: unknown recompute %s\n", rank_, rec);
         return 2;
     }
-    enum { B = 2, T = 16, N = B * T };
-    int32_t tokens[N], targets[N];
+    enum { B = 2, T = 16, N = B * T, MICRO = 2 };
+    int32_t tokens[MICRO][N], targets[MICRO][N];
     wf_rng r = {1234, 99, 0};
-    for (int i = 0; i < N; i++) {
-        tokens[i] = (int32_t)(wf_rng_u64(&r) % (uint64_t)cfg.vocab_size);
-        targets[i] = (int32_t)(wf_rng_u64(&r) % (uint64_t)cfg.vocab_size);
-    }
-    targets[3] = targets[N - 2] = -1; /* ignored rows */
+    for (int k = 0; k < MICRO; k++)
+        for (int i = 0; i < N; i++) {
+            tokens[k][i] = (int32_t)(wf_rng_u64(&r) % (uint64_t)cfg.vocab_size);
+            targets[k][i] = (int32_t)(wf_rng_u64(&r) % (uint64_t)cfg.vocab_size);
+        }
+    targets[0][3] = targets[0][N - 2] = targets[1][0] = -1; /* ignored rows */
 
     wf_arena *arena;
     if (wf_arena_create(&arena, 1 << 20) != WF_OK) return fail("arena");
@@ -153,14 +154,18 @@ static int cmd_grads(wf_comm *tp_comm, int argc, char **argv) {
             }
     }
 
+    /* two micro-batches, their gradients accumulated (loss scale 1/2) */
     float lref = 0, ltp = 0;
-    if (wf_model_forward(ref, tokens, targets, B, T, &lref) != WF_OK) return fail("forward (whole)");
-    if (wf_model_backward(ref, 1.0f) != WF_OK) return fail("backward (whole)");
-    if (wf_model_forward(m, tokens, targets, B, T, &ltp) != WF_OK) return fail("forward (tp)");
-    if (wf_model_backward(m, 1.0f) != WF_OK) return fail("backward (tp)");
-    if (!(fabs((double)ltp - (double)lref) <= TOL_LOSS * fabs((double)lref))) {
-        printf("rank %d: loss %.9g differs from the whole model's %.9g\n", rank_, ltp, lref);
-        bad = 1;
+    for (int k = 0; k < MICRO; k++) {
+        if (wf_model_forward(ref, tokens[k], targets[k], B, T, &lref) != WF_OK) return fail("forward (whole)");
+        if (wf_model_backward(ref, 1.0f / MICRO) != WF_OK) return fail("backward (whole)");
+        if (wf_model_forward(m, tokens[k], targets[k], B, T, &ltp) != WF_OK) return fail("forward (tp)");
+        if (wf_model_backward(m, 1.0f / MICRO) != WF_OK) return fail("backward (tp)");
+        if (!(fabs((double)ltp - (double)lref) <= TOL_LOSS * fabs((double)lref))) {
+            printf("rank %d: loss %.9g of micro-batch %d differs from the whole model's %.9g\n", rank_, ltp, k,
+                   lref);
+            bad = 1;
+        }
     }
 
     const float *rg = wf_model_grads(ref), *mg = wf_model_grads(m);
@@ -203,7 +208,7 @@ static int cmd_grads(wf_comm *tp_comm, int argc, char **argv) {
     }
     /* sequence parallelism refuses rows that do not split */
     if (tp.sequence_parallel && size_ > 2) {
-        if (wf_model_forward(m, tokens, targets, 1, 5, &ltp) == WF_OK) {
+        if (wf_model_forward(m, tokens[0], targets[0], 1, 5, &ltp) == WF_OK) {
             printf("rank %d: B x T = 1 x 5 accepted at sp over %d ranks\n", rank_, size_);
             bad = 1;
         } else {
