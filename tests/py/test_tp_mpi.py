@@ -92,3 +92,12 @@ def test_tp_refuses_configs_that_do_not_split(impl, args, tp, message):
     # the same config splits at tp = 1
     r = check(run(impl, 2, ["refuse", "tp=1", *args]))
     assert "rank 0 accepted" in r.stdout, r.stdout
+
+
+@pytest.mark.asan
+def test_tp_under_the_sanitizers():
+    """One sequence-parallel case at tp 4 (it runs the vocabulary-parallel
+    paths, every collective and the recomputation too): the one that
+    scripts/check.sh also runs against the AddressSanitizer + UBSan build
+    (every rank instrumented, leaks checked; about 13 s there)."""
+    grads_ok("openmpi", 4, ["sp=1", "tied=0", "recompute=selective"])
