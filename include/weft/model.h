@@ -19,8 +19,10 @@
  * RoPE pairs element i of a head with element i + head_dim/2, as Hugging
  * Face's Llama does (see include/weft/kernels.h).
  *
+ * Tensor and sequence parallelism: wf_model_create_tp.
+ *
  * This module does not do: optimizers, mixed precision, KV caches for
- * sampling, or parallelism beyond the kernels' threads.
+ * sampling, or pipeline parallelism.
  */
 #ifndef WEFT_MODEL_H
 #define WEFT_MODEL_H
@@ -79,7 +81,14 @@ typedef struct {
     size_t offset;                 /* in floats from the start of the buffer */
     size_t numel;
     int ndim;                      /* 1 or 2 */
-    int64_t shape[2];
+    int64_t shape[2];              /* this model's (a tensor-parallel rank's slice) */
+    /* Tensor parallelism (wf_model_create_tp): which dimension of the
+     * global tensor this rank holds a slice of (-1: the whole tensor,
+     * replicated; 0: rows; 1: columns), where the slice starts along it,
+     * and the global tensor's shape. Without TP: -1, 0 and `shape`. */
+    int split_dim;
+    int64_t split_offset;
+    int64_t global_shape[2];
 } wf_tensor_info;
 
 typedef struct wf_model wf_model;
@@ -97,6 +106,56 @@ void wf_model_destroy(wf_model *m); /* accepts NULL */
  * neither). wf_model_params / wf_model_grads are then NULL. */
 enum { WF_MODEL_NO_PARAMS = 1, WF_MODEL_NO_GRADS = 2 };
 wf_status wf_model_create_ex(wf_model **out, const wf_model_config *cfg, wf_arena *arena, int flags);
+
+/* ---- Tensor parallelism (docs/model.md, "Tensor parallelism (model level)")
+ * A model of which this process holds one rank's slice, of `size` ranks
+ * that run the same forward and backward on the same batch: q/k/v and
+ * gate/up split by rows (column-parallel; q/k/v by whole heads, so that
+ * each rank holds whole KV groups), o_proj and down_proj by columns
+ * (row-parallel, partial sums all-reduced), the embedding and lm_head by
+ * vocabulary rows (vocab-parallel; the cross-entropy never gathers the
+ * logits), the RMSNorm weights replicated. The model knows no
+ * communicator: the caller passes the collectives over the ranks of its
+ * "tp" axis. Every rank calls every model function in the same order. */
+typedef enum { WF_MODEL_TP_SUM = 0, WF_MODEL_TP_MAX } wf_model_tp_op;
+typedef struct {
+    /* buf (n floats, the model's memory) becomes the op over the tp
+     * ranks, bitwise the same on every rank; `tag` names the call. */
+    wf_status (*all_reduce)(void *ctx, float *buf, size_t n, wf_model_tp_op op, const char *tag);
+    void *ctx;
+    /* Sequence parallelism only. In place: buf holds size * n floats,
+     * this rank's n at rank * n are sent, the others' parts filled in. */
+    wf_status (*all_gather)(void *ctx, float *buf, size_t n, const char *tag);
+    /* send (size * n floats) summed over the ranks; recv (n, not
+     * overlapping send) gets this rank's part, the one at rank * n. */
+    wf_status (*reduce_scatter)(void *ctx, const float *send, float *recv, size_t n, const char *tag);
+} wf_model_tp_ops;
+typedef struct {
+    int size; /* ranks; 1: no tensor parallelism */
+    int rank; /* this process's, in [0, size) */
+    wf_model_tp_ops ops;
+    /* Sequence parallelism: the residual stream and the RMSNorms between
+     * the tensor-parallel regions split by rows, rank r holding rows
+     * [r N/size, (r+1) N/size) of the N = B*T: all-gather before the
+     * column-parallel layers, reduce-scatter after the row-parallel ones.
+     * Needs all_gather and reduce_scatter, and B*T divisible by size at
+     * every forward. */
+    int sequence_parallel;
+} wf_model_tp;
+
+/* Whether `cfg` splits over `tp` ranks: n_heads, n_kv_heads, vocab_size
+ * and the feed-forward width divisible by tp; WF_ERR_CONFIG naming the
+ * numbers otherwise (and for tp < 1). Validates cfg first. */
+wf_status wf_model_tp_check(const wf_model_config *cfg, int tp);
+
+/* wf_model_create_ex for rank tp->rank of tp->size; tp NULL or size 1 is
+ * wf_model_create_ex. Refused (WF_ERR_CONFIG) as wf_model_tp_check, or
+ * WF_ERR_INVALID for a bad rank or a missing collective, before anything
+ * is allocated. Tensor names are the global ones; wf_tensor_info says
+ * which slice each is. wf_model_init gives every rank exactly its slice
+ * of the global model's values. wf_model_plan_bytes does not know TP. */
+wf_status wf_model_create_tp(wf_model **out, const wf_model_config *cfg, wf_arena *arena, int flags,
+                             const wf_model_tp *tp);
 
 const wf_model_config *wf_model_get_config(const wf_model *m);
 size_t wf_model_num_params(const wf_model *m);
@@ -243,7 +302,8 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
                            int T, float *loss);
 
 /* The logits (B, T, vocab) of the last forward; after wf_model_backward the
- * same buffer holds their gradient. */
+ * same buffer holds their gradient. With tensor parallelism, this rank's
+ * columns only: (B, T, vocab / tp), vocabulary ids from rank * vocab / tp. */
 const float *wf_model_logits(const wf_model *m);
 
 /* Backward of the last forward (which must have had targets): ADDS
@@ -297,7 +357,10 @@ void wf_model_reset_op_times(wf_model *m);
  * RoPE), the attention output before o_proj, the residual after attention,
  * the second norm, gate|up, the SwiGLU product and the block's output; the
  * final norm, the logits and the per-token losses. Each covers the last
- * forward's B*T rows. After wf_model_backward the logits' buffer holds
+ * forward's B*T rows (with sequence parallelism the embedding output, the
+ * residual after attention and the block outputs only this rank's B*T/tp;
+ * with tensor parallelism q/k/v, the attention output, gate|up and the
+ * SwiGLU product are this rank's heads' and columns'). After wf_model_backward the logits' buffer holds
  * their gradient: it is named "lm_head.grad" then. 0 before any forward.
  * With recomputation only what is held is listed: every block's output,
  * and (SELECTIVE) every block's kept matmul outputs; the shared

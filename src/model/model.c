@@ -24,6 +24,10 @@
 #include "weft/thread.h"
 #include "weft/trace.h"
 
+/* The rows of the residual stream this rank holds for N rows: all of
+ * them, or with sequence parallelism its N / tp (rounded up for a plan). */
+static size_t own_rows(const wf_model *m, size_t N) { return m->sp ? (N + (size_t)m->tp - 1) / (size_t)m->tp : N; }
+
 /* Which buffers of a block's activations a carve assigns. */
 enum { ACTS_ELEMENTWISE = 1, ACTS_MATMUL = 2, ACTS_ALL = 3 };
 
@@ -32,26 +36,26 @@ enum { ACTS_ELEMENTWISE = 1, ACTS_MATMUL = 2, ACTS_ALL = 3 };
  * h13: kept by selective). */
 static void carve_acts(const wf_model *m, wf__model_carver *cv, model_layer_acts_ *a, int which) {
     size_t B = (size_t)m->plan_B, T = (size_t)m->plan_T, N = B * T;
-    size_t C = (size_t)m->C, H = (size_t)m->H, QKV = (size_t)m->QKV;
+    size_t C = (size_t)m->C, H = (size_t)m->H, QKV = (size_t)m->QKV, R = own_rows(m, N);
     if (which & ACTS_ELEMENTWISE) {
         a->xn1 = wf__model_carve(cv, N * C);
-        a->rstd1 = wf__model_carve(cv, N);
+        a->rstd1 = wf__model_carve(cv, R);
         a->xn2 = wf__model_carve(cv, N * C);
-        a->rstd2 = wf__model_carve(cv, N);
+        a->rstd2 = wf__model_carve(cv, R);
         a->g = wf__model_carve(cv, N * H);
     }
     if (which & ACTS_MATMUL) {
         a->qkv = wf__model_carve(cv, N * QKV);
-        a->att = wf__model_carve(cv, N * C);
+        a->att = wf__model_carve(cv, N * (size_t)m->CA);
         a->lse = wf__model_carve(cv, B * (size_t)m->NH * T);
-        a->mid = wf__model_carve(cv, N * C);
+        a->mid = wf__model_carve(cv, R * C);
         a->h13 = wf__model_carve(cv, N * 2 * H);
     }
 }
 
 /* The logits (B, T, V) of the planned shape, reused for their gradient:
  * plan_layout's one carve that wf_model_plan_logits_bytes reports apart. */
-static size_t logits_numel(const wf_model *m) { return (size_t)m->plan_B * (size_t)m->plan_T * (size_t)m->V; }
+static size_t logits_numel(const wf_model *m) { return (size_t)m->plan_B * (size_t)m->plan_T * (size_t)m->VL; }
 
 /* The activation memory, in floats (r(x) = x rounded up to a multiple of
  * 16: every buffer starts on a 64-byte boundary); N = B*T, C, H, QKV,
@@ -71,12 +75,12 @@ static size_t logits_numel(const wf_model *m) { return (size_t)m->plan_B * (size
  * docs/model.md has the same formulas; wf_model_plan_bytes evaluates them. */
 static void plan_layout(wf_model *m, wf__model_carver *cv) {
     size_t B = (size_t)m->plan_B, T = (size_t)m->plan_T, N = B * T;
-    size_t C = (size_t)m->C, H = (size_t)m->H, QKV = (size_t)m->QKV;
+    size_t C = (size_t)m->C, H = (size_t)m->H, QKV = (size_t)m->QKV, R = own_rows(m, N);
     m->rope_cos = wf__model_carve(cv, T * (size_t)(m->HD / 2));
     m->rope_sin = wf__model_carve(cv, T * (size_t)(m->HD / 2));
     m->attn_scratch = wf__model_carve(cv, wf_backend_attention_scratch(m->be, m->plan_T, m->n_threads));
     for (int l = 0; l <= m->L; l++)
-        m->res[l] = wf__model_carve(cv, N * C);
+        m->res[l] = wf__model_carve(cv, R * C);
     model_layer_acts_ shared = {0};
     if (m->recompute == WF_RECOMPUTE_BLOCK) carve_acts(m, cv, &shared, ACTS_ALL);
     if (m->recompute == WF_RECOMPUTE_SELECTIVE) carve_acts(m, cv, &shared, ACTS_ELEMENTWISE);
@@ -86,18 +90,28 @@ static void plan_layout(wf_model *m, wf__model_carver *cv) {
         if (m->recompute == WF_RECOMPUTE_SELECTIVE) carve_acts(m, cv, &m->la[l], ACTS_MATMUL);
     }
     m->xf = wf__model_carve(cv, N * C);
-    m->rstdf = wf__model_carve(cv, N);
+    m->rstdf = wf__model_carve(cv, R);
     m->logits = wf__model_carve(cv, logits_numel(m));
     m->losses = wf__model_carve(cv, N);
     m->ce_lse = wf__model_carve(cv, N);
     m->tokens = (int32_t *)(void *)wf__model_carve(cv, N);
     m->targets = (int32_t *)(void *)wf__model_carve(cv, N);
-    m->dres = wf__model_carve(cv, N * C);
+    m->dres = wf__model_carve(cv, R * C);
     m->dxn = wf__model_carve(cv, N * C);
-    m->datt = wf__model_carve(cv, N * C);
+    m->datt = wf__model_carve(cv, N * (size_t)m->CA);
     m->dqkv = wf__model_carve(cv, N * QKV);
     m->dh13 = wf__model_carve(cv, N * 2 * H);
     m->dg = wf__model_carve(cv, N * H);
+    if (m->tp > 1) {
+        m->tp_tokens = (int32_t *)(void *)wf__model_carve(cv, N);
+        m->tp_targets = (int32_t *)(void *)wf__model_carve(cv, N);
+        m->tp_rows = wf__model_carve(cv, 2 * N);
+    }
+    if (m->sp) {
+        m->tp_full = wf__model_carve(cv, N * C);
+        m->tp_shard = wf__model_carve(cv, R * C);
+        m->tp_lnw = wf__model_carve(cv, C);
+    }
 }
 
 /* Runs one backend call (a wf_status expression), adds its time between
@@ -269,6 +283,14 @@ wf_status wf_model_plan(wf_model *m, int B, int T) {
                              "model: activations for B x T = %d x %d (%zu bytes): ", B, T,
                              cv.used * sizeof(float));
     }
+    if (m->tp > 1) {
+        free(m->tp_host);
+        m->tp_host = malloc(5 * (size_t)B * (size_t)T * sizeof(float));
+        if (!m->tp_host) {
+            m->plan_B = 0;
+            return wf_error(WF_ERR_NOMEM, "model: cannot allocate the tensor-parallel row scratch");
+        }
+    }
     m->act_floats = cv.used;
     cv = (wf__model_carver){base, 0};
     plan_layout(m, &cv);
@@ -289,16 +311,220 @@ static wf_status check_ids(const int32_t *ids, int B, int T, int V, const char *
     return WF_OK;
 }
 
+/* ---- Tensor parallelism (wf_model_create_tp; docs/model.md) ----------
+ * Every rank holds whole inputs and outputs of each block (the residual
+ * stream, the norms: replicated) and a slice of each linear layer. A
+ * column-parallel layer (q/k/v, gate/up) needs nothing forward; its input
+ * gradient is a partial sum, all-reduced. A row-parallel layer (o_proj,
+ * down_proj) gives partial sums, all-reduced forward; its backward needs
+ * nothing. Rank 0 alone starts the row-parallel output from the residual,
+ * the others from zero, so that the all-reduce adds the residual once.
+ * The collectives are bitwise the same on every rank (wf_model_tp_ops), so
+ * the replicated activations and the norms' gradients stay identical. */
+
+static wf_status tp_sum(wf_model *m, float *buf, size_t n, const char *tag) {
+    if (m->tp <= 1) return WF_OK;
+    return m->tp_ops.all_reduce(m->tp_ops.ctx, buf, n, WF_MODEL_TP_SUM, tag);
+}
+
+/* The start of a row-parallel layer's output `out` (n floats): the
+ * residual `res` on rank 0 (or without TP), zero elsewhere. */
+static wf_status tp_residual_start(wf_model *m, float *out, const float *res, size_t n) {
+    if (m->tp > 1 && m->tp_rank != 0) return wf_backend_fill(m->be, out, 0, n * sizeof(float));
+    return wf_backend_copy(m->be, out, res, n * sizeof(float));
+}
+
+/* Sequence parallelism (m->sp): rank r holds rows [r R, (r+1) R) of the
+ * residual stream, R = N / tp, and the norms' 1/rms for them. */
+static wf_status sp_gather(wf_model *m, float *buf, size_t n, const char *tag) {
+    return m->tp_ops.all_gather(m->tp_ops.ctx, buf, n, tag);
+}
+static wf_status sp_scatter(wf_model *m, const float *send, float *recv, size_t n, const char *tag) {
+    return m->tp_ops.reduce_scatter(m->tp_ops.ctx, send, recv, n, tag);
+}
+
+/* A norm before a column-parallel layer: out (N, C) whole on every rank
+ * from inp, this rank's rows of the residual stream (all N without SP;
+ * with SP R rows, normed into this rank's part of out, then gathered). */
+static wf_status norm_fwd(wf_model *m, float *out, float *rstd, const float *inp, const float *w, int N,
+                          const char *tag) {
+    const int C = m->C, R = m->sp ? N / m->tp : N;
+    const size_t off = m->sp ? (size_t)m->tp_rank * (size_t)R * (size_t)C : 0;
+    TIMED_(fwd, WF_OP_RMSNORM,
+           wf_backend_rmsnorm_fwd(m->be, wf_f32(out + off), wf_f32(rstd), wf_f32(inp), wf_f32(w), R, C,
+                                  (float)m->cfg.norm_eps));
+    return m->sp ? sp_gather(m, out, (size_t)R * C, tag) : WF_OK;
+}
+
+/* A row-parallel layer with the residual add: out (this rank's rows of
+ * the stream) = res + the sum over the ranks of inp (N, K) @ w (C, K)^T. */
+static wf_status row_parallel_fwd(wf_model *m, float *out, const float *res, const float *inp, const float *w,
+                                  int N, int K, const char *tag) {
+    const int C = m->C;
+    if (!m->sp) {
+        TIMED_(fwd, WF_OP_COPY, tp_residual_start(m, out, res, (size_t)N * C));
+        TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, out, inp, w, N, K, C, 1));
+        return tp_sum(m, out, (size_t)N * C, tag);
+    }
+    const size_t R = (size_t)(N / m->tp);
+    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, m->tp_full, inp, w, N, K, C, 0));
+    WF_TRY(sp_scatter(m, m->tp_full, out, R * C, tag));
+    TIMED_(fwd, WF_OP_COPY, wf_backend_add(m->be, wf_f32(out), wf_f32(out), wf_f32(res), R * C));
+    return WF_OK;
+}
+
+/* The whole (N, C) gradient of the residual stream for a row-parallel
+ * layer's backward: dres itself, or with SP every rank's rows of it
+ * gathered into tp_full. */
+static wf_status dres_whole(wf_model *m, int N, const float **out, const char *tag) {
+    *out = m->dres;
+    if (!m->sp) return WF_OK;
+    const size_t R = (size_t)(N / m->tp), C = (size_t)m->C;
+    WF_TRY(wf_backend_copy(m->be, m->tp_full + (size_t)m->tp_rank * R * C, m->dres, R * C * sizeof(float)));
+    WF_TRY(sp_gather(m, m->tp_full, R * C, tag));
+    *out = m->tp_full;
+    return WF_OK;
+}
+
+/* A norm's backward from dxn (N, C), this rank's partial input gradient
+ * of the column-parallel layer after it: summed over the ranks (SP: only
+ * this rank's rows, reduce-scattered), then the RMSNorm backward adds to
+ * dres and to dw. With SP each rank's dw is over its rows only: it is
+ * summed over the ranks apart (tp_lnw) and added, so dw stays the same
+ * bits on every rank and earlier micro-batches' sums are not re-reduced. */
+static wf_status norm_bwd(wf_model *m, float *dw, float *dxn, const float *inp, const float *w,
+                          const float *rstd, int N, const char *tag) {
+    const int C = m->C;
+    if (!m->sp) {
+        WF_TRY(tp_sum(m, dxn, (size_t)N * C, tag));
+        TIMED_(bwd, WF_OP_RMSNORM,
+               wf_backend_rmsnorm_bwd(m->be, wf_f32(m->dres), wf_f32(dw), wf_f32(dxn), wf_f32(inp), wf_f32(w),
+                                      wf_f32(rstd), N, C));
+        return WF_OK;
+    }
+    const int R = N / m->tp;
+    WF_TRY(sp_scatter(m, dxn, m->tp_shard, (size_t)R * C, tag));
+    WF_TRY(wf_backend_fill(m->be, m->tp_lnw, 0, (size_t)C * sizeof(float)));
+    TIMED_(bwd, WF_OP_RMSNORM,
+           wf_backend_rmsnorm_bwd(m->be, wf_f32(m->dres), wf_f32(m->tp_lnw), wf_f32(m->tp_shard), wf_f32(inp),
+                                  wf_f32(w), wf_f32(rstd), R, C));
+    WF_TRY(tp_sum(m, m->tp_lnw, (size_t)C, "sp norm weight grad"));
+    return wf_backend_add(m->be, wf_f32(dw), wf_f32(dw), wf_f32(m->tp_lnw), (size_t)C);
+}
+
+/* Vocabulary parallelism: rank r holds vocabulary rows [v0, v0 + VL) of
+ * the embedding and of lm_head. The embedding of a token that is not this
+ * rank's is zero here (its owner's row after the all-reduce); its
+ * gradient rows are dropped. The cross-entropy combines each rank's row
+ * log-sum-exp: an all-reduce MAX of them, then one SUM of exp(lse_r - max)
+ * and of the target's logit (from the rank that holds it, 0 elsewhere).
+ * The per-row vectors (N floats) are combined on the host, as the loss
+ * sum already is. Host scratch m->tp_host: the last forward's tokens and
+ * targets (int32, N each), then three float vectors (N each). */
+static int tp_owns(const wf_model *m, int32_t v) { return v >= m->v0 && v < m->v0 + m->VL; }
+
+/* Zeroes the rows of x (N, C) whose token is not this rank's, runs of
+ * consecutive rows in one fill. */
+static wf_status tp_zero_foreign_rows(wf_model *m, float *x, int N) {
+    const int32_t *tok = (const int32_t *)(const void *)m->tp_host;
+    const size_t C = (size_t)m->C;
+    for (int n = 0; n < N;) {
+        if (tp_owns(m, tok[n])) {
+            n++;
+            continue;
+        }
+        int e = n;
+        while (e < N && !tp_owns(m, tok[e])) e++;
+        WF_TRY(wf_backend_fill(m->be, x + (size_t)n * C, 0, (size_t)(e - n) * C * sizeof(float)));
+        n = e;
+    }
+    return WF_OK;
+}
+
+static wf_status tp_embedding_fwd(wf_model *m, const int32_t *tokens, int N) {
+    int32_t *tok = (int32_t *)(void *)m->tp_host, *loc = (int32_t *)(void *)(m->tp_host + 2 * (size_t)N);
+    memcpy(tok, tokens, (size_t)N * sizeof *tok);
+    for (int n = 0; n < N; n++) loc[n] = tp_owns(m, tok[n]) ? tok[n] - m->v0 : 0;
+    WF_TRY(wf_backend_upload(m->be, m->tp_tokens, loc, (size_t)N * sizeof *loc));
+    float *out = m->sp ? m->tp_full : m->res[0];
+    TIMED_(fwd, WF_OP_EMBEDDING,
+           wf_backend_embedding_fwd(m->be, wf_f32(out), wf_i32(m->tp_tokens), wf_f32(m->wte), N, m->C));
+    WF_TRY(tp_zero_foreign_rows(m, out, N));
+    if (m->sp) return sp_scatter(m, out, m->res[0], (size_t)(N / m->tp) * m->C, "sp embedding");
+    return tp_sum(m, m->res[0], (size_t)N * m->C, "tp embedding");
+}
+
+/* losses and ce_lse of the global vocabulary from this rank's logits
+ * (N, VL). The local targets are the target's row here, -1 for an ignored
+ * row, 0 (a placeholder, fixed in the backward) for a row another rank
+ * holds. */
+static wf_status tp_crossentropy_fwd(wf_model *m, const int32_t *targets, int N) {
+    const size_t n_ = (size_t)N, VL = (size_t)m->VL;
+    int32_t *tgt = (int32_t *)(void *)(m->tp_host + n_), *loc = (int32_t *)(void *)(m->tp_host + 2 * n_);
+    float *fa = m->tp_host + 2 * n_, *fb = m->tp_host + 3 * n_, *fc = m->tp_host + 4 * n_;
+    wf_backend *be = m->be;
+    memcpy(tgt, targets, n_ * sizeof *tgt);
+    for (size_t n = 0; n < n_; n++) loc[n] = tgt[n] < 0 ? -1 : tp_owns(m, tgt[n]) ? tgt[n] - m->v0 : 0;
+    WF_TRY(wf_backend_upload(be, m->tp_targets, loc, n_ * sizeof *loc));
+    TIMED_(fwd, WF_OP_CROSSENTROPY,
+           wf_backend_crossentropy_fwd(be, wf_f32(m->losses), wf_f32(m->ce_lse), wf_f32(m->logits),
+                                       wf_i32(m->tp_targets), N, m->VL));
+    /* the row maxima of the ranks' log-sum-exps */
+    WF_TRY(wf_backend_copy(be, m->tp_rows, m->ce_lse, n_ * sizeof(float)));
+    WF_TRY(m->tp_ops.all_reduce(m->tp_ops.ctx, m->tp_rows, n_, WF_MODEL_TP_MAX, "tp ce max"));
+    WF_TRY(wf_backend_download(be, fb, m->tp_rows, n_ * sizeof *fb));
+    WF_TRY(wf_backend_download(be, fa, m->ce_lse, n_ * sizeof *fa));
+    for (size_t n = 0; n < n_; n++) {
+        fa[n] = (float)exp((double)fa[n] - (double)fb[n]);
+        fc[n] = 0.0f;
+        if (tgt[n] >= 0 && tp_owns(m, tgt[n]))
+            WF_TRY(wf_backend_download(be, &fc[n], m->logits + n * VL + (size_t)(tgt[n] - m->v0), sizeof *fc));
+    }
+    WF_TRY(wf_backend_upload(be, m->tp_rows, fa, n_ * sizeof *fa));
+    WF_TRY(wf_backend_upload(be, m->tp_rows + n_, fc, n_ * sizeof *fc));
+    WF_TRY(tp_sum(m, m->tp_rows, 2 * n_, "tp ce sum"));
+    WF_TRY(wf_backend_download(be, fa, m->tp_rows, n_ * sizeof *fa));
+    WF_TRY(wf_backend_download(be, fc, m->tp_rows + n_, n_ * sizeof *fc));
+    for (size_t n = 0; n < n_; n++) {
+        double lse = (double)fb[n] + log((double)fa[n]);
+        fa[n] = (float)lse;
+        fc[n] = tgt[n] < 0 ? 0.0f : (float)(lse - (double)fc[n]);
+    }
+    WF_TRY(wf_backend_upload(be, m->ce_lse, fa, n_ * sizeof *fa));
+    return wf_backend_upload(be, m->losses, fc, n_ * sizeof *fc);
+}
+
+/* The logits' gradient dloss * (softmax - onehot) over this rank's
+ * columns, with the global log-sum-exp: the kernel's, except in rows whose
+ * target another rank holds, where column 0 (the placeholder target) gets
+ * its softmax back without the onehot. */
+static wf_status tp_crossentropy_bwd(wf_model *m, int N, float dloss) {
+    const size_t n_ = (size_t)N, VL = (size_t)m->VL;
+    const int32_t *tgt = (const int32_t *)(const void *)(m->tp_host + n_);
+    float *z0 = m->tp_host + 2 * n_, *lse = m->tp_host + 3 * n_;
+    wf_backend *be = m->be;
+    for (size_t n = 0; n < n_; n++)
+        if (tgt[n] >= 0 && !tp_owns(m, tgt[n]))
+            WF_TRY(wf_backend_download(be, &z0[n], m->logits + n * VL, sizeof *z0));
+    WF_TRY(wf_backend_download(be, lse, m->ce_lse, n_ * sizeof *lse));
+    TIMED_(bwd, WF_OP_CROSSENTROPY,
+           wf_backend_crossentropy_bwd(be, wf_f32(m->logits), wf_f32(m->ce_lse), wf_i32(m->tp_targets), N,
+                                       m->VL, dloss));
+    for (size_t n = 0; n < n_; n++)
+        if (tgt[n] >= 0 && !tp_owns(m, tgt[n])) {
+            float g = (float)((double)dloss * exp((double)z0[n] - (double)lse[n]));
+            WF_TRY(wf_backend_upload(be, m->logits + n * VL, &g, sizeof g));
+        }
+    return WF_OK;
+}
+
 /* Block l's intermediates `a` from its input res[l], on the last forward's
  * B x T rows: everything of its forward but the output. */
 static wf_status block_fwd_acts(wf_model *m, int l, const model_layer_acts_ *a) {
     const int B = m->B, T = m->T, N = B * T, C = m->C, H = m->H, QKV = m->QKV;
-    const float eps = (float)m->cfg.norm_eps;
     const model_layer_params_ *p = &m->lp[l];
     wf_backend *be = m->be;
-    TIMED_(fwd, WF_OP_RMSNORM,
-           wf_backend_rmsnorm_fwd(be, wf_f32(a->xn1), wf_f32(a->rstd1), wf_f32(m->res[l]), wf_f32(p->ln1), N, C,
-                                  eps));
+    WF_TRY(norm_fwd(m, a->xn1, a->rstd1, m->res[l], p->ln1, N, "sp input_layernorm"));
     TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, a->qkv, a->xn1, p->wqkv, N, C, QKV, 0));
     TIMED_(fwd, WF_OP_ROPE,
            wf_backend_rope_fwd(be, wf_f32(a->qkv), wf_f32(m->rope_cos), wf_f32(m->rope_sin), B, T,
@@ -306,11 +532,8 @@ static wf_status block_fwd_acts(wf_model *m, int l, const model_layer_acts_ *a) 
     TIMED_(fwd, WF_OP_ATTENTION,
            wf_backend_attention_fwd(be, wf_f32(a->att), wf_f32(a->lse), wf_f32(a->qkv), B, T, m->NH, m->NKV,
                                     m->HD, wf_f32(m->attn_scratch), m->n_threads));
-    TIMED_(fwd, WF_OP_COPY, wf_backend_copy(be, a->mid, m->res[l], (size_t)N * C * sizeof(float)));
-    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, a->mid, a->att, p->wo, N, C, C, 1));
-    TIMED_(fwd, WF_OP_RMSNORM,
-           wf_backend_rmsnorm_fwd(be, wf_f32(a->xn2), wf_f32(a->rstd2), wf_f32(a->mid), wf_f32(p->ln2), N, C,
-                                  eps));
+    WF_TRY(row_parallel_fwd(m, a->mid, m->res[l], a->att, p->wo, N, m->CA, "tp o_proj"));
+    WF_TRY(norm_fwd(m, a->xn2, a->rstd2, a->mid, p->ln2, N, "sp post_attention_layernorm"));
     TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, a->h13, a->xn2, p->w13, N, C, 2 * H, 0));
     TIMED_(fwd, WF_OP_SWIGLU, wf_backend_swiglu_fwd(be, wf_f32(a->g), wf_f32(a->h13), N, H));
     return WF_OK;
@@ -318,13 +541,11 @@ static wf_status block_fwd_acts(wf_model *m, int l, const model_layer_acts_ *a) 
 
 /* Block l's forward: res[l] -> res[l+1], keeping its intermediates in `a`. */
 static wf_status block_fwd(wf_model *m, int l, const model_layer_acts_ *a) {
-    const int N = m->B * m->T, C = m->C, H = m->H;
+    const int N = m->B * m->T, H = m->H;
     const model_layer_params_ *p = &m->lp[l];
     WF_TRY(block_fwd_acts(m, l, a));
     m->held_layer = l;
-    TIMED_(fwd, WF_OP_COPY, wf_backend_copy(m->be, m->res[l + 1], a->mid, (size_t)N * C * sizeof(float)));
-    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, m->res[l + 1], a->g, p->w2, N, H, C, 1));
-    return WF_OK;
+    return row_parallel_fwd(m, m->res[l + 1], a->mid, a->g, p->w2, N, H, "tp down_proj");
 }
 
 wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
@@ -336,12 +557,16 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
         return wf_error(WF_ERR_INVALID,
                         "model: batch B x T = %d x %d does not fit the plan %d x %d", B, T,
                         m->plan_B, m->plan_T);
+    if (m->sp && (B * T) % m->tp != 0)
+        return wf_error(WF_ERR_INVALID,
+                        "model: sequence parallelism splits the B x T = %d x %d = %d rows over %d "
+                        "ranks: %d is not divisible by %d",
+                        B, T, B * T, m->tp, B * T, m->tp);
     WF_TRY(check_ids(tokens, B, T, m->V, "tokens", 0));
     if (targets)
         WF_TRY(check_ids(targets, B, T, m->V, "targets", 1));
 
     const int N = B * T, C = m->C;
-    const float eps = (float)m->cfg.norm_eps;
     m->B = B, m->T = T;
     m->has_targets = 0;
     m->logits_are_grads = 0;
@@ -349,7 +574,11 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
     WF_TRY(wf_backend_upload(be, m->tokens, tokens, (size_t)N * sizeof *tokens));
 
     UNIT_EVENT_(0, WF_UNIT_FWD_BEGIN);
-    TIMED_(fwd, WF_OP_EMBEDDING, wf_backend_embedding_fwd(be, wf_f32(m->res[0]), wf_i32(m->tokens), wf_f32(m->wte), N, C));
+    if (m->tp > 1)
+        WF_TRY(tp_embedding_fwd(m, tokens, N));
+    else
+        TIMED_(fwd, WF_OP_EMBEDDING,
+               wf_backend_embedding_fwd(be, wf_f32(m->res[0]), wf_i32(m->tokens), wf_f32(m->wte), N, C));
     UNIT_EVENT_(0, WF_UNIT_FWD_END);
     for (int l = 0; l < m->L; l++) {
         UNIT_EVENT_(1 + l, WF_UNIT_FWD_BEGIN);
@@ -357,10 +586,8 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
         UNIT_EVENT_(1 + l, WF_UNIT_FWD_END);
     }
     UNIT_EVENT_(m->L + 1, WF_UNIT_FWD_BEGIN);
-    TIMED_(fwd, WF_OP_RMSNORM,
-           wf_backend_rmsnorm_fwd(be, wf_f32(m->xf), wf_f32(m->rstdf), wf_f32(m->res[m->L]), wf_f32(m->norm_f), N,
-                                  C, eps));
-    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, m->logits, m->xf, m->lm_head, N, C, m->V, 0));
+    WF_TRY(norm_fwd(m, m->xf, m->rstdf, m->res[m->L], m->norm_f, N, "sp norm"));
+    TIMED_(fwd, WF_OP_MATMUL, mm_fwd(m, m->logits, m->xf, m->lm_head, N, C, m->VL, 0));
     UNIT_EVENT_(m->L + 1, WF_UNIT_FWD_END);
 
     if (!targets) {
@@ -369,9 +596,12 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
         return WF_OK;
     }
     WF_TRY(wf_backend_upload(be, m->targets, targets, (size_t)N * sizeof *targets));
-    TIMED_(fwd, WF_OP_CROSSENTROPY,
-           wf_backend_crossentropy_fwd(be, wf_f32(m->losses), wf_f32(m->ce_lse), wf_f32(m->logits),
-                                       wf_i32(m->targets), N, m->V));
+    if (m->tp > 1)
+        WF_TRY(tp_crossentropy_fwd(m, targets, N));
+    else
+        TIMED_(fwd, WF_OP_CROSSENTROPY,
+               wf_backend_crossentropy_fwd(be, wf_f32(m->losses), wf_f32(m->ce_lse), wf_f32(m->logits),
+                                           wf_i32(m->targets), N, m->V));
     /* The mean, summed in row order in double: the same on any thread count. */
     double sum = 0.0;
     size_t n_valid = 0;
@@ -400,13 +630,9 @@ static void grad_done_(const wf_model *m, int u, const float *p, size_t numel) {
 /* Selective recomputation's part of block_recompute: the element-wise
  * intermediates from the kept ones. */
 static wf_status recompute_selective(wf_model *m, wf_backend *be, const model_layer_params_ *p,
-                                     const model_layer_acts_ *a, int l, int N, int C, int H, float eps) {
-    TIMED_(fwd, WF_OP_RMSNORM,
-           wf_backend_rmsnorm_fwd(be, wf_f32(a->xn1), wf_f32(a->rstd1), wf_f32(m->res[l]), wf_f32(p->ln1), N, C,
-                                  eps));
-    TIMED_(fwd, WF_OP_RMSNORM,
-           wf_backend_rmsnorm_fwd(be, wf_f32(a->xn2), wf_f32(a->rstd2), wf_f32(a->mid), wf_f32(p->ln2), N, C,
-                                  eps));
+                                     const model_layer_acts_ *a, int l, int N, int H) {
+    WF_TRY(norm_fwd(m, a->xn1, a->rstd1, m->res[l], p->ln1, N, "sp input_layernorm"));
+    WF_TRY(norm_fwd(m, a->xn2, a->rstd2, a->mid, p->ln2, N, "sp post_attention_layernorm"));
     TIMED_(fwd, WF_OP_SWIGLU, wf_backend_swiglu_fwd(be, wf_f32(a->g), wf_f32(a->h13), N, H));
     return WF_OK;
 }
@@ -419,8 +645,7 @@ static wf_status recompute_selective(wf_model *m, wf_backend *be, const model_la
  * (it reads block l's parameters). */
 static wf_status block_recompute(wf_model *m, int l) {
     if (m->recompute == WF_RECOMPUTE_NONE || m->held_layer == l) return WF_OK;
-    const int N = m->B * m->T, C = m->C, H = m->H;
-    const float eps = (float)m->cfg.norm_eps;
+    const int N = m->B * m->T, H = m->H;
     const model_layer_params_ *p = &m->lp[l];
     const model_layer_acts_ *a = &m->la[l];
     wf_backend *be = m->be;
@@ -429,7 +654,7 @@ static wf_status block_recompute(wf_model *m, int l) {
     if (m->recompute == WF_RECOMPUTE_BLOCK) {
         s = block_fwd_acts(m, l, a);
     } else { /* selective: mid and h13 are kept */
-        s = recompute_selective(m, be, p, a, l, N, C, H, eps);
+        s = recompute_selective(m, be, p, a, l, N, H);
     }
     m->recomputing = 0;
     WF_TRY(s);
@@ -446,18 +671,19 @@ static wf_status block_bwd(wf_model *m, int l, const model_layer_acts_ *a) {
     const int u = 1 + l; /* the block's unit */
     wf_backend *be = m->be;
     /* res[l+1] = mid + g @ w2^T: dres reaches mid unchanged and g through w2. */
-    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->dg, d->w2, m->dres, a->g, p->w2, N, H, C));
+    const float *dout = NULL;
+    WF_TRY(dres_whole(m, N, &dout, "sp down_proj grad"));
+    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->dg, d->w2, dout, a->g, p->w2, N, H, C));
     grad_done_(m, u, p->w2, (size_t)C * H);
     TIMED_(bwd, WF_OP_SWIGLU, wf_backend_swiglu_bwd(be, wf_f32(m->dh13), wf_f32(m->dg), wf_f32(a->h13), N, H));
     TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->dxn, d->w13, m->dh13, a->xn2, p->w13, N, C, 2 * H));
     grad_done_(m, u, p->w13, (size_t)2 * H * C);
-    TIMED_(bwd, WF_OP_RMSNORM,
-           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(d->ln2), wf_f32(m->dxn),
-                                  wf_f32(a->mid), wf_f32(p->ln2), wf_f32(a->rstd2), N, C));
+    WF_TRY(norm_bwd(m, d->ln2, m->dxn, a->mid, p->ln2, a->rstd2, N, "tp gate_up grad"));
     grad_done_(m, u, p->ln2, (size_t)C);
     /* mid = res[l] + att @ wo^T */
-    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->datt, d->wo, m->dres, a->att, p->wo, N, C, C));
-    grad_done_(m, u, p->wo, (size_t)C * C);
+    WF_TRY(dres_whole(m, N, &dout, "sp o_proj grad"));
+    TIMED_(bwd, WF_OP_MATMUL, mm_bwd(m, m->datt, d->wo, dout, a->att, p->wo, N, m->CA, C));
+    grad_done_(m, u, p->wo, (size_t)C * m->CA);
     TIMED_(bwd, WF_OP_ATTENTION,
            wf_backend_attention_bwd(be, wf_f32(m->dqkv), wf_f32(m->datt), wf_f32(a->qkv), wf_f32(a->att),
                                     wf_f32(a->lse), B, T, m->NH, m->NKV, m->HD, wf_f32(m->attn_scratch),
@@ -468,9 +694,7 @@ static wf_status block_bwd(wf_model *m, int l, const model_layer_acts_ *a) {
     TIMED_(bwd, WF_OP_MATMUL,
            mm_bwd(m, m->dxn, d->wqkv, m->dqkv, a->xn1, p->wqkv, N, C, QKV));
     grad_done_(m, u, p->wqkv, (size_t)QKV * C);
-    TIMED_(bwd, WF_OP_RMSNORM,
-           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(d->ln1), wf_f32(m->dxn),
-                                  wf_f32(m->res[l]), wf_f32(p->ln1), wf_f32(a->rstd1), N, C));
+    WF_TRY(norm_bwd(m, d->ln1, m->dxn, m->res[l], p->ln1, a->rstd1, N, "tp qkv grad"));
     grad_done_(m, u, p->ln1, (size_t)C);
     return WF_OK;
 }
@@ -484,19 +708,20 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
     float dloss = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
 
     wf_backend *be = m->be;
-    TIMED_(bwd, WF_OP_CROSSENTROPY,
-           wf_backend_crossentropy_bwd(be, wf_f32(m->logits), wf_f32(m->ce_lse), wf_i32(m->targets), N, m->V,
-                                       dloss));
+    if (m->tp > 1)
+        WF_TRY(tp_crossentropy_bwd(m, N, dloss));
+    else
+        TIMED_(bwd, WF_OP_CROSSENTROPY,
+               wf_backend_crossentropy_bwd(be, wf_f32(m->logits), wf_f32(m->ce_lse), wf_i32(m->targets), N,
+                                           m->V, dloss));
     m->has_targets = 0;
     m->logits_are_grads = 1;
     UNIT_EVENT_(m->L + 1, WF_UNIT_BWD_BEGIN);
     TIMED_(bwd, WF_OP_MATMUL,
-           mm_bwd(m, m->dxn, m->d_lm_head, m->logits, m->xf, m->lm_head, N, C, m->V));
-    if (m->lm_head != m->wte) grad_done_(m, m->L + 1, m->lm_head, (size_t)m->V * C);
-    TIMED_(bwd, WF_OP_COPY, wf_backend_fill(be, m->dres, 0, (size_t)N * C * sizeof(float)));
-    TIMED_(bwd, WF_OP_RMSNORM,
-           wf_backend_rmsnorm_bwd(be, wf_f32(m->dres), wf_f32(m->d_norm_f), wf_f32(m->dxn),
-                                  wf_f32(m->res[m->L]), wf_f32(m->norm_f), wf_f32(m->rstdf), N, C));
+           mm_bwd(m, m->dxn, m->d_lm_head, m->logits, m->xf, m->lm_head, N, C, m->VL));
+    if (m->lm_head != m->wte) grad_done_(m, m->L + 1, m->lm_head, (size_t)m->VL * C);
+    TIMED_(bwd, WF_OP_COPY, wf_backend_fill(be, m->dres, 0, own_rows(m, (size_t)N) * C * sizeof(float)));
+    WF_TRY(norm_bwd(m, m->d_norm_f, m->dxn, m->res[m->L], m->norm_f, m->rstdf, N, "tp lm_head grad"));
     grad_done_(m, m->L + 1, m->norm_f, (size_t)C);
     UNIT_EVENT_(m->L + 1, WF_UNIT_BWD_END);
     for (int l = m->L - 1; l >= 0; l--) {
@@ -506,10 +731,13 @@ wf_status wf_model_backward(wf_model *m, float loss_scale) {
         UNIT_EVENT_(1 + l, WF_UNIT_BWD_END);
     }
     UNIT_EVENT_(0, WF_UNIT_BWD_BEGIN);
+    const float *demb = m->dres;
+    WF_TRY(dres_whole(m, N, &demb, "sp embedding grad"));
+    if (m->tp > 1) WF_TRY(tp_zero_foreign_rows(m, (float *)(uintptr_t)demb, N)); /* another rank's tokens */
     TIMED_(bwd, WF_OP_EMBEDDING,
-           wf_backend_embedding_bwd(be, wf_f32(m->d_wte), wf_f32(m->dres), wf_i32(m->tokens), N,
-                                    C));
-    grad_done_(m, 0, m->wte, (size_t)m->V * C);
+           wf_backend_embedding_bwd(be, wf_f32(m->d_wte), wf_f32(demb),
+                                    wf_i32(m->tp > 1 ? m->tp_tokens : m->tokens), N, C));
+    grad_done_(m, 0, m->wte, (size_t)m->VL * C);
     UNIT_EVENT_(0, WF_UNIT_BWD_END);
     return WF_OK;
 }
@@ -533,6 +761,7 @@ enum { ACTS_PER_LAYER = 8 };
 static int activations_walk(const wf_model *m, int want, wf_model_activation *out) {
     if (m->B <= 0) return 0;
     size_t N = (size_t)m->B * (size_t)m->T, C = (size_t)m->C;
+    size_t R = m->sp ? N / (size_t)m->tp : N; /* rows of the residual stream held here */
     int n = 0;
 #define ACT_(cond, data_, numel_, ...)                                       \
     do {                                                                     \
@@ -542,7 +771,7 @@ static int activations_walk(const wf_model *m, int want, wf_model_activation *ou
         out->data = (data_);                                                 \
         out->numel = (numel_);                                               \
     } while (0)
-    ACT_(1, m->res[0], N * C, "model.embed_tokens");
+    ACT_(1, m->res[0], R * C, "model.embed_tokens");
     static const char *const names[ACTS_PER_LAYER] = {
         "input_layernorm", "self_attn.qkv_proj", "self_attn.attn", "self_attn.residual",
         "post_attention_layernorm", "mlp.gate_up_proj", "mlp.act", "output"};
@@ -550,17 +779,18 @@ static int activations_walk(const wf_model *m, int want, wf_model_activation *ou
         const model_layer_acts_ *a = &m->la[l];
         const float *data[ACTS_PER_LAYER] = {a->xn1, a->qkv, a->att, a->mid,
                                              a->xn2, a->h13, a->g,   m->res[l + 1]};
-        size_t width[ACTS_PER_LAYER] = {C, (size_t)m->QKV, C, C, C, 2 * (size_t)m->H, (size_t)m->H, C};
+        size_t width[ACTS_PER_LAYER] = {C, (size_t)m->QKV, (size_t)m->CA, C, C, 2 * (size_t)m->H, (size_t)m->H, C};
+        size_t rows[ACTS_PER_LAYER] = {N, N, N, R, N, N, N, R};
         /* which entries survive without the shared set: bit j for entry j */
         unsigned kept = m->recompute == WF_RECOMPUTE_NONE        ? 0xffu
                         : m->recompute == WF_RECOMPUTE_SELECTIVE ? 0xaeu /* qkv att mid h13 out */
                                                                  : 0x80u; /* the output */
         if (m->held_layer == l) kept = 0xffu;
         for (int j = 0; j < ACTS_PER_LAYER; j++)
-            ACT_(kept >> j & 1u, data[j], N * width[j], "model.layers.%d.%s", l, names[j]);
+            ACT_(kept >> j & 1u, data[j], rows[j] * width[j], "model.layers.%d.%s", l, names[j]);
     }
     ACT_(1, m->xf, N * C, "model.norm");
-    ACT_(1, m->logits, N * (size_t)m->V, "%s", m->logits_are_grads ? "lm_head.grad" : "lm_head");
+    ACT_(1, m->logits, N * (size_t)m->VL, "%s", m->logits_are_grads ? "lm_head.grad" : "lm_head");
     ACT_(1, m->losses, m->has_targets ? N : 0, "loss_per_token");
 #undef ACT_
     return n;

@@ -18,7 +18,8 @@ typedef struct {
     float *w2;   /* (C, H)    down_proj */
 } model_layer_params_;
 
-/* Saved activations of one block, for up to the planned N = B*T rows.
+/* Saved activations of one block, for up to the planned N = B*T rows
+ * (with sequence parallelism rstd1, mid, rstd2 only this rank's N/tp).
  * With recomputation some or all of them point into one set shared by all
  * blocks (model.c, plan_layout). */
 typedef struct {
@@ -43,7 +44,13 @@ typedef struct {
 
 struct wf_model {
     wf_model_config cfg;
-    int C, L, NH, NKV, HD, H, V, QKV;
+    /* NH, NKV, H, QKV are this rank's (tensor parallelism: the global
+     * ones / tp); V is the global vocabulary, VL this rank's rows of it,
+     * from vocabulary id v0; CA = NH * HD the attention output's width. */
+    int C, L, NH, NKV, HD, H, V, QKV, VL, v0, CA;
+    int tp, tp_rank; /* 1, 0 without tensor parallelism */
+    int sp;          /* sequence parallelism (wf_model_tp.sequence_parallel) */
+    wf_model_tp_ops tp_ops;
     wf_arena *arena;
     wf_backend *be; /* every op and copy on the model's memory goes through it */
 
@@ -74,6 +81,18 @@ struct wf_model {
     float *losses, *ce_lse;     /* (N), (N) */
     int32_t *tokens, *targets;  /* (N) copies of the last forward's inputs */
     float *dres, *dxn, *datt, *dqkv, *dh13, *dg; /* backward scratch, shared by all blocks */
+    /* Tensor parallelism only (NULL otherwise): the last forward's token
+     * ids and targets as this rank's vocabulary rows (model.c, "Vocabulary
+     * parallelism"), two row vectors for the cross-entropy's reductions,
+     * and host scratch for them: (N) int32, (N) int32, (2N), 5N floats. */
+    int32_t *tp_tokens, *tp_targets;
+    float *tp_rows;
+    float *tp_host;
+    /* Sequence parallelism only: a whole (N, C) for the row-parallel
+     * layers' partial sums and the gathered residual gradient, this
+     * rank's rows (N/tp, C) of a norm's input gradient, and (C) for a
+     * norm weight's gradient before its all-reduce. */
+    float *tp_full, *tp_shard, *tp_lnw;
 
     wf_model_op_times times; /* see wf_model_get_op_times */
 
@@ -108,7 +127,8 @@ static inline float *wf__model_carve(wf__model_carver *cv, size_t n) {
     return p;
 }
 
-/* Sets the sizes C, L, NH, NKV, HD, H, V, QKV from m->cfg (valid). */
+/* Sets the sizes C, L, NH, NKV, HD, H, V, QKV, VL, v0, CA from m->cfg
+ * (valid) and m->tp, m->tp_rank (0 counts as 1). */
 void wf__model_set_dims(struct wf_model *m);
 
 #endif

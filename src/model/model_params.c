@@ -11,10 +11,12 @@
 #include "weft/rng.h"
 
 /* Appends a tensor at the current end of the layout, named
- * "model.layers.<layer>.<name>" for layer >= 0, else "<name>". With
- * m->params still NULL (the counting pass) it only sizes the table and the
- * buffer. */
-static float *add_tensor(wf_model *m, size_t *cursor, int ndim, int64_t s0, int64_t s1,
+ * "model.layers.<layer>.<name>" for layer >= 0, else "<name>": this
+ * model's slice (s0, s1) of a global tensor split along `split` (-1: none,
+ * 0: rows, 1: columns) into m->tp equal parts, of which it holds part
+ * m->tp_rank. With m->params still NULL (the counting pass) it only sizes
+ * the table and the buffer. */
+static float *add_tensor(wf_model *m, size_t *cursor, int ndim, int64_t s0, int64_t s1, int split,
                          const char *name, int layer) {
     size_t numel = (size_t)s0 * (size_t)(ndim == 2 ? s1 : 1);
     if (m->tensors) {
@@ -28,6 +30,13 @@ static float *add_tensor(wf_model *m, size_t *cursor, int ndim, int64_t s0, int6
         t->ndim = ndim;
         t->shape[0] = s0;
         t->shape[1] = ndim == 2 ? s1 : 0;
+        t->split_dim = m->tp > 1 ? split : -1;
+        t->global_shape[0] = t->shape[0], t->global_shape[1] = t->shape[1];
+        t->split_offset = 0;
+        if (t->split_dim >= 0) {
+            t->global_shape[split] *= m->tp;
+            t->split_offset = (int64_t)m->tp_rank * t->shape[split];
+        }
     }
     m->n_tensors++;
     float *p = m->params ? m->params + *cursor : NULL;
@@ -35,34 +44,38 @@ static float *add_tensor(wf_model *m, size_t *cursor, int ndim, int64_t s0, int6
     return p;
 }
 
-/* Lays out every tensor; called twice (count, then fill). */
+/* Lays out every tensor; called twice (count, then fill). Column-parallel
+ * layers (q/k/v, gate/up) and the vocabulary-parallel ones are split by
+ * rows, the row-parallel ones (o_proj, down_proj) by columns. */
 static void layout(wf_model *m) {
     size_t cur = 0;
     m->n_tensors = 0;
-    int C = m->C, H = m->H, V = m->V, KV = m->NKV * m->HD;
-    m->wte = add_tensor(m, &cur, 2, V, C, "model.embed_tokens.weight", -1);
+    int C = m->C, H = m->H, V = m->VL, Q = m->NH * m->HD, KV = m->NKV * m->HD;
+    m->wte = add_tensor(m, &cur, 2, V, C, 0, "model.embed_tokens.weight", -1);
     for (int l = 0; l < m->L; l++) {
         model_layer_params_ *lp = m->lp ? &m->lp[l] : &(model_layer_params_){0};
-        lp->ln1 = add_tensor(m, &cur, 1, C, 0, "input_layernorm.weight", l);
-        lp->wqkv = add_tensor(m, &cur, 2, C, C, "self_attn.q_proj.weight", l);
-        add_tensor(m, &cur, 2, KV, C, "self_attn.k_proj.weight", l);
-        add_tensor(m, &cur, 2, KV, C, "self_attn.v_proj.weight", l);
-        lp->wo = add_tensor(m, &cur, 2, C, C, "self_attn.o_proj.weight", l);
-        lp->ln2 = add_tensor(m, &cur, 1, C, 0, "post_attention_layernorm.weight", l);
-        lp->w13 = add_tensor(m, &cur, 2, H, C, "mlp.gate_proj.weight", l);
-        add_tensor(m, &cur, 2, H, C, "mlp.up_proj.weight", l);
-        lp->w2 = add_tensor(m, &cur, 2, C, H, "mlp.down_proj.weight", l);
+        lp->ln1 = add_tensor(m, &cur, 1, C, 0, -1, "input_layernorm.weight", l);
+        lp->wqkv = add_tensor(m, &cur, 2, Q, C, 0, "self_attn.q_proj.weight", l);
+        add_tensor(m, &cur, 2, KV, C, 0, "self_attn.k_proj.weight", l);
+        add_tensor(m, &cur, 2, KV, C, 0, "self_attn.v_proj.weight", l);
+        lp->wo = add_tensor(m, &cur, 2, C, Q, 1, "self_attn.o_proj.weight", l);
+        lp->ln2 = add_tensor(m, &cur, 1, C, 0, -1, "post_attention_layernorm.weight", l);
+        lp->w13 = add_tensor(m, &cur, 2, H, C, 0, "mlp.gate_proj.weight", l);
+        add_tensor(m, &cur, 2, H, C, 0, "mlp.up_proj.weight", l);
+        lp->w2 = add_tensor(m, &cur, 2, C, H, 1, "mlp.down_proj.weight", l);
     }
-    m->norm_f = add_tensor(m, &cur, 1, C, 0, "model.norm.weight", -1);
-    m->lm_head = m->cfg.tied_embeddings ? m->wte : add_tensor(m, &cur, 2, V, C, "lm_head.weight", -1);
+    m->norm_f = add_tensor(m, &cur, 1, C, 0, -1, "model.norm.weight", -1);
+    m->lm_head = m->cfg.tied_embeddings ? m->wte : add_tensor(m, &cur, 2, V, C, 0, "lm_head.weight", -1);
     m->n_params = cur;
 }
 
 void wf__model_set_dims(wf_model *m) {
     const wf_model_config *c = &m->cfg;
-    m->C = c->dim, m->L = c->n_layers, m->NH = c->n_heads, m->NKV = c->n_kv_heads;
-    m->HD = c->dim / c->n_heads, m->H = wf_model_config_hidden_dim(c);
-    m->V = c->vocab_size, m->QKV = (m->NH + 2 * m->NKV) * m->HD;
+    int tp = m->tp > 1 ? m->tp : 1;
+    m->C = c->dim, m->L = c->n_layers, m->NH = c->n_heads / tp, m->NKV = c->n_kv_heads / tp;
+    m->HD = c->dim / c->n_heads, m->H = wf_model_config_hidden_dim(c) / tp;
+    m->V = c->vocab_size, m->VL = c->vocab_size / tp, m->v0 = m->VL * (m->tp > 1 ? m->tp_rank : 0);
+    m->QKV = (m->NH + 2 * m->NKV) * m->HD, m->CA = m->NH * m->HD;
 }
 
 /* The units over the layout: [0, wte) the embedding, each block's 9
@@ -88,11 +101,50 @@ wf_status wf_model_create(wf_model **out, const wf_model_config *cfg, wf_arena *
 }
 
 wf_status wf_model_create_ex(wf_model **out, const wf_model_config *cfg, wf_arena *arena, int flags) {
+    return wf_model_create_tp(out, cfg, arena, flags, NULL);
+}
+
+wf_status wf_model_tp_check(const wf_model_config *cfg, int tp) {
+    WF_TRY(wf_model_config_validate(cfg));
+    if (tp < 1)
+        return wf_error(WF_ERR_CONFIG, "model: tensor parallel size %d must be >= 1", tp);
+    struct {
+        const char *key, *why;
+        int v;
+    } need[] = {
+        {"model.n_heads", "each rank computes whole query heads", cfg->n_heads},
+        {"model.n_kv_heads", "each rank holds whole key/value groups", cfg->n_kv_heads},
+        {"model.vocab_size", "the embedding and lm_head are split by vocabulary rows", cfg->vocab_size},
+        {"the feed-forward width (model.ffn_hidden_dim)", "gate/up are split by rows, down by columns",
+         wf_model_config_hidden_dim(cfg)},
+    };
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (need[i].v % tp != 0)
+            return wf_error(WF_ERR_CONFIG,
+                            "model: %s = %d is not divisible by the tensor parallel size %d (%s): "
+                            "%d %% %d = %d",
+                            need[i].key, need[i].v, tp, need[i].why, need[i].v, tp, need[i].v % tp);
+    return WF_OK;
+}
+
+wf_status wf_model_create_tp(wf_model **out, const wf_model_config *cfg, wf_arena *arena, int flags,
+                             const wf_model_tp *tp) {
     *out = NULL;
     WF_TRY(wf_model_config_validate(cfg));
+    int tp_size = tp ? tp->size : 1;
+    WF_TRY(wf_model_tp_check(cfg, tp_size));
+    if (tp_size > 1 && (tp->rank < 0 || tp->rank >= tp_size || !tp->ops.all_reduce ||
+                        (tp->sequence_parallel && (!tp->ops.all_gather || !tp->ops.reduce_scatter))))
+        return wf_error(WF_ERR_INVALID,
+                        "model: tensor parallel rank %d of %d: the rank must be in [0, %d) and the "
+                        "collectives given (all_reduce; all_gather and reduce_scatter for sequence "
+                        "parallelism)",
+                        tp->rank, tp_size, tp_size);
     wf_model *m = calloc(1, sizeof *m);
     if (!m) return wf_error(WF_ERR_NOMEM, "model: cannot allocate the model header");
     m->cfg = *cfg;
+    m->tp = tp_size;
+    if (tp_size > 1) m->tp_rank = tp->rank, m->tp_ops = tp->ops, m->sp = tp->sequence_parallel != 0;
     m->arena = arena;
     m->be = wf_backend_cpu();
     wf__model_set_dims(m);
@@ -131,6 +183,7 @@ void wf_model_destroy(wf_model *m) {
     free(m->units);
     free(m->res);
     free(m->la);
+    free(m->tp_host);
     free(m);
 }
 
@@ -271,6 +324,13 @@ void wf_model_init_unit(wf_model *m, int unit, uint64_t seed) {
             std /= sqrt(2.0 * m->L);
         uint64_t stream = wf_hash64(t->name, strlen(t->name));
         float fstd = (float)std;
+        /* A tensor-parallel slice draws the global tensor's elements:
+         * local element j (row j / cols, column j % cols) is global
+         * element (row + r0) * gcols + column + c0. */
+        uint64_t cols = (uint64_t)(t->ndim == 2 ? t->shape[1] : t->shape[0]);
+        uint64_t gcols = (uint64_t)(t->ndim == 2 ? t->global_shape[1] : t->global_shape[0]);
+        uint64_t r0 = t->split_dim == 0 ? (uint64_t)t->split_offset : 0;
+        uint64_t c0 = t->split_dim == 1 ? (uint64_t)t->split_offset : 0;
         for (size_t j0 = 0; j0 < t->numel; j0 += INIT_BLOCK_) {
             long long n = (long long)(t->numel - j0 < INIT_BLOCK_ ? t->numel - j0 : INIT_BLOCK_);
             if (t->ndim == 1) { /* RMSNorm weights */
@@ -278,7 +338,9 @@ void wf_model_init_unit(wf_model *m, int unit, uint64_t seed) {
             } else {
 #pragma omp parallel for schedule(static) if (n >= 4096)
                 for (long long j = 0; j < n; j++) {
-                    wf_rng r = {seed, stream, 2 * ((uint64_t)j0 + (uint64_t)j)};
+                    uint64_t lj = (uint64_t)j0 + (uint64_t)j;
+                    uint64_t gj = (lj / cols + r0) * gcols + lj % cols + c0;
+                    wf_rng r = {seed, stream, 2 * gj};
                     block[j] = fstd * wf_rng_normal(&r);
                 }
             }

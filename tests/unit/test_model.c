@@ -1,7 +1,8 @@
 /* Unit tests for src/model: presets and their sizes, config errors that
  * name the values, the tensor table, seeded init, the plan (no allocation
  * during a step), errors for bad inputs, gradient accumulation and loss
- * scaling, run-to-run determinism, and one thread pool. Numerical agreement with PyTorch is
+ * scaling, run-to-run determinism, one thread pool, and the tensor-parallel
+ * slices and refusals (their numbers: tests/py/test_tp_mpi.py). Numerical agreement with PyTorch is
  * tests/py/test_model_vs_torch.py. */
 #include <cblas.h>
 #include <dirent.h>
@@ -474,4 +475,79 @@ static void units_match(int tied) {
 WF_TEST(units_bound_elsewhere_compute_the_same_bits) {
     units_match(1);
     units_match(0);
+}
+
+/* ------------------------------------------------- tensor parallelism */
+
+static wf_status no_all_reduce(void *ctx, float *buf, size_t n, wf_model_tp_op op, const char *tag) {
+    (void)ctx, (void)buf, (void)n, (void)op, (void)tag;
+    return wf_error(WF_ERR_INTERNAL, "not called in these tests");
+}
+
+/* The slices a rank's tensor table names (the values and the numbers
+ * under MPI: tests/py/test_tp_mpi.py), and the refusals, without a
+ * communicator: creating a TP model calls no collective. */
+WF_TEST(tp_slices_are_named_and_bad_splits_refused) {
+    wf_model_config c;
+    WF_CHECK_OK(wf_model_config_preset(&c, "tiny")); /* dim 64, 4 heads, 2 kv heads, vocab 512 */
+    c.tied_embeddings = 0;
+    int H = wf_model_config_hidden_dim(&c);
+    wf_arena *a;
+    wf_model *m, *whole;
+    WF_CHECK_OK(wf_arena_create(&a, 0));
+    WF_CHECK_OK(wf_model_create(&whole, &c, a));
+    for (int i = 0; i < wf_model_num_tensors(whole); i++) {
+        const wf_tensor_info *t = wf_model_tensor(whole, i);
+        WF_CHECK_EQ(t->split_dim, -1);
+        WF_CHECK_TRUE(t->global_shape[0] == t->shape[0] && t->global_shape[1] == t->shape[1]);
+    }
+    wf_model_tp tp = {.size = 2, .rank = 1, .ops = {.all_reduce = no_all_reduce}};
+    WF_CHECK_OK(wf_model_create_tp(&m, &c, a, 0, &tp));
+    struct {
+        const char *name;
+        int dim;
+        int64_t s0, s1, off;
+    } want[] = {
+        {"model.embed_tokens.weight", 0, 256, 64, 256},
+        {"model.layers.1.self_attn.q_proj.weight", 0, 32, 64, 32},
+        {"model.layers.1.self_attn.k_proj.weight", 0, 16, 64, 16},
+        {"model.layers.1.self_attn.o_proj.weight", 1, 64, 32, 32},
+        {"model.layers.1.mlp.up_proj.weight", 0, H / 2, 64, H / 2},
+        {"model.layers.1.mlp.down_proj.weight", 1, 64, H / 2, H / 2},
+        {"model.layers.1.input_layernorm.weight", -1, 64, 0, 0},
+        {"lm_head.weight", 0, 256, 64, 256},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const wf_tensor_info *t = wf_model_find_tensor(m, want[i].name), *g = wf_model_find_tensor(whole, want[i].name);
+        WF_CHECK_TRUE(t != NULL && g != NULL);
+        WF_CHECK_EQ(t->split_dim, want[i].dim);
+        WF_CHECK_EQ(t->shape[0], want[i].s0);
+        WF_CHECK_EQ(t->shape[1], want[i].s1);
+        WF_CHECK_EQ(t->split_offset, want[i].off);
+        WF_CHECK_TRUE(t->global_shape[0] == g->shape[0] && t->global_shape[1] == g->shape[1]);
+    }
+    /* every split tensor is half the whole one; the norms (2 per layer and the final one) whole */
+    size_t norms = (size_t)(2 * c.n_layers + 1) * (size_t)c.dim;
+    WF_CHECK_EQ(2 * (wf_model_num_params(m) - norms), wf_model_num_params(whole) - norms);
+    /* rank 1's init is the whole model's second half of the embedding's rows */
+    wf_model_init(whole, 5);
+    wf_model_init(m, 5);
+    const wf_tensor_info *t = wf_model_find_tensor(m, "model.embed_tokens.weight");
+    WF_CHECK_TRUE(memcmp(wf_model_params(m) + t->offset, wf_model_params(whole) + (size_t)256 * 64,
+                         t->numel * sizeof(float)) == 0);
+    wf_model_destroy(m);
+    wf_model_destroy(whole);
+
+    tp.size = 3, tp.rank = 0;
+    WF_CHECK_ERR(wf_model_create_tp(&m, &c, a, 0, &tp), WF_ERR_CONFIG,
+                 "model.n_heads = 4 is not divisible by the tensor parallel size 3");
+    tp.size = 4;
+    WF_CHECK_ERR(wf_model_create_tp(&m, &c, a, 0, &tp), WF_ERR_CONFIG,
+                 "model.n_kv_heads = 2 is not divisible by the tensor parallel size 4");
+    tp.size = 2, tp.rank = 2;
+    WF_CHECK_ERR(wf_model_create_tp(&m, &c, a, 0, &tp), WF_ERR_INVALID, "rank 2 of 2");
+    tp.rank = 0, tp.sequence_parallel = 1; /* without all_gather and reduce_scatter */
+    WF_CHECK_ERR(wf_model_create_tp(&m, &c, a, 0, &tp), WF_ERR_INVALID, "sequence parallelism");
+    WF_CHECK_TRUE(m == NULL);
+    wf_arena_destroy(a);
 }
