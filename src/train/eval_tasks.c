@@ -15,14 +15,18 @@
  * (fewshot_seed, task, example index) alone, so it does not depend on the
  * limit, the ranks or the batch size.
  *
- * Scoring: requests are sorted by length within a task and scored B at a
- * time in one forward pass of the longest one's length (shorter ones are
- * padded after their end, which the causal attention never lets earlier
- * positions see). The log-softmax of the continuation's positions is
- * computed in double from the logits.
+ * Scoring, by default: one example at a time, the tokens its choices
+ * share at their start go into a generator's key/value cache once (kept
+ * for the next example as far as it shares them), and the choices' other
+ * tokens are forwarded on top of it as branches (weft/generate.h). With
+ * full_forward (or a model without its own parameter buffer): requests are
+ * sorted by length within a task and scored B at a time in one forward
+ * pass of the longest one's length (shorter ones are padded after their
+ * end, which the causal attention never lets earlier positions see). Either
+ * way the log-softmax of the continuation's positions is computed in
+ * double from the logits.
  *
- * Not here: a KV cache for the shared context of an example's choices (the
- * model has none for batches), generative tasks.
+ * Not here: generative tasks.
  */
 #include "weft/eval_tasks.h"
 
@@ -38,6 +42,7 @@
 #include "train/eval_tasks_impl.h"
 #include "weft/buf.h"
 #include "weft/fileio.h"
+#include "weft/generate.h"
 #include "weft/json.h"
 #include "weft/lines.h"
 #include "weft/log.h"
@@ -542,6 +547,29 @@ static int by_length(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* log softmax(z)[target] in double from the float logits z (V); clears
+ * *greedy unless target is the argmax (a tie with the max counts). */
+static double score_position(const float *z, int V, int32_t target, int *greedy) {
+    int arg = 0;
+    float mx = z[0];
+    for (int v = 1; v < V; v++)
+        if (z[v] > mx) mx = z[v], arg = v;
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += exp((double)z[v] - (double)mx);
+    if (arg != target && z[target] < mx) *greedy = 0;
+    return (double)z[target] - (double)mx - log(sum);
+}
+
+static wf_status check_ids(const int32_t *ids, int n, int V) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return wf_error(WF_ERR_CONFIG,
+                            "the tokenizer gives id %" PRId32 ", outside the model's vocabulary of %d: "
+                            "give the model's own tokenizer",
+                            ids[i], V);
+    return WF_OK;
+}
+
 /* Scores requests idx[0..n) of task k, B at a time. */
 static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size_t n, int32_t *inputs,
                             wf_progress *prog, uint64_t *done, size_t *cut) {
@@ -565,12 +593,7 @@ static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size
                 int32_t id = i < L - 1 ? ids[i] : 0;
                 row[i] = id;
             }
-            for (int i = 0; i < L; i++)
-                if (ids[i] < 0 || ids[i] >= V)
-                    return wf_error(WF_ERR_CONFIG,
-                                    "the tokenizer gives id %" PRId32 ", outside the model's vocabulary of %d: "
-                                    "give the model's own tokenizer",
-                                    ids[i], V);
+            WF_TRY(check_ids(ids, L, V));
         }
         WF_TRY(wf_model_forward(m, inputs, NULL, b, T, NULL));
         const float *logits = wf_model_logits(m);
@@ -581,22 +604,91 @@ static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size
             double lp = 0;
             int greedy = 1;
             int cont = q->cont < L - 1 ? q->cont : L - 1; /* a continuation longer than max_seq: its end */
-            for (int pos = L - 1 - cont; pos < L - 1; pos++) {
-                const float *z = logits + ((size_t)r * (size_t)T + (size_t)pos) * (size_t)V;
-                int arg = 0;
-                float mx = z[0];
-                for (int v = 1; v < V; v++)
-                    if (z[v] > mx) mx = z[v], arg = v;
-                double sum = 0;
-                for (int v = 0; v < V; v++) sum += exp((double)z[v] - (double)mx);
-                int32_t target = ids[pos + 1];
-                lp += (double)z[target] - (double)mx - log(sum);
-                if (arg != target && z[target] < mx) greedy = 0; /* a tie with the max counts as the argmax */
-            }
+            for (int pos = L - 1 - cont; pos < L - 1; pos++)
+                lp += score_position(logits + ((size_t)r * (size_t)T + (size_t)pos) * (size_t)V, V, ids[pos + 1],
+                                     &greedy);
             q->logprob = lp;
             q->greedy = greedy;
         }
         *done += (uint64_t)b;
+        if (prog) wf_progress_update(prog, *done);
+    }
+    return WF_OK;
+}
+
+/* The prefix path's state: the generator, the tokens its cache holds
+ * (kept across examples and tasks, so that a prefix the next example
+ * shares, e.g. a task's built-in shots, is not computed again), and the
+ * branches' buffers. */
+typedef struct {
+    wf_generator *g;
+    int max_seq, V;    /* the generator's capacity, the vocabulary */
+    int32_t *cached;   /* (max_seq) the tokens of the cache's positions */
+    int32_t *branch;   /* (max_seq) the branches' tokens, concatenated */
+    int *lens;         /* (max_seq) */
+    float *logits;     /* (max_seq, V) */
+} prefix_state;
+
+/* Scores this rank's examples of task k, one example at a time: the
+ * tokens its choices share ([bos] and the context, up to the first
+ * continuation token any choice scores) go into the generator's cache once
+ * (only the part the cache does not hold already), then the choices'
+ * remaining tokens are forwarded on top of it together as branches, as
+ * many at a time as fit the cache. Each choice sees exactly the tokens of
+ * its full forward, at the same positions. */
+static wf_status score_task_prefix(wf_tasks *t, task *k, prefix_state *ps, wf_progress *prog, uint64_t *done,
+                                   size_t *cut) {
+    const int V = ps->V, max_seq = ps->max_seq;
+    for (size_t x = (size_t)t->o.rank; x < k->n_use; x += (size_t)t->o.world) {
+        const example *e = &k->ex[x];
+        request *q = &k->rq[e->first];
+        /* P: the tokens every choice has at its start, none of them scored */
+        int P = INT32_MAX;
+        for (int c = 0; c < e->n_choices; c++) {
+            int L = eff_len(&q[c], max_seq), cont = q[c].cont < L - 1 ? q[c].cont : L - 1;
+            WF_TRY(check_ids(q[c].ids + (q[c].len - L), L, V));
+            if (q[c].cont > max_seq) (*cut)++;
+            if (L - 1 - cont < P) P = L - 1 - cont;
+        }
+        const int32_t *ids0 = q[0].ids + (q[0].len - eff_len(&q[0], max_seq));
+        for (int c = 1; c < e->n_choices; c++) {
+            const int32_t *ids = q[c].ids + (q[c].len - eff_len(&q[c], max_seq));
+            int i = 0;
+            while (i < P && ids[i] == ids0[i]) i++;
+            P = i;
+        }
+        /* the cache: keep what it holds of the prefix, compute the rest */
+        int keep = 0, pos = wf_generator_pos(ps->g);
+        while (keep < pos && keep < P && ps->cached[keep] == ids0[keep]) keep++;
+        WF_TRY(wf_generator_rewind(ps->g, keep));
+        if (P > keep) WF_TRY(wf_generator_prefill(ps->g, ids0 + keep, P - keep, NULL));
+        memcpy(ps->cached + keep, ids0 + keep, (size_t)(P - keep) * sizeof *ps->cached);
+        /* the choices from position P on, as many at a time as fit */
+        for (int c0 = 0; c0 < e->n_choices;) {
+            int n = 0, rows = 0;
+            while (c0 + n < e->n_choices) {
+                const request *r = &q[c0 + n];
+                int L = eff_len(r, max_seq), len = L - 1 - P;
+                if (n > 0 && P + rows + len > max_seq) break;
+                memcpy(ps->branch + rows, r->ids + (r->len - L) + P, (size_t)len * sizeof *ps->branch);
+                ps->lens[n++] = len;
+                rows += len;
+            }
+            WF_TRY(wf_generator_branches(ps->g, ps->branch, ps->lens, n, ps->logits));
+            for (int b = 0, off = 0; b < n; off += ps->lens[b++]) {
+                request *r = &q[c0 + b];
+                int L = eff_len(r, max_seq), cont = r->cont < L - 1 ? r->cont : L - 1;
+                const int32_t *ids = r->ids + (r->len - L);
+                double lp = 0;
+                int greedy = 1;
+                for (int p = L - 1 - cont; p < L - 1; p++)
+                    lp += score_position(ps->logits + (size_t)(off + p - P) * (size_t)V, V, ids[p + 1], &greedy);
+                r->logprob = lp;
+                r->greedy = greedy;
+            }
+            c0 += n;
+        }
+        *done += (uint64_t)e->n_choices;
         if (prog) wf_progress_update(prog, *done);
     }
     return WF_OK;
@@ -690,10 +782,23 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         free(idx);
         return wf_error(WF_ERR_NOMEM, "out of memory");
     }
-    wf_progress prog;
-    if (t->o.progress) wf_progress_init(&prog, "eval tasks", "req", total);
-    uint64_t done = 0;
+    /* The shared prefix once per example, when the generator can read the
+     * model's parameters in place (not a model whose units are bound
+     * elsewhere, as in a sharded trainer). */
+    prefix_state ps = {.max_seq = max_seq, .V = mc->vocab_size};
     wf_status s = WF_OK;
+    if (!t->o.full_forward && wf_model_params(m)) {
+        s = wf_generator_create(&ps.g, m, max_seq);
+        ps.cached = s == WF_OK ? malloc((size_t)max_seq * sizeof *ps.cached) : NULL;
+        ps.branch = ps.cached ? malloc((size_t)max_seq * sizeof *ps.branch) : NULL;
+        ps.lens = ps.branch ? malloc((size_t)max_seq * sizeof *ps.lens) : NULL;
+        ps.logits = ps.lens ? malloc((size_t)max_seq * (size_t)mc->vocab_size * sizeof *ps.logits) : NULL;
+        if (s == WF_OK && !ps.logits) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    }
+    wf_progress prog;
+    if (s == WF_OK && t->o.progress) wf_progress_init(&prog, "eval tasks", "req", total);
+    uint64_t done = 0;
+    const int progress = s == WF_OK && t->o.progress;
     for (size_t i = 0; i < t->n && s == WF_OK; i++) {
         task *k = &t->tasks[i];
         wf_task_result *res = &results[i];
@@ -706,9 +811,12 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         for (size_t x = (size_t)t->o.rank; x < k->n_use; x += (size_t)t->o.world)
             for (int c = 0; c < k->ex[x].n_choices; c++) idx[n++] = k->ex[x].first + (size_t)c;
         size_t cut = 0;
-        s = score_task(t, k, m, idx, n, inputs, t->o.progress ? &prog : NULL, &done, &cut);
+        if (ps.g)
+            s = score_task_prefix(t, k, &ps, progress ? &prog : NULL, &done, &cut);
+        else
+            s = score_task(t, k, m, idx, n, inputs, progress ? &prog : NULL, &done, &cut);
         if (s == WF_OK && cut) {
-            if (t->o.progress) wf_progress_clear(&prog);
+            if (progress) wf_progress_clear(&prog);
             WF_WARN("task %s: %zu of %zu requests have a continuation longer than the model's %d-token sequences: "
                     "only its last tokens are scored",
                     k->f->name, cut, n, t->o.max_seq > 0 ? t->o.max_seq : wf_model_get_config(m)->max_seq_len);
@@ -721,12 +829,17 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         res->seconds = wf_time_now() - t0;
         wf_tasks_finish(res);
     }
-    if (t->o.progress) {
+    if (progress) {
         if (s == WF_OK)
             wf_progress_done(&prog);
         else
             wf_progress_clear(&prog);
     }
+    wf_generator_destroy(ps.g);
+    free(ps.cached);
+    free(ps.branch);
+    free(ps.lens);
+    free(ps.logits);
     free(inputs);
     free(idx);
     if (s == WF_OK && t->examples_path) s = write_examples(t);

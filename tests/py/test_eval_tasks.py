@@ -240,6 +240,40 @@ def test_shots_and_seed(hf_random, task_dir, tmp_path):
         assert len(b) > len(a) and b[-(len(a) - 1):] == a[1:]
 
 
+def test_prefix_cache_equals_full_forwards(hf_random, task_dir, tmp_path):
+    """The shared prefix computed once (the default) against a full forward
+    per request (--prefix-cache=false, the way of before), on tasks whose
+    choices share their context (arc_easy, hellaswag), whose contexts differ
+    by choice (winogrande), the cloze task, a task with five shots built in
+    and two drawn shots (long contexts, many cut from the left at 160)."""
+    tasks = "arc_easy,hellaswag,winogrande,lambada,basic_skills_arithmetic"
+    a, b = tmp_path / "kv", tmp_path / "full"
+    a.mkdir()
+    b.mkdir()
+    _, ra, qa = weft_tasks(["--model", hf_random], task_dir, a, tasks, "--limit", 40, "--shots", 2)
+    _, rb, qb = weft_tasks(["--model", hf_random], task_dir, b, tasks, "--limit", 40, "--shots", 2,
+                           "--prefix-cache=false")
+    assert len(qa) == len(qb) > 500
+    assert any(len(q["ids"]) > MAX_SEQ + 1 for q in qa)  # some are cut
+    # Both are fp32 forwards of the same tokens in another order of
+    # arithmetic (the cache's attention and one example's rows through the
+    # matmuls against the model's batched forward), so they differ by the
+    # rounding of logits: measured up to 3.9e-5 on log-likelihoods of
+    # -260 (this model's init of 0.2 makes large logits; 4e-7 relative),
+    # as much as the full forward differs from transformers' (5.3e-5). On
+    # stories15M's shape and init the difference is under 1e-5 (bench/README.md).
+    # A wrong position or a token seen by the wrong choice costs 1e-2 and more.
+    for x, y in zip(qa, qb):
+        assert (x["task"], x["example"], x["choice"], x["ids"]) == (y["task"], y["example"], y["choice"], y["ids"])
+        assert abs(x["logprob"] - y["logprob"]) <= 1e-5 + 2e-7 * abs(y["logprob"]), (x, y["logprob"])
+        assert x["greedy"] == y["greedy"]
+    assert [x["task"] for x in ra] == [y["task"] for y in rb]
+    for x, y in zip(ra[:-1], rb[:-1]):
+        assert x["acc"] == y["acc"] and x["acc_norm"] == y["acc_norm"]
+        assert x["bpb"] == pytest.approx(y["bpb"], rel=1e-6)
+    assert ra[-1]["centered"] == rb[-1]["centered"]
+
+
 def test_groups_and_aggregate(hf_random, task_dir, tmp_path):
     p, res, _ = weft_tasks(["--model", hf_random], task_dir, tmp_path, "core20", "--limit", 3)
     tasks = [r for r in res if r["kind"] != "aggregate"]
