@@ -205,6 +205,7 @@ static wf_status run_tasks(const eval_opts *o) {
                         .batch_size = (int)o->batch_size,
                         .examples_path = o->examples,
                         .progress = 1,
+                        .threads = o->threads > 0 ? (int)o->threads : wf_default_threads(),
                         .full_forward = !o->prefix_cache};
     wf_tasks *t = NULL;
     if (s == WF_OK) s = wf_tasks_create(&t, &to, tok);

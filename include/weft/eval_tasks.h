@@ -60,6 +60,8 @@ typedef struct {
     int rank, world;           /* this rank's share: examples i with i % world == rank; world 0: 1 */
     const char *examples_path; /* NULL, or a JSON Lines file that gets every request's ids and scores */
     int progress;              /* draw a progress bar with an ETA on stderr */
+    int threads;               /* threads that tokenize the tasks' text (at most 64); 0: 1. The ids do not
+                                  depend on it */
     int full_forward;          /* 1: every request a forward of its own, in batches of batch_size requests
                                   sorted by length; 0: an example's shared context once (a KV cache,
                                   weft/generate.h's branches), unless the model has no parameter buffer of

@@ -52,6 +52,7 @@
 
 #define DEFAULT_BATCH 8
 #define MAX_TASKS 64
+#define TOKENIZE_THREADS_MAX 64
 
 /* The named groups. core20: the offline stand-in for CORE (docs/eval.md
  * says how it differs); quick: a few minutes' worth on a small model. */
@@ -319,6 +320,130 @@ static void draw_shots(const wf_tasks *t, const task *k, size_t e, size_t *out) 
     }
 }
 
+/* Tokenizes examples i0, i0 + step, ... below k->n_use of task k into
+ * their requests' ids; *max_len gets the longest. Each example is
+ * tokenized on its own (its shots, then each choice's context and
+ * continuation), so the ids do not depend on which thread does it. On an
+ * error, *failed is the example's index. */
+static wf_status tokenize_examples(const wf_tasks *t, task *k, const raw_request *raw, const char *pool,
+                                   const wf_tokenizer *tok, int32_t bos, size_t i0, size_t step, int *max_len,
+                                   size_t *failed) {
+    const char *name = k->f->name;
+    wf_ids v = {0};
+    wf_buf ctx = {0}, prev_text = {0};
+    size_t k0 = 0;
+    wf_status s = WF_OK;
+    size_t *shot = k->shots ? calloc((size_t)k->shots, sizeof *shot) : NULL;
+    if (k->shots && !shot) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    size_t i = i0;
+    for (; s == WF_OK && i < k->n_use; i += step) {
+        const example *e = &k->ex[i];
+        ctx.len = 0;
+        if (k->shots) {
+            draw_shots(t, k, i, shot);
+            for (int q = 0; q < k->shots && s == WF_OK; q++) {
+                const example *se = &k->ex[shot[q]];
+                const raw_request *g = &raw[se->first + (size_t)(k->f->cloze ? 0 : se->gold)];
+                s = wf_buf_printf(&ctx, "%s%s\n\n", pool + g->context, pool + g->continuation);
+            }
+        }
+        for (int c = 0; s == WF_OK && c < e->n_choices; c++) {
+            const raw_request *r = &raw[e->first + (size_t)c];
+            request *q = &k->rq[e->first + (size_t)c];
+            size_t base = ctx.len;
+            s = wf_buf_puts(&ctx, pool + r->context);
+            /* The choices of an example mostly share their context: the
+             * ids of the last one are kept ([bos] context, k0 of them). */
+            if (s == WF_OK && c > 0 && ctx.len == prev_text.len && memcmp(ctx.data, prev_text.data, ctx.len) == 0) {
+                v.n = k0;
+            } else if (s == WF_OK) {
+                v.n = 0;
+                if (bos >= 0) s = wf_ids_push(&v, bos);
+                size_t c0 = v.n;
+                if (s == WF_OK) s = wf_tokenizer_encode(tok, ctx.data, ctx.len, 0, &v);
+                if (s == WF_OK) s = check_roundtrip(tok, &v, c0, ctx.data, ctx.len, name, e->doc_id, "context");
+                k0 = v.n;
+                prev_text.len = 0;
+                if (s == WF_OK) s = wf_buf_append(&prev_text, ctx.data, ctx.len);
+            }
+            const char *cont = pool + r->continuation;
+            size_t cl = strlen(cont);
+            if (s == WF_OK) s = wf_tokenizer_encode(tok, cont, cl, 0, &v);
+            if (s == WF_OK) s = check_roundtrip(tok, &v, k0, cont, cl, name, e->doc_id, "continuation");
+            if (s == WF_OK && v.n == k0)
+                s = wf_error(WF_ERR_FORMAT, "task %s: doc_id %" PRId64 " choice %d has an empty continuation", name,
+                             e->doc_id, c);
+            if (s == WF_OK && v.n > (size_t)INT32_MAX / 2) s = wf_error(WF_ERR_FORMAT, "task %s: a request too long", name);
+            if (s != WF_OK) break;
+            free(q->ids); /* a failed parallel run's, redone for its error */
+            q->ids = malloc(v.n * sizeof *q->ids);
+            if (!q->ids) {
+                s = wf_error(WF_ERR_NOMEM, "out of memory");
+                break;
+            }
+            memcpy(q->ids, v.ids, v.n * sizeof *q->ids);
+            q->len = (int)v.n;
+            q->cont = (int)(v.n - k0);
+            q->cont_bytes = (uint32_t)cl;
+            q->choice = c;
+            if (q->len > *max_len) *max_len = q->len;
+            ctx.len = base;
+        }
+        if (s != WF_OK) break;
+    }
+    *failed = i;
+    free(shot);
+    wf_ids_free(&v);
+    wf_buf_free(&ctx);
+    wf_buf_free(&prev_text);
+    return s;
+}
+
+typedef struct {
+    const wf_tasks *t;
+    task *k;
+    const raw_request *raw;
+    const char *pool;
+    const wf_tokenizer *tok;
+    int32_t bos;
+    int max_len[TOKENIZE_THREADS_MAX];
+    size_t failed[TOKENIZE_THREADS_MAX]; /* SIZE_MAX: none */
+} tokenize_job;
+
+static wf_status tokenize_worker(void *ctx, int tid, int n_threads) {
+    tokenize_job *j = ctx;
+    size_t failed;
+    if (tokenize_examples(j->t, j->k, j->raw, j->pool, j->tok, j->bos, (size_t)tid, (size_t)n_threads,
+                          &j->max_len[tid], &failed) != WF_OK)
+        j->failed[tid] = failed;
+    return WF_OK; /* the error is made again on the caller's thread: the first example's */
+}
+
+/* Tokenizes the examples of task k on t->o.threads threads (example i on
+ * thread i % threads). When some fail, the first failing example in file
+ * order is tokenized again on this thread for its error, so the message is
+ * the one a single thread gives. */
+static wf_status tokenize_task(wf_tasks *t, task *k, const raw_request *raw, const char *pool,
+                               const wf_tokenizer *tok, int32_t bos) {
+    k->n_rq = k->n_use ? k->ex[k->n_use - 1].first + (size_t)k->ex[k->n_use - 1].n_choices : 0;
+    int n = t->o.threads > 1 ? t->o.threads : 1;
+    if (n > TOKENIZE_THREADS_MAX) n = TOKENIZE_THREADS_MAX;
+    if ((size_t)n > k->n_use) n = k->n_use ? (int)k->n_use : 1;
+    tokenize_job j = {.t = t, .k = k, .raw = raw, .pool = pool, .tok = tok, .bos = bos};
+    for (int i = 0; i < n; i++) j.failed[i] = SIZE_MAX;
+    WF_TRY(wf_parallel_run(n, tokenize_worker, &j));
+    size_t first = SIZE_MAX;
+    for (int i = 0; i < n; i++) {
+        if (j.failed[i] < first) first = j.failed[i];
+        if (j.max_len[i] > t->max_len) t->max_len = j.max_len[i];
+    }
+    if (first == SIZE_MAX) return WF_OK;
+    int unused = 0;
+    size_t again;
+    wf_status s = tokenize_examples(t, k, raw, pool, tok, bos, first, k->n_use, &unused, &again);
+    return s != WF_OK ? s : wf_error(WF_ERR_INTERNAL, "task %s: example %zu failed on a thread only", k->f->name, first);
+}
+
 static wf_status load_task(wf_tasks *t, task *k, const wf_tokenizer *tok, int32_t bos) {
     const char *name = k->f->name;
     char *gz = NULL;
@@ -392,70 +517,8 @@ static wf_status load_task(wf_tasks *t, task *k, const wf_tokenizer *tok, int32_
     if (k->limit > 0 && (uint64_t)k->limit < k->n_use) k->n_use = (size_t)k->limit;
     if (s == WF_OK && k->shots >= (int)k->n_ex)
         s = wf_error(WF_ERR_CONFIG, "task %s: %d shots, but it has only %zu examples", name, k->shots, k->n_ex);
-    /* tokenize the requests of the examples used */
-    wf_ids v = {0};
-    wf_buf ctx = {0}, prev_text = {0};
-    size_t k0 = 0;
-    size_t *shot = k->shots ? calloc((size_t)k->shots, sizeof *shot) : NULL;
-    if (s == WF_OK && k->shots && !shot) s = wf_error(WF_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; s == WF_OK && i < k->n_use; i++) {
-        const example *e = &k->ex[i];
-        ctx.len = 0;
-        if (k->shots) {
-            draw_shots(t, k, i, shot);
-            for (int q = 0; q < k->shots && s == WF_OK; q++) {
-                const example *se = &k->ex[shot[q]];
-                const raw_request *g = &raw[se->first + (size_t)(k->f->cloze ? 0 : se->gold)];
-                s = wf_buf_printf(&ctx, "%s%s\n\n", pool.data + g->context, pool.data + g->continuation);
-            }
-        }
-        for (int c = 0; s == WF_OK && c < e->n_choices; c++) {
-            const raw_request *r = &raw[e->first + (size_t)c];
-            request *q = &k->rq[e->first + (size_t)c];
-            size_t base = ctx.len;
-            s = wf_buf_puts(&ctx, pool.data + r->context);
-            /* The choices of an example mostly share their context: the
-             * ids of the last one are kept ([bos] context, k0 of them). */
-            if (s == WF_OK && c > 0 && ctx.len == prev_text.len && memcmp(ctx.data, prev_text.data, ctx.len) == 0) {
-                v.n = k0;
-            } else if (s == WF_OK) {
-                v.n = 0;
-                if (bos >= 0) s = wf_ids_push(&v, bos);
-                size_t c0 = v.n;
-                if (s == WF_OK) s = wf_tokenizer_encode(tok, ctx.data, ctx.len, 0, &v);
-                if (s == WF_OK) s = check_roundtrip(tok, &v, c0, ctx.data, ctx.len, name, e->doc_id, "context");
-                k0 = v.n;
-                prev_text.len = 0;
-                if (s == WF_OK) s = wf_buf_append(&prev_text, ctx.data, ctx.len);
-            }
-            const char *cont = pool.data + r->continuation;
-            size_t cl = strlen(cont);
-            if (s == WF_OK) s = wf_tokenizer_encode(tok, cont, cl, 0, &v);
-            if (s == WF_OK) s = check_roundtrip(tok, &v, k0, cont, cl, name, e->doc_id, "continuation");
-            if (s == WF_OK && v.n == k0)
-                s = wf_error(WF_ERR_FORMAT, "task %s: doc_id %" PRId64 " choice %d has an empty continuation", name,
-                             e->doc_id, c);
-            if (s == WF_OK && v.n > (size_t)INT32_MAX / 2) s = wf_error(WF_ERR_FORMAT, "task %s: a request too long", name);
-            if (s != WF_OK) break;
-            q->ids = malloc(v.n * sizeof *q->ids);
-            if (!q->ids) {
-                s = wf_error(WF_ERR_NOMEM, "out of memory");
-                break;
-            }
-            memcpy(q->ids, v.ids, v.n * sizeof *q->ids);
-            q->len = (int)v.n;
-            q->cont = (int)(v.n - k0);
-            q->cont_bytes = (uint32_t)cl;
-            q->choice = c;
-            if (q->len > t->max_len) t->max_len = q->len;
-            ctx.len = base;
-        }
-        k->n_rq = e->first + (size_t)e->n_choices;
-    }
-    free(shot);
-    wf_ids_free(&v);
-    wf_buf_free(&ctx);
-    wf_buf_free(&prev_text);
+    /* tokenize the requests of the examples used, on threads */
+    if (s == WF_OK) s = tokenize_task(t, k, raw, pool.data, tok, bos);
     wf_buf_free(&pool);
     free(raw);
     return s;

@@ -274,6 +274,40 @@ def test_prefix_cache_equals_full_forwards(hf_random, task_dir, tmp_path):
     assert ra[-1]["centered"] == rb[-1]["centered"]
 
 
+def test_tokenizing_on_threads_gives_the_ids_of_one_thread(hf_random, task_dir, tmp_path):
+    """The tasks' text is tokenized on --threads threads (example i on thread
+    i % threads): the ids, the scores and the refusal of a text the
+    tokenizer cannot encode are those of one thread."""
+    tasks = "arc_easy,winogrande,lambada,basic_skills_arithmetic"
+    out = {}
+    for n in (1, 3):
+        d = tmp_path / str(n)
+        d.mkdir()
+        out[n] = weft_tasks(["--model", hf_random], task_dir, d, tasks, "--limit", 50, "--shots", 3,
+                            "--threads", n)[2]
+    assert len(out[1]) > 300
+    assert [(q["task"], q["example"], q["choice"], q["ids"], q["cont"], q["cont_bytes"]) for q in out[1]] == \
+        [(q["task"], q["example"], q["choice"], q["ids"], q["cont"], q["cont_bytes"]) for q in out[3]]
+    # a tokenizer that cannot encode some examples: the same (first) one is named
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    vocab = {chr(b): i for i, b in enumerate(range(0x21, 0x7f))}  # printable ASCII but the space
+    vocab["\u0120"] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    t = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    t.add_special_tokens(["<|endoftext|>"])
+    path = tmp_path / "ascii.json"
+    t.save(str(path))
+    errs = []
+    for n in (1, 4):  # hellaswag's first such example is doc_id 201: on thread 1 of 4
+        p = run_weft_cmd(["eval", "--tasks", "hellaswag", "--task-dir", task_dir, "--model", hf_random,
+                          "--tokenizer", path, "--threads", n, "--output", tmp_path / "e.jsonl"], check=False)
+        assert p.returncode == 1 and "cannot encode" in p.stderr
+        errs.append([l for l in p.stderr.splitlines() if "cannot encode" in l])
+    assert errs[0] == errs[1]
+
+
 def test_groups_and_aggregate(hf_random, task_dir, tmp_path):
     p, res, _ = weft_tasks(["--model", hf_random], task_dir, tmp_path, "core20", "--limit", 3)
     tasks = [r for r in res if r["kind"] != "aggregate"]
