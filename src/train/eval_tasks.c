@@ -41,6 +41,7 @@
 
 #include "train/eval_tasks_impl.h"
 #include "weft/buf.h"
+#include "weft/eval.h"
 #include "weft/fileio.h"
 #include "weft/generate.h"
 #include "weft/json.h"
@@ -951,7 +952,7 @@ size_t wf_tasks_result_json(const wf_task_result *r, uint64_t step, const char *
                                 r->name, r->cloze ? "cloze" : "mc", step, tm, r->shots, r->examples, acc, norm, cen,
                                 bpb, secs);
     if (s == WF_OK) s = put_model(&b, model);
-    if (s == WF_OK) s = wf_buf_puts(&b, "}\n");
+    if (s == WF_OK) s = wf_buf_printf(&b, ",\"version\":%d}\n", WF_EVAL_JSONL_VERSION);
     return finish_line(&b, s, buf, size);
 }
 
@@ -967,6 +968,6 @@ size_t wf_tasks_aggregate_json(const wf_tasks *t, const wf_task_result *r, size_
                                     ",\"time\":%s,\"tasks\":%zu,\"centered\":%s",
                                 t->core20 ? "CORE-20 (offline)" : "mean", step, tm, n, cen);
     if (s == WF_OK) s = put_model(&b, model);
-    if (s == WF_OK) s = wf_buf_puts(&b, "}\n");
+    if (s == WF_OK) s = wf_buf_printf(&b, ",\"version\":%d}\n", WF_EVAL_JSONL_VERSION);
     return finish_line(&b, s, buf, size);
 }

@@ -314,6 +314,7 @@ def test_groups_and_aggregate(hf_random, task_dir, tmp_path):
     agg = [r for r in res if r["kind"] == "aggregate"]
     assert len(tasks) == 20 and len(agg) == 1
     assert agg[0]["task"] == "CORE-20 (offline)"
+    assert all(list(r)[-1] == "version" and r["version"] == 2 for r in res)  # eval.jsonl version 2
     assert agg[0]["centered"] == pytest.approx(sum(r["centered"] for r in tasks) / 20, rel=1e-12)
     assert "CORE-20 (offline)" in p.stdout
     for r in tasks:
