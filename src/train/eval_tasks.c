@@ -701,18 +701,19 @@ typedef struct {
  * many at a time as fit the cache. Each choice sees exactly the tokens of
  * its full forward, at the same positions. */
 static wf_status score_task_prefix(wf_tasks *t, task *k, prefix_state *ps, wf_progress *prog, uint64_t *done,
-                                   size_t *cut) {
+                                   size_t *cut, size_t *rest, size_t *n_rest) {
     const int V = ps->V, max_seq = ps->max_seq;
     for (size_t x = (size_t)t->o.rank; x < k->n_use; x += (size_t)t->o.world) {
         const example *e = &k->ex[x];
         request *q = &k->rq[e->first];
         /* P: the tokens every choice has at its start, none of them scored */
         int P = INT32_MAX;
+        long rows_full = 0;
         for (int c = 0; c < e->n_choices; c++) {
             int L = eff_len(&q[c], max_seq), cont = q[c].cont < L - 1 ? q[c].cont : L - 1;
             WF_TRY(check_ids(q[c].ids + (q[c].len - L), L, V));
-            if (q[c].cont > max_seq) (*cut)++;
             if (L - 1 - cont < P) P = L - 1 - cont;
+            rows_full += L - 1;
         }
         const int32_t *ids0 = q[0].ids + (q[0].len - eff_len(&q[0], max_seq));
         for (int c = 1; c < e->n_choices; c++) {
@@ -721,6 +722,15 @@ static wf_status score_task_prefix(wf_tasks *t, task *k, prefix_state *ps, wf_pr
             while (i < P && ids[i] == ids0[i]) i++;
             P = i;
         }
+        /* Little shared (one choice, contexts cut from the left at other
+         * places, different contexts): the batched full forwards of the
+         * rest are faster than this example's rows through the cache. */
+        if (2 * (rows_full - (long)P * (e->n_choices - 1)) > rows_full) {
+            for (int c = 0; c < e->n_choices; c++) rest[(*n_rest)++] = e->first + (size_t)c;
+            continue;
+        }
+        for (int c = 0; c < e->n_choices; c++)
+            if (q[c].cont > max_seq) (*cut)++;
         /* the cache: keep what it holds of the prefix, compute the rest */
         int keep = 0, pos = wf_generator_pos(ps->g);
         while (keep < pos && keep < P && ps->cached[keep] == ids0[keep]) keep++;
@@ -875,9 +885,11 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         for (size_t x = (size_t)t->o.rank; x < k->n_use; x += (size_t)t->o.world)
             for (int c = 0; c < k->ex[x].n_choices; c++) idx[n++] = k->ex[x].first + (size_t)c;
         size_t cut = 0;
-        if (ps.g)
-            s = score_task_prefix(t, k, &ps, progress ? &prog : NULL, &done, &cut);
-        else
+        if (ps.g) {
+            size_t n_rest = 0;
+            s = score_task_prefix(t, k, &ps, progress ? &prog : NULL, &done, &cut, idx, &n_rest);
+            if (s == WF_OK && n_rest) s = score_task(t, k, m, idx, n_rest, inputs, progress ? &prog : NULL, &done, &cut);
+        } else
             s = score_task(t, k, m, idx, n, inputs, progress ? &prog : NULL, &done, &cut);
         if (s == WF_OK && cut) {
             if (progress) wf_progress_clear(&prog);
