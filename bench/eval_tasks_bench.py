@@ -11,18 +11,21 @@ What it does:
     stories15M preset's shape (dim 288, 6 layers, 6 heads, hidden 768,
     256 positions, tied embeddings) with random weights, saved with that
     tokenizer;
-  - for each group: `weft eval --tasks GROUP --model DIR` (its own
-    length-sorted batches of --batch), timed from start to end of the
-    process (reading, hashing, tokenizing and scoring), and the examples it
-    wrote (--examples: every request's token ids) scored by
+  - for each group: `weft eval --tasks GROUP --model DIR`, timed from
+    start to end of the process (reading, hashing, tokenizing and scoring),
+    twice: as it runs by default (an example's shared context once, in a
+    key/value cache) and with --prefix-cache=false (every request a full
+    forward, in length-sorted batches of --batch: the way before); and the
+    examples the first wrote (--examples: every request's token ids) scored by
     LlamaForCausalLM in PyTorch (float32, eager attention, the same
     threads, requests sorted by length in batches of --batch, padding after
     the end, log-softmax in double on the continuation's positions only, as
     weft does), timed around the forward passes and the log-softmax only
     (so transformers is not charged for loading, reading or tokenizing);
-  - prints examples/s and requests/s of both and their ratio, and checks
-    that the two gave every request the same log-likelihood within 1e-3
-    (not a test: it reports the largest difference).
+  - prints examples/s of the three, weft's against transformers and
+    against its own full forwards, and the largest difference between the
+    log-likelihoods of a request: weft against transformers, and weft's
+    two ways against each other (not a test: it reports them).
 
 core20's full size (over 50 000 examples, hellaswag alone 20 084) takes
 hours for transformers on two cores; --core20-limit caps each task
@@ -116,29 +119,38 @@ def main():
         run([sys.executable, "-c", MAKE_MODEL, model, vocab], env=hf_env(a.threads))
         (model / "tokenizer.json").write_bytes((tmp / "tok.json").read_bytes())
         print(f"model: stories15M shape, random weights, vocabulary {vocab}; {a.threads} threads, batch {a.batch}")
-        print(f"{'group':8} {'examples':>8} {'requests':>8} {'weft ex/s':>10} {'torch ex/s':>10} {'ratio':>6} "
-              f"{'max |dlogp|':>11}")
+        print(f"{'group':8} {'examples':>8} {'requests':>8} {'weft ex/s':>10} {'full ex/s':>10} "
+              f"{'torch ex/s':>10} {'vs torch':>8} {'vs full':>8} {'|dlogp| torch':>13} {'|dlogp| full':>12}")
         for g in a.groups.split(","):
             limit = ["--limit", a.core20_limit] if g == "core20" else []
-            ex = tmp / f"{g}.examples.jsonl"
-            t0 = time.perf_counter()
-            run([WEFT, "eval", "--tasks", g, "--model", model, "--task-dir", task_dir, "--threads", a.threads,
-                 "--batch-size", a.batch, "--output", tmp / f"{g}.jsonl", "--examples", ex] + limit)
-            weft_s = time.perf_counter() - t0
-            reqs = [json.loads(line) for line in ex.read_text().splitlines()]
-            n_ex = len({(r["task"], r["example"]) for r in reqs})
+            secs, reqs = {}, {}
+            # the default (shared prefix once per example), then every request a full forward (the way before)
+            for mode in ("prefix", "full"):
+                ex = tmp / f"{g}.{mode}.examples.jsonl"
+                t0 = time.perf_counter()
+                run([WEFT, "eval", "--tasks", g, "--model", model, "--task-dir", task_dir, "--threads", a.threads,
+                     "--batch-size", a.batch, "--output", tmp / f"{g}.{mode}.jsonl", "--examples", ex,
+                     f"--prefix-cache={'true' if mode == 'prefix' else 'false'}"] + limit)
+                secs[mode] = time.perf_counter() - t0
+                reqs[mode] = [json.loads(line) for line in ex.read_text().splitlines()]
+            rq = reqs["prefix"]
+            n_ex = len({(r["task"], r["example"]) for r in rq})
             rp = tmp / f"{g}.reqs.json"
-            rp.write_text(json.dumps([[r["ids"], r["cont"]] for r in reqs]))
+            rp.write_text(json.dumps([[r["ids"], r["cont"]] for r in rq]))
             tp = tmp / f"{g}.torch.json"
             run([sys.executable, "-c", TORCH_SCORER, model, rp, tp, a.threads, a.batch, 256], env=hf_env(a.threads))
             t = json.loads(tp.read_text())
-            diff = max(abs(r["logprob"] - lp) for r, lp in zip(reqs, t["logprobs"]))
-            row = {"group": g, "examples": n_ex, "requests": len(reqs), "weft_s": weft_s, "torch_s": t["seconds"],
-                   "weft_ex_per_s": n_ex / weft_s, "torch_ex_per_s": n_ex / t["seconds"],
-                   "max_logprob_diff": diff}
+            diff = max(abs(r["logprob"] - lp) for r, lp in zip(rq, t["logprobs"]))
+            diff_full = max(abs(r["logprob"] - f["logprob"]) for r, f in zip(rq, reqs["full"]))
+            row = {"group": g, "examples": n_ex, "requests": len(rq), "weft_s": secs["prefix"],
+                   "weft_full_s": secs["full"], "torch_s": t["seconds"],
+                   "weft_ex_per_s": n_ex / secs["prefix"], "weft_full_ex_per_s": n_ex / secs["full"],
+                   "torch_ex_per_s": n_ex / t["seconds"], "max_logprob_diff": diff,
+                   "max_logprob_diff_full": diff_full}
             out.append(row)
-            print(f"{g:8} {n_ex:8} {len(reqs):8} {row['weft_ex_per_s']:10.1f} {row['torch_ex_per_s']:10.1f} "
-                  f"{row['weft_ex_per_s'] / row['torch_ex_per_s']:5.2f}x {diff:11.2e}", flush=True)
+            print(f"{g:8} {n_ex:8} {len(rq):8} {row['weft_ex_per_s']:10.1f} {row['weft_full_ex_per_s']:10.1f} "
+                  f"{row['torch_ex_per_s']:10.1f} {row['weft_ex_per_s'] / row['torch_ex_per_s']:7.2f}x "
+                  f"{secs['full'] / secs['prefix']:7.2f}x {diff:13.2e} {diff_full:12.2e}", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
 

@@ -31,6 +31,7 @@ typedef struct {
     char *tasks, *task_dir, *model, *output, *examples;
     char *device;
     int64_t shots, fewshot_seed, limit;
+    int prefix_cache;
 } eval_opts;
 
 static const wf_opt eval_opt_table[] = {
@@ -88,6 +89,9 @@ static const wf_opt eval_opt_table[] = {
      "--tasks: the JSON Lines file the per-task and aggregate results are appended to"},
     {"examples", NULL, WF_OPT_STR, offsetof(eval_opts, examples), NULL, WF_NO_RANGE,
      "--tasks: write every request's token ids, log-likelihood and greedy flag to this JSON Lines file"},
+    {"prefix_cache", "prefix-cache", WF_OPT_BOOL, offsetof(eval_opts, prefix_cache), "true", WF_NO_RANGE,
+     "--tasks: compute the context an example's choices share once (a key/value cache); false: every request "
+     "a forward of its own, --batch-size at a time (the results differ only by rounding)"},
 };
 
 static const wf_cmd_spec eval_spec = {
@@ -203,7 +207,9 @@ static wf_status run_tasks(const eval_opts *o) {
                         .limit = o->limit,
                         .batch_size = (int)o->batch_size,
                         .examples_path = o->examples,
-                        .progress = 1};
+                        .progress = 1,
+                        .threads = o->threads > 0 ? (int)o->threads : wf_default_threads(),
+                        .full_forward = !o->prefix_cache};
     wf_tasks *t = NULL;
     if (s == WF_OK) s = wf_tasks_create(&t, &to, tok);
     wf_tokenizer_destroy(tok);

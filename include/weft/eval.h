@@ -113,6 +113,11 @@ wf_status wf_eval_load(wf_evaluator *e, wf_ckpt *c);
 /* Evaluates the model last loaded on dataset i into *r. */
 wf_status wf_eval_run(wf_evaluator *e, size_t i, wf_eval_result *r);
 
+/* The version of eval.jsonl this weft writes, the last key of every line
+ * (docs/formats/eval-jsonl.md, "Versions"): 2 added the downstream tasks'
+ * lines; lines without the key are version 1. Readers take 1 and 2. */
+#define WF_EVAL_JSONL_VERSION 2
+
 /* One eval.jsonl line (docs/formats/eval-jsonl.md) for r, with `checkpoint`
  * (the checkpoint's directory; may be NULL), into buf (size bytes, at
  * least 256 plus the paths); ends with '\n'. Returns its length, or 0 when

@@ -26,9 +26,14 @@
  * i % world); results carry sums, so that adding the ranks' sums and then
  * calling wf_tasks_finish gives the one-process numbers.
  *
- * This module does not: generate text, score generative tasks, fetch
- * anything, or cache a shared prefix between forward passes (the model has
- * no KV cache for batches).
+ * Scoring computes the tokens an example's choices share (the shots and
+ * the context) once, in a key/value cache, and the choices on top of it
+ * together (wf_generator_branches), keeping the cached prefix for the next
+ * example as far as it shares it; or, with full_forward, every request as a
+ * forward of its own, batch_size at a time in length order.
+ *
+ * This module does not: generate text, score generative tasks, or fetch
+ * anything.
  */
 #ifndef WEFT_EVAL_TASKS_H
 #define WEFT_EVAL_TASKS_H
@@ -55,6 +60,12 @@ typedef struct {
     int rank, world;           /* this rank's share: examples i with i % world == rank; world 0: 1 */
     const char *examples_path; /* NULL, or a JSON Lines file that gets every request's ids and scores */
     int progress;              /* draw a progress bar with an ETA on stderr */
+    int threads;               /* threads that tokenize the tasks' text (at most 64); 0: 1. The ids do not
+                                  depend on it */
+    int full_forward;          /* 1: every request a forward of its own, in batches of batch_size requests
+                                  sorted by length; 0: an example's shared context once (a KV cache,
+                                  weft/generate.h's branches), unless the model has no parameter buffer of
+                                  its own */
 } wf_tasks_opts;
 
 /* One task's result. The sums add over ranks; wf_tasks_finish turns them

@@ -14,7 +14,11 @@
  * sequence to fp32 rounding (tests/unit/test_generate.c). docs/generate.md
  * has the layout and the sampling rules.
  *
- * Not here: batches of several sequences, beam search, repetition
+ * Besides the one sequence, wf_generator_branches forwards several
+ * continuations of the cached prefix at once without keeping them (to
+ * score an example's choices on a context computed once).
+ *
+ * Not here: batches of independent sequences, beam search, repetition
  * penalties, tokenization (the caller maps text to ids and back).
  * Not thread-safe: one generator belongs to one thread at a time (several
  * generators may share one model).
@@ -33,7 +37,9 @@ typedef struct wf_generator wf_generator;
 /* Creates a generator for `m` whose cache holds `max_tokens` positions
  * (<= model.max_seq_len; 0 or less means model.max_seq_len). Everything it
  * needs is allocated here, once. The model need not be planned
- * (wf_model_plan is for training). Free with wf_generator_destroy. */
+ * (wf_model_plan is for training), but must hold its parameters in its own
+ * buffer (not created with WF_MODEL_NO_PARAMS: WF_ERR_INVALID). Free with
+ * wf_generator_destroy. */
 wf_status wf_generator_create(wf_generator **out, wf_model *m, int max_tokens);
 void wf_generator_destroy(wf_generator *g); /* accepts NULL */
 
@@ -69,6 +75,29 @@ wf_status wf_generator_prefill(wf_generator *g, const int32_t *tokens, int n,
 
 /* wf_generator_prefill of one token. */
 wf_status wf_generator_step(wf_generator *g, int32_t token, const float **logits);
+
+/* Forgets the positions from `pos` on (0 <= pos <= wf_generator_pos, else
+ * WF_ERR_RANGE): the next prefill continues at pos. For a caller that
+ * keeps a prefix its next sequence shares (e.g. the same few-shot
+ * examples) instead of computing it again. */
+wf_status wf_generator_rewind(wf_generator *g, int pos);
+
+/* Scoring several continuations of one context: forwards n_branch >= 1
+ * branches on top of the cached positions [0, P), P = wf_generator_pos,
+ * each as if it alone followed them, and keeps none of them (the position
+ * stays P). Branch b has lens[b] >= 1 tokens (the branches' tokens are
+ * concatenated in `tokens`), at positions P .. P + lens[b] - 1, and its
+ * tokens see the cache and their own branch's earlier tokens, never
+ * another branch. `logits` receives (sum of lens, vocab) floats: the
+ * logits after every branch token, in order; they equal those of a
+ * prefill of the prefix and then the branch, to fp32 rounding. The
+ * branches are computed together (up to 64 rows through the matmuls at
+ * once) in the cache's rows after P, so P + sum of lens must be at most
+ * the capacity (else WF_ERR_RANGE before any work: give fewer at a time).
+ * A token outside the vocabulary is WF_ERR_RANGE. On the prefill's
+ * threads. */
+wf_status wf_generator_branches(wf_generator *g, const int32_t *tokens, const int *lens, int n_branch,
+                                float *logits);
 
 /* ------------------------------------------------------------- sampling */
 

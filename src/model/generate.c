@@ -19,8 +19,16 @@
  * layout only (plus the documented adjacency of gate_proj and up_proj,
  * checked at creation).
  *
- * This file does not: batch several sequences, or touch the model's
- * training buffers (wf_model_plan is not needed). */
+ * Branches (wf_generator_branches, for scoring an example's choices on
+ * one shared context): several short sequences forwarded together on top
+ * of the cached prefix, their rows stacked in the cache after it as
+ * scratch; a branch row at cache row P + off + j is rotated at position
+ * P + j and attends to the prefix [0, P) and then its own rows
+ * [P + off, P + off + j], so it sees exactly what it would see as the
+ * sequence's next tokens, with the same keys in the same order.
+ *
+ * This file does not: batch several independent sequences, or touch the
+ * model's training buffers (wf_model_plan is not needed). */
 #include "weft/generate.h"
 
 #include <cblas.h>
@@ -79,6 +87,9 @@ struct wf_generator {
     float *h13;                 /* (chunk, 2H) */
     float *gate;                /* (chunk, H) */
     float *scores;              /* (n_threads, cap) attention rows */
+    int32_t *row_pre;           /* (chunk) the keys of a row: cache rows [0, row_pre) */
+    int32_t *row_own0;          /* (chunk) and [row_own0, row_own1]: a prefill's row at */
+    int32_t *row_own1;          /* position p has (0, 0, p); a branch's, gen_branch_pass */
     float *logits;              /* (V) */
     float *sample_w;            /* (V) wf_sample's scratch for wf_generate */
     int32_t *sample_idx;        /* (V) */
@@ -154,6 +165,9 @@ static void gen_layout(wf_generator *g, wf__model_carver *cv) {
     g->h13 = wf__model_carve(cv, P * 2 * H);
     g->gate = wf__model_carve(cv, P * H);
     g->scores = wf__model_carve(cv, (size_t)g->n_threads * g->cap);
+    g->row_pre = (int32_t *)(void *)wf__model_carve(cv, P);
+    g->row_own0 = (int32_t *)(void *)wf__model_carve(cv, P);
+    g->row_own1 = (int32_t *)(void *)wf__model_carve(cv, P);
     g->logits = wf__model_carve(cv, V);
     g->sample_w = wf__model_carve(cv, V);
     g->sample_idx = (int32_t *)(void *)wf__model_carve(cv, V);
@@ -168,6 +182,9 @@ wf_status wf_generator_create(wf_generator **out, wf_model *m, int max_tokens) {
                         "generate: max_tokens = %d is more than model.max_seq_len = %d (RoPE "
                         "positions past it were never trained); ask for at most %d",
                         max_tokens, cfg->max_seq_len, cfg->max_seq_len);
+    if (!wf_model_params(m))
+        return wf_error(WF_ERR_INVALID, "generate: the model has no parameter buffer of its own (its units are "
+                                        "bound elsewhere); the generator reads the parameters in place");
     wf_arena *arena;
     WF_TRY(wf_arena_create(&arena, 0));
     wf_generator *g = wf_arena_alloc(arena, sizeof *g, 0);
@@ -227,28 +244,35 @@ int wf_generator_capacity(const wf_generator *g) { return g->cap; }
 
 /* ------------------------------------------------------------- forward */
 
-/* att (n, NH*HD) for the n rows of q at positions p0 .. p0+n-1, against the
- * cached keys and values of layer l up to each row's own position. Each
- * (row, head) is one task on one thread, its sums in a fixed order, so the
- * result does not depend on the thread count. */
-static void gen_attention(wf_generator *g, int l, int p0, int n, int n_threads) {
+/* att (n, NH*HD) for the n rows of q, against the cached keys and values
+ * of layer l that each row sees: cache rows [0, row_pre[i]) and then
+ * [row_own0[i], row_own1[i]], in that order (a prefill's row at position p:
+ * 0 .. p; a branch's row: the prefix, then its own branch up to itself).
+ * Each (row, head) is one task on one thread, its sums in a fixed order,
+ * so the result does not depend on the thread count. */
+static void gen_attention(wf_generator *g, int l, int n, int n_threads) {
     const int NH = g->NH, HD = g->HD, KVD = g->KVD, group = g->NH / g->NKV, cap = g->cap;
     const size_t QD = (size_t)NH * HD;
     const float scale = 1.0f / sqrtf((float)HD);
     const float *K = g->k_cache + (size_t)l * cap * KVD; /* (cap, KVD) */
     const float *V = g->v_cache + (size_t)l * cap * KVD; /* (cap, KVD) */
     const int n_tasks = n * NH;
-    const long long work = (long long)n_tasks * (p0 + n) * HD;
+    long long keys = 0;
+    for (int i = 0; i < n; i++) keys += g->row_pre[i] + g->row_own1[i] - g->row_own0[i] + 1;
+    const long long work = keys * NH * HD;
     (void)work; /* read only by the pragma, which some builds ignore */
 #pragma omp parallel for schedule(static) num_threads(n_threads) \
     if (work >= GEN_ATT_PARALLEL_MIN_)
     for (int task = 0; task < n_tasks; task++) {
-        int i = task / NH, h = task % NH, t = p0 + i, kvh = h / group;
-        float *restrict s = g->scores + (size_t)GEN_THREAD_NUM_() * cap; /* (t+1) */
+        int i = task / NH, h = task % NH, kvh = h / group;
+        const int pre = g->row_pre[i], own0 = g->row_own0[i];
+        const int nk = pre + g->row_own1[i] - own0 + 1; /* keys: [0, pre) then own0 .. own1 */
+        float *restrict s = g->scores + (size_t)GEN_THREAD_NUM_() * cap; /* (nk) */
         const float *restrict q_ih = g->q + (size_t)i * QD + (size_t)h * HD;
         float mx = -INFINITY;
-        for (int j = 0; j <= t; j++) {
-            const float *restrict k_j = K + (size_t)j * KVD + (size_t)kvh * HD;
+        for (int j = 0; j < nk; j++) {
+            const int row = j < pre ? j : own0 + (j - pre);
+            const float *restrict k_j = K + (size_t)row * KVD + (size_t)kvh * HD;
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int d = 0; d < HD; d++) dot += q_ih[d] * k_j[d];
@@ -256,14 +280,15 @@ static void gen_attention(wf_generator *g, int l, int p0, int n, int n_threads) 
             mx = s[j] > mx ? s[j] : mx;
         }
         float sum = 0.0f;
-        for (int j = 0; j <= t; j++) {
+        for (int j = 0; j < nk; j++) {
             s[j] = expf(s[j] - mx);
             sum += s[j];
         }
         float *restrict out = g->att + (size_t)i * QD + (size_t)h * HD;
         for (int d = 0; d < HD; d++) out[d] = 0.0f;
-        for (int j = 0; j <= t; j++) {
-            const float *restrict v_j = V + (size_t)j * KVD + (size_t)kvh * HD;
+        for (int j = 0; j < nk; j++) {
+            const int row = j < pre ? j : own0 + (j - pre);
+            const float *restrict v_j = V + (size_t)row * KVD + (size_t)kvh * HD;
             float pj = s[j];
 #pragma omp simd
             for (int d = 0; d < HD; d++) out[d] += pj * v_j[d];
@@ -289,40 +314,69 @@ static wf_status gen_linear(wf_backend *be, float *out, const float *inp, const 
     return wf_backend_matmul(be, &d);
 }
 
-/* Runs positions p0 .. p0+n-1 (n <= chunk) through every block, filling
- * their cache rows; with `want_logits`, the logits of the last row. */
-static wf_status gen_chunk_ops(wf_generator *g, const int32_t *tokens, int n, int want_logits, int threads) {
+/* Rows of a pass that are consecutive positions: rows [r0, r1) of the
+ * pass are at positions pos0 .. pos0 + (r1 - r0) - 1 (RoPE's angles). */
+typedef struct {
+    int r0, r1, pos0;
+} gen_seg_;
+
+/* Runs n <= chunk tokens through every block, their keys and values into
+ * cache rows row0 .. row0+n-1, each row attending to the keys that
+ * g->row_pre/own0/own1 give it (set by the caller) and rotated at the
+ * positions of its segment. With `want_last`, the logits of the last row
+ * into g->logits; with `all_logits`, those of every row there (n, V). */
+static wf_status gen_rows(wf_generator *g, const int32_t *tokens, int n, int row0, const gen_seg_ *seg, int n_seg,
+                          int want_last, float *all_logits, int threads) {
     const int C = g->C, H = g->H, KVD = g->KVD, QD = g->NH * g->HD, half = g->HD / 2;
-    const int p0 = g->pos;
     wf_backend *be = wf_model_backend(g->m);
-    const float *cos_p0 = g->rope_cos + (size_t)p0 * half, *sin_p0 = g->rope_sin + (size_t)p0 * half;
     WF_TRY(wf_backend_upload(be, g->tokens, tokens, (size_t)n * sizeof *tokens));
     WF_TRY(wf_backend_embedding_fwd(be, wf_f32(g->x), wf_i32(g->tokens), wf_f32(g->wte), n, C));
     for (int l = 0; l < g->L; l++) {
         const gen_layer_ *p = &g->lp[l];
-        float *k_rows = g->k_cache + ((size_t)l * g->cap + p0) * KVD; /* (n, KVD) */
-        float *v_rows = g->v_cache + ((size_t)l * g->cap + p0) * KVD; /* (n, KVD) */
+        float *k_rows = g->k_cache + ((size_t)l * g->cap + row0) * KVD; /* (n, KVD) */
+        float *v_rows = g->v_cache + ((size_t)l * g->cap + row0) * KVD; /* (n, KVD) */
         WF_TRY(wf_backend_rmsnorm_fwd(be, wf_f32(g->xn), wf_f32(g->rstd), wf_f32(g->x), wf_f32(p->ln1), n, C, g->eps));
         WF_TRY(gen_linear(be, g->q, g->xn, p->wq, n, C, QD, 0));
         WF_TRY(gen_linear(be, k_rows, g->xn, p->wk, n, C, KVD, 0));
         WF_TRY(gen_linear(be, v_rows, g->xn, p->wv, n, C, KVD, 0));
-        /* Rows are consecutive positions from p0: tables from row p0, T = n. */
-        WF_TRY(wf_backend_rope_fwd(be, wf_f32(g->q), wf_f32(cos_p0), wf_f32(sin_p0), 1, n, g->NH, g->HD, QD));
-        WF_TRY(wf_backend_rope_fwd(be, wf_f32(k_rows), wf_f32(cos_p0), wf_f32(sin_p0), 1, n, g->NKV, g->HD, KVD));
-        gen_attention(g, l, p0, n, threads);
+        for (int i = 0; i < n_seg; i++) { /* tables from the segment's position, T = its rows */
+            const gen_seg_ *sg = &seg[i];
+            const float *cos_p = g->rope_cos + (size_t)sg->pos0 * half, *sin_p = g->rope_sin + (size_t)sg->pos0 * half;
+            WF_TRY(wf_backend_rope_fwd(be, wf_f32(g->q + (size_t)sg->r0 * QD), wf_f32(cos_p), wf_f32(sin_p), 1,
+                                       sg->r1 - sg->r0, g->NH, g->HD, QD));
+            WF_TRY(wf_backend_rope_fwd(be, wf_f32(k_rows + (size_t)sg->r0 * KVD), wf_f32(cos_p), wf_f32(sin_p), 1,
+                                       sg->r1 - sg->r0, g->NKV, g->HD, KVD));
+        }
+        gen_attention(g, l, n, threads);
         WF_TRY(gen_linear(be, g->x, g->att, p->wo, n, QD, C, 1)); /* x += att wo^T */
         WF_TRY(wf_backend_rmsnorm_fwd(be, wf_f32(g->xn), wf_f32(g->rstd), wf_f32(g->x), wf_f32(p->ln2), n, C, g->eps));
         WF_TRY(gen_linear(be, g->h13, g->xn, p->w13, n, C, 2 * H, 0));
         WF_TRY(wf_backend_swiglu_fwd(be, wf_f32(g->gate), wf_f32(g->h13), n, H));
         WF_TRY(gen_linear(be, g->x, g->gate, p->w2, n, H, C, 1)); /* x += g w2^T */
     }
-    g->pos = p0 + n;
-    if (want_logits) {
+    if (want_last) {
         const float *x_last = g->x + (size_t)(n - 1) * C;
         WF_TRY(wf_backend_rmsnorm_fwd(be, wf_f32(g->xn), wf_f32(g->rstd), wf_f32(x_last), wf_f32(g->norm_f), 1, C,
                                       g->eps));
         WF_TRY(gen_linear(be, g->logits, g->xn, g->lm_head, 1, C, g->V, 0));
     }
+    if (all_logits) {
+        WF_TRY(wf_backend_rmsnorm_fwd(be, wf_f32(g->xn), wf_f32(g->rstd), wf_f32(g->x), wf_f32(g->norm_f), n, C,
+                                      g->eps));
+        WF_TRY(gen_linear(be, all_logits, g->xn, g->lm_head, n, C, g->V, 0));
+    }
+    return WF_OK;
+}
+
+/* Positions p0 .. p0+n-1 (n <= chunk, p0 = g->pos) of the sequence: each
+ * row attends to every position up to its own; with `want_logits`, the
+ * logits of the last row. */
+static wf_status gen_chunk_ops(wf_generator *g, const int32_t *tokens, int n, int want_logits, int threads) {
+    const int p0 = g->pos;
+    for (int i = 0; i < n; i++) g->row_pre[i] = 0, g->row_own0[i] = 0, g->row_own1[i] = p0 + i;
+    const gen_seg_ seg = {0, n, p0};
+    WF_TRY(gen_rows(g, tokens, n, p0, &seg, 1, want_logits, NULL, threads));
+    g->pos = p0 + n;
     return WF_OK;
 }
 
@@ -371,6 +425,69 @@ wf_status wf_generator_prefill(wf_generator *g, const int32_t *tokens, int n,
 
 wf_status wf_generator_step(wf_generator *g, int32_t token, const float **logits) {
     return wf_generator_prefill(g, &token, 1, logits);
+}
+
+wf_status wf_generator_rewind(wf_generator *g, int pos) {
+    if (pos < 0 || pos > g->pos)
+        return wf_error(WF_ERR_RANGE, "generate: rewind to position %d, but the cache holds %d positions", pos,
+                        g->pos);
+    g->pos = pos;
+    return WF_OK;
+}
+
+/* One pass of wf_generator_branches: rows [r_first, r_first + n) of the
+ * branches' concatenation, the first in branch *b, which starts at row
+ * *off; *b and *off are left at the branch of the pass's last row. On the
+ * prefill's threads. */
+static wf_status gen_branch_pass(wf_generator *g, const int32_t *tokens, const int *lens, int *b, int *off,
+                                 int r_first, int n, float *logits) {
+    const int P = g->pos;
+    gen_seg_ seg[GEN_CHUNK_];
+    int n_seg = 0;
+    for (int i = 0; i < n; i++) {
+        const int r = r_first + i;
+        if (r >= *off + lens[*b]) *off += lens[(*b)++];
+        if (i == 0 || r == *off) seg[n_seg++] = (gen_seg_){i, i, P + (r - *off)};
+        seg[n_seg - 1].r1 = i + 1;
+        g->row_pre[i] = P, g->row_own0[i] = P + *off, g->row_own1[i] = P + r;
+    }
+#ifdef _OPENMP
+    const int saved_threads = omp_get_max_threads();
+    if (g->n_threads != saved_threads) omp_set_num_threads(g->n_threads);
+#endif
+    wf_status s = gen_rows(g, tokens + r_first, n, P + r_first, seg, n_seg, 0, logits + (size_t)r_first * g->V,
+                           g->n_threads);
+#ifdef _OPENMP
+    if (g->n_threads != saved_threads) omp_set_num_threads(saved_threads);
+#endif
+    return s;
+}
+
+wf_status wf_generator_branches(wf_generator *g, const int32_t *tokens, const int *lens, int n_branch,
+                                float *logits) {
+    if (n_branch < 1)
+        return wf_error(WF_ERR_INVALID, "generate: %d branches; give at least one", n_branch);
+    long long total = 0;
+    for (int b = 0; b < n_branch; b++) {
+        if (lens[b] < 1)
+            return wf_error(WF_ERR_INVALID, "generate: branch %d has %d tokens; give at least one", b, lens[b]);
+        total += lens[b];
+    }
+    if (total > g->cap - g->pos)
+        return wf_error(WF_ERR_RANGE,
+                        "generate: branches of %lld tokens in all after position %d would pass the cache's %d "
+                        "positions; give fewer branches at a time",
+                        total, g->pos, g->cap);
+    for (long long i = 0; i < total; i++)
+        if (tokens[i] < 0 || tokens[i] >= g->V)
+            return wf_error(WF_ERR_RANGE, "generate: branch token %lld = %d is outside the vocabulary [0, %d)", i,
+                            tokens[i], g->V);
+    int b = 0, off = 0;
+    for (int r = 0; r < (int)total; r += g->chunk) {
+        const int n = (int)total - r < g->chunk ? (int)total - r : g->chunk;
+        WF_TRY(gen_branch_pass(g, tokens, lens, &b, &off, r, n, logits));
+    }
+    return WF_OK;
 }
 
 /* ------------------------------------------------------------ sampling */

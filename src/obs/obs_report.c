@@ -1074,6 +1074,10 @@ static wf_status ranks_section(wf_buf *b, const ranks_data *rd) {
  * --watch`: one line per checkpoint and dataset. Stitched per dataset by
  * step, a later line for the same step replacing the earlier one. */
 #define MAX_EVAL_SETS 16
+/* The eval.jsonl versions this reader takes: 1 (lines without `version`)
+ * and 2 (the key last; WF_EVAL_JSONL_VERSION of weft/eval.h, whose layer
+ * is above this one). */
+#define EVAL_JSONL_VERSION_MAX 2
 
 typedef struct {
     char name[72];    /* the dataset's name in eval.jsonl */
@@ -1087,6 +1091,8 @@ typedef struct {
     eval_set set[MAX_EVAL_SETS];
     size_t n_sets;
     size_t lines, bad_lines, first_bad_line, dropped; /* dropped: lines of datasets past MAX_EVAL_SETS */
+    size_t newer_lines, first_newer_line;             /* of a version this weft does not read */
+    long long newer_version;                          /* the first such line's (-1: not an integer) */
     int present;
 } eval_data;
 
@@ -1144,6 +1150,16 @@ static wf_status read_eval(eval_data *ev, const char *path) {
     json_t *o;
     while (s == WF_OK && wf_lines_next_json(&it, &o)) {
         size_t lineno = it.lineno;
+        json_t *ver = json_object_get(o, "version"); /* none: version 1 */
+        if (ver && !(json_is_integer(ver) && json_integer_value(ver) >= 1 &&
+                     json_integer_value(ver) <= EVAL_JSONL_VERSION_MAX)) {
+            if (!ev->newer_lines++) {
+                ev->first_newer_line = lineno;
+                ev->newer_version = json_is_integer(ver) ? (long long)json_integer_value(ver) : -1;
+            }
+            json_decref(o);
+            continue;
+        }
         if (json_is_string(json_object_get(o, "task"))) { /* a downstream task's line (weft eval --tasks) */
             json_decref(o);
             continue;
@@ -1196,6 +1212,19 @@ static void eval_align(const eval_set *e, const double *vals, const double *x, s
     }
 }
 
+/* The lines of a later eval.jsonl version, refused: said, not shown. */
+static void eval_newer_note(wf_buf *b, const eval_data *ev) {
+    if (!ev->newer_lines) return;
+    char v[32];
+    if (ev->newer_version >= 0) snprintf(v, sizeof v, "%lld", ev->newer_version);
+    else snprintf(v, sizeof v, "that is not an integer");
+    wf_buf_printf(b, "<p class=\"warn\">%zu line%s of eval.jsonl (the first: line %zu, version %s) %s of a format "
+                     "version this weft does not read (it reads versions 1 to %d); they are not shown: use the weft "
+                     "that wrote them.</p>",
+                  ev->newer_lines, ev->newer_lines == 1 ? "" : "s", ev->first_newer_line, v,
+                  ev->newer_lines == 1 ? "is" : "are", EVAL_JSONL_VERSION_MAX);
+}
+
 /* The Evaluation section: loss and bits per byte per dataset against the
  * checkpoint's step, and a table of each dataset's last and best. */
 static wf_status eval_section(wf_buf *b, const eval_data *ev) {
@@ -1204,8 +1233,10 @@ static wf_status eval_section(wf_buf *b, const eval_data *ev) {
     size_t cap = 0;
     for (size_t k = 0; k < ev->n_sets; k++) cap += ev->set[k].n;
     if (!cap) {
-        wf_buf_printf(b, "<p>eval.jsonl holds no results yet (%zu line%s).</p></section>\n", ev->lines,
+        wf_buf_printf(b, "<p>eval.jsonl holds no results yet (%zu line%s).</p>", ev->lines,
                       ev->lines == 1 ? "" : "s");
+        eval_newer_note(b, ev);
+        PUT(b, "</section>\n");
         return WF_OK;
     }
     size_t ns = ev->n_sets < MAX_SERIES ? ev->n_sets : MAX_SERIES;
@@ -1262,6 +1293,7 @@ static wf_status eval_section(wf_buf *b, const eval_data *ev) {
                           "belong%s to datasets past the first %d; they are not shown.</p>",
                       ev->bad_lines, ev->bad_lines == 1 ? "" : "s", ev->first_bad_line, ev->dropped,
                       ev->dropped == 1 ? "s" : "", MAX_EVAL_SETS);
+    eval_newer_note(b, ev);
     PUT(b, "</section>\n");
     free(x);
     free(y);

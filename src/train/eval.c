@@ -607,9 +607,10 @@ size_t wf_eval_result_json(const wf_eval_result *r, const char *checkpoint, char
         n = snprintf(buf, size,
                      "{\"step\":%" PRIu64 ",\"time\":%s,\"dataset\":\"%s\",\"split\":\"%s\",\"loss\":%s,\"bpb\":%s,"
                      "\"tokens\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"sequences\":%" PRIu64
-                     ",\"seq_len\":%d,\"eval_s\":%s,\"data_dir\":\"%s\"%s%s%s}\n",
+                     ",\"seq_len\":%d,\"eval_s\":%s,\"data_dir\":\"%s\"%s%s%s,\"version\":%d}\n",
                      r->step, time_s, r->dataset, r->split, loss, bpb, r->tokens, r->bytes, r->sequences, r->seq_len,
-                     secs, edir, checkpoint ? ",\"checkpoint\":\"" : "", checkpoint ? ecp : "", checkpoint ? "\"" : "");
+                     secs, edir, checkpoint ? ",\"checkpoint\":\"" : "", checkpoint ? ecp : "", checkpoint ? "\"" : "",
+                     WF_EVAL_JSONL_VERSION);
     }
     free(ecp);
     free(edir);
@@ -681,6 +682,21 @@ static wf_status read_done(watch *w) {
     wf_lines_init(&it, text, len);
     json_t *o;
     while (s == WF_OK && wf_lines_next_json(&it, &o)) {
+        /* version 1 (no key: dataset lines, and the tasks' lines of before
+         * the bump) and 2 read alike; a later one is refused */
+        json_t *ver = json_object_get(o, "version");
+        if (ver && !(json_is_integer(ver) && json_integer_value(ver) >= 1 &&
+                     json_integer_value(ver) <= WF_EVAL_JSONL_VERSION)) {
+            char v[32];
+            if (json_is_integer(ver)) snprintf(v, sizeof v, "%" JSON_INTEGER_FORMAT, json_integer_value(ver));
+            else snprintf(v, sizeof v, "that is not an integer");
+            s = wf_error(WF_ERR_FORMAT,
+                         "%s: line %zu is of eval.jsonl version %s, which this weft does not read (it reads versions "
+                         "1 to %d): use the weft that wrote it, or move the file away",
+                         w->jsonl, it.lineno, v, WF_EVAL_JSONL_VERSION);
+            json_decref(o);
+            break;
+        }
         json_t *step = json_object_get(o, "step");
         const char *name = json_string_value(json_object_get(o, "dataset"));
         const char *split = json_string_value(json_object_get(o, "split"));

@@ -15,14 +15,18 @@
  * (fewshot_seed, task, example index) alone, so it does not depend on the
  * limit, the ranks or the batch size.
  *
- * Scoring: requests are sorted by length within a task and scored B at a
- * time in one forward pass of the longest one's length (shorter ones are
- * padded after their end, which the causal attention never lets earlier
- * positions see). The log-softmax of the continuation's positions is
- * computed in double from the logits.
+ * Scoring, by default: one example at a time, the tokens its choices
+ * share at their start go into a generator's key/value cache once (kept
+ * for the next example as far as it shares them), and the choices' other
+ * tokens are forwarded on top of it as branches (weft/generate.h). With
+ * full_forward (or a model without its own parameter buffer): requests are
+ * sorted by length within a task and scored B at a time in one forward
+ * pass of the longest one's length (shorter ones are padded after their
+ * end, which the causal attention never lets earlier positions see). Either
+ * way the log-softmax of the continuation's positions is computed in
+ * double from the logits.
  *
- * Not here: a KV cache for the shared context of an example's choices (the
- * model has none for batches), generative tasks.
+ * Not here: generative tasks.
  */
 #include "weft/eval_tasks.h"
 
@@ -37,7 +41,9 @@
 
 #include "train/eval_tasks_impl.h"
 #include "weft/buf.h"
+#include "weft/eval.h"
 #include "weft/fileio.h"
+#include "weft/generate.h"
 #include "weft/json.h"
 #include "weft/lines.h"
 #include "weft/log.h"
@@ -47,6 +53,7 @@
 
 #define DEFAULT_BATCH 8
 #define MAX_TASKS 64
+#define TOKENIZE_THREADS_MAX 64
 
 /* The named groups. core20: the offline stand-in for CORE (docs/eval.md
  * says how it differs); quick: a few minutes' worth on a small model. */
@@ -314,6 +321,130 @@ static void draw_shots(const wf_tasks *t, const task *k, size_t e, size_t *out) 
     }
 }
 
+/* Tokenizes examples i0, i0 + step, ... below k->n_use of task k into
+ * their requests' ids; *max_len gets the longest. Each example is
+ * tokenized on its own (its shots, then each choice's context and
+ * continuation), so the ids do not depend on which thread does it. On an
+ * error, *failed is the example's index. */
+static wf_status tokenize_examples(const wf_tasks *t, task *k, const raw_request *raw, const char *pool,
+                                   const wf_tokenizer *tok, int32_t bos, size_t i0, size_t step, int *max_len,
+                                   size_t *failed) {
+    const char *name = k->f->name;
+    wf_ids v = {0};
+    wf_buf ctx = {0}, prev_text = {0};
+    size_t k0 = 0;
+    wf_status s = WF_OK;
+    size_t *shot = k->shots ? calloc((size_t)k->shots, sizeof *shot) : NULL;
+    if (k->shots && !shot) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    size_t i = i0;
+    for (; s == WF_OK && i < k->n_use; i += step) {
+        const example *e = &k->ex[i];
+        ctx.len = 0;
+        if (k->shots) {
+            draw_shots(t, k, i, shot);
+            for (int q = 0; q < k->shots && s == WF_OK; q++) {
+                const example *se = &k->ex[shot[q]];
+                const raw_request *g = &raw[se->first + (size_t)(k->f->cloze ? 0 : se->gold)];
+                s = wf_buf_printf(&ctx, "%s%s\n\n", pool + g->context, pool + g->continuation);
+            }
+        }
+        for (int c = 0; s == WF_OK && c < e->n_choices; c++) {
+            const raw_request *r = &raw[e->first + (size_t)c];
+            request *q = &k->rq[e->first + (size_t)c];
+            size_t base = ctx.len;
+            s = wf_buf_puts(&ctx, pool + r->context);
+            /* The choices of an example mostly share their context: the
+             * ids of the last one are kept ([bos] context, k0 of them). */
+            if (s == WF_OK && c > 0 && ctx.len == prev_text.len && memcmp(ctx.data, prev_text.data, ctx.len) == 0) {
+                v.n = k0;
+            } else if (s == WF_OK) {
+                v.n = 0;
+                if (bos >= 0) s = wf_ids_push(&v, bos);
+                size_t c0 = v.n;
+                if (s == WF_OK) s = wf_tokenizer_encode(tok, ctx.data, ctx.len, 0, &v);
+                if (s == WF_OK) s = check_roundtrip(tok, &v, c0, ctx.data, ctx.len, name, e->doc_id, "context");
+                k0 = v.n;
+                prev_text.len = 0;
+                if (s == WF_OK) s = wf_buf_append(&prev_text, ctx.data, ctx.len);
+            }
+            const char *cont = pool + r->continuation;
+            size_t cl = strlen(cont);
+            if (s == WF_OK) s = wf_tokenizer_encode(tok, cont, cl, 0, &v);
+            if (s == WF_OK) s = check_roundtrip(tok, &v, k0, cont, cl, name, e->doc_id, "continuation");
+            if (s == WF_OK && v.n == k0)
+                s = wf_error(WF_ERR_FORMAT, "task %s: doc_id %" PRId64 " choice %d has an empty continuation", name,
+                             e->doc_id, c);
+            if (s == WF_OK && v.n > (size_t)INT32_MAX / 2) s = wf_error(WF_ERR_FORMAT, "task %s: a request too long", name);
+            if (s != WF_OK) break;
+            free(q->ids); /* a failed parallel run's, redone for its error */
+            q->ids = malloc(v.n * sizeof *q->ids);
+            if (!q->ids) {
+                s = wf_error(WF_ERR_NOMEM, "out of memory");
+                break;
+            }
+            memcpy(q->ids, v.ids, v.n * sizeof *q->ids);
+            q->len = (int)v.n;
+            q->cont = (int)(v.n - k0);
+            q->cont_bytes = (uint32_t)cl;
+            q->choice = c;
+            if (q->len > *max_len) *max_len = q->len;
+            ctx.len = base;
+        }
+        if (s != WF_OK) break;
+    }
+    *failed = i;
+    free(shot);
+    wf_ids_free(&v);
+    wf_buf_free(&ctx);
+    wf_buf_free(&prev_text);
+    return s;
+}
+
+typedef struct {
+    const wf_tasks *t;
+    task *k;
+    const raw_request *raw;
+    const char *pool;
+    const wf_tokenizer *tok;
+    int32_t bos;
+    int max_len[TOKENIZE_THREADS_MAX];
+    size_t failed[TOKENIZE_THREADS_MAX]; /* SIZE_MAX: none */
+} tokenize_job;
+
+static wf_status tokenize_worker(void *ctx, int tid, int n_threads) {
+    tokenize_job *j = ctx;
+    size_t failed;
+    if (tokenize_examples(j->t, j->k, j->raw, j->pool, j->tok, j->bos, (size_t)tid, (size_t)n_threads,
+                          &j->max_len[tid], &failed) != WF_OK)
+        j->failed[tid] = failed;
+    return WF_OK; /* the error is made again on the caller's thread: the first example's */
+}
+
+/* Tokenizes the examples of task k on t->o.threads threads (example i on
+ * thread i % threads). When some fail, the first failing example in file
+ * order is tokenized again on this thread for its error, so the message is
+ * the one a single thread gives. */
+static wf_status tokenize_task(wf_tasks *t, task *k, const raw_request *raw, const char *pool,
+                               const wf_tokenizer *tok, int32_t bos) {
+    k->n_rq = k->n_use ? k->ex[k->n_use - 1].first + (size_t)k->ex[k->n_use - 1].n_choices : 0;
+    int n = t->o.threads > 1 ? t->o.threads : 1;
+    if (n > TOKENIZE_THREADS_MAX) n = TOKENIZE_THREADS_MAX;
+    if ((size_t)n > k->n_use) n = k->n_use ? (int)k->n_use : 1;
+    tokenize_job j = {.t = t, .k = k, .raw = raw, .pool = pool, .tok = tok, .bos = bos};
+    for (int i = 0; i < n; i++) j.failed[i] = SIZE_MAX;
+    WF_TRY(wf_parallel_run(n, tokenize_worker, &j));
+    size_t first = SIZE_MAX;
+    for (int i = 0; i < n; i++) {
+        if (j.failed[i] < first) first = j.failed[i];
+        if (j.max_len[i] > t->max_len) t->max_len = j.max_len[i];
+    }
+    if (first == SIZE_MAX) return WF_OK;
+    int unused = 0;
+    size_t again;
+    wf_status s = tokenize_examples(t, k, raw, pool, tok, bos, first, k->n_use, &unused, &again);
+    return s != WF_OK ? s : wf_error(WF_ERR_INTERNAL, "task %s: example %zu failed on a thread only", k->f->name, first);
+}
+
 static wf_status load_task(wf_tasks *t, task *k, const wf_tokenizer *tok, int32_t bos) {
     const char *name = k->f->name;
     char *gz = NULL;
@@ -387,70 +518,8 @@ static wf_status load_task(wf_tasks *t, task *k, const wf_tokenizer *tok, int32_
     if (k->limit > 0 && (uint64_t)k->limit < k->n_use) k->n_use = (size_t)k->limit;
     if (s == WF_OK && k->shots >= (int)k->n_ex)
         s = wf_error(WF_ERR_CONFIG, "task %s: %d shots, but it has only %zu examples", name, k->shots, k->n_ex);
-    /* tokenize the requests of the examples used */
-    wf_ids v = {0};
-    wf_buf ctx = {0}, prev_text = {0};
-    size_t k0 = 0;
-    size_t *shot = k->shots ? calloc((size_t)k->shots, sizeof *shot) : NULL;
-    if (s == WF_OK && k->shots && !shot) s = wf_error(WF_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; s == WF_OK && i < k->n_use; i++) {
-        const example *e = &k->ex[i];
-        ctx.len = 0;
-        if (k->shots) {
-            draw_shots(t, k, i, shot);
-            for (int q = 0; q < k->shots && s == WF_OK; q++) {
-                const example *se = &k->ex[shot[q]];
-                const raw_request *g = &raw[se->first + (size_t)(k->f->cloze ? 0 : se->gold)];
-                s = wf_buf_printf(&ctx, "%s%s\n\n", pool.data + g->context, pool.data + g->continuation);
-            }
-        }
-        for (int c = 0; s == WF_OK && c < e->n_choices; c++) {
-            const raw_request *r = &raw[e->first + (size_t)c];
-            request *q = &k->rq[e->first + (size_t)c];
-            size_t base = ctx.len;
-            s = wf_buf_puts(&ctx, pool.data + r->context);
-            /* The choices of an example mostly share their context: the
-             * ids of the last one are kept ([bos] context, k0 of them). */
-            if (s == WF_OK && c > 0 && ctx.len == prev_text.len && memcmp(ctx.data, prev_text.data, ctx.len) == 0) {
-                v.n = k0;
-            } else if (s == WF_OK) {
-                v.n = 0;
-                if (bos >= 0) s = wf_ids_push(&v, bos);
-                size_t c0 = v.n;
-                if (s == WF_OK) s = wf_tokenizer_encode(tok, ctx.data, ctx.len, 0, &v);
-                if (s == WF_OK) s = check_roundtrip(tok, &v, c0, ctx.data, ctx.len, name, e->doc_id, "context");
-                k0 = v.n;
-                prev_text.len = 0;
-                if (s == WF_OK) s = wf_buf_append(&prev_text, ctx.data, ctx.len);
-            }
-            const char *cont = pool.data + r->continuation;
-            size_t cl = strlen(cont);
-            if (s == WF_OK) s = wf_tokenizer_encode(tok, cont, cl, 0, &v);
-            if (s == WF_OK) s = check_roundtrip(tok, &v, k0, cont, cl, name, e->doc_id, "continuation");
-            if (s == WF_OK && v.n == k0)
-                s = wf_error(WF_ERR_FORMAT, "task %s: doc_id %" PRId64 " choice %d has an empty continuation", name,
-                             e->doc_id, c);
-            if (s == WF_OK && v.n > (size_t)INT32_MAX / 2) s = wf_error(WF_ERR_FORMAT, "task %s: a request too long", name);
-            if (s != WF_OK) break;
-            q->ids = malloc(v.n * sizeof *q->ids);
-            if (!q->ids) {
-                s = wf_error(WF_ERR_NOMEM, "out of memory");
-                break;
-            }
-            memcpy(q->ids, v.ids, v.n * sizeof *q->ids);
-            q->len = (int)v.n;
-            q->cont = (int)(v.n - k0);
-            q->cont_bytes = (uint32_t)cl;
-            q->choice = c;
-            if (q->len > t->max_len) t->max_len = q->len;
-            ctx.len = base;
-        }
-        k->n_rq = e->first + (size_t)e->n_choices;
-    }
-    free(shot);
-    wf_ids_free(&v);
-    wf_buf_free(&ctx);
-    wf_buf_free(&prev_text);
+    /* tokenize the requests of the examples used, on threads */
+    if (s == WF_OK) s = tokenize_task(t, k, raw, pool.data, tok, bos);
     wf_buf_free(&pool);
     free(raw);
     return s;
@@ -542,6 +611,29 @@ static int by_length(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* log softmax(z)[target] in double from the float logits z (V); clears
+ * *greedy unless target is the argmax (a tie with the max counts). */
+static double score_position(const float *z, int V, int32_t target, int *greedy) {
+    int arg = 0;
+    float mx = z[0];
+    for (int v = 1; v < V; v++)
+        if (z[v] > mx) mx = z[v], arg = v;
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += exp((double)z[v] - (double)mx);
+    if (arg != target && z[target] < mx) *greedy = 0;
+    return (double)z[target] - (double)mx - log(sum);
+}
+
+static wf_status check_ids(const int32_t *ids, int n, int V) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return wf_error(WF_ERR_CONFIG,
+                            "the tokenizer gives id %" PRId32 ", outside the model's vocabulary of %d: "
+                            "give the model's own tokenizer",
+                            ids[i], V);
+    return WF_OK;
+}
+
 /* Scores requests idx[0..n) of task k, B at a time. */
 static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size_t n, int32_t *inputs,
                             wf_progress *prog, uint64_t *done, size_t *cut) {
@@ -565,12 +657,7 @@ static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size
                 int32_t id = i < L - 1 ? ids[i] : 0;
                 row[i] = id;
             }
-            for (int i = 0; i < L; i++)
-                if (ids[i] < 0 || ids[i] >= V)
-                    return wf_error(WF_ERR_CONFIG,
-                                    "the tokenizer gives id %" PRId32 ", outside the model's vocabulary of %d: "
-                                    "give the model's own tokenizer",
-                                    ids[i], V);
+            WF_TRY(check_ids(ids, L, V));
         }
         WF_TRY(wf_model_forward(m, inputs, NULL, b, T, NULL));
         const float *logits = wf_model_logits(m);
@@ -581,22 +668,101 @@ static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size
             double lp = 0;
             int greedy = 1;
             int cont = q->cont < L - 1 ? q->cont : L - 1; /* a continuation longer than max_seq: its end */
-            for (int pos = L - 1 - cont; pos < L - 1; pos++) {
-                const float *z = logits + ((size_t)r * (size_t)T + (size_t)pos) * (size_t)V;
-                int arg = 0;
-                float mx = z[0];
-                for (int v = 1; v < V; v++)
-                    if (z[v] > mx) mx = z[v], arg = v;
-                double sum = 0;
-                for (int v = 0; v < V; v++) sum += exp((double)z[v] - (double)mx);
-                int32_t target = ids[pos + 1];
-                lp += (double)z[target] - (double)mx - log(sum);
-                if (arg != target && z[target] < mx) greedy = 0; /* a tie with the max counts as the argmax */
-            }
+            for (int pos = L - 1 - cont; pos < L - 1; pos++)
+                lp += score_position(logits + ((size_t)r * (size_t)T + (size_t)pos) * (size_t)V, V, ids[pos + 1],
+                                     &greedy);
             q->logprob = lp;
             q->greedy = greedy;
         }
         *done += (uint64_t)b;
+        if (prog) wf_progress_update(prog, *done);
+    }
+    return WF_OK;
+}
+
+/* The prefix path's state: the generator, the tokens its cache holds
+ * (kept across examples and tasks, so that a prefix the next example
+ * shares, e.g. a task's built-in shots, is not computed again), and the
+ * branches' buffers. */
+typedef struct {
+    wf_generator *g;
+    int max_seq, V;    /* the generator's capacity, the vocabulary */
+    int32_t *cached;   /* (max_seq) the tokens of the cache's positions */
+    int32_t *branch;   /* (max_seq) the branches' tokens, concatenated */
+    int *lens;         /* (max_seq) */
+    float *logits;     /* (max_seq, V) */
+} prefix_state;
+
+/* Scores this rank's examples of task k, one example at a time: the
+ * tokens its choices share ([bos] and the context, up to the first
+ * continuation token any choice scores) go into the generator's cache once
+ * (only the part the cache does not hold already), then the choices'
+ * remaining tokens are forwarded on top of it together as branches, as
+ * many at a time as fit the cache. Each choice sees exactly the tokens of
+ * its full forward, at the same positions. */
+static wf_status score_task_prefix(wf_tasks *t, task *k, prefix_state *ps, wf_progress *prog, uint64_t *done,
+                                   size_t *cut, size_t *rest, size_t *n_rest) {
+    const int V = ps->V, max_seq = ps->max_seq;
+    for (size_t x = (size_t)t->o.rank; x < k->n_use; x += (size_t)t->o.world) {
+        const example *e = &k->ex[x];
+        request *q = &k->rq[e->first];
+        /* P: the tokens every choice has at its start, none of them scored */
+        int P = INT32_MAX;
+        long rows_full = 0;
+        for (int c = 0; c < e->n_choices; c++) {
+            int L = eff_len(&q[c], max_seq), cont = q[c].cont < L - 1 ? q[c].cont : L - 1;
+            WF_TRY(check_ids(q[c].ids + (q[c].len - L), L, V));
+            if (L - 1 - cont < P) P = L - 1 - cont;
+            rows_full += L - 1;
+        }
+        const int32_t *ids0 = q[0].ids + (q[0].len - eff_len(&q[0], max_seq));
+        for (int c = 1; c < e->n_choices; c++) {
+            const int32_t *ids = q[c].ids + (q[c].len - eff_len(&q[c], max_seq));
+            int i = 0;
+            while (i < P && ids[i] == ids0[i]) i++;
+            P = i;
+        }
+        /* Little shared (one choice, contexts cut from the left at other
+         * places, different contexts): the batched full forwards of the
+         * rest are faster than this example's rows through the cache. */
+        if (2 * (rows_full - (long)P * (e->n_choices - 1)) > rows_full) {
+            for (int c = 0; c < e->n_choices; c++) rest[(*n_rest)++] = e->first + (size_t)c;
+            continue;
+        }
+        for (int c = 0; c < e->n_choices; c++)
+            if (q[c].cont > max_seq) (*cut)++;
+        /* the cache: keep what it holds of the prefix, compute the rest */
+        int keep = 0, pos = wf_generator_pos(ps->g);
+        while (keep < pos && keep < P && ps->cached[keep] == ids0[keep]) keep++;
+        WF_TRY(wf_generator_rewind(ps->g, keep));
+        if (P > keep) WF_TRY(wf_generator_prefill(ps->g, ids0 + keep, P - keep, NULL));
+        memcpy(ps->cached + keep, ids0 + keep, (size_t)(P - keep) * sizeof *ps->cached);
+        /* the choices from position P on, as many at a time as fit */
+        for (int c0 = 0; c0 < e->n_choices;) {
+            int n = 0, rows = 0;
+            while (c0 + n < e->n_choices) {
+                const request *r = &q[c0 + n];
+                int L = eff_len(r, max_seq), len = L - 1 - P;
+                if (n > 0 && P + rows + len > max_seq) break;
+                memcpy(ps->branch + rows, r->ids + (r->len - L) + P, (size_t)len * sizeof *ps->branch);
+                ps->lens[n++] = len;
+                rows += len;
+            }
+            WF_TRY(wf_generator_branches(ps->g, ps->branch, ps->lens, n, ps->logits));
+            for (int b = 0, off = 0; b < n; off += ps->lens[b++]) {
+                request *r = &q[c0 + b];
+                int L = eff_len(r, max_seq), cont = r->cont < L - 1 ? r->cont : L - 1;
+                const int32_t *ids = r->ids + (r->len - L);
+                double lp = 0;
+                int greedy = 1;
+                for (int p = L - 1 - cont; p < L - 1; p++)
+                    lp += score_position(ps->logits + (size_t)(off + p - P) * (size_t)V, V, ids[p + 1], &greedy);
+                r->logprob = lp;
+                r->greedy = greedy;
+            }
+            c0 += n;
+        }
+        *done += (uint64_t)e->n_choices;
         if (prog) wf_progress_update(prog, *done);
     }
     return WF_OK;
@@ -690,10 +856,23 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         free(idx);
         return wf_error(WF_ERR_NOMEM, "out of memory");
     }
-    wf_progress prog;
-    if (t->o.progress) wf_progress_init(&prog, "eval tasks", "req", total);
-    uint64_t done = 0;
+    /* The shared prefix once per example, when the generator can read the
+     * model's parameters in place (not a model whose units are bound
+     * elsewhere, as in a sharded trainer). */
+    prefix_state ps = {.max_seq = max_seq, .V = mc->vocab_size};
     wf_status s = WF_OK;
+    if (!t->o.full_forward && wf_model_params(m)) {
+        s = wf_generator_create(&ps.g, m, max_seq);
+        ps.cached = s == WF_OK ? malloc((size_t)max_seq * sizeof *ps.cached) : NULL;
+        ps.branch = ps.cached ? malloc((size_t)max_seq * sizeof *ps.branch) : NULL;
+        ps.lens = ps.branch ? malloc((size_t)max_seq * sizeof *ps.lens) : NULL;
+        ps.logits = ps.lens ? malloc((size_t)max_seq * (size_t)mc->vocab_size * sizeof *ps.logits) : NULL;
+        if (s == WF_OK && !ps.logits) s = wf_error(WF_ERR_NOMEM, "out of memory");
+    }
+    wf_progress prog;
+    if (s == WF_OK && t->o.progress) wf_progress_init(&prog, "eval tasks", "req", total);
+    uint64_t done = 0;
+    const int progress = s == WF_OK && t->o.progress;
     for (size_t i = 0; i < t->n && s == WF_OK; i++) {
         task *k = &t->tasks[i];
         wf_task_result *res = &results[i];
@@ -706,9 +885,14 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         for (size_t x = (size_t)t->o.rank; x < k->n_use; x += (size_t)t->o.world)
             for (int c = 0; c < k->ex[x].n_choices; c++) idx[n++] = k->ex[x].first + (size_t)c;
         size_t cut = 0;
-        s = score_task(t, k, m, idx, n, inputs, t->o.progress ? &prog : NULL, &done, &cut);
+        if (ps.g) {
+            size_t n_rest = 0;
+            s = score_task_prefix(t, k, &ps, progress ? &prog : NULL, &done, &cut, idx, &n_rest);
+            if (s == WF_OK && n_rest) s = score_task(t, k, m, idx, n_rest, inputs, progress ? &prog : NULL, &done, &cut);
+        } else
+            s = score_task(t, k, m, idx, n, inputs, progress ? &prog : NULL, &done, &cut);
         if (s == WF_OK && cut) {
-            if (t->o.progress) wf_progress_clear(&prog);
+            if (progress) wf_progress_clear(&prog);
             WF_WARN("task %s: %zu of %zu requests have a continuation longer than the model's %d-token sequences: "
                     "only its last tokens are scored",
                     k->f->name, cut, n, t->o.max_seq > 0 ? t->o.max_seq : wf_model_get_config(m)->max_seq_len);
@@ -721,12 +905,17 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         res->seconds = wf_time_now() - t0;
         wf_tasks_finish(res);
     }
-    if (t->o.progress) {
+    if (progress) {
         if (s == WF_OK)
             wf_progress_done(&prog);
         else
             wf_progress_clear(&prog);
     }
+    wf_generator_destroy(ps.g);
+    free(ps.cached);
+    free(ps.branch);
+    free(ps.lens);
+    free(ps.logits);
     free(inputs);
     free(idx);
     if (s == WF_OK && t->examples_path) s = write_examples(t);
@@ -775,7 +964,7 @@ size_t wf_tasks_result_json(const wf_task_result *r, uint64_t step, const char *
                                 r->name, r->cloze ? "cloze" : "mc", step, tm, r->shots, r->examples, acc, norm, cen,
                                 bpb, secs);
     if (s == WF_OK) s = put_model(&b, model);
-    if (s == WF_OK) s = wf_buf_puts(&b, "}\n");
+    if (s == WF_OK) s = wf_buf_printf(&b, ",\"version\":%d}\n", WF_EVAL_JSONL_VERSION);
     return finish_line(&b, s, buf, size);
 }
 
@@ -791,6 +980,6 @@ size_t wf_tasks_aggregate_json(const wf_tasks *t, const wf_task_result *r, size_
                                     ",\"time\":%s,\"tasks\":%zu,\"centered\":%s",
                                 t->core20 ? "CORE-20 (offline)" : "mean", step, tm, n, cen);
     if (s == WF_OK) s = put_model(&b, model);
-    if (s == WF_OK) s = wf_buf_puts(&b, "}\n");
+    if (s == WF_OK) s = wf_buf_printf(&b, ",\"version\":%d}\n", WF_EVAL_JSONL_VERSION);
     return finish_line(&b, s, buf, size);
 }

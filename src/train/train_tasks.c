@@ -43,7 +43,8 @@ wf_status wf__train_tasks_setup(trainer *t) {
                        .batch_size = t->Bl,
                        .max_seq = t->T,
                        .rank = t->rank,
-                       .world = t->world};
+                       .world = t->world,
+                       .threads = wf_kern_threads()};
     wf_status s = wf_tasks_create(&t->tasks, &o, tok);
     wf_tokenizer_destroy(tok);
     if (s != WF_OK) return wf_error_wrap(s, "train.eval_tasks: ");

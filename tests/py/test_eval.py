@@ -18,7 +18,8 @@ checkpoint at a time or following a training run (--watch).
 - Killed and restarted, the watcher skips what eval.jsonl holds, removes a
   line cut short, takes over the dead watcher's lock.
 - TensorBoard's own reader reads the events; `weft report` shows them;
-  eval.jsonl has exactly the keys docs/formats/eval-jsonl.md lists.
+  eval.jsonl has exactly the keys docs/formats/eval-jsonl.md lists; the
+  watcher reads its versions 1 and 2 and refuses a later one.
 - Errors: a missing dataset, a dataset of another tokenizer or a larger
   vocabulary, a corrupt checkpoint (fails alone, skipped by the watcher).
 """
@@ -379,6 +380,35 @@ def test_eval_jsonl_spec_lists_every_key(env, tmp_path):
     (w,) = jsonl(run / "eval.jsonl")
     assert list(w) == documented
     assert "[eval-jsonl.md](eval-jsonl.md)" in (ROOT / "docs" / "formats" / "README.md").read_text()
+
+
+def test_watch_reads_eval_jsonl_versions_1_and_2_and_refuses_a_later_one(env, tmp_path):
+    """eval.jsonl version 2 (docs/formats/eval-jsonl.md, "Versions"): lines
+    end with "version":2; a file of version-1 lines (no key, as weft wrote
+    before the bump: dataset lines and tasks' lines) or of version-2 lines
+    tells the watcher what is done alike; a line of version 3 stops it,
+    naming the file, the line and the version."""
+    (ref,) = eval_json("--checkpoint", env / "run" / "checkpoints" / "step-0000004", "--data", env / "data",
+                       "--tokens", 64)
+    assert list(ref)[-1] == "version" and ref["version"] == 2
+    v1 = {k: v for k, v in ref.items() if k != "version"}
+    task_v1 = {"task": "arc_easy", "kind": "mc", "step": 4, "time": 1.0, "shots": 0, "examples": 3, "acc": 0.5,
+               "acc_norm": 0.5, "centered": 0.1, "bpb": 3.0, "eval_s": 0.1, "model": "m"}
+    for name, lines in (("v1", [task_v1, v1]), ("v2", [dict(task_v1, version=2), ref]),
+                        ("mixed", [v1, dict(ref, step=8)])):
+        run = tmp_path / name
+        copy_checkpoint(env / "run" / "checkpoints" / "step-0000004", run / "checkpoints")
+        (run / "eval.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+        out, err = finish(start_watch(run, "--data", env / "data", "--tokens", 64, "--stop-after", 4))
+        assert "0 checkpoints evaluated" in err and "1 already in" in err and out == "", err
+    run = tmp_path / "v3"
+    copy_checkpoint(env / "run" / "checkpoints" / "step-0000004", run / "checkpoints")
+    (run / "eval.jsonl").write_text(json.dumps(v1) + "\n" + json.dumps(dict(ref, step=8, version=3)) + "\n")
+    p = start_watch(run, "--data", env / "data", "--tokens", 64, "--stop-after", 4)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 1 and out == ""
+    assert f"{run / 'eval.jsonl'}: line 2 is of eval.jsonl version 3" in err and "reads versions 1 to 2" in err
+    assert len(jsonl(run / "eval.jsonl")) == 2  # nothing appended
 
 
 # ---------------------------------------------------------------- errors

@@ -240,12 +240,81 @@ def test_shots_and_seed(hf_random, task_dir, tmp_path):
         assert len(b) > len(a) and b[-(len(a) - 1):] == a[1:]
 
 
+def test_prefix_cache_equals_full_forwards(hf_random, task_dir, tmp_path):
+    """The shared prefix computed once (the default) against a full forward
+    per request (--prefix-cache=false, the way of before), on tasks whose
+    choices share their context (arc_easy, hellaswag), whose contexts differ
+    by choice (winogrande), the cloze task, a task with five shots built in
+    and two drawn shots (long contexts, many cut from the left at 160)."""
+    tasks = "arc_easy,hellaswag,winogrande,lambada,basic_skills_arithmetic"
+    a, b = tmp_path / "kv", tmp_path / "full"
+    a.mkdir()
+    b.mkdir()
+    _, ra, qa = weft_tasks(["--model", hf_random], task_dir, a, tasks, "--limit", 40, "--shots", 2)
+    _, rb, qb = weft_tasks(["--model", hf_random], task_dir, b, tasks, "--limit", 40, "--shots", 2,
+                           "--prefix-cache=false")
+    assert len(qa) == len(qb) > 500
+    assert any(len(q["ids"]) > MAX_SEQ + 1 for q in qa)  # some are cut
+    # Both are fp32 forwards of the same tokens in another order of
+    # arithmetic (the cache's attention and one example's rows through the
+    # matmuls against the model's batched forward), so they differ by the
+    # rounding of logits: measured up to 3.9e-5 on log-likelihoods of
+    # -260 (this model's init of 0.2 makes large logits; 4e-7 relative),
+    # as much as the full forward differs from transformers' (5.3e-5). On
+    # stories15M's shape and init the difference is under 1e-5 (bench/README.md).
+    # A wrong position or a token seen by the wrong choice costs 1e-2 and more.
+    for x, y in zip(qa, qb):
+        assert (x["task"], x["example"], x["choice"], x["ids"]) == (y["task"], y["example"], y["choice"], y["ids"])
+        assert abs(x["logprob"] - y["logprob"]) <= 1e-5 + 2e-7 * abs(y["logprob"]), (x, y["logprob"])
+        assert x["greedy"] == y["greedy"]
+    assert [x["task"] for x in ra] == [y["task"] for y in rb]
+    for x, y in zip(ra[:-1], rb[:-1]):
+        assert x["acc"] == y["acc"] and x["acc_norm"] == y["acc_norm"]
+        assert x["bpb"] == pytest.approx(y["bpb"], rel=1e-6)
+    assert ra[-1]["centered"] == rb[-1]["centered"]
+
+
+def test_tokenizing_on_threads_gives_the_ids_of_one_thread(hf_random, task_dir, tmp_path):
+    """The tasks' text is tokenized on --threads threads (example i on thread
+    i % threads): the ids, the scores and the refusal of a text the
+    tokenizer cannot encode are those of one thread."""
+    tasks = "arc_easy,winogrande,lambada,basic_skills_arithmetic"
+    out = {}
+    for n in (1, 3):
+        d = tmp_path / str(n)
+        d.mkdir()
+        out[n] = weft_tasks(["--model", hf_random], task_dir, d, tasks, "--limit", 50, "--shots", 3,
+                            "--threads", n)[2]
+    assert len(out[1]) > 300
+    assert [(q["task"], q["example"], q["choice"], q["ids"], q["cont"], q["cont_bytes"]) for q in out[1]] == \
+        [(q["task"], q["example"], q["choice"], q["ids"], q["cont"], q["cont_bytes"]) for q in out[3]]
+    # a tokenizer that cannot encode some examples: the same (first) one is named
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    vocab = {chr(b): i for i, b in enumerate(range(0x21, 0x7f))}  # printable ASCII but the space
+    vocab["\u0120"] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    t = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    t.add_special_tokens(["<|endoftext|>"])
+    path = tmp_path / "ascii.json"
+    t.save(str(path))
+    errs = []
+    for n in (1, 4):  # hellaswag's first such example is doc_id 201: on thread 1 of 4
+        p = run_weft_cmd(["eval", "--tasks", "hellaswag", "--task-dir", task_dir, "--model", hf_random,
+                          "--tokenizer", path, "--threads", n, "--output", tmp_path / "e.jsonl"], check=False)
+        assert p.returncode == 1 and "cannot encode" in p.stderr
+        errs.append([l for l in p.stderr.splitlines() if "cannot encode" in l])
+    assert errs[0] == errs[1]
+
+
 def test_groups_and_aggregate(hf_random, task_dir, tmp_path):
     p, res, _ = weft_tasks(["--model", hf_random], task_dir, tmp_path, "core20", "--limit", 3)
     tasks = [r for r in res if r["kind"] != "aggregate"]
     agg = [r for r in res if r["kind"] == "aggregate"]
     assert len(tasks) == 20 and len(agg) == 1
     assert agg[0]["task"] == "CORE-20 (offline)"
+    assert all(list(r)[-1] == "version" and r["version"] == 2 for r in res)  # eval.jsonl version 2
     assert agg[0]["centered"] == pytest.approx(sum(r["centered"] for r in tasks) / 20, rel=1e-12)
     assert "CORE-20 (offline)" in p.stdout
     for r in tasks:

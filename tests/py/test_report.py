@@ -368,6 +368,33 @@ def test_report_escapes_series_names(report, run_weft, tmp_path):
     assert ODD not in html  # never raw in the file
 
 
+def test_report_reads_eval_jsonl_versions_1_and_2(report, run_weft, tmp_path):
+    """eval.jsonl of version 1 (no `version` key) and of version 2 (the key
+    last, and the downstream tasks' lines) in one file, as a watcher of this
+    weft appends to a file an older one began: both versions are shown; a
+    line of version 3 is left out, and the report says so."""
+    run = tmp_path / "run"
+    shutil.copytree(report, run)
+    base = {"split": "val", "tokens": 4096, "bytes": 16000, "sequences": 16, "seq_len": 256, "eval_s": 0.5,
+            "data_dir": "d"}
+    lines = [dict(base, step=s, time=1.0, dataset="old", loss=5.0, bpb=2.0, checkpoint="c") for s in (100, 200)]
+    lines += [dict(base, step=s, time=2.0, dataset="new", loss=4.0, bpb=1.5, checkpoint="c", version=2)
+              for s in (200, 300)]
+    lines += [{"task": "arc_easy", "kind": "mc", "step": 300, "time": 3.0, "shots": 0, "examples": 3, "acc": 0.5,
+               "acc_norm": 0.5, "centered": 0.1, "bpb": 3.0, "eval_s": 0.1, "model": "m", "version": 2},
+              dict(base, step=300, time=3.0, dataset="future", loss=1.0, bpb=1.0, checkpoint="c", version=3)]
+    (run / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    html_path = tmp_path / "report.html"
+    run_weft(["report", run, "--output", html_path])
+    html = html_path.read_text()
+    assert "<td>old</td><td>val</td><td class=\"num\">2</td>" in html
+    assert "<td>new</td><td>val</td><td class=\"num\">2</td>" in html
+    assert "future" not in html
+    assert ("1 line of eval.jsonl (the first: line 6, version 3) is of a format version this weft does not read "
+            "(it reads versions 1 to 2)") in html
+    assert "could not be read" not in html
+
+
 def test_report_evaluation_section(report, run_weft, tmp_path):
     """RUN_DIR/eval.jsonl (docs/formats/eval-jsonl.md, as `weft eval
     --watch` writes it) written here: two datasets, a step evaluated twice

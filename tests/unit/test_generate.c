@@ -3,7 +3,9 @@
  * prompts in one or several chunks), greedy generation against the argmax
  * of full forwards, the sampler's rules (greedy ties, top-k = 1 and a tiny
  * top-p are greedy, excluded tokens never drawn, frequencies matching the
- * softmax), reproducibility from a seed, and the errors.
+ * softmax), reproducibility from a seed, and the errors; branches
+ * (several continuations on one cached prefix) and rewinding against full
+ * forwards of prefix + branch.
  * Greedy generation against PyTorch is tests/py/test_generate_vs_torch.py. */
 #include <math.h>
 #include <stdlib.h>
@@ -129,6 +131,115 @@ WF_TEST(cache_of_fewer_positions_than_the_model) {
     WF_CHECK_OK(wf_generator_create(&g, f.m, 12));
     WF_CHECK_EQ(wf_generator_capacity(g), 12);
     WF_CHECK_TRUE(check_cache(&f, g, tokens, 12, 3) <= KV_TOL);
+    wf_generator_destroy(g);
+    wf_test_model_free(&f);
+}
+
+/* Branches: each branch's logits are those of the full forward of the
+ * prefix and that branch alone, at every branch position, whatever the
+ * other branches; passes of 64 rows cut branches in the middle; the
+ * prefix survives (the position is unchanged and the next step is right). */
+WF_TEST(branches_equal_the_full_forward_of_prefix_and_branch) {
+    for (int which = 0; which < 4; which++) {
+        wf_model_config cfg = kv_config(which);
+        const int V = cfg.vocab_size, cap = cfg.max_seq_len;
+        wf_test_model f = wf_test_model_make(&cfg, 200 + (uint64_t)which, WF_RECOMPUTE_NONE, 1, cap);
+        int32_t *seq = malloc((size_t)cap * sizeof *seq), *br = malloc((size_t)cap * sizeof *br);
+        float *logits = malloc((size_t)cap * V * sizeof *logits);
+        random_tokens(br, cap, V, 31 + (uint64_t)which);
+        wf_generator *g;
+        WF_CHECK_OK(wf_generator_create(&g, f.m, 0));
+        /* prefix 0 (the branches start the sequence), 5, 70 (two chunks);
+         * branches of 1, 3, 70 (across a pass), 2 and 1 tokens */
+        const int prefixes[] = {0, 5, 70};
+        const int lens[] = {1, 3, 70, 2, 1};
+        const int n_br = 5;
+        double worst = 0.0;
+        for (int pi = 0; pi < 3; pi++) {
+            const int P = prefixes[pi];
+            random_tokens(seq, cap, V, 50 + (uint64_t)pi);
+            wf_generator_reset(g);
+            if (P) WF_CHECK_OK(wf_generator_prefill(g, seq, P, NULL));
+            WF_CHECK_OK(wf_generator_branches(g, br, lens, n_br, logits));
+            WF_CHECK_EQ(wf_generator_pos(g), P);
+            for (int b = 0, off = 0; b < n_br; off += lens[b++]) {
+                memcpy(seq + P, br + off, (size_t)lens[b] * sizeof *seq);
+                WF_CHECK_OK(wf_model_forward(f.m, seq, NULL, 1, P + lens[b], NULL));
+                for (int j = 0; j < lens[b]; j++) {
+                    double e = rel_err(logits + (size_t)(off + j) * V,
+                                       wf_model_logits(f.m) + (size_t)(P + j) * V, V);
+                    if (!(e <= KV_TOL))
+                        wf_test_fail(__FILE__, __LINE__, "config %d prefix %d branch %d token %d: error %.3g",
+                                     which, P, b, j, e);
+                    worst = fmax(worst, e);
+                }
+            }
+            /* The prefix is intact: a step after it is the full forward's. */
+            if (P) {
+                const float *next;
+                seq[P] = 7;
+                WF_CHECK_OK(wf_generator_step(g, seq[P], &next));
+                WF_CHECK_OK(wf_model_forward(f.m, seq, NULL, 1, P + 1, NULL));
+                WF_CHECK_TRUE(rel_err(next, wf_model_logits(f.m) + (size_t)P * V, V) <= KV_TOL);
+            }
+        }
+        printf("config %d: branches' worst relative error %.3g (%.1f u)\n", which, worst, worst / ldexp(1.0, -24));
+        wf_generator_destroy(g);
+        free(logits);
+        free(br);
+        free(seq);
+        wf_test_model_free(&f);
+    }
+}
+
+/* Rewinding keeps a prefix: a prefill after it continues as if the
+ * rewound tokens had never been there. */
+WF_TEST(rewinding_keeps_the_prefix) {
+    wf_model_config cfg = kv_config(1);
+    const int V = cfg.vocab_size;
+    wf_test_model f = wf_test_model_make(&cfg, 21, WF_RECOMPUTE_NONE, 1, cfg.max_seq_len);
+    int32_t a[40], b[40];
+    random_tokens(a, 40, V, 1);
+    memcpy(b, a, 25 * sizeof *a);
+    random_tokens(b + 25, 15, V, 2);
+    wf_generator *g;
+    WF_CHECK_OK(wf_generator_create(&g, f.m, 0));
+    const float *logits;
+    WF_CHECK_OK(wf_generator_prefill(g, a, 40, &logits));
+    WF_CHECK_ERR(wf_generator_rewind(g, 41), WF_ERR_RANGE, "rewind to position 41");
+    WF_CHECK_ERR(wf_generator_rewind(g, -1), WF_ERR_RANGE, "rewind to position -1");
+    WF_CHECK_OK(wf_generator_rewind(g, 25));
+    WF_CHECK_EQ(wf_generator_pos(g), 25);
+    WF_CHECK_OK(wf_generator_prefill(g, b + 25, 15, &logits));
+    WF_CHECK_OK(wf_model_forward(f.m, b, NULL, 1, 40, NULL));
+    WF_CHECK_TRUE(rel_err(logits, wf_model_logits(f.m) + 39 * (size_t)V, V) <= KV_TOL);
+    wf_generator_destroy(g);
+    wf_test_model_free(&f);
+}
+
+WF_TEST(branches_that_do_not_fit_or_hold_bad_tokens_are_refused) {
+    wf_model_config cfg = kv_config(0);
+    const int V = cfg.vocab_size;
+    wf_test_model f = wf_test_model_make(&cfg, 22, WF_RECOMPUTE_NONE, 1, cfg.max_seq_len);
+    wf_generator *g;
+    WF_CHECK_OK(wf_generator_create(&g, f.m, 10));
+    int32_t tokens[12];
+    random_tokens(tokens, 12, V, 3);
+    float *logits = malloc(12 * (size_t)V * sizeof *logits);
+    WF_CHECK_OK(wf_generator_prefill(g, tokens, 6, NULL));
+    int lens[3] = {2, 3, 0};
+    WF_CHECK_ERR(wf_generator_branches(g, tokens, lens, 2, logits), WF_ERR_RANGE,
+                 "branches of 5 tokens in all after position 6 would pass the cache's 10 positions");
+    WF_CHECK_ERR(wf_generator_branches(g, tokens, lens, 3, logits), WF_ERR_INVALID, "branch 2 has 0 tokens");
+    WF_CHECK_ERR(wf_generator_branches(g, tokens, lens, 0, logits), WF_ERR_INVALID, "0 branches");
+    int32_t bad[2] = {1, V};
+    lens[0] = 2;
+    WF_CHECK_ERR(wf_generator_branches(g, bad, lens, 1, logits), WF_ERR_RANGE,
+                 "branch token 1 = 512 is outside the vocabulary [0, 512)");
+    lens[0] = 4;
+    WF_CHECK_OK(wf_generator_branches(g, tokens + 6, lens, 1, logits));
+    WF_CHECK_EQ(wf_generator_pos(g), 6);
+    free(logits);
     wf_generator_destroy(g);
     wf_test_model_free(&f);
 }
