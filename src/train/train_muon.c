@@ -4,20 +4,37 @@
  *
  * The Muon momentum lives in AdamW's first-moment buffer, in the slots of
  * the Muon matrices (AdamW, made with skip_muon, never touches them): one
- * state buffer laid out as the parameters, which checkpoints (under
- * "optim.momentum.<name>", train_ckpt.c), replica repair and rollback
- * already carry.
+ * state buffer laid out as the parameters, or as the strategy's slices of
+ * them, which checkpoints (under "optim.momentum.<name>", train_ckpt.c),
+ * replica repair and rollback already carry.
  *
  * Under DDP every rank holds the whole summed gradient, so every rank runs
- * the same Muon step on every matrix (the same bits everywhere). Not here
- * yet: ZeRO-1 at several ranks, ZeRO-2 and FSDP, whose state is split by
- * flat ranges while Newton-Schulz needs whole matrices (docs/optim.md,
- * "Sharding"): refused with a clear error. */
+ * the same Muon step on every matrix (the same bits everywhere). Under
+ * zero1 (several ranks), zero2 and fsdp a rank holds flat ranges of the
+ * summed gradient, the momentum and (fsdp) the parameters, which cut
+ * matrices anywhere, while Newton-Schulz needs each whole matrix. So the
+ * work is split by whole matrices (docs/optim.md, "Sharding"):
+ *   1. each rank runs the momentum on the parts of the matrices it holds,
+ *      writing the iteration's input u into an exchange buffer laid out as
+ *      the Muon matrices' span of the parameters (zero elsewhere);
+ *   2. an all-reduce (sum) of that buffer: every element has exactly one
+ *      holder, so the sum is each u whole, exactly;
+ *   3. each rank orthogonalises the matrices it owns (the owner: matrices
+ *      by Newton-Schulz flops, largest first, each to the least loaded
+ *      rank, ties to the lower index) and zeroes the others;
+ *   4. a second all-reduce brings every X whole to every rank, which
+ *      steps the parameters it holds.
+ * The bits are those of the one-process step for the same summed
+ * gradient: the same elementwise steps on every element and the same
+ * iteration on each whole matrix. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "train/train_impl.h"
+#include "weft/backend.h"
 #include "weft/log.h"
+#include "weft/thread.h"
 #include "weft/trace.h"
 
 static int muon_on(const trainer *t) { return t->tc->optim_name && strcmp(t->tc->optim_name, "muon") == 0; }
@@ -35,10 +52,74 @@ wf_status wf__train_muon_config(trainer *t, wf_adamw_config *ac) {
                 WF_WARN("%s is set but optim.name = adamw: it is Muon's (optim.name = muon), and ignored", keys[i]);
         return WF_OK;
     }
-    /* dist.shard other than ddp: refused with the strategy (wf__train_strategy_of), by weft plan too */
     if (tc->adamw_lr > 0) t->adamw_lr_ratio = tc->adamw_lr / tc->lr;
     ac->skip_muon = 1;
     return WF_OK;
+}
+
+/* The sharded split: each matrix's owner, the exchange buffer. */
+struct train_muon_split {
+    int *owner;      /* (matrices) the rank that orthogonalises matrix i */
+    size_t lo, n;    /* the Muon matrices' span of the parameter buffer */
+    float *x;        /* (n) the exchange buffer, from the arena */
+};
+
+void wf__train_muon_free(trainer *t) {
+    if (!t->muon_split) return;
+    free(t->muon_split->owner);
+    free(t->muon_split);
+    t->muon_split = NULL;
+}
+
+static double ns_cost(int rows, int cols) {
+    double s = rows < cols ? rows : cols, l = rows < cols ? cols : rows;
+    return 4.0 * s * s * l + 2.0 * s * s * s;
+}
+
+static wf_status make_split(trainer *t) {
+    int nm = wf_muon_num_matrices(t->muon), W = t->world;
+    struct train_muon_split *sp = calloc(1, sizeof *sp);
+    t->muon_split = sp;
+    int *order = calloc((size_t)(nm ? nm : 1), sizeof *order);
+    double *load = calloc((size_t)W, sizeof *load), *cost = calloc((size_t)(nm ? nm : 1), sizeof *cost);
+    if (sp) sp->owner = calloc((size_t)(nm ? nm : 1), sizeof *sp->owner);
+    wf_status s = sp && sp->owner && order && load && cost ? WF_OK : wf_error(WF_ERR_NOMEM, "muon: out of memory");
+    size_t hi = 0;
+    for (int i = 0; s == WF_OK && i < nm; i++) {
+        size_t off;
+        int r, c;
+        wf_muon_matrix(t->muon, i, &off, &r, &c);
+        if (i == 0) sp->lo = off;
+        hi = off + (size_t)r * (size_t)c;
+        cost[i] = ns_cost(r, c);
+        /* insertion by cost, largest first; equal costs keep buffer order */
+        int j = i;
+        while (j > 0 && cost[order[j - 1]] < cost[i]) order[j] = order[j - 1], j--;
+        order[j] = i;
+    }
+    for (int k = 0; s == WF_OK && k < nm; k++) {
+        int best = 0;
+        for (int q = 1; q < W; q++)
+            if (load[q] < load[best]) best = q;
+        sp->owner[order[k]] = best;
+        load[best] += cost[order[k]];
+    }
+    if (s == WF_OK) {
+        sp->n = hi > sp->lo ? hi - sp->lo : 0;
+        sp->x = wf_arena_alloc(t->arena, (sp->n ? sp->n : 1) * sizeof(float), 64);
+        if (!sp->x)
+            s = wf_error(WF_ERR_NOMEM, "muon: out of memory for the exchange buffer (%zu floats)", sp->n);
+    }
+    if (s == WF_OK && t->rank == 0 && !t->plan_only) {
+        double most = 0, all = 0;
+        for (int q = 0; q < W; q++) all += load[q], most = load[q] > most ? load[q] : most;
+        WF_INFO("muon, %s: the %d matrices split over %d ranks by Newton-Schulz flops (the busiest rank %.0f%% "
+                "of the even share); the momentum is kept with the AdamW state's slices; two all-reduces of "
+                "%.3f MB a step",
+                t->strat->label, nm, W, all > 0 ? 100.0 * most * W / all : 100.0, 4.0 * (double)sp->n / 1e6);
+    }
+    free(order), free(load), free(cost);
+    return s;
 }
 
 wf_status wf__train_muon_setup(trainer *t) {
@@ -52,7 +133,9 @@ wf_status wf__train_muon_setup(trainer *t) {
     mc.scale = strcmp(tc->muon_scale, "match_adamw_rms") == 0 ? WF_MUON_SCALE_MATCH_ADAMW_RMS
                                                               : WF_MUON_SCALE_REFERENCE;
     mc.grad_clip = tc->grad_clip;
-    WF_TRY(wf_muon_create(&t->muon, &mc, t->model, wf_adamw_m(t->opt), t->arena));
+    int whole = t->strat->optim == WF__KEEP_WHOLE;
+    WF_TRY(wf_muon_create(&t->muon, &mc, t->model, whole ? wf_adamw_m(t->opt) : NULL, t->arena));
+    if (!whole) WF_TRY(make_split(t));
     size_t np = wf_model_num_params(t->model), nm = wf_muon_numel(t->muon);
     if (t->rank == 0)
         WF_INFO("optimizer: Muon for %zu of %zu parameters (the blocks' matrices; lr %g, momentum %g%s, %d "
@@ -62,10 +145,99 @@ wf_status wf__train_muon_setup(trainer *t) {
     return WF_OK;
 }
 
+/* What this rank holds of the parameters' flat order with the summed
+ * gradient and the momentum: the flat slice (zero1, zero2) or each unit's
+ * piece (fsdp); p, g and m point at element lo. */
+typedef struct {
+    size_t lo, n;
+    float *p, *g, *m;
+} held_range;
+
+static int held(trainer *t, held_range *h) {
+    if (t->strat->optim == WF__KEEP_FLAT) {
+        size_t lo = t->zplan.offsets[t->rank];
+        h[0] = (held_range){lo, t->zplan.counts[t->rank], wf_model_params(t->model) + lo, t->gshard,
+                            wf_adamw_m(t->opt)};
+        return 1;
+    }
+    const train_units *su = t->units;
+    int n = 0;
+    for (int u = 0; u < su->n; u++)
+        if (su->rcount[u])
+            h[n++] = (held_range){su->off[u] + (size_t)t->rank * su->piece[u], su->rcount[u],
+                                  su->pshard + su->loc[u], su->gshard + su->loc[u], wf_adamw_m(su->opt[u])};
+    return n;
+}
+
+/* Calls fn on every part of a Muon matrix that a held range has:
+ * matrix i's elements [a, b) of the flat order. */
+typedef wf_status (*part_fn)(trainer *t, const held_range *h, int i, size_t a, size_t b, step_outcome *o);
+
+static wf_status each_part(trainer *t, const held_range *h, int nh, part_fn fn, step_outcome *o) {
+    for (int k = 0; k < nh; k++)
+        for (int i = 0; i < wf_muon_num_matrices(t->muon); i++) {
+            size_t off;
+            int r, c;
+            wf_muon_matrix(t->muon, i, &off, &r, &c);
+            size_t a = off > h[k].lo ? off : h[k].lo, end = off + (size_t)r * (size_t)c;
+            size_t b = end < h[k].lo + h[k].n ? end : h[k].lo + h[k].n;
+            if (a < b) WF_TRY(fn(t, &h[k], i, a, b, o));
+        }
+    return WF_OK;
+}
+
+static wf_status part_momentum(trainer *t, const held_range *h, int i, size_t a, size_t b, step_outcome *o) {
+    (void)i;
+    size_t at = a - h->lo;
+    return wf_muon_momentum(t->muon, h->m + at, h->g + at, t->muon_split->x + (a - t->muon_split->lo), b - a,
+                            o->grad_norm);
+}
+
+static wf_status part_apply(trainer *t, const held_range *h, int i, size_t a, size_t b, step_outcome *o) {
+    return wf_muon_apply(t->muon, i, h->p + (a - h->lo), t->muon_split->x + (a - t->muon_split->lo), b - a, o->lr);
+}
+
+static wf_status step_split(trainer *t, step_outcome *o) {
+    struct train_muon_split *sp = t->muon_split;
+    wf_backend *be = wf_model_backend(t->model);
+    int nu = wf_model_num_units(t->model);
+    held_range *h = calloc((size_t)(nu > 1 ? nu : 1), sizeof *h);
+    if (!h) return wf_error(WF_ERR_NOMEM, "muon: out of memory");
+    int nh = held(t, h);
+    double sum_sq = 0, t0;
+    wf_status s = wf_muon_check_step(o->lr, o->grad_norm);
+    /* 1, 2: every matrix's u, whole on every rank */
+    if (s == WF_OK) s = wf_backend_fill(be, sp->x, 0, sp->n * sizeof(float));
+    if (s == WF_OK) s = each_part(t, h, nh, part_momentum, o);
+    t0 = wf_time_now();
+    if (s == WF_OK && t->world > 1) s = wf_comm_all_reduce(t->comm, sp->x, sp->n, WF_COMM_SUM, "muon u");
+    o->comm_s += wf_time_now() - t0;
+    /* 3: the owned matrices' iteration, the others' zeroed */
+    for (int i = 0; s == WF_OK && i < wf_muon_num_matrices(t->muon); i++) {
+        size_t off;
+        int r, c;
+        wf_muon_matrix(t->muon, i, &off, &r, &c);
+        float *x = sp->x + (off - sp->lo);
+        s = sp->owner[i] == t->rank ? wf_muon_orthogonalise(t->muon, i, x, o->lr, &sum_sq)
+                                    : wf_backend_fill(be, x, 0, (size_t)r * (size_t)c * sizeof(float));
+    }
+    /* 4: every X whole on every rank; the held parameters stepped */
+    t0 = wf_time_now();
+    if (s == WF_OK && t->world > 1) s = wf_comm_all_reduce(t->comm, sp->x, sp->n, WF_COMM_SUM, "muon X");
+    if (s == WF_OK && t->world > 1) s = wf_comm_all_reduce_f64(t->comm, &sum_sq, 1, WF_COMM_SUM, "muon rms");
+    o->comm_s += wf_time_now() - t0;
+    if (s == WF_OK) s = each_part(t, h, nh, part_apply, o);
+    size_t nm = wf_muon_numel(t->muon);
+    if (s == WF_OK) o->muon_update_rms = nm ? sqrt(sum_sq / (double)nm) : 0;
+    free(h);
+    return s;
+}
+
 wf_status wf__train_muon_step(trainer *t, step_outcome *o, const float *grad) {
     if (!t->muon) return WF_OK;
     wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "muon");
-    wf_status s = wf_muon_step(t->muon, o->lr, grad, o->grad_norm, &o->muon_update_rms);
+    wf_status s = t->muon_split ? step_split(t, o)
+                                : wf_muon_step(t->muon, o->lr, grad, o->grad_norm, &o->muon_update_rms);
     wf_trace_end(span);
     return s;
 }
