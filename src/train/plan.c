@@ -183,12 +183,17 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
      * plan-only arena, which counts every block and allocates none. */
     trainer t = {.mc = in->model, .world = in->world, .rank = 0, .Bl = in->micro_batch, .T = in->seq_len,
                  .plan_only = 1};
-    WF_TRY(wf__train_strategy_of(&(wf_train_config){.dist_shard = (char *)wf_plan_shard_name(s)}, in->world, 0,
-                                 &t.strat));
+    /* What the allocation reads of a config: the mode, and Muon's
+     * settings when it plans Muon (its buffers do not depend on them). */
+    wf_train_config tc = {.dist_shard = (char *)wf_plan_shard_name(s), .optim_name = (char *)(in->muon ? "muon" : "adamw"),
+                          .lr = 1, .muon_momentum = 0.95, .muon_nesterov = 1, .muon_ns_steps = 5,
+                          .muon_scale = (char *)"reference", .grad_clip = 1};
+    t.tc = &tc;
+    WF_TRY(wf__train_strategy_of(&tc, in->world, 0, &t.strat));
     /* the activations' scratch is per thread: the plan's threads */
     int threads = wf_kern_threads();
     wf_kern_set_threads(in->threads);
-    wf_adamw_config ac = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    wf_adamw_config ac = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .skip_muon = in->muon};
     wf_status st = wf_arena_create_plan(&t.arena, 0);
     if (st == WF_OK) st = wf__train_allocate(&t, &ac, (int)model_recompute(r));
     wf_kern_set_threads(threads);
@@ -275,6 +280,13 @@ wf_status wf_plan_comm_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_comm
     default:
         break;
     }
+    if (in->muon && s != WF_PLAN_DDP) {
+        /* Muon's split (train_muon.c): two all-reduces a step of the span
+         * of the blocks' matrices (every block but its first norm) */
+        double span = (double)(d.L * layer_params(&d) - (d.L ? d.C : 0));
+        out->all_reduce += 2.0 * 2.0 * (W - 1) / W * 4.0 * span;
+        out->collectives_per_step += 2;
+    }
     out->total = out->all_reduce + out->reduce_scatter + out->all_gather;
     return WF_OK;
 }
@@ -335,6 +347,7 @@ wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_pla
     out->threads = wf_kern_threads();
     out->bucket_bytes = (size_t)(tc->dist_bucket_mb * 1e6);
     if (!out->bucket_bytes) out->bucket_bytes = 1;
+    out->muon = tc->optim_name && strcmp(tc->optim_name, "muon") == 0;
     const train_strategy *st;
     WF_TRY(wf__train_strategy_of(tc, world, 0, &st));
     if (shard) *shard = wf_plan_shard_parse(st->name);

@@ -107,8 +107,8 @@ static wf_status setup_ddp(trainer *t, const wf_adamw_config *ac) {
 /* optim.name = muon sharded (train_muon.c): each matrix's owner and the
  * exchange buffer, counted as optimizer memory (nothing without muon). */
 static wf_status setup_muon_split(trainer *t) {
-    if (!t->tc->optim_name || strcmp(t->tc->optim_name, "muon") != 0) return WF_OK;
     WF_TRY(wf__train_muon_setup(t));
+    if (!t->muon) return WF_OK;
     wf__train_arena_mark(t, "muon");
     wf__train_arena_part(t, WF__PART_OPTIMIZER);
     return WF_OK;

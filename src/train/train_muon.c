@@ -37,7 +37,7 @@
 #include "weft/thread.h"
 #include "weft/trace.h"
 
-static int muon_on(const trainer *t) { return t->tc->optim_name && strcmp(t->tc->optim_name, "muon") == 0; }
+static int muon_on(const trainer *t) { return t->tc && t->tc->optim_name && strcmp(t->tc->optim_name, "muon") == 0; }
 
 const char *wf__train_optim_name(const trainer *t) { return muon_on(t) ? "muon" : "adamw"; }
 
@@ -137,7 +137,7 @@ wf_status wf__train_muon_setup(trainer *t) {
     WF_TRY(wf_muon_create(&t->muon, &mc, t->model, whole ? wf_adamw_m(t->opt) : NULL, t->arena));
     if (!whole) WF_TRY(make_split(t));
     size_t np = wf_model_num_params(t->model), nm = wf_muon_numel(t->muon);
-    if (t->rank == 0)
+    if (t->rank == 0 && !t->plan_only)
         WF_INFO("optimizer: Muon for %zu of %zu parameters (the blocks' matrices; lr %g, momentum %g%s, %d "
                 "Newton-Schulz steps, %s scale, weight decay %g), AdamW for the other %zu (lr %g)",
                 nm, np, tc->lr, tc->muon_momentum, tc->muon_nesterov ? " Nesterov" : "", (int)tc->muon_ns_steps,

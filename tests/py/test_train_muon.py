@@ -10,6 +10,7 @@ within test_train_dist.py's tolerances; a sharded run stopped and resumed
 bit for bit, and its checkpoint resumed at another rank count and mode. The
 update itself is checked against a PyTorch Muon in test_muon_vs_torch.py."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ import pytest
 import mpi_launch
 from conftest import BUILD, metrics_by_step, run_weft_cmd, tokenize_austen
 from test_ckpt_cli import REQUEUE, ckpt_dirs, read_checkpoint, step_records
+from test_plan import entry, measured, plan
+from test_plan import train_args as plan_train_args
 from test_train_dist import LOSS_TOL, WEIGHT_TOL, close, losses, weights
 
 MUON_TENSORS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -215,6 +218,35 @@ def test_sharded_checkpoint_resumes_at_another_rank_count_and_mode(dataset, tmp_
         close(losses(r.stdout), ref, LOSS_TOL)
         w = weights(tmp_path / name / "model.safetensors")
         assert max(float(np.abs(w[k] - wf[k]).max()) for k in w) <= WEIGHT_TOL, name
+
+
+EXCHANGE = re.compile(r"muon, [^:]+: the (\d+) matrices split over (\d+) ranks .*two all-reduces of ([\d.]+) MB a step")
+
+
+@pytest.mark.parametrize("np_,shard", [(1, "ddp"), (2, "zero1"), (2, "zero2"), (2, "fsdp")])
+def test_plan_of_muon_matches_the_run(dataset, tmp_path, np_, shard):
+    """`weft plan --optim.name=muon`: the arena it predicts is the one the
+    run measures, to the byte (Muon's scratch and, sharded, its exchange
+    buffer counted as optimizer state), and the bytes a step it adds to the
+    mode's are the two all-reduces of the exchange buffer the run logs."""
+    mpi_launch.require(BUILD / "weft", BUILD)
+    a = plan_train_args(dataset, tmp_path / "run", *MUON, f"--dist.shard={shard}")
+    p, p_adamw = plan(a, np_), plan(a, np_, "--optim.name=adamw")
+    assert p["config"]["shard"] == shard
+    r = mpi_launch.check(mpi_launch.launch(BUILD / "weft", "openmpi" if np_ > 1 else None, np_, a, timeout=120))
+    arena, peak = measured(tmp_path / "run")
+    e = entry(p, shard)
+    assert e["total"] == arena["in_use"] == peak, (e, arena, peak)
+    assert e["optimizer"] > entry(p_adamw, shard)["optimizer"]
+    comm, comm_adamw = ({c["shard"]: c for c in q["comm"]}[shard] for q in (p, p_adamw))
+    if np_ == 1:
+        return
+    m = EXCHANGE.search(r.stderr)
+    assert m, r.stderr[-3000:]
+    extra = comm["all_reduce_bytes"] - comm_adamw["all_reduce_bytes"]
+    want = 2 * 2 * (np_ - 1) / np_ * float(m.group(3)) * 1e6  # ring all-reduces of the logged buffer
+    assert abs(extra - want) <= 2 * 2 * 500, (extra, want)
+    assert comm["collectives"] == comm_adamw["collectives"] + 2
 
 
 def test_spike_rollback_restores_the_momentum(dataset, tmp_path):
