@@ -260,3 +260,21 @@ def test_spike_rollback_restores_the_momentum(dataset, tmp_path):
     assert sorted(step_records(r.stdout))[-1] == 12
     m, t = read_checkpoint(ckpt_dirs(run)[-1])
     assert m["state"]["optimizer"]["name"] == "muon" and any(k.startswith("optim.momentum.") for k in t)
+
+
+@pytest.mark.parametrize("shard", ["zero1", "fsdp"])
+def test_sharded_spike_rollback_goes_on(dataset, tmp_path, shard):
+    """The same rollback at 2 ranks under a sharded mode: each rank's slices
+    of the momentum come back from the checkpoint, the ranks stay in step
+    (a rank out of step would hang the split's all-reduces) and the run
+    ends with the momentum saved under its names."""
+    mpi_launch.require(BUILD / "weft", BUILD)
+    run = tmp_path / "run"
+    a = train_args(dataset, run, list(MUON) + [f"--dist.shard={shard}", "--data.global_batch_tokens=256",
+                                               "--spike.action=rollback", "--spike.z=0.001", "--spike.warmup=2",
+                                               "--spike.window=2", "--ckpt.every=1", "--spike.skip_batches=1"])
+    r = mpi_launch.check(mpi_launch.launch(BUILD / "weft", "openmpi", 2, a, timeout=180))
+    assert "for the spike at step" in r.stderr, r.stderr[-3000:]
+    assert sorted(step_records(r.stdout))[-1] == 12
+    m, t = read_checkpoint(ckpt_dirs(run)[-1])
+    assert m["state"]["optimizer"]["name"] == "muon" and any(k.startswith("optim.momentum.") for k in t)
