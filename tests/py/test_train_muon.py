@@ -232,7 +232,7 @@ def test_plan_of_muon_matches_the_run(dataset, tmp_path, np_, shard):
     mpi_launch.require(BUILD / "weft", BUILD)
     a = plan_train_args(dataset, tmp_path / "run", *MUON, f"--dist.shard={shard}")
     p, p_adamw = plan(a, np_), plan(a, np_, "--optim.name=adamw")
-    assert p["config"]["shard"] == shard
+    assert p["config"]["shard"] == shard and (p["optimizer"], p_adamw["optimizer"]) == ("muon", "adamw")
     r = mpi_launch.check(mpi_launch.launch(BUILD / "weft", "openmpi" if np_ > 1 else None, np_, a, timeout=120))
     arena, peak = measured(tmp_path / "run")
     e = entry(p, shard)
