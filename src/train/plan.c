@@ -235,6 +235,27 @@ static int count_buckets(const dims_ *d, int tied, size_t bucket_bytes) {
     return n + (fill > 0);
 }
 
+/* The most floats of Muon matrices one rank owns under the trainer's
+ * assignment (wf__train_muon_assign), over the blocks' matrices in their
+ * buffer order: q, k, v, o, gate, up, down. */
+static wf_status muon_most_owned(const dims_ *d, int world, size_t *most) {
+    *most = 0;
+    size_t n = 7 * d->L;
+    int *rows = calloc(n ? n : 1, sizeof *rows), *cols = calloc(n ? n : 1, sizeof *cols);
+    int *owner = calloc(n ? n : 1, sizeof *owner);
+    size_t *per = calloc((size_t)world, sizeof *per);
+    wf_status s = rows && cols && owner && per ? WF_OK : wf_error(WF_ERR_NOMEM, "plan: out of memory");
+    int C = (int)d->C, KV = (int)d->KV, H = (int)d->H;
+    const int shapes[7][2] = {{C, C}, {KV, C}, {KV, C}, {C, C}, {H, C}, {H, C}, {C, H}};
+    for (size_t i = 0; s == WF_OK && i < n; i++) rows[i] = shapes[i % 7][0], cols[i] = shapes[i % 7][1];
+    if (s == WF_OK) s = wf__train_muon_assign((int)n, rows, cols, world, owner, NULL);
+    for (size_t i = 0; s == WF_OK && i < n; i++) per[owner[i]] += (size_t)rows[i] * (size_t)cols[i];
+    for (int q = 0; s == WF_OK && q < world; q++)
+        if (per[q] > *most) *most = per[q];
+    free(rows), free(cols), free(owner), free(per);
+    return s;
+}
+
 wf_status wf_plan_comm_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_comm *out) {
     memset(out, 0, sizeof *out);
     WF_TRY(check_input(in));
@@ -281,10 +302,13 @@ wf_status wf_plan_comm_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_comm
         break;
     }
     if (in->muon && s != WF_PLAN_DDP) {
-        /* Muon's split (train_muon.c): two all-reduces a step of the span
-         * of the blocks' matrices (every block but its first norm) */
-        double span = (double)(d.L * layer_params(&d) - (d.L ? d.C : 0));
-        out->all_reduce += 2.0 * 2.0 * (W - 1) / W * 4.0 * span;
+        /* Muon's split (train_muon.c): a reduce-scatter of every u to its
+         * owner and an all-gather of the results, each (W - 1) times the
+         * most floats a rank owns */
+        size_t most;
+        WF_TRY(muon_most_owned(&d, in->world, &most));
+        out->reduce_scatter += (W - 1) * 4.0 * (double)most;
+        out->all_gather += (W - 1) * 4.0 * (double)most;
         out->collectives_per_step += 2;
     }
     out->total = out->all_reduce + out->reduce_scatter + out->all_gather;

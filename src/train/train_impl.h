@@ -412,6 +412,12 @@ wf_status wf__train_muon_config(trainer *t, wf_adamw_config *ac);
  * sharded, each matrix's owner and the exchange buffer too. */
 wf_status wf__train_muon_setup(trainer *t);
 void wf__train_muon_free(trainer *t);
+/* Sharded Muon's owners: n matrices (rows x cols, in buffer order) over
+ * `world` ranks by Newton-Schulz flops, largest first, each to the least
+ * loaded rank (ties: the earlier matrix, the lower rank). *busiest (may
+ * be NULL): the busiest rank's flops over the even share. The trainer's
+ * and weft plan's. */
+wf_status wf__train_muon_assign(int n, const int *rows, const int *cols, int world, int *owner, double *busiest);
 /* The step's update of the Muon matrices (nothing without muon), from the
  * summed gradient as the strategy keeps it (`grad`: the whole one, or
  * ignored when sharded: the strategy's slices). */

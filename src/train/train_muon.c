@@ -57,16 +57,24 @@ wf_status wf__train_muon_config(trainer *t, wf_adamw_config *ac) {
     return WF_OK;
 }
 
-/* The sharded split: each matrix's owner, the exchange buffer. */
+/* The sharded split: each matrix's owner; the exchange buffer laid out by
+ * owner (rank 0's matrices, in buffer order, then rank 1's, ...), so that
+ * a reduce-scatter brings each owner its matrices and an all-gather brings
+ * everyone every result. */
 struct train_muon_split {
     int *owner;      /* (matrices) the rank that orthogonalises matrix i */
-    size_t lo, n;    /* the Muon matrices' span of the parameter buffer */
+    size_t *pos;     /* (matrices) where matrix i is in the exchange buffer */
+    size_t *counts;  /* (W) the floats each rank owns */
+    size_t n, most;  /* the Muon floats; the most any rank owns */
     float *x;        /* (n) the exchange buffer, from the arena */
+    float *r;        /* (most) this rank's matrices, whole, from the arena */
 };
 
 void wf__train_muon_free(trainer *t) {
     if (!t->muon_split) return;
     free(t->muon_split->owner);
+    free(t->muon_split->pos);
+    free(t->muon_split->counts);
     free(t->muon_split);
     t->muon_split = NULL;
 }
@@ -76,49 +84,74 @@ static double ns_cost(int rows, int cols) {
     return 4.0 * s * s * l + 2.0 * s * s * s;
 }
 
-static wf_status make_split(trainer *t) {
-    int nm = wf_muon_num_matrices(t->muon), W = t->world;
-    struct train_muon_split *sp = calloc(1, sizeof *sp);
-    t->muon_split = sp;
-    int *order = calloc((size_t)(nm ? nm : 1), sizeof *order);
-    double *load = calloc((size_t)W, sizeof *load), *cost = calloc((size_t)(nm ? nm : 1), sizeof *cost);
-    if (sp) sp->owner = calloc((size_t)(nm ? nm : 1), sizeof *sp->owner);
-    wf_status s = sp && sp->owner && order && load && cost ? WF_OK : wf_error(WF_ERR_NOMEM, "muon: out of memory");
-    size_t hi = 0;
-    for (int i = 0; s == WF_OK && i < nm; i++) {
-        size_t off;
-        int r, c;
-        wf_muon_matrix(t->muon, i, &off, &r, &c);
-        if (i == 0) sp->lo = off;
-        hi = off + (size_t)r * (size_t)c;
-        cost[i] = ns_cost(r, c);
+wf_status wf__train_muon_assign(int n, const int *rows, const int *cols, int world, int *owner, double *busiest) {
+    int *order = calloc((size_t)(n ? n : 1), sizeof *order);
+    double *load = calloc((size_t)world, sizeof *load), *cost = calloc((size_t)(n ? n : 1), sizeof *cost);
+    wf_status s = order && load && cost ? WF_OK : wf_error(WF_ERR_NOMEM, "muon: out of memory");
+    for (int i = 0; s == WF_OK && i < n; i++) {
+        cost[i] = ns_cost(rows[i], cols[i]);
         /* insertion by cost, largest first; equal costs keep buffer order */
         int j = i;
         while (j > 0 && cost[order[j - 1]] < cost[i]) order[j] = order[j - 1], j--;
         order[j] = i;
     }
-    for (int k = 0; s == WF_OK && k < nm; k++) {
+    for (int k = 0; s == WF_OK && k < n; k++) {
         int best = 0;
-        for (int q = 1; q < W; q++)
+        for (int q = 1; q < world; q++)
             if (load[q] < load[best]) best = q;
-        sp->owner[order[k]] = best;
+        owner[order[k]] = best;
         load[best] += cost[order[k]];
     }
-    if (s == WF_OK) {
-        sp->n = hi > sp->lo ? hi - sp->lo : 0;
-        sp->x = wf_arena_alloc(t->arena, (sp->n ? sp->n : 1) * sizeof(float), 64);
-        if (!sp->x)
-            s = wf_error(WF_ERR_NOMEM, "muon: out of memory for the exchange buffer (%zu floats)", sp->n);
-    }
-    if (s == WF_OK && t->rank == 0 && !t->plan_only) {
+    if (s == WF_OK && busiest) {
         double most = 0, all = 0;
-        for (int q = 0; q < W; q++) all += load[q], most = load[q] > most ? load[q] : most;
-        WF_INFO("muon, %s: the %d matrices split over %d ranks by Newton-Schulz flops (the busiest rank %.0f%% "
-                "of the even share); the momentum is kept with the AdamW state's slices; two all-reduces of "
-                "%.3f MB a step",
-                t->strat->label, nm, W, all > 0 ? 100.0 * most * W / all : 100.0, 4.0 * (double)sp->n / 1e6);
+        for (int q = 0; q < world; q++) all += load[q], most = load[q] > most ? load[q] : most;
+        *busiest = all > 0 ? most * world / all : 1.0;
     }
     free(order), free(load), free(cost);
+    return s;
+}
+
+static wf_status make_split(trainer *t) {
+    int nm = wf_muon_num_matrices(t->muon), W = t->world;
+    size_t cap = (size_t)(nm ? nm : 1);
+    struct train_muon_split *sp = calloc(1, sizeof *sp);
+    t->muon_split = sp;
+    int *rows = calloc(cap, sizeof *rows), *cols = calloc(cap, sizeof *cols);
+    if (sp) {
+        sp->owner = calloc(cap, sizeof *sp->owner);
+        sp->pos = calloc(cap, sizeof *sp->pos);
+        sp->counts = calloc((size_t)W, sizeof *sp->counts);
+    }
+    wf_status s = sp && sp->owner && sp->pos && sp->counts && rows && cols
+                      ? WF_OK
+                      : wf_error(WF_ERR_NOMEM, "muon: out of memory");
+    for (int i = 0; s == WF_OK && i < nm; i++) {
+        size_t off;
+        wf_muon_matrix(t->muon, i, &off, &rows[i], &cols[i]);
+    }
+    double busiest = 1;
+    if (s == WF_OK) s = wf__train_muon_assign(nm, rows, cols, W, sp->owner, &busiest);
+    if (s == WF_OK) {
+        for (int i = 0; i < nm; i++) sp->counts[sp->owner[i]] += (size_t)rows[i] * (size_t)cols[i];
+        size_t at = 0;
+        for (int q = 0; q < W; q++) {
+            for (int i = 0; i < nm; i++)
+                if (sp->owner[i] == q) sp->pos[i] = at, at += (size_t)rows[i] * (size_t)cols[i];
+            if (sp->counts[q] > sp->most) sp->most = sp->counts[q];
+        }
+        sp->n = at;
+        sp->x = wf_arena_alloc(t->arena, (sp->n ? sp->n : 1) * sizeof(float), 64);
+        sp->r = sp->x ? wf_arena_alloc(t->arena, (sp->most ? sp->most : 1) * sizeof(float), 64) : NULL;
+        if (!sp->r)
+            s = wf_error(WF_ERR_NOMEM, "muon: out of memory for the exchange buffers (%zu + %zu floats)", sp->n,
+                         sp->most);
+    }
+    if (s == WF_OK && t->rank == 0 && !t->plan_only)
+        WF_INFO("muon, %s: the %d matrices split over %d ranks by Newton-Schulz flops (the busiest rank %.0f%% "
+                "of the even share); the momentum is kept with the AdamW state's slices; a step reduce-scatters "
+                "and all-gathers %zu floats, at most %zu a rank",
+                t->strat->label, nm, W, 100.0 * busiest, sp->n, sp->most);
+    free(rows), free(cols);
     return s;
 }
 
@@ -186,15 +219,21 @@ static wf_status each_part(trainer *t, const held_range *h, int nh, part_fn fn, 
     return WF_OK;
 }
 
+/* Where element a of matrix i is in the exchange buffer. */
+static float *slot(trainer *t, int i, size_t a) {
+    size_t off;
+    int r, c;
+    wf_muon_matrix(t->muon, i, &off, &r, &c);
+    return t->muon_split->x + t->muon_split->pos[i] + (a - off);
+}
+
 static wf_status part_momentum(trainer *t, const held_range *h, int i, size_t a, size_t b, step_outcome *o) {
-    (void)i;
     size_t at = a - h->lo;
-    return wf_muon_momentum(t->muon, h->m + at, h->g + at, t->muon_split->x + (a - t->muon_split->lo), b - a,
-                            o->grad_norm);
+    return wf_muon_momentum(t->muon, h->m + at, h->g + at, slot(t, i, a), b - a, o->grad_norm);
 }
 
 static wf_status part_apply(trainer *t, const held_range *h, int i, size_t a, size_t b, step_outcome *o) {
-    return wf_muon_apply(t->muon, i, h->p + (a - h->lo), t->muon_split->x + (a - t->muon_split->lo), b - a, o->lr);
+    return wf_muon_apply(t->muon, i, h->p + (a - h->lo), slot(t, i, a), b - a, o->lr);
 }
 
 static wf_status step_split(trainer *t, step_outcome *o) {
@@ -204,26 +243,25 @@ static wf_status step_split(trainer *t, step_outcome *o) {
     held_range *h = calloc((size_t)(nu > 1 ? nu : 1), sizeof *h);
     if (!h) return wf_error(WF_ERR_NOMEM, "muon: out of memory");
     int nh = held(t, h);
+    size_t mine = 0; /* where this rank's matrices start in the exchange buffer */
+    for (int q = 0; q < t->rank; q++) mine += sp->counts[q];
+    /* With one rank the buffer is this rank's part: iterated in place. */
+    float *own = t->world > 1 ? sp->r : sp->x;
     double sum_sq = 0, t0;
     wf_status s = wf_muon_check_step(o->lr, o->grad_norm);
-    /* 1, 2: every matrix's u, whole on every rank */
+    /* 1, 2: the momentum on the held parts, every u whole at its owner */
     if (s == WF_OK) s = wf_backend_fill(be, sp->x, 0, sp->n * sizeof(float));
     if (s == WF_OK) s = each_part(t, h, nh, part_momentum, o);
     t0 = wf_time_now();
-    if (s == WF_OK && t->world > 1) s = wf_comm_all_reduce(t->comm, sp->x, sp->n, WF_COMM_SUM, "muon u");
+    if (s == WF_OK && t->world > 1) s = wf_comm_reduce_scatter(t->comm, sp->x, own, sp->counts, WF_COMM_SUM, "muon u");
     o->comm_s += wf_time_now() - t0;
-    /* 3: the owned matrices' iteration, the others' zeroed */
-    for (int i = 0; s == WF_OK && i < wf_muon_num_matrices(t->muon); i++) {
-        size_t off;
-        int r, c;
-        wf_muon_matrix(t->muon, i, &off, &r, &c);
-        float *x = sp->x + (off - sp->lo);
-        s = sp->owner[i] == t->rank ? wf_muon_orthogonalise(t->muon, i, x, o->lr, &sum_sq)
-                                    : wf_backend_fill(be, x, 0, (size_t)r * (size_t)c * sizeof(float));
-    }
-    /* 4: every X whole on every rank; the held parameters stepped */
+    /* 3: the owned matrices' iteration */
+    for (int i = 0; s == WF_OK && i < wf_muon_num_matrices(t->muon); i++)
+        if (sp->owner[i] == t->rank) s = wf_muon_orthogonalise(t->muon, i, own + (sp->pos[i] - mine), o->lr, &sum_sq);
+    /* 4: every X to every rank; the held parameters stepped */
     t0 = wf_time_now();
-    if (s == WF_OK && t->world > 1) s = wf_comm_all_reduce(t->comm, sp->x, sp->n, WF_COMM_SUM, "muon X");
+    if (s == WF_OK && t->world > 1) s = wf_backend_copy(be, sp->x + mine, own, sp->counts[t->rank] * sizeof(float));
+    if (s == WF_OK && t->world > 1) s = wf_comm_all_gather(t->comm, sp->x, sp->counts, "muon X");
     if (s == WF_OK && t->world > 1) s = wf_comm_all_reduce_f64(t->comm, &sum_sq, 1, WF_COMM_SUM, "muon rms");
     o->comm_s += wf_time_now() - t0;
     if (s == WF_OK) s = each_part(t, h, nh, part_apply, o);
