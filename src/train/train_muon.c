@@ -14,16 +14,17 @@
  * summed gradient, the momentum and (fsdp) the parameters, which cut
  * matrices anywhere, while Newton-Schulz needs each whole matrix. So the
  * work is split by whole matrices (docs/optim.md, "Sharding"):
- *   1. each rank runs the momentum on the parts of the matrices it holds,
- *      writing the iteration's input u into an exchange buffer laid out as
- *      the Muon matrices' span of the parameters (zero elsewhere);
- *   2. an all-reduce (sum) of that buffer: every element has exactly one
- *      holder, so the sum is each u whole, exactly;
- *   3. each rank orthogonalises the matrices it owns (the owner: matrices
- *      by Newton-Schulz flops, largest first, each to the least loaded
- *      rank, ties to the lower index) and zeroes the others;
- *   4. a second all-reduce brings every X whole to every rank, which
- *      steps the parameters it holds.
+ *   1. each matrix has an owner (wf__train_muon_assign: by Newton-Schulz
+ *      flops, largest first, each to the least loaded rank); an exchange
+ *      buffer holds every Muon matrix, laid out by owner (rank 0's, then
+ *      rank 1's, ...);
+ *   2. each rank runs the momentum on the parts of the matrices it holds,
+ *      writing the iteration's input u into its place in the buffer (zero
+ *      elsewhere);
+ *   3. a reduce-scatter (sum) brings each owner its matrices' u whole:
+ *      every element has exactly one holder, so the sum is exact;
+ *   4. each owner iterates its matrices; an all-gather brings every X to
+ *      every rank, which steps the parameters it holds.
  * The bits are those of the one-process step for the same summed
  * gradient: the same elementwise steps on every element and the same
  * iteration on each whole matrix. */
