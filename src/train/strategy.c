@@ -13,7 +13,10 @@
  *   fsdp   every unit's piece of everything; a unit all-gathered before
  *          its forward and backward (train_shard.c)
  *
- * A rank's slice of n floats is wf_zero1_slice_of's, wherever it is taken. */
+ * A rank's slice of n floats is wf_zero1_slice_of's, wherever it is taken.
+ * With optim.name = muon the update adds Muon's step (train_muon.c): on
+ * the whole gradient under ddp, else split by whole matrices over the
+ * ranks, its momentum in the AdamW state's slices. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
