@@ -90,8 +90,9 @@ static void print_json(const plan_opts *o, const wf_plan_input *in, int own_shar
     printf("\"micro_batch_per_rank\": %d, \"batch_size\": %" PRId64 ", \"seq_len\": %d, \"accum\": %d, "
            "\"threads\": %d, \"bucket_bytes\": %zu, ",
            in->micro_batch, o->tc.batch_size, in->seq_len, in->accum, in->threads, in->bucket_bytes);
-    printf("\"config\": {\"shard\": \"%s\", \"recompute\": \"%s\"}, ", wf_plan_shard_name((wf_plan_shard)own_shard),
-           wf_plan_recompute_name((wf_plan_recompute)own_rec));
+    printf("\"config\": {\"shard\": \"%s\", \"recompute\": \"%s\"}, \"optimizer\": \"%s\", ",
+           wf_plan_shard_name((wf_plan_shard)own_shard), wf_plan_recompute_name((wf_plan_recompute)own_rec),
+           in->muon ? "muon" : "adamw");
     if (has_budget) printf("\"budget_bytes\": %zu, ", budget);
     else printf("\"budget_bytes\": null, ");
     printf("\"memory\": [");
@@ -128,9 +129,11 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
            wf_model_config_num_params(mc), mc->dim, mc->n_layers, mc->n_heads, mc->n_kv_heads, mc->vocab_size,
            wf_model_config_hidden_dim(mc), mc->tied_embeddings ? ", tied" : "");
     printf("run: %d rank%s, micro-batch %d x %d tokens per rank (data.batch_size %" PRId64 "), %d micro-batch%s a "
-           "step, %d thread%s a rank\n",
+           "step, %d thread%s a rank, %s\n",
            in->world, in->world == 1 ? "" : "s", in->micro_batch, in->seq_len, batch_size, in->accum,
-           in->accum == 1 ? "" : "es", in->threads, in->threads == 1 ? "" : "s");
+           in->accum == 1 ? "" : "es", in->threads, in->threads == 1 ? "" : "s",
+           in->muon ? "Muon (optim.name = muon: its scratch, and sharded its exchange buffer, in the optimizer column)"
+                    : "AdamW");
     if (in->world == 1) printf("one rank: nothing to shard, every mode is planned as ddp\n");
     printf("\nmemory per rank (the training arena)%s%s:\n", has_budget ? ", budget " : "",
            has_budget ? fmt_bytes(b[0], sizeof b[0], (double)budget) : "");

@@ -148,8 +148,8 @@ int wf_muon_takes(const wf_tensor_info *t);
 
 /* Muon for every tensor of `m` that wf_muon_takes, with its momentum in
  * `momentum`: a buffer laid out as the parameter buffer (num_params floats,
- * in the model's backend's memory; only the Muon tensors' elements are
- * used, the rest is left alone: the trainer lends AdamW's first-moment
+ * in the model's backend's memory, or NULL when only the three parts
+ * below are used; only the Muon tensors' elements are used, the rest is left alone: the trainer lends AdamW's first-moment
  * buffer, whose Muon part AdamW leaves unused under skip_muon). The
  * iteration's scratch (two matrices of the largest Muon tensor, two square
  * ones of its smaller side) comes from `arena`. Bad values in `cfg` are
@@ -165,6 +165,26 @@ void wf_muon_destroy(wf_muon *o); /* accepts NULL */
  * *update_rms (may be NULL) gets the RMS of the parameters' change over
  * the Muon tensors. The result does not depend on the thread count. */
 wf_status wf_muon_step(wf_muon *o, double lr, const float *grad, double grad_norm, double *update_rms);
+
+/* The same update in three parts, for a caller that splits the matrices
+ * over processes (the trainer's sharded modes, docs/optim.md "Sharding").
+ * The step's lr and grad_norm checked once (as wf_muon_step does), then:
+ *   wf_muon_momentum   on n elements of one matrix, wherever they are held:
+ *                      buf (its momentum) and g (its summed gradient) in
+ *                      place, x gets the iteration's input u
+ *   wf_muon_orthogonalise  matrix i's whole u (rows x cols at x) replaced
+ *                      by X; *sum_sq (may be NULL) += the squared norm of
+ *                      its change lr * scale * X
+ *   wf_muon_apply      n parameters of matrix i at p from X's n values at x
+ * With every element passed through each, the bits of wf_muon_step. */
+wf_status wf_muon_check_step(double lr, double grad_norm);
+wf_status wf_muon_momentum(wf_muon *o, float *buf, const float *g, float *x, size_t n, double grad_norm);
+wf_status wf_muon_orthogonalise(wf_muon *o, int i, float *x, double lr, double *sum_sq);
+wf_status wf_muon_apply(wf_muon *o, int i, float *p, const float *x, size_t n, double lr);
+/* The Muon matrices, in buffer order: matrix i is rows x cols at `offset`
+ * of the parameter buffer. */
+int wf_muon_num_matrices(const wf_muon *o);
+void wf_muon_matrix(const wf_muon *o, int i, size_t *offset, int *rows, int *cols);
 
 /* Elements Muon updates, and the largest tensor's. */
 size_t wf_muon_numel(const wf_muon *o);

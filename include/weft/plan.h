@@ -63,6 +63,7 @@ typedef struct {
     int accum;             /* micro-batches per optimizer step, >= 1 */
     int threads;           /* compute threads per rank: the attention kernel's scratch grows with them */
     size_t bucket_bytes;   /* dist.bucket_mb in bytes: DDP's buckets, ZeRO-2's bucket buffers */
+    int muon;              /* optim.name = muon: its scratch, (sharded) its exchange buffers and collectives */
 } wf_plan_input;
 
 /* Bytes per rank, by what they hold. Each field is a sum of arena blocks,
@@ -70,7 +71,9 @@ typedef struct {
 typedef struct {
     size_t params;      /* parameters: all of them, or fsdp's shard of every unit */
     size_t grads;       /* gradients: the full buffer and/or the rank's shard (zero1's shard counts here) */
-    size_t optimizer;   /* AdamW's two moments (8 bytes a parameter held) */
+    size_t optimizer;   /* AdamW's two moments (8 bytes a parameter held); with muon, the same slots
+                         * (the momentum in m's) and Muon's Newton-Schulz scratch and, sharded, its
+                         * exchange buffers (every Muon matrix; the busiest owner's) */
     size_t buckets;     /* zero2: the gradient buckets the backward fills before their reduce-scatter */
     size_t gather;      /* fsdp: the gathered units in flight and the gradient buffer of one */
     size_t activations; /* the model's planned activations and backward scratch, without the logits */

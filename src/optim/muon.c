@@ -12,8 +12,13 @@
  * (the reference runs it in bf16 on GPUs; fp32 is closer to the exact
  * polar factor, and the test compares with an fp32 replay).
  *
- * Not here: the AdamW group (adamw.c, with skip_muon), the sharded
- * work split (the trainer refuses Muon with zero1, zero2, fsdp for now),
+ * The sharded modes (the trainer's zero1, zero2, fsdp: train_muon.c) use
+ * the same steps one by one: the momentum on whatever range of a matrix a
+ * rank holds (wf_muon_momentum), the iteration on a whole matrix at the
+ * rank that owns it (wf_muon_orthogonalise), the scaled step on a range
+ * again (wf_muon_apply); the exchange between them is the trainer's.
+ *
+ * Not here: the AdamW group (adamw.c, with skip_muon), the collectives,
  * conv or batched 3-D weights. */
 #include <math.h>
 #include <stdlib.h>
@@ -193,8 +198,7 @@ static wf_status orthogonalise(wf_muon *o, wf_backend *be, int rows, int cols) {
     return WF_OK;
 }
 
-wf_status wf_muon_step(wf_muon *o, double lr, const float *grad, double grad_norm, double *update_rms) {
-    if (update_rms) *update_rms = 0;
+wf_status wf_muon_check_step(double lr, double grad_norm) {
     if (!isfinite(grad_norm))
         return wf_error(WF_ERR_RANGE, "muon: gradient norm is %g; parameters and optimizer state are unchanged",
                         grad_norm);
@@ -203,15 +207,65 @@ wf_status wf_muon_step(wf_muon *o, double lr, const float *grad, double grad_nor
                         "muon: learning rate %g must be >= 0 and finite; parameters and optimizer state are "
                         "unchanged",
                         lr);
-    const wf_muon_config *c = &o->cfg;
-    wf_backend *be = wf_model_backend(o->model);
-    float *params = wf_model_params(o->model);
-    /* clip_grad_norm_'s coefficient, as AdamW's (adamw.c) */
+    return WF_OK;
+}
+
+int wf_muon_num_matrices(const wf_muon *o) { return o->n; }
+
+void wf_muon_matrix(const wf_muon *o, int i, size_t *offset, int *rows, int *cols) {
+    *offset = o->mats[i].offset, *rows = o->mats[i].rows, *cols = o->mats[i].cols;
+}
+
+/* clip_grad_norm_'s coefficient, as AdamW's (adamw.c) */
+static double clip_of(const wf_muon_config *c, double grad_norm) {
     double clip = 1.0;
     if (c->grad_clip > 0) {
         double coef = c->grad_clip / (grad_norm + 1e-6);
         if (coef < 1) clip = coef;
     }
+    return clip;
+}
+
+wf_status wf_muon_momentum(wf_muon *o, float *buf, const float *g, float *x, size_t n, double grad_norm) {
+    const wf_muon_config *c = &o->cfg;
+    wf_backend *be = wf_model_backend(o->model);
+    const float mu = (float)c->momentum, a1 = (float)((1.0 - c->momentum) * clip_of(c, grad_norm));
+    /* wf_muon_step's operations, in its order */
+    WF_TRY(wf_backend_axpby(be, wf_f32(buf), wf_f32(g), a1, mu, n));
+    if (!c->nesterov) return wf_backend_copy(be, x, buf, n * sizeof(float));
+    WF_TRY(wf_backend_axpby(be, wf_f32(x), wf_f32(g), a1, 0.0f, n));
+    return wf_backend_axpby(be, wf_f32(x), wf_f32(buf), mu, 1.0f, n);
+}
+
+wf_status wf_muon_orthogonalise(wf_muon *o, int i, float *x, double lr, double *sum_sq) {
+    const muon_matrix_ *mt = &o->mats[i];
+    wf_backend *be = wf_model_backend(o->model);
+    size_t bytes = (size_t)mt->rows * (size_t)mt->cols * sizeof(float);
+    WF_TRY(wf_backend_copy(be, o->x, x, bytes));
+    WF_TRY(orthogonalise(o, be, mt->rows, mt->cols));
+    WF_TRY(wf_backend_copy(be, x, o->x, bytes));
+    if (sum_sq) {
+        double ss = 0;
+        float step = (float)(-lr * (double)mt->scale);
+        WF_TRY(wf_backend_sumsq(be, wf_f32(x), bytes / sizeof(float), &ss));
+        *sum_sq += (double)step * (double)step * ss;
+    }
+    return WF_OK;
+}
+
+wf_status wf_muon_apply(wf_muon *o, int i, float *p, const float *x, size_t n, double lr) {
+    const float decay = (float)(1.0 - lr * o->cfg.weight_decay);
+    float step = (float)(-lr * (double)o->mats[i].scale);
+    return wf_backend_axpby(wf_model_backend(o->model), wf_f32(p), wf_f32(x), step, decay, n);
+}
+
+wf_status wf_muon_step(wf_muon *o, double lr, const float *grad, double grad_norm, double *update_rms) {
+    if (update_rms) *update_rms = 0;
+    WF_TRY(wf_muon_check_step(lr, grad_norm));
+    const wf_muon_config *c = &o->cfg;
+    wf_backend *be = wf_model_backend(o->model);
+    float *params = wf_model_params(o->model);
+    double clip = clip_of(c, grad_norm);
     const float mu = (float)c->momentum, a1 = (float)((1.0 - c->momentum) * clip);
     const float decay = (float)(1.0 - lr * c->weight_decay);
     double sum_sq = 0;

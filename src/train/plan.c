@@ -183,12 +183,17 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
      * plan-only arena, which counts every block and allocates none. */
     trainer t = {.mc = in->model, .world = in->world, .rank = 0, .Bl = in->micro_batch, .T = in->seq_len,
                  .plan_only = 1};
-    WF_TRY(wf__train_strategy_of(&(wf_train_config){.dist_shard = (char *)wf_plan_shard_name(s)}, in->world, 0,
-                                 &t.strat));
+    /* What the allocation reads of a config: the mode, and Muon's
+     * settings when it plans Muon (its buffers do not depend on them). */
+    wf_train_config tc = {.dist_shard = (char *)wf_plan_shard_name(s), .optim_name = (char *)(in->muon ? "muon" : "adamw"),
+                          .lr = 1, .muon_momentum = 0.95, .muon_nesterov = 1, .muon_ns_steps = 5,
+                          .muon_scale = (char *)"reference", .grad_clip = 1};
+    t.tc = &tc;
+    WF_TRY(wf__train_strategy_of(&tc, in->world, 0, &t.strat));
     /* the activations' scratch is per thread: the plan's threads */
     int threads = wf_kern_threads();
     wf_kern_set_threads(in->threads);
-    wf_adamw_config ac = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    wf_adamw_config ac = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .skip_muon = in->muon};
     wf_status st = wf_arena_create_plan(&t.arena, 0);
     if (st == WF_OK) st = wf__train_allocate(&t, &ac, (int)model_recompute(r));
     wf_kern_set_threads(threads);
@@ -228,6 +233,27 @@ static int count_buckets(const dims_ *d, int tied, size_t bucket_bytes) {
     ADD_(d->V * d->C);
 #undef ADD_
     return n + (fill > 0);
+}
+
+/* The most floats of Muon matrices one rank owns under the trainer's
+ * assignment (wf__train_muon_assign), over the blocks' matrices in their
+ * buffer order: q, k, v, o, gate, up, down. */
+static wf_status muon_most_owned(const dims_ *d, int world, size_t *most) {
+    *most = 0;
+    size_t n = 7 * d->L;
+    int *rows = calloc(n ? n : 1, sizeof *rows), *cols = calloc(n ? n : 1, sizeof *cols);
+    int *owner = calloc(n ? n : 1, sizeof *owner);
+    size_t *per = calloc((size_t)world, sizeof *per);
+    wf_status s = rows && cols && owner && per ? WF_OK : wf_error(WF_ERR_NOMEM, "plan: out of memory");
+    int C = (int)d->C, KV = (int)d->KV, H = (int)d->H;
+    const int shapes[7][2] = {{C, C}, {KV, C}, {KV, C}, {C, C}, {H, C}, {H, C}, {C, H}};
+    for (size_t i = 0; s == WF_OK && i < n; i++) rows[i] = shapes[i % 7][0], cols[i] = shapes[i % 7][1];
+    if (s == WF_OK) s = wf__train_muon_assign((int)n, rows, cols, world, owner, NULL);
+    for (size_t i = 0; s == WF_OK && i < n; i++) per[owner[i]] += (size_t)rows[i] * (size_t)cols[i];
+    for (int q = 0; s == WF_OK && q < world; q++)
+        if (per[q] > *most) *most = per[q];
+    free(rows), free(cols), free(owner), free(per);
+    return s;
 }
 
 wf_status wf_plan_comm_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_comm *out) {
@@ -274,6 +300,16 @@ wf_status wf_plan_comm_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_comm
     }
     default:
         break;
+    }
+    if (in->muon && s != WF_PLAN_DDP) {
+        /* Muon's split (train_muon.c): a reduce-scatter of every u to its
+         * owner and an all-gather of the results, each (W - 1) times the
+         * most floats a rank owns */
+        size_t most;
+        WF_TRY(muon_most_owned(&d, in->world, &most));
+        out->reduce_scatter += (W - 1) * 4.0 * (double)most;
+        out->all_gather += (W - 1) * 4.0 * (double)most;
+        out->collectives_per_step += 2;
     }
     out->total = out->all_reduce + out->reduce_scatter + out->all_gather;
     return WF_OK;
@@ -335,6 +371,7 @@ wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_pla
     out->threads = wf_kern_threads();
     out->bucket_bytes = (size_t)(tc->dist_bucket_mb * 1e6);
     if (!out->bucket_bytes) out->bucket_bytes = 1;
+    out->muon = tc->optim_name && strcmp(tc->optim_name, "muon") == 0;
     const train_strategy *st;
     WF_TRY(wf__train_strategy_of(tc, world, 0, &st));
     if (shard) *shard = wf_plan_shard_parse(st->name);

@@ -13,7 +13,10 @@
  *   fsdp   every unit's piece of everything; a unit all-gathered before
  *          its forward and backward (train_shard.c)
  *
- * A rank's slice of n floats is wf_zero1_slice_of's, wherever it is taken. */
+ * A rank's slice of n floats is wf_zero1_slice_of's, wherever it is taken.
+ * With optim.name = muon the update adds Muon's step (train_muon.c): on
+ * the whole gradient under ddp, else split by whole matrices over the
+ * ranks, its momentum in the AdamW state's slices. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,8 +107,19 @@ static wf_status setup_ddp(trainer *t, const wf_adamw_config *ac) {
     return t->world > 1 && !t->plan_only ? make_reducer(t) : WF_OK; /* the reducer is not the arena's */
 }
 
+/* optim.name = muon sharded (train_muon.c): each matrix's owner and the
+ * exchange buffer, counted as optimizer memory (nothing without muon). */
+static wf_status setup_muon_split(trainer *t) {
+    WF_TRY(wf__train_muon_setup(t));
+    if (!t->muon) return WF_OK;
+    wf__train_arena_mark(t, "muon");
+    wf__train_arena_part(t, WF__PART_OPTIMIZER);
+    return WF_OK;
+}
+
 static wf_status setup_zero1(trainer *t, const wf_adamw_config *ac) {
     WF_TRY(make_flat(t, ac));
+    WF_TRY(setup_muon_split(t));
     return t->plan_only ? WF_OK : make_reducer(t);
 }
 
@@ -113,7 +127,7 @@ static wf_status setup_zero2(trainer *t, const wf_adamw_config *ac) {
     WF_TRY(make_flat(t, ac));
     WF_TRY(wf__train_units_setup(t, ac));
     wf__train_arena_mark(t, "units");
-    return WF_OK;
+    return setup_muon_split(t);
 }
 
 static wf_status setup_fsdp(trainer *t, const wf_adamw_config *ac) {
@@ -121,7 +135,7 @@ static wf_status setup_fsdp(trainer *t, const wf_adamw_config *ac) {
     wf__train_arena_mark(t, "units");
     t->gshard = t->units->gshard;
     t->gshard_n = t->units->gshard_n;
-    return WF_OK;
+    return setup_muon_split(t);
 }
 
 /* ---- the gradient summed over ranks ---- */
@@ -182,7 +196,7 @@ static wf_status update_flat(trainer *t, int64_t step, step_outcome *o) {
     wf_trace_span span = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
     wf_status s = wf_adamw_step_shard(t->opt, o->lr_adamw, grad, o->grad_norm);
     wf_trace_end(span);
-    if (s == WF_OK) s = wf__train_muon_step(t, o, grad); /* optim.name = muon (ddp only): the block matrices */
+    if (s == WF_OK) s = wf__train_muon_step(t, o, grad); /* optim.name = muon: the block matrices */
     if (s != WF_OK) return wf_error_wrap(s, "step %lld: ", (long long)step + 1);
     if (t->strat->gather == WF__GATHER_AFTER_UPDATE) {
         double tg = wf_time_now();
@@ -194,10 +208,13 @@ static wf_status update_flat(trainer *t, int64_t step, step_outcome *o) {
     return s;
 }
 
-/* Each unit's piece; the next forward gathers the new values. */
+/* Each unit's piece (Muon's matrices first, then AdamW's rest); the next
+ * forward gathers the new values. */
 static wf_status update_pieces(trainer *t, int64_t step, step_outcome *o) {
+    wf_status s = wf__train_muon_step(t, o, NULL);
+    if (s != WF_OK) return wf_error_wrap(s, "step %lld: ", (long long)step + 1);
     wf_trace_span sp = wf_trace_begin(WF_TRACE_COMPUTE, "adamw");
-    wf_status s = wf__train_units_update(t, o->lr, o->grad_norm);
+    s = wf__train_units_update(t, o->lr_adamw, o->grad_norm);
     wf_trace_end(sp);
     return s == WF_OK ? WF_OK : wf_error_wrap(s, "step %lld: ", (long long)step + 1);
 }

@@ -196,6 +196,7 @@ struct trainer {
     wf_model *model;
     wf_adamw *opt;
     wf_muon *muon;             /* optim.name = muon: the block matrices' optimizer (train_muon.c); NULL otherwise */
+    struct train_muon_split *muon_split; /* muon under zero1/zero2/fsdp: who owns which matrix (train_muon.c) */
     double adamw_lr_ratio;     /* the AdamW group's lr over the schedule's (optim.adamw_lr / optim.lr; 1 for adamw) */
     wf_loader *train, *val;
     train_mix mix;             /* data.sources: the mixture (mix.n 0: data.dir alone) */
@@ -402,14 +403,24 @@ wf_status wf__train_units_import(trainer *t, const char *path);
 wf_status wf__train_units_local_sumsq(const trainer *t, double *out);
 
 /* train_muon.c: optim.name = muon (docs/optim.md) */
-/* Reads optim.name; refuses muon where its work split is not there yet
- * (dist.shard zero1 at several ranks, zero2, fsdp). Sets adamw_lr_ratio and
- * ac->skip_muon. Before any optimizer is made. */
+/* Reads optim.name. Sets adamw_lr_ratio and ac->skip_muon. Before any
+ * optimizer is made. */
 wf_status wf__train_muon_config(trainer *t, wf_adamw_config *ac);
-/* After t->opt: Muon over the block matrices, its momentum in AdamW's
- * first-moment slots of those matrices (unused by AdamW under skip_muon). */
+/* After the strategy's AdamW (t->opt, or fsdp's units): Muon over the block
+ * matrices, its momentum in AdamW's first-moment slots of those matrices
+ * (unused by AdamW under skip_muon), wherever the strategy keeps them;
+ * sharded, each matrix's owner and the exchange buffer too. */
 wf_status wf__train_muon_setup(trainer *t);
-/* The step's update of the Muon matrices (nothing without muon). */
+void wf__train_muon_free(trainer *t);
+/* Sharded Muon's owners: n matrices (rows x cols, in buffer order) over
+ * `world` ranks by Newton-Schulz flops, largest first, each to the least
+ * loaded rank (ties: the earlier matrix, the lower rank). *busiest (may
+ * be NULL): the busiest rank's flops over the even share. The trainer's
+ * and weft plan's. */
+wf_status wf__train_muon_assign(int n, const int *rows, const int *cols, int world, int *owner, double *busiest);
+/* The step's update of the Muon matrices (nothing without muon), from the
+ * summed gradient as the strategy keeps it (`grad`: the whole one, or
+ * ignored when sharded: the strategy's slices). */
 wf_status wf__train_muon_step(trainer *t, step_outcome *o, const float *grad);
 /* The optimizer's name as checkpoints record it ("optimizer.name"). */
 const char *wf__train_optim_name(const trainer *t);

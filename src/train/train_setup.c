@@ -35,6 +35,7 @@ void wf__train_free(trainer *t) {
     if (t->units) wf__train_units_free(t); /* fsdp: its optimizers, t->opt among them */
     wf_adamw_destroy(t->opt);
     wf_muon_destroy(t->muon);
+    wf__train_muon_free(t);
     wf_model_destroy(t->model);
     wf_arena_destroy(t->arena);
     free(t->tokenizer_path);
@@ -93,11 +94,6 @@ wf_status wf__train_strategy_of(const wf_train_config *tc, int world, int log, c
                     tc->dist_zero1 ? "dist.zero1 = true" : "dist.shard = zero1");
         st = wf__train_strategy(st->one_rank);
     }
-    if (tc->optim_name && strcmp(tc->optim_name, "muon") == 0 && strcmp(st->name, "ddp") != 0)
-        return wf_error(WF_ERR_CONFIG,
-                        "optim.name = muon with dist.shard = %s: Muon's sharded work split (whole matrices per "
-                        "rank) is not implemented yet; use dist.shard = ddp, or optim.name = adamw (docs/optim.md)",
-                        name);
     *out = st;
     return WF_OK;
 }

@@ -162,3 +162,55 @@ WF_TEST(muon_same_bits_on_one_and_two_threads) {
     free(out[0]);
     free(out[1]);
 }
+
+/* The three parts the sharded trainer uses (the momentum on ranges cut
+ * anywhere, here every 37 elements across the matrices' boundaries, the
+ * iteration on a whole copy, the step on ranges again): wf_muon_step's
+ * bits and update RMS, Nesterov on and off. */
+WF_TEST(muon_parts_on_cut_ranges_give_the_whole_step) {
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        wf_muon_config uc = wf_muon_config_default();
+        uc.nesterov = nesterov;
+        uc.weight_decay = 0.1;
+        fixture a = make(&uc), b = make(&uc);
+        size_t P = wf_model_num_params(a.m);
+        float *x = calloc(P, sizeof(float));
+        WF_CHECK_TRUE(x != NULL);
+        for (int step = 0; step < 3; step++) {
+            random_grads(a.m, 20 + (uint64_t)step);
+            random_grads(b.m, 20 + (uint64_t)step);
+            double norm = wf_grad_norm(a.m), rms_a = 0, sum_sq = 0, lr = 0.02;
+            WF_CHECK_OK(wf_muon_step(a.muon, lr, wf_model_grads(a.m), norm, &rms_a));
+            WF_CHECK_OK(wf_muon_check_step(lr, norm));
+            float *m = wf_adamw_m(b.rest), *g = wf_model_grads(b.m), *p = wf_model_params(b.m);
+            int nm = wf_muon_num_matrices(b.muon);
+            for (int pass = 0; pass < 3; pass++)
+                for (int i = 0; i < nm; i++) {
+                    size_t off;
+                    int r, c;
+                    wf_muon_matrix(b.muon, i, &off, &r, &c);
+                    size_t n = (size_t)r * (size_t)c;
+                    if (pass == 1) {
+                        WF_CHECK_OK(wf_muon_orthogonalise(b.muon, i, x + off, lr, &sum_sq));
+                        continue;
+                    }
+                    /* cut at the multiples of 37 of the flat order */
+                    for (size_t lo = off; lo < off + n;) {
+                        size_t hi = (lo / 37 + 1) * 37;
+                        if (hi > off + n) hi = off + n;
+                        if (pass == 0) WF_CHECK_OK(wf_muon_momentum(b.muon, m + lo, g + lo, x + lo, hi - lo, norm));
+                        else WF_CHECK_OK(wf_muon_apply(b.muon, i, p + lo, x + lo, hi - lo, lr));
+                        lo = hi;
+                    }
+                }
+            WF_CHECK_TRUE(memcmp(wf_model_params(a.m), p, P * sizeof(float)) == 0);
+            WF_CHECK_TRUE(memcmp(wf_adamw_m(a.rest), m, P * sizeof(float)) == 0);
+            WF_CHECK_TRUE(fabs(sqrt(sum_sq / (double)wf_muon_numel(b.muon)) - rms_a) <= 1e-12 * rms_a);
+        }
+        WF_CHECK_TRUE(wf_muon_check_step(NAN, 1.0) == WF_ERR_RANGE);
+        WF_CHECK_TRUE(wf_muon_check_step(0.02, INFINITY) == WF_ERR_RANGE);
+        free(x);
+        release(&a);
+        release(&b);
+    }
+}
