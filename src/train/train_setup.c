@@ -225,8 +225,8 @@ void wf__train_arena_part(trainer *t, int cat) {
 wf_status wf__train_allocate(trainer *t, const wf_adamw_config *ac, int recompute) {
     /* What the strategy keeps whole is the model's; the rest is its slices. */
     int has_p = t->strat->params == WF__KEEP_WHOLE, has_g = t->strat->full_grad;
-    WF_TRY(wf_model_create_ex(&t->model, &t->mc, t->arena, (has_g ? 0 : WF_MODEL_NO_GRADS) |
-                                                           (has_p ? 0 : WF_MODEL_NO_PARAMS)));
+    WF_TRY(wf_model_create_tp(&t->model, &t->mc, t->arena,
+                              (has_g ? 0 : WF_MODEL_NO_GRADS) | (has_p ? 0 : WF_MODEL_NO_PARAMS), &t->tp));
     wf__train_arena_mark(t, "model");
     /* two blocks of one size, the parameters first */
     size_t model = wf_arena_get_stats(t->arena).in_use - t->part_at;
@@ -321,6 +321,7 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     train_batch tb;
     WF_TRY(wf__train_batch_shape(tc, t->world, t->mc.max_seq_len, &tb));
     t->B = tb.B, t->Bl = tb.Bl, t->T = tb.T, t->accum = tb.accum, t->ramp = tb.ramp;
+    WF_TRY(wf__train_tp_check(t)); /* dist.tp: the model splits, before anything is allocated */
 
     int threads = tc->threads ? (int)tc->threads : wf_default_threads();
     wf_kern_set_threads(threads);
