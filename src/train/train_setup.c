@@ -226,7 +226,8 @@ wf_status wf__train_allocate(trainer *t, const wf_adamw_config *ac, int recomput
     /* What the strategy keeps whole is the model's; the rest is its slices. */
     int has_p = t->strat->params == WF__KEEP_WHOLE, has_g = t->strat->full_grad;
     WF_TRY(wf_model_create_tp(&t->model, &t->mc, t->arena,
-                              (has_g ? 0 : WF_MODEL_NO_GRADS) | (has_p ? 0 : WF_MODEL_NO_PARAMS), &t->tp));
+                              (has_g ? 0 : WF_MODEL_NO_GRADS) | (has_p ? 0 : WF_MODEL_NO_PARAMS),
+                              t->tp.size > 1 ? &t->tp : NULL)); /* plan.c leaves tp zero: none */
     wf__train_arena_mark(t, "model");
     /* two blocks of one size, the parameters first */
     size_t model = wf_arena_get_stats(t->arena).in_use - t->part_at;
