@@ -330,8 +330,8 @@ wf_status wf__train_setup_checkpoints(trainer *t) {
         /* Each tp rank holds slices under the global names: saving them
          * needs pieces of global shapes, not written yet. */
         if (t->job_rank == 0)
-            WF_WARN("dist.tp = %d: checkpoints and the final model file are not written yet with tensor "
-                    "parallelism (the run's metrics and logs are); a stopped run starts over",
+            WF_WARN("dist.tp = %d: checkpoints are not written yet with tensor parallelism (the final model "
+                    "file is); a stopped run starts over",
                     t->tp.size);
         return WF_OK;
     }
@@ -362,14 +362,14 @@ wf_status wf__train_setup_checkpoints(trainer *t) {
 
 wf_status wf__train_write_final_model(trainer *t, int64_t steps) {
     int pieces = t->strat->params == WF__KEEP_PIECES;
-    if (t->tp.size > 1) return WF_OK; /* not yet: said at setup */
-    if (t->rank != 0 && !pieces) return WF_OK; /* pieces: every rank gathers */
+    if (t->rank != 0 && !pieces) return WF_OK; /* pieces: every rank gathers; tp: dp rank 0's tp group */
     char path[WF_PATH_MAX];
     WF_TRY(wf_rundir_path(path, sizeof path, t->tc->run_dir, WF_RUN_MODEL));
     char steps_s[32];
     snprintf(steps_s, sizeof steps_s, "%lld", (long long)steps);
     wf_kv meta[2] = {{.key = "weft.step", .value = steps_s},
                      {.key = "weft.tokenizer", .value = t->tokenizer_path ? t->tokenizer_path : ""}};
+    if (t->tp.size > 1) return wf__train_tp_write_model(t, path, meta, t->tokenizer_path ? 2 : 1);
     if (!pieces) {
         WF_TRY(wf_safetensors_save(t->model, path, meta, t->tokenizer_path ? 2 : 1));
         WF_INFO("wrote %s", path);

@@ -385,6 +385,9 @@ wf_status wf__train_tp_check(trainer *t);
 wf_status wf__train_tp_grad_norm(trainer *t, double *norm);
 wf_status wf__train_tp_param_sumsq(trainer *t, double *ss);
 void wf__train_tp_free(trainer *t);
+/* The final model file of a tensor-parallel run: collective over the tp
+ * ranks of dp rank 0, the job's rank 0 writes (a no-op on other dp ranks). */
+wf_status wf__train_tp_write_model(trainer *t, const char *path, const wf_kv *meta, size_t n_meta);
 /* The sum of squares of every parameter (collective when they are in pieces). */
 wf_status wf__train_param_sumsq(trainer *t, double *ss);
 /* What this rank holds of the parameters (grads 0) or of the summed

@@ -128,3 +128,76 @@ void wf__train_tp_free(trainer *t) {
     wf_mesh_destroy(t->mesh);
     t->mesh = NULL;
 }
+
+/* Tensor i of the whole model from the tp ranks' slices: every rank's
+ * slice all-gathered (equal sizes: every split divides) into `buf`, then
+ * laid out row-major into `dst` (rank order is row order for a row split;
+ * a column split's slices are (rows, cols / tp) blocks side by side). */
+static wf_status gather_tensor(trainer *t, const wf_tensor_info *ti, float *buf, float *dst) {
+    wf_comm *tpc = t->tp.ops.ctx;
+    size_t n = ti->numel;
+    if (ti->split_dim < 0) {
+        memcpy(dst, wf_model_params(t->model) + ti->offset, n * sizeof *dst);
+        return WF_OK;
+    }
+    memcpy(buf + (size_t)t->tp.rank * n, wf_model_params(t->model) + ti->offset, n * sizeof *buf);
+    WF_TRY(wf_comm_all_gather(tpc, buf, even_counts(tpc, n), "tp gather model"));
+    size_t P = (size_t)t->tp.size;
+    if (ti->split_dim == 0) {
+        memcpy(dst, buf, P * n * sizeof *dst);
+        return WF_OK;
+    }
+    size_t rows = (size_t)ti->shape[0], cols = (size_t)ti->shape[1];
+    for (size_t r = 0; r < P; r++)
+        for (size_t i = 0; i < rows; i++)
+            memcpy(dst + i * P * cols + r * cols, buf + r * n + i * cols, cols * sizeof *dst);
+    return WF_OK;
+}
+
+/* The final model file: the tp ranks of dp rank 0 gather every tensor in
+ * turn into a whole model on the job's rank 0 (a temporary of the whole
+ * model's size there, one tensor's gather buffer on the others), which
+ * writes it as one process would. */
+wf_status wf__train_tp_write_model(trainer *t, const char *path, const wf_kv *meta, size_t n_meta) {
+    if (t->rank != 0) return WF_OK; /* another dp replica: the same values */
+    int lead = t->tp.rank == 0;
+    wf_arena *arena = NULL;
+    wf_model *whole = NULL;
+    float *buf = NULL;
+    size_t max_n = 0;
+    for (int i = 0; i < wf_model_num_tensors(t->model); i++)
+        if (wf_model_tensor(t->model, i)->numel > max_n) max_n = wf_model_tensor(t->model, i)->numel;
+    /* Every tp rank runs every gather, whatever the lead's allocations
+     * did, so that the collectives stay matched; the lead reports after. */
+    wf_status s = WF_OK;
+    if (lead) {
+        s = wf_arena_create(&arena, 0);
+        if (s == WF_OK) s = wf_model_create(&whole, &t->mc, arena);
+    }
+    size_t cap = max_n * (size_t)t->tp.size;
+    buf = malloc(cap * sizeof *buf);
+    /* where a rank that keeps nothing puts each tensor */
+    float *scratch = lead && s == WF_OK ? NULL : malloc(cap * sizeof *scratch);
+    wf_status g = buf && (scratch || (lead && s == WF_OK)) ? WF_OK
+                                                           : wf_error(WF_ERR_NOMEM, "out of memory gathering the model");
+    for (int i = 0; g == WF_OK && i < wf_model_num_tensors(t->model); i++) {
+        const wf_tensor_info *ti = wf_model_tensor(t->model, i);
+        float *dst = scratch;
+        if (!scratch) {
+            const wf_tensor_info *wi = wf_model_tensor(whole, i);
+            if (strcmp(wi->name, ti->name) != 0 || wi->numel != ti->numel * (ti->split_dim < 0 ? 1 : (size_t)t->tp.size))
+                g = wf_error(WF_ERR_INTERNAL, "gathering the model: tensor %d is %s here and %s in the whole model", i,
+                             ti->name, wi->name);
+            dst = wf_model_params(whole) + wi->offset;
+        }
+        if (g == WF_OK) g = gather_tensor(t, ti, buf, dst);
+    }
+    if (lead && s == WF_OK && g == WF_OK) s = wf_safetensors_save(whole, path, meta, n_meta);
+    if (s == WF_OK) s = g;
+    if (lead && s == WF_OK) WF_INFO("wrote %s (gathered from the %d tensor parallel ranks)", path, t->tp.size);
+    free(scratch);
+    free(buf);
+    wf_model_destroy(whole);
+    wf_arena_destroy(arena);
+    return s;
+}
