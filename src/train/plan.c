@@ -181,7 +181,8 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
      * allocates: the trainer's own code (wf__train_allocate: the model,
      * its activations, the strategy's buffers, the token buffers) on a
      * plan-only arena, which counts every block and allocates none. */
-    trainer t = {.mc = in->model, .world = in->world, .rank = 0, .Bl = in->micro_batch, .T = in->seq_len,
+    wf_train_config tc0 = {0}; /* asked by setup's steps (Muon's: optim.name unset, AdamW) */
+    trainer t = {.tc = &tc0, .mc = in->model, .world = in->world, .rank = 0, .Bl = in->micro_batch, .T = in->seq_len,
                  .plan_only = 1};
     WF_TRY(wf__train_strategy_of(&(wf_train_config){.dist_shard = (char *)wf_plan_shard_name(s)}, in->world, 0,
                                  &t.strat));
