@@ -94,9 +94,12 @@ static void print_json(const plan_opts *o, const wf_plan_input *in, int own_shar
            wf_plan_recompute_name((wf_plan_recompute)own_rec));
     if (has_budget) printf("\"budget_bytes\": %zu, ", budget);
     else printf("\"budget_bytes\": null, ");
+    printf("\"tp\": %d, \"sequence_parallel\": %s, ", in->tp > 1 ? in->tp : 1,
+           in->tp > 1 && in->sequence_parallel ? "true" : "false");
     printf("\"memory\": [");
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++)
         for (int c = 0; c < WF_PLAN_N_RECOMPUTES; c++) {
+            if (in->tp > 1 && s != WF_PLAN_DDP) continue; /* ddp (the first) only */
             const wf_plan_memory *m = &r->mem[s][c];
             printf("%s{\"shard\": \"%s\", \"recompute\": \"%s\", \"params\": %zu, \"grads\": %zu, "
                    "\"optimizer\": %zu, \"buckets\": %zu, \"gather\": %zu, \"activations\": %zu, \"logits\": %zu, \"batch\": %zu, "
@@ -111,6 +114,7 @@ static void print_json(const plan_opts *o, const wf_plan_input *in, int own_shar
         }
     printf("], \"comm\": [");
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++) {
+        if (in->tp > 1 && s != WF_PLAN_DDP) continue;
         const wf_plan_comm *c = &r->comm[s];
         printf("%s{\"shard\": \"%s\", \"all_reduce_bytes\": %.0f, \"reduce_scatter_bytes\": %.0f, "
                "\"all_gather_bytes\": %.0f, \"total_bytes\": %.0f, \"collectives\": %d}",
@@ -132,6 +136,10 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
            in->world, in->world == 1 ? "" : "s", in->micro_batch, in->seq_len, batch_size, in->accum,
            in->accum == 1 ? "" : "es", in->threads, in->threads == 1 ? "" : "s");
     if (in->world == 1) printf("one rank: nothing to shard, every mode is planned as ddp\n");
+    if (in->tp > 1)
+        printf("mesh: dp %d x tp %d (sequence parallel %s): each rank holds 1/%d of every layer, ddp over dp only; "
+               "communication: the dp axis's (the tp axis's is not planned yet)\n",
+               in->world / in->tp, in->tp, in->sequence_parallel ? "on" : "off", in->tp);
     printf("\nmemory per rank (the training arena)%s%s:\n", has_budget ? ", budget " : "",
            has_budget ? fmt_bytes(b[0], sizeof b[0], (double)budget) : "");
     printf("  %-6s %-9s %10s %10s %10s %10s %10s %11s %10s %10s %10s", "shard", "recompute", "params", "grads",
@@ -140,6 +148,7 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
     printf("\n");
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++)
         for (int c = 0; c < WF_PLAN_N_RECOMPUTES; c++) {
+            if (in->tp > 1 && s != WF_PLAN_DDP) continue;
             const wf_plan_memory *m = &r->mem[s][c];
             printf("%c %-6s %-9s %10s %10s %10s %10s %10s %11s %10s %10s %10s",
                    s == own_shard && c == own_rec ? '*' : ' ', wf_plan_shard_name((wf_plan_shard)s),
@@ -158,6 +167,7 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
     printf("  %-6s %12s %14s %12s %12s %12s\n", "shard", "all-reduce", "reduce-scatter", "all-gather", "total",
            "collectives");
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++) {
+        if (in->tp > 1 && s != WF_PLAN_DDP) continue;
         const wf_plan_comm *c = &r->comm[s];
         printf("%c %-6s %12s %14s %12s %12s %12d\n", s == own_shard ? '*' : ' ', wf_plan_shard_name((wf_plan_shard)s),
                fmt_bytes(b[0], 32, c->all_reduce), fmt_bytes(b[1], 32, c->reduce_scatter),
@@ -179,6 +189,7 @@ static int plan_main(void *opts, const wf_strs *pos) {
         return wf_tool_fail(plan_spec.name);
     static plan_result r;
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++) {
+        if (in.tp > 1 && s != WF_PLAN_DDP) continue; /* dist.tp: ddp only (printed as such) */
         for (int c = 0; c < WF_PLAN_N_RECOMPUTES; c++) {
             if (wf_plan_memory_of(&in, (wf_plan_shard)s, (wf_plan_recompute)c, &r.mem[s][c]) != WF_OK ||
                 (has_budget && wf_plan_max_micro_batch(&in, (wf_plan_shard)s, (wf_plan_recompute)c, budget, 1 << 24,

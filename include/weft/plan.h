@@ -63,6 +63,9 @@ typedef struct {
     int accum;             /* micro-batches per optimizer step, >= 1 */
     int threads;           /* compute threads per rank: the attention kernel's scratch grows with them */
     size_t bucket_bytes;   /* dist.bucket_mb in bytes: DDP's buckets, ZeRO-2's bucket buffers */
+    int tp;                /* dist.tp (0 or 1: none): world = dp x tp ranks, micro_batch per dp rank;
+                              only ddp is planned (the trainer's only mode with it) */
+    int sequence_parallel; /* dist.sequence_parallel, with tp > 1 */
 } wf_plan_input;
 
 /* Bytes per rank, by what they hold. Each field is a sum of arena blocks,

@@ -165,11 +165,31 @@ static wf_status check_input(const wf_plan_input *in) {
         return wf_error(WF_ERR_INVALID, "plan: sequence length %d is outside 1..model.max_seq_len = %d", in->seq_len,
                         in->model.max_seq_len);
     if (in->accum < 1) return wf_error(WF_ERR_INVALID, "plan: %d micro-batches per step, need at least 1", in->accum);
+    if (in->tp > 1) {
+        if (in->world % in->tp != 0)
+            return wf_error(WF_ERR_CONFIG, "plan: dist.tp = %d does not divide the %d ranks (%d %% %d = %d)", in->tp,
+                            in->world, in->world, in->tp, in->world % in->tp);
+        WF_TRY(wf_model_tp_check(&in->model, in->tp));
+    }
     if (in->threads < 1) return wf_error(WF_ERR_INVALID, "plan: %d threads, need at least 1", in->threads);
     if ((size_t)in->micro_batch * (size_t)in->seq_len > (size_t)INT32_MAX / 2)
         return wf_error(WF_ERR_RANGE, "plan: %d x %d rows per rank is more than the model plans", in->micro_batch,
                         in->seq_len);
     return WF_OK;
+}
+
+/* A plan allocates and never runs: the tensor-parallel model's collectives
+ * must exist (wf_model_create_tp checks) and are never called. */
+static wf_status plan_no_all_reduce(void *ctx, float *buf, size_t n, wf_model_tp_op op, const char *tag) {
+    (void)ctx, (void)buf, (void)n, (void)op;
+    return wf_error(WF_ERR_INTERNAL, "plan: %s: a plan runs no collective", tag);
+}
+static wf_status plan_no_all_gather(void *ctx, float *buf, size_t n, const char *tag) {
+    return plan_no_all_reduce(ctx, buf, n, WF_MODEL_TP_SUM, tag);
+}
+static wf_status plan_no_reduce_scatter(void *ctx, const float *send, float *recv, size_t n, const char *tag) {
+    (void)send;
+    return plan_no_all_reduce(ctx, recv, n, WF_MODEL_TP_SUM, tag);
 }
 
 wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_recompute r, wf_plan_memory *out) {
@@ -184,7 +204,15 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
     wf_train_config tc0 = {0}; /* asked by setup's steps (Muon's: optim.name unset, AdamW) */
     trainer t = {.tc = &tc0, .mc = in->model, .world = in->world, .rank = 0, .Bl = in->micro_batch, .T = in->seq_len,
                  .plan_only = 1};
-    WF_TRY(wf__train_strategy_of(&(wf_train_config){.dist_shard = (char *)wf_plan_shard_name(s)}, in->world, 0,
+    int tp = in->tp > 1 ? in->tp : 1;
+    if (tp > 1 && s != WF_PLAN_DDP)
+        return wf_error(WF_ERR_CONFIG, "plan: dist.tp = %d composes with ddp only (not %s)", tp, wf_plan_shard_name(s));
+    t.world = in->world / tp; /* the dp axis: the trainer's world */
+    if (tp > 1)
+        t.tp = (wf_model_tp){.size = tp, .rank = 0, .ops = {plan_no_all_reduce, NULL, plan_no_all_gather,
+                                                            plan_no_reduce_scatter},
+                             .sequence_parallel = in->sequence_parallel};
+    WF_TRY(wf__train_strategy_of(&(wf_train_config){.dist_shard = (char *)wf_plan_shard_name(s)}, t.world, 0,
                                  &t.strat));
     /* the activations' scratch is per thread: the plan's threads */
     int threads = wf_kern_threads();
@@ -237,6 +265,19 @@ wf_status wf_plan_comm_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_comm
     if (!wf_plan_shard_name(s)) return wf_error(WF_ERR_INVALID, "plan: unknown mode %d", (int)s);
     if (in->world == 1) return WF_OK;
     dims_ d = dims_of(&in->model);
+    if (in->tp > 1) {
+        /* DDP over the dp axis of each rank's slice: the RMSNorm weights
+         * whole, every other tensor 1/tp. The tp axis's activations are
+         * not planned yet (docs/distributed.md). */
+        if (s != WF_PLAN_DDP)
+            return wf_error(WF_ERR_CONFIG, "plan: dist.tp = %d composes with ddp only (not %s)", in->tp,
+                            wf_plan_shard_name(s));
+        double dp = in->world / in->tp, norms = (double)((2 * d.L + 1) * d.C);
+        double local = norms + ((double)d.P - norms) / in->tp;
+        out->all_reduce = 2.0 * (dp - 1) / dp * 4.0 * local;
+        out->total = out->all_reduce;
+        return WF_OK;
+    }
     double W = in->world, A = in->accum;
     int buckets = count_buckets(&d, in->model.tied_embeddings, in->bucket_bytes);
     /* A ring reduce-scatter or all-gather: W - 1 rounds, each sending one
@@ -324,9 +365,15 @@ wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_pla
                                        "dataset's vocabulary, as weft train takes it)");
     }
     WF_TRY(wf_train_model_config(tc, vocab, &out->model, NULL, 0));
+    int tp = tc->dist_tp > 1 ? (int)tc->dist_tp : 1;
+    if (world % tp != 0)
+        return wf_error(WF_ERR_CONFIG, "plan: dist.tp = %d does not divide --world-size %d (%d %% %d = %d)", tp, world,
+                        world, tp, world % tp);
     train_batch b;
-    WF_TRY(wf__train_batch_shape(tc, world, out->model.max_seq_len, &b));
+    WF_TRY(wf__train_batch_shape(tc, world / tp, out->model.max_seq_len, &b)); /* split over dp */
     out->world = world;
+    out->tp = tp;
+    out->sequence_parallel = tp > 1 && tc->dist_sequence_parallel;
     out->micro_batch = b.Bl;
     out->seq_len = b.T;
     out->accum = b.accum;
@@ -337,7 +384,11 @@ wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_pla
     out->bucket_bytes = (size_t)(tc->dist_bucket_mb * 1e6);
     if (!out->bucket_bytes) out->bucket_bytes = 1;
     const train_strategy *st;
-    WF_TRY(wf__train_strategy_of(tc, world, 0, &st));
+    WF_TRY(wf__train_strategy_of(tc, world / tp, 0, &st));
+    if (tp > 1 && strcmp(st->name, "ddp") != 0)
+        return wf_error(WF_ERR_CONFIG, "plan: dist.tp = %d with dist.shard = %s: tensor parallelism composes with ddp "
+                                       "only for now",
+                        tp, st->name);
     if (shard) *shard = wf_plan_shard_parse(st->name);
     if (recompute) *recompute = wf_plan_recompute_parse(tc->recompute ? tc->recompute : "none");
     return WF_OK;

@@ -125,3 +125,26 @@ def test_tp_refuses_a_run_directory_with_checkpoints(dataset, tmp_path):
     assert "resuming or initialising from a checkpoint or model file is not implemented for tensor parallelism" \
         in r.stderr, r.stderr[-3000:]
     assert not steps(r.stdout)
+
+
+@pytest.mark.parametrize("sp", ["true", "false"])
+def test_plan_with_tp_equals_the_arena_of_a_tp_run(dataset, tmp_path, sp):
+    """`weft plan --dist.tp=2` runs the trainer's allocation for a tp rank
+    (the model's slices, their activations with or without sequence
+    parallelism, DDP over dp) and must give the bytes the job's rank 0
+    measured in its arena (run.json), block by block."""
+    from test_plan import check_against_run, plan, train_args
+    a = train_args(dataset, tmp_path / "run", "--dist.tp=2", f"--dist.sequence_parallel={sp}")
+    p = plan(a, 4)
+    assert p["tp"] == 2 and p["sequence_parallel"] == (sp == "true")
+    assert [m["shard"] for m in p["memory"]] == ["ddp"] * 3  # the only mode with tp
+    assert p["micro_batch_per_rank"] == 2  # batch 4 over dp = 2
+    mpi_launch.check(launch("openmpi", 4, a))
+    check_against_run(p, "ddp", tmp_path / "run")
+    # less than a whole model's rank at the same dp size
+    whole = plan(train_args(dataset, tmp_path / "run1"), 2)
+    assert p["memory"][0]["params"] < whole["memory"][0]["params"]
+    assert p["memory"][0]["total"] < whole["memory"][0]["total"]
+    # dp axis: DDP's ring all-reduce of this rank's slice (4 bytes a float,
+    # 2 (dp - 1) / dp of it)
+    assert p["comm"][0]["all_reduce_bytes"] == pytest.approx(2 * (2 - 1) / 2 * p["memory"][0]["params"], abs=64)
