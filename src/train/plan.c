@@ -222,7 +222,9 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
     if (st == WF_OK) st = wf__train_allocate(&t, &ac, (int)model_recompute(r));
     wf_kern_set_threads(threads);
     size_t logits = 0;
-    if (st == WF_OK) st = wf_model_plan_logits_bytes(&in->model, in->micro_batch, in->seq_len, &logits);
+    wf_model_config lc = in->model;
+    lc.vocab_size /= tp; /* a tp rank's logits are its vocabulary slice's (divisible: checked) */
+    if (st == WF_OK) st = wf_model_plan_logits_bytes(&lc, in->micro_batch, in->seq_len, &logits);
     if (st == WF_OK) {
         out->params = t.part[WF__PART_PARAMS];
         out->grads = t.part[WF__PART_GRADS];

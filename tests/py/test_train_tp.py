@@ -139,6 +139,8 @@ def test_plan_with_tp_equals_the_arena_of_a_tp_run(dataset, tmp_path, sp):
     assert p["tp"] == 2 and p["sequence_parallel"] == (sp == "true")
     assert [m["shard"] for m in p["memory"]] == ["ddp"] * 3  # the only mode with tp
     assert p["micro_batch_per_rank"] == 2  # batch 4 over dp = 2
+    # a tp rank's logits: (2, 32) rows of its 512 / 2 vocabulary ids, fp32
+    assert all(m["logits"] == 4 * 2 * 32 * 256 for m in p["memory"]), p["memory"]
     mpi_launch.check(launch("openmpi", 4, a))
     check_against_run(p, "ddp", tmp_path / "run")
     # less than a whole model's rank at the same dp size
