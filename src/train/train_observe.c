@@ -188,11 +188,14 @@ static void log_ramp(const trainer *t, int64_t start) {
 
 void wf__train_log_plan(const trainer *t, int64_t start) {
     const wf_train_config *tc = t->tc;
-    size_t np = wf_model_num_params(t->model);
+    size_t np = wf_model_config_num_params(&t->mc); /* the whole model's, with tensor parallelism too */
     wf_model_memory mem = wf_model_get_memory(t->model);
-    WF_INFO("model: %zu parameters (%.2fM), dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d, %s",
+    char held[64] = "";
+    if (t->tp.size > 1)
+        snprintf(held, sizeof held, "; this tp rank holds %zu of them", wf_model_num_params(t->model));
+    WF_INFO("model: %zu parameters (%.2fM), dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d, %s%s",
             np, (double)np / 1e6, t->mc.dim, t->mc.n_layers, t->mc.n_heads, t->mc.n_kv_heads,
-            wf_model_config_hidden_dim(&t->mc), t->mc.vocab_size, t->mc.tied_embeddings ? "tied" : "untied");
+            wf_model_config_hidden_dim(&t->mc), t->mc.vocab_size, t->mc.tied_embeddings ? "tied" : "untied", held);
     WF_INFO("batch: %d x %d tokens, %d micro-batch%s per step (%lld tokens)%s; %lld steps on %d threads",
             t->B, t->T, t->accum, t->accum == 1 ? "" : "es", (long long)t->accum * t->B * t->T,
             wf_batch_ramp_active(&t->ramp) ? " after the ramp" : "", (long long)tc->steps, wf_kern_threads());
