@@ -208,7 +208,11 @@ int wf__train_stopping(const trainer *t, const run_control *rc, int64_t done) {
 
 void wf__train_stopped(const trainer *t, const run_control *rc, int64_t done, wf_train_result *res) {
     const wf_train_config *tc = t->tc;
-    if (t->good_step != done && t->job_rank == 0) {
+    if (t->tp.size > 1 && t->job_rank == 0)
+        WF_WARN("dist.tp = %d: the state of step %lld was not saved (no checkpoints with tensor parallelism yet): "
+                "a rerun starts over",
+                t->tp.size, (long long)done);
+    else if (t->tp.size <= 1 && t->good_step != done && t->job_rank == 0) {
         char good[4200];
         WF_WARN("the state of step %lld was not saved (%s): a rerun resumes from the last good checkpoint, %s",
                 (long long)done, t->save_error, wf__train_last_good(t, good, sizeof good));

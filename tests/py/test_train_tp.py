@@ -150,3 +150,30 @@ def test_plan_with_tp_equals_the_arena_of_a_tp_run(dataset, tmp_path, sp):
     # dp axis: DDP's ring all-reduce of this rank's slice (4 bytes a float,
     # 2 (dp - 1) / dp of it)
     assert p["comm"][0]["all_reduce_bytes"] == pytest.approx(2 * (2 - 1) / 2 * p["memory"][0]["params"], abs=64)
+
+
+def test_signal_to_one_tp_rank_stops_both_at_the_same_step(dataset, tmp_path):
+    """Run control agrees over the whole job, not the dp axis: at tp = 2 x
+    dp = 1 the dp axis has one rank, and the tp rank that got the signal
+    would stop alone, leaving the other blocked in the model's next
+    collective (the watchdog's dist.timeout_s then ends the job)."""
+    import os
+    import signal
+    from test_train_dist import _rank_pid
+    run = tmp_path / "run"
+    cmd = mpi_launch.command(WEFT, "openmpi", 2, args(dataset, run, "--dist.tp=2", "--train.log_every=1",
+                                                      "--train.eval_every=0", "--dist.timeout_s=20", "--steps", 5000))
+    with mpi_launch.started(cmd) as p:
+        for line in p.stdout:
+            m = STEP.match(line)
+            if m and int(m.group(1)) >= 3:
+                pid = _rank_pid(p.pid, 1)
+                assert pid, "rank 1's process not found"
+                os.kill(pid, signal.SIGUSR1)
+                break
+        out, err = mpi_launch.finish(p, 60, "the job after SIGUSR1 to rank 1")
+    assert p.returncode == 75, err[-3000:]
+    stopped = re.findall(r"\[weft r(\d) [^\]]*\] SIGUSR1: stopped after step (\d+) of 5000", err)
+    assert sorted(r for r, _ in stopped) == ["0", "1"], err[-3000:]
+    assert stopped[0][1] == stopped[1][1]
+    assert "dist.tp = 2: the state of step %s was not saved" % stopped[0][1] in err
