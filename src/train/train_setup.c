@@ -165,7 +165,7 @@ static wf_status open_data_dump(trainer *t) {
     if (!dir || !*dir) return WF_OK;
     WF_TRY(wf_mkdirs(dir));
     char path[WF_PATH_MAX];
-    WF_TRY(wf_path_joinf(path, sizeof path, dir, "rank-%05d.txt", t->rank));
+    WF_TRY(wf_path_joinf(path, sizeof path, dir, "rank-%05d.txt", t->job_rank)); /* the job's: tp ranks too */
     t->data_dump = fopen(path, "a");
     if (!t->data_dump) return wf_error(WF_ERR_IO, "WEFT_TEST_DATA_DUMP: cannot open %s", path);
     WF_WARN("WEFT_TEST_DATA_DUMP: writing the token ids of every micro-batch to %s", path);
