@@ -121,7 +121,14 @@ static void print_json(const plan_opts *o, const wf_plan_input *in, int own_shar
                s ? ", " : "", wf_plan_shard_name((wf_plan_shard)s), c->all_reduce, c->reduce_scatter, c->all_gather,
                c->total, c->collectives_per_step);
     }
-    printf("]}\n");
+    printf("]");
+    if (in->tp > 1) {
+        const wf_plan_comm *c = &r->comm[WF_PLAN_DDP];
+        printf(", \"comm_tp\": {\"all_reduce_bytes\": %.0f, \"reduce_scatter_bytes\": %.0f, \"all_gather_bytes\": %.0f, "
+               "\"total_bytes\": %.0f, \"collectives\": %d}",
+               c->tp_all_reduce, c->tp_reduce_scatter, c->tp_all_gather, c->tp_total, c->tp_collectives_per_step);
+    }
+    printf("}\n");
 }
 
 static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_shard, int own_rec, int has_budget,
@@ -138,7 +145,7 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
     if (in->world == 1) printf("one rank: nothing to shard, every mode is planned as ddp\n");
     if (in->tp > 1)
         printf("mesh: dp %d x tp %d (sequence parallel %s): each rank holds 1/%d of every layer, ddp over dp only; "
-               "communication: the dp axis's (the tp axis's is not planned yet)\n",
+               "communication: the dp axis's (ddp) and the tp axis's\n",
                in->world / in->tp, in->tp, in->sequence_parallel ? "on" : "off", in->tp);
     printf("\nmemory per rank (the training arena)%s%s:\n", has_budget ? ", budget " : "",
            has_budget ? fmt_bytes(b[0], sizeof b[0], (double)budget) : "");
@@ -172,6 +179,12 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
         printf("%c %-6s %12s %14s %12s %12s %12d\n", s == own_shard ? '*' : ' ', wf_plan_shard_name((wf_plan_shard)s),
                fmt_bytes(b[0], 32, c->all_reduce), fmt_bytes(b[1], 32, c->reduce_scatter),
                fmt_bytes(b[2], 32, c->all_gather), fmt_bytes(b[3], 32, c->total), c->collectives_per_step);
+    }
+    if (in->tp > 1) {
+        const wf_plan_comm *c = &r->comm[WF_PLAN_DDP];
+        printf("  %-6s %12s %14s %12s %12s %12d   (the tp axis: the model's activations, recompute none)\n", "tp",
+               fmt_bytes(b[0], 32, c->tp_all_reduce), fmt_bytes(b[1], 32, c->tp_reduce_scatter),
+               fmt_bytes(b[2], 32, c->tp_all_gather), fmt_bytes(b[3], 32, c->tp_total), c->tp_collectives_per_step);
     }
 }
 

@@ -89,6 +89,11 @@ typedef struct {
 typedef struct {
     double all_reduce, reduce_scatter, all_gather, total;
     int collectives_per_step; /* calls that move the model's bytes (buckets, units) */
+    /* dist.tp > 1: the fields above are the dp axis's; these the tp
+     * axis's (the model's activations, docs/model.md's table, recompute
+     * none): per step, bytes each rank sends and the calls */
+    double tp_all_reduce, tp_reduce_scatter, tp_all_gather, tp_total;
+    int tp_collectives_per_step;
 } wf_plan_comm;
 
 /* Computes the memory of one (shard, recompute) pair. W = 1 plans every

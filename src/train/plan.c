@@ -276,8 +276,32 @@ wf_status wf_plan_comm_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_comm
                             wf_plan_shard_name(s));
         double dp = in->world / in->tp, norms = (double)((2 * d.L + 1) * d.C);
         double local = norms + ((double)d.P - norms) / in->tp;
-        out->all_reduce = 2.0 * (dp - 1) / dp * 4.0 * local;
+        out->all_reduce = dp > 1 ? 2.0 * (dp - 1) / dp * 4.0 * local : 0;
         out->total = out->all_reduce;
+        /* tp axis, per micro-batch of N = B T rows (docs/model.md): 4L + 2
+         * exchanges of the (N, C) activations (each block two forward, two
+         * backward; the embedding's forward, the final norm's input
+         * gradient backward), the loss's MAX of N floats and SUM of 2N.
+         * With SP each exchange is an all-gather plus a reduce-scatter
+         * (ring: (tp-1)/tp of the buffer each) and the norm weights'
+         * gradients add 2L + 1 all-reduces of C floats; without, an
+         * all-reduce (ring: 2 (tp-1)/tp). */
+        double P = in->tp, A = in->accum, N = (double)in->micro_batch * in->seq_len;
+        double act = 4.0 * N * (double)d.C, ring = (P - 1) / P, ex = 4.0 * (double)d.L + 2;
+        double ar = 4.0 * N + 8.0 * N;
+        int calls = 2;
+        if (in->sequence_parallel) {
+            out->tp_all_gather = A * ex * ring * act;
+            out->tp_reduce_scatter = A * ex * ring * act;
+            ar += (2.0 * (double)d.L + 1) * 4.0 * (double)d.C;
+            calls += 2 * (int)ex + 2 * (int)d.L + 1;
+        } else {
+            ar += ex * act;
+            calls += (int)ex;
+        }
+        out->tp_all_reduce = A * 2.0 * ring * ar;
+        out->tp_total = out->tp_all_reduce + out->tp_all_gather + out->tp_reduce_scatter;
+        out->tp_collectives_per_step = (int)A * calls;
         return WF_OK;
     }
     double W = in->world, A = in->accum;

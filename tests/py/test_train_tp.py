@@ -177,3 +177,35 @@ def test_signal_to_one_tp_rank_stops_both_at_the_same_step(dataset, tmp_path):
     assert sorted(r for r, _ in stopped) == ["0", "1"], err[-3000:]
     assert stopped[0][1] == stopped[1][1]
     assert "dist.tp = 2: the state of step %s was not saved" % stopped[0][1] in err
+
+
+@pytest.mark.parametrize("sp", ["true", "false"])
+def test_plan_tp_bytes_equal_the_traced_collectives(dataset, tmp_path, sp):
+    """The tp axis's bytes of `weft plan` against a traced step of a real
+    run at tp = 2 x dp = 1 (every collective of the step is then the tp
+    axis's, but the few scalars the plan leaves out: the gradient norm's
+    sum of squares, the ranks' agreement). The trace records each call's
+    buffer; a ring sends (tp - 1) / tp of it for an all-gather or a
+    reduce-scatter, 2 (tp - 1) / tp for an all-reduce."""
+    import json
+    from test_plan import plan, train_args
+    run = tmp_path / "run"
+    a = train_args(dataset, run, "--dist.tp=2", f"--dist.sequence_parallel={sp}", "--steps", 3,
+                   "--trace.active=1", "--trace.warmup=0", "--trace.skip_first=1")
+    p = plan(a, 2)["comm_tp"]
+    mpi_launch.check(launch("openmpi", 2, a))
+    (cap,) = sorted((run / "traces").iterdir())
+    for rank in (0, 1):
+        tr = json.loads((cap / f"rank-{rank:05d}.trace.json").read_text())
+        calls, sent = 0, {"all_reduce": 0.0, "all_gather": 0.0, "reduce_scatter": 0.0}
+        for e in tr["traceEvents"]:
+            args = e.get("args", {})
+            if e.get("cat") != "kernel" or args.get("weft_cat") != "communication" or args.get("bytes", 0) <= 8:
+                continue
+            kind = e["name"].removeprefix("ncclKernel_")
+            sent[kind] += args["bytes"] * (1.0 if kind == "all_reduce" else 0.5)  # ring factors at tp = 2
+            calls += 1
+        assert calls == p["collectives"], (calls, p)
+        assert sent["all_reduce"] == p["all_reduce_bytes"], (sent, p)
+        assert sent["all_gather"] == p["all_gather_bytes"] and sent["reduce_scatter"] == p["reduce_scatter_bytes"]
+        assert (sent["all_gather"] > 0) == (sp == "true")
