@@ -95,9 +95,12 @@ static void print_json(const plan_opts *o, const wf_plan_input *in, int own_shar
            in->muon ? "muon" : "adamw");
     if (has_budget) printf("\"budget_bytes\": %zu, ", budget);
     else printf("\"budget_bytes\": null, ");
+    printf("\"tp\": %d, \"sequence_parallel\": %s, ", in->tp > 1 ? in->tp : 1,
+           in->tp > 1 && in->sequence_parallel ? "true" : "false");
     printf("\"memory\": [");
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++)
         for (int c = 0; c < WF_PLAN_N_RECOMPUTES; c++) {
+            if (in->tp > 1 && s != WF_PLAN_DDP) continue; /* ddp (the first) only */
             const wf_plan_memory *m = &r->mem[s][c];
             printf("%s{\"shard\": \"%s\", \"recompute\": \"%s\", \"params\": %zu, \"grads\": %zu, "
                    "\"optimizer\": %zu, \"buckets\": %zu, \"gather\": %zu, \"activations\": %zu, \"logits\": %zu, \"batch\": %zu, "
@@ -112,13 +115,21 @@ static void print_json(const plan_opts *o, const wf_plan_input *in, int own_shar
         }
     printf("], \"comm\": [");
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++) {
+        if (in->tp > 1 && s != WF_PLAN_DDP) continue;
         const wf_plan_comm *c = &r->comm[s];
         printf("%s{\"shard\": \"%s\", \"all_reduce_bytes\": %.0f, \"reduce_scatter_bytes\": %.0f, "
                "\"all_gather_bytes\": %.0f, \"total_bytes\": %.0f, \"collectives\": %d}",
                s ? ", " : "", wf_plan_shard_name((wf_plan_shard)s), c->all_reduce, c->reduce_scatter, c->all_gather,
                c->total, c->collectives_per_step);
     }
-    printf("]}\n");
+    printf("]");
+    if (in->tp > 1) {
+        const wf_plan_comm *c = &r->comm[WF_PLAN_DDP];
+        printf(", \"comm_tp\": {\"all_reduce_bytes\": %.0f, \"reduce_scatter_bytes\": %.0f, \"all_gather_bytes\": %.0f, "
+               "\"total_bytes\": %.0f, \"collectives\": %d}",
+               c->tp_all_reduce, c->tp_reduce_scatter, c->tp_all_gather, c->tp_total, c->tp_collectives_per_step);
+    }
+    printf("}\n");
 }
 
 static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_shard, int own_rec, int has_budget,
@@ -135,6 +146,10 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
            in->muon ? "Muon (optim.name = muon: its scratch, and sharded its exchange buffer, in the optimizer column)"
                     : "AdamW");
     if (in->world == 1) printf("one rank: nothing to shard, every mode is planned as ddp\n");
+    if (in->tp > 1)
+        printf("mesh: dp %d x tp %d (sequence parallel %s): each rank holds 1/%d of every layer, ddp over dp only; "
+               "communication: the dp axis's (ddp) and the tp axis's\n",
+               in->world / in->tp, in->tp, in->sequence_parallel ? "on" : "off", in->tp);
     printf("\nmemory per rank (the training arena)%s%s:\n", has_budget ? ", budget " : "",
            has_budget ? fmt_bytes(b[0], sizeof b[0], (double)budget) : "");
     printf("  %-6s %-9s %10s %10s %10s %10s %10s %11s %10s %10s %10s", "shard", "recompute", "params", "grads",
@@ -143,6 +158,7 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
     printf("\n");
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++)
         for (int c = 0; c < WF_PLAN_N_RECOMPUTES; c++) {
+            if (in->tp > 1 && s != WF_PLAN_DDP) continue;
             const wf_plan_memory *m = &r->mem[s][c];
             printf("%c %-6s %-9s %10s %10s %10s %10s %10s %11s %10s %10s %10s",
                    s == own_shard && c == own_rec ? '*' : ' ', wf_plan_shard_name((wf_plan_shard)s),
@@ -161,10 +177,17 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
     printf("  %-6s %12s %14s %12s %12s %12s\n", "shard", "all-reduce", "reduce-scatter", "all-gather", "total",
            "collectives");
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++) {
+        if (in->tp > 1 && s != WF_PLAN_DDP) continue;
         const wf_plan_comm *c = &r->comm[s];
         printf("%c %-6s %12s %14s %12s %12s %12d\n", s == own_shard ? '*' : ' ', wf_plan_shard_name((wf_plan_shard)s),
                fmt_bytes(b[0], 32, c->all_reduce), fmt_bytes(b[1], 32, c->reduce_scatter),
                fmt_bytes(b[2], 32, c->all_gather), fmt_bytes(b[3], 32, c->total), c->collectives_per_step);
+    }
+    if (in->tp > 1) {
+        const wf_plan_comm *c = &r->comm[WF_PLAN_DDP];
+        printf("  %-6s %12s %14s %12s %12s %12d   (the tp axis: the model's activations, recompute none)\n", "tp",
+               fmt_bytes(b[0], 32, c->tp_all_reduce), fmt_bytes(b[1], 32, c->tp_reduce_scatter),
+               fmt_bytes(b[2], 32, c->tp_all_gather), fmt_bytes(b[3], 32, c->tp_total), c->tp_collectives_per_step);
     }
 }
 
@@ -182,6 +205,7 @@ static int plan_main(void *opts, const wf_strs *pos) {
         return wf_tool_fail(plan_spec.name);
     static plan_result r;
     for (int s = 0; s < WF_PLAN_N_SHARDS; s++) {
+        if (in.tp > 1 && s != WF_PLAN_DDP) continue; /* dist.tp: ddp only (printed as such) */
         for (int c = 0; c < WF_PLAN_N_RECOMPUTES; c++) {
             if (wf_plan_memory_of(&in, (wf_plan_shard)s, (wf_plan_recompute)c, &r.mem[s][c]) != WF_OK ||
                 (has_budget && wf_plan_max_micro_batch(&in, (wf_plan_shard)s, (wf_plan_recompute)c, budget, 1 << 24,

@@ -64,6 +64,9 @@ typedef struct {
     int threads;           /* compute threads per rank: the attention kernel's scratch grows with them */
     size_t bucket_bytes;   /* dist.bucket_mb in bytes: DDP's buckets, ZeRO-2's bucket buffers */
     int muon;              /* optim.name = muon: its scratch, (sharded) its exchange buffers and collectives */
+    int tp;                /* dist.tp (0 or 1: none): world = dp x tp ranks, micro_batch per dp rank;
+                              only ddp is planned (the trainer's only mode with it) */
+    int sequence_parallel; /* dist.sequence_parallel, with tp > 1 */
 } wf_plan_input;
 
 /* Bytes per rank, by what they hold. Each field is a sum of arena blocks,
@@ -89,6 +92,11 @@ typedef struct {
 typedef struct {
     double all_reduce, reduce_scatter, all_gather, total;
     int collectives_per_step; /* calls that move the model's bytes (buckets, units) */
+    /* dist.tp > 1: the fields above are the dp axis's; these the tp
+     * axis's (the model's activations, docs/model.md's table, recompute
+     * none): per step, bytes each rank sends and the calls */
+    double tp_all_reduce, tp_reduce_scatter, tp_all_gather, tp_total;
+    int tp_collectives_per_step;
 } wf_plan_comm;
 
 /* Computes the memory of one (shard, recompute) pair. W = 1 plans every

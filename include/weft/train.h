@@ -289,6 +289,10 @@
       "several ranks: ZeRO-1, each rank keeps the AdamW moments of its 1/W of the parameters (reduce-scatter " "the gradients, update the shard, all-gather the parameters) instead of DDP's all-reduce; one process " "ignores it; the same as dist.shard = zero1") \
     X(dist_shard, WF_OPT_STR, "dist.shard", NULL, "ddp", (WF_CHOICES(wf_train_shard_names)), \
       "what is sharded over the ranks: ddp (nothing: every rank holds the whole model, gradients and optimizer " "state), zero1 (the optimizer state), zero2 (optimizer state and gradients: reduce-scattered per unit " "during the backward), fsdp (also the parameters: each unit all-gathered just before its forward and " "backward, prefetched); docs/distributed.md") \
+    X(dist_tp, WF_OPT_INT, "dist.tp", NULL, "1", (1, 4096), \
+      "tensor parallel size: the ranks form a mesh (dp outer, tp inner: a TP group is consecutive ranks), each " "tp group holds one model split over its ranks (Megatron's layout), dp = world / tp replicas of it " "(DDP over the dp axis); docs/distributed.md") \
+    X(dist_sequence_parallel, WF_OPT_BOOL, "dist.sequence_parallel", NULL, "true", (WF_NO_RANGE), \
+      "with dist.tp > 1: the residual stream and the RMSNorms split along the sequence between the tensor " "parallel regions (all-gather and reduce-scatter instead of all-reduce; less activation memory)") \
     /* [trace] */ \
     X(trace_dir, WF_OPT_STR, "trace.dir", NULL, NULL, (WF_NO_RANGE), \
       "where trace captures go, one folder per capture (default: RUN_DIR/traces)") \

@@ -147,12 +147,12 @@ static wf_status write_report(trainer *t, int64_t done, const step_outcome *o, c
     char dir[WF_PATH_MAX];
     WF_TRY(wf_rundir_path(dir, sizeof dir, t->tc->run_dir, WF_RUN_NONFINITE));
     WF_TRY(wf_mkdirs(dir));
-    WF_TRY(wf_path_joinf(path, path_size, dir, "step-%08lld.rank-%05d.json", (long long)done, t->rank));
+    WF_TRY(wf_path_joinf(path, path_size, dir, "step-%08lld.rank-%05d.json", (long long)done, t->job_rank));
     wf_afile f;
     WF_TRY(wf_afile_open(&f, path));
     FILE *fp = f.fp;
     fprintf(fp, "{\"format\": \"weft.nonfinite\", \"version\": %d, \"step\": %lld, \"rank\": %d, \"world_size\": %d,\n",
-            NONFINITE_FORMAT_VERSION, (long long)done, t->rank, t->world);
+            NONFINITE_FORMAT_VERSION, (long long)done, t->job_rank, t->job_world); /* the job's: every tp rank writes */
     fprintf(fp, " \"data_position\": %lld, \"micro_batches\": %d, \"action\": \"%s\", \"loss\": ",
             (long long)o->data_pos, o->accum, action);
     put_num(fp, o->loss);
@@ -287,11 +287,11 @@ wf_status wf__train_nonfinite(trainer *t, int64_t done, const step_outcome *o, i
     snprintf(t->nf_first, sizeof t->nf_first, "%s", first);
     snprintf(t->nf_report, sizeof t->nf_report, "%s", path);
     snprintf(note, note_size, " | non-finite (%s)", *stop ? "stopped" : "skipped");
-    if (t->rank != 0) return WF_OK;
+    if (t->job_rank != 0) return WF_OK;
     WF_WARN("step %lld: %s went non-finite (loss %g, gradient norm %g) at micro-batch %lld of the data order; %s; "
             "report: %s%s",
             (long long)done, found_in(o->nonfinite), o->loss, o->grad_norm, (long long)o->data_pos, first, path,
-            t->world > 1 ? " (each rank writes its own)" : "");
+            t->job_world > 1 ? " (each rank writes its own)" : "");
     log_activations(t);
     if (!*stop)
         WF_WARN("step %lld: its update is skipped (guard.nonfinite = skip; %d non-finite step%s in a row, at most "

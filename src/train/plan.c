@@ -165,11 +165,31 @@ static wf_status check_input(const wf_plan_input *in) {
         return wf_error(WF_ERR_INVALID, "plan: sequence length %d is outside 1..model.max_seq_len = %d", in->seq_len,
                         in->model.max_seq_len);
     if (in->accum < 1) return wf_error(WF_ERR_INVALID, "plan: %d micro-batches per step, need at least 1", in->accum);
+    if (in->tp > 1) {
+        if (in->world % in->tp != 0)
+            return wf_error(WF_ERR_CONFIG, "plan: dist.tp = %d does not divide the %d ranks (%d %% %d = %d)", in->tp,
+                            in->world, in->world, in->tp, in->world % in->tp);
+        WF_TRY(wf_model_tp_check(&in->model, in->tp));
+    }
     if (in->threads < 1) return wf_error(WF_ERR_INVALID, "plan: %d threads, need at least 1", in->threads);
     if ((size_t)in->micro_batch * (size_t)in->seq_len > (size_t)INT32_MAX / 2)
         return wf_error(WF_ERR_RANGE, "plan: %d x %d rows per rank is more than the model plans", in->micro_batch,
                         in->seq_len);
     return WF_OK;
+}
+
+/* A plan allocates and never runs: the tensor-parallel model's collectives
+ * must exist (wf_model_create_tp checks) and are never called. */
+static wf_status plan_no_all_reduce(void *ctx, float *buf, size_t n, wf_model_tp_op op, const char *tag) {
+    (void)ctx, (void)buf, (void)n, (void)op;
+    return wf_error(WF_ERR_INTERNAL, "plan: %s: a plan runs no collective", tag);
+}
+static wf_status plan_no_all_gather(void *ctx, float *buf, size_t n, const char *tag) {
+    return plan_no_all_reduce(ctx, buf, n, WF_MODEL_TP_SUM, tag);
+}
+static wf_status plan_no_reduce_scatter(void *ctx, const float *send, float *recv, size_t n, const char *tag) {
+    (void)send;
+    return plan_no_all_reduce(ctx, recv, n, WF_MODEL_TP_SUM, tag);
 }
 
 wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_recompute r, wf_plan_memory *out) {
@@ -189,7 +209,15 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
                           .lr = 1, .muon_momentum = 0.95, .muon_nesterov = 1, .muon_ns_steps = 5,
                           .muon_scale = (char *)"reference", .grad_clip = 1};
     t.tc = &tc;
-    WF_TRY(wf__train_strategy_of(&tc, in->world, 0, &t.strat));
+    int tp = in->tp > 1 ? in->tp : 1;
+    if (tp > 1 && s != WF_PLAN_DDP)
+        return wf_error(WF_ERR_CONFIG, "plan: dist.tp = %d composes with ddp only (not %s)", tp, wf_plan_shard_name(s));
+    t.world = in->world / tp; /* the dp axis: the trainer's world */
+    if (tp > 1)
+        t.tp = (wf_model_tp){.size = tp, .rank = 0, .ops = {plan_no_all_reduce, NULL, plan_no_all_gather,
+                                                            plan_no_reduce_scatter},
+                             .sequence_parallel = in->sequence_parallel};
+    WF_TRY(wf__train_strategy_of(&tc, t.world, 0, &t.strat));
     /* the activations' scratch is per thread: the plan's threads */
     int threads = wf_kern_threads();
     wf_kern_set_threads(in->threads);
@@ -198,7 +226,9 @@ wf_status wf_plan_memory_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_re
     if (st == WF_OK) st = wf__train_allocate(&t, &ac, (int)model_recompute(r));
     wf_kern_set_threads(threads);
     size_t logits = 0;
-    if (st == WF_OK) st = wf_model_plan_logits_bytes(&in->model, in->micro_batch, in->seq_len, &logits);
+    wf_model_config lc = in->model;
+    lc.vocab_size /= tp; /* a tp rank's logits are its vocabulary slice's (divisible: checked) */
+    if (st == WF_OK) st = wf_model_plan_logits_bytes(&lc, in->micro_batch, in->seq_len, &logits);
     if (st == WF_OK) {
         out->params = t.part[WF__PART_PARAMS];
         out->grads = t.part[WF__PART_GRADS];
@@ -262,6 +292,43 @@ wf_status wf_plan_comm_of(const wf_plan_input *in, wf_plan_shard s, wf_plan_comm
     if (!wf_plan_shard_name(s)) return wf_error(WF_ERR_INVALID, "plan: unknown mode %d", (int)s);
     if (in->world == 1) return WF_OK;
     dims_ d = dims_of(&in->model);
+    if (in->tp > 1) {
+        /* DDP over the dp axis of each rank's slice: the RMSNorm weights
+         * whole, every other tensor 1/tp. The tp axis's activations are
+         * not planned yet (docs/distributed.md). */
+        if (s != WF_PLAN_DDP)
+            return wf_error(WF_ERR_CONFIG, "plan: dist.tp = %d composes with ddp only (not %s)", in->tp,
+                            wf_plan_shard_name(s));
+        double dp = in->world / in->tp, norms = (double)((2 * d.L + 1) * d.C);
+        double local = norms + ((double)d.P - norms) / in->tp;
+        out->all_reduce = dp > 1 ? 2.0 * (dp - 1) / dp * 4.0 * local : 0;
+        out->total = out->all_reduce;
+        /* tp axis, per micro-batch of N = B T rows (docs/model.md): 4L + 2
+         * exchanges of the (N, C) activations (each block two forward, two
+         * backward; the embedding's forward, the final norm's input
+         * gradient backward), the loss's MAX of N floats and SUM of 2N.
+         * With SP each exchange is an all-gather plus a reduce-scatter
+         * (ring: (tp-1)/tp of the buffer each) and the norm weights'
+         * gradients add 2L + 1 all-reduces of C floats; without, an
+         * all-reduce (ring: 2 (tp-1)/tp). */
+        double P = in->tp, A = in->accum, N = (double)in->micro_batch * in->seq_len;
+        double act = 4.0 * N * (double)d.C, ring = (P - 1) / P, ex = 4.0 * (double)d.L + 2;
+        double ar = 4.0 * N + 8.0 * N;
+        int calls = 2;
+        if (in->sequence_parallel) {
+            out->tp_all_gather = A * ex * ring * act;
+            out->tp_reduce_scatter = A * ex * ring * act;
+            ar += (2.0 * (double)d.L + 1) * 4.0 * (double)d.C;
+            calls += 2 * (int)ex + 2 * (int)d.L + 1;
+        } else {
+            ar += ex * act;
+            calls += (int)ex;
+        }
+        out->tp_all_reduce = A * 2.0 * ring * ar;
+        out->tp_total = out->tp_all_reduce + out->tp_all_gather + out->tp_reduce_scatter;
+        out->tp_collectives_per_step = (int)A * calls;
+        return WF_OK;
+    }
     double W = in->world, A = in->accum;
     int buckets = count_buckets(&d, in->model.tied_embeddings, in->bucket_bytes);
     /* A ring reduce-scatter or all-gather: W - 1 rounds, each sending one
@@ -359,9 +426,15 @@ wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_pla
                                        "dataset's vocabulary, as weft train takes it)");
     }
     WF_TRY(wf_train_model_config(tc, vocab, &out->model, NULL, 0));
+    int tp = tc->dist_tp > 1 ? (int)tc->dist_tp : 1;
+    if (world % tp != 0)
+        return wf_error(WF_ERR_CONFIG, "plan: dist.tp = %d does not divide --world-size %d (%d %% %d = %d)", tp, world,
+                        world, tp, world % tp);
     train_batch b;
-    WF_TRY(wf__train_batch_shape(tc, world, out->model.max_seq_len, &b));
+    WF_TRY(wf__train_batch_shape(tc, world / tp, out->model.max_seq_len, &b)); /* split over dp */
     out->world = world;
+    out->tp = tp;
+    out->sequence_parallel = tp > 1 && tc->dist_sequence_parallel;
     out->micro_batch = b.Bl;
     out->seq_len = b.T;
     out->accum = b.accum;
@@ -373,7 +446,11 @@ wf_status wf_plan_from_train_config(const wf_train_config *tc, int world, wf_pla
     if (!out->bucket_bytes) out->bucket_bytes = 1;
     out->muon = tc->optim_name && strcmp(tc->optim_name, "muon") == 0;
     const train_strategy *st;
-    WF_TRY(wf__train_strategy_of(tc, world, 0, &st));
+    WF_TRY(wf__train_strategy_of(tc, world / tp, 0, &st));
+    if (tp > 1 && strcmp(st->name, "ddp") != 0)
+        return wf_error(WF_ERR_CONFIG, "plan: dist.tp = %d with dist.shard = %s: tensor parallelism composes with ddp "
+                                       "only for now",
+                        tp, st->name);
     if (shard) *shard = wf_plan_shard_parse(st->name);
     if (recompute) *recompute = wf_plan_recompute_parse(tc->recompute ? tc->recompute : "none");
     return WF_OK;

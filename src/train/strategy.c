@@ -249,6 +249,7 @@ const train_strategy *wf__train_strategy(const char *name) {
 /* ---- questions the trainer asks ---- */
 
 wf_status wf__train_grad_norm(trainer *t, double *norm) {
+    if (t->tp.size > 1) return wf__train_tp_grad_norm(t, norm);
     if (t->strat->grads == WF__KEEP_WHOLE) {
         *norm = wf_grad_norm(t->model);
         return WF_OK;
@@ -263,6 +264,7 @@ wf_status wf__train_grad_norm(trainer *t, double *norm) {
 }
 
 wf_status wf__train_param_sumsq(trainer *t, double *ss) {
+    if (t->tp.size > 1) return wf__train_tp_param_sumsq(t, ss);
     if (t->strat->params == WF__KEEP_WHOLE) return wf_model_sumsq(t->model, WF_MODEL_PARAMS, ss);
     /* each rank's pieces, summed over ranks: the same verdict everywhere */
     WF_TRY(wf__train_units_local_sumsq(t, ss));

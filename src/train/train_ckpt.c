@@ -209,6 +209,7 @@ static void note_save(trainer *t, const wf_ckpt_save_stats *st) {
 
 wf_status wf__train_report_saves(trainer *t) {
     wf_ckpt_save_stats st;
+    if (!t->writer) return WF_OK; /* dist.tp > 1: no checkpoints yet */
     while (wf_ckpt_writer_poll(t->writer, &st)) note_save(t, &st);
     return WF_OK;
 }
@@ -217,6 +218,7 @@ wf_status wf__train_report_saves(trainer *t) {
  * collective) and reported. Its failure is in its figures, which the poll
  * reports; what the wait returns is the same failure. */
 static void settle(trainer *t) {
+    if (!t->writer) return;
     (void)wf_ckpt_writer_wait(t->writer, NULL);
     wf__train_report_saves(t);
 }
@@ -270,6 +272,7 @@ static wf_status disk_fits(trainer *t, int64_t step, int *fits) {
 
 wf_status wf__train_save(trainer *t, int64_t step) {
     if (t->last_saved == step || t->tried_step == step) return WF_OK; /* once a step, failed or not */
+    if (!t->writer) return WF_OK; /* dist.tp > 1: said at setup */
     t->tried_step = step;
     /* The previous save first: it must be over before this one is staged,
      * and its failure is reported as a warning, not taken for this one's. */
@@ -323,6 +326,15 @@ wf_status wf__train_setup_checkpoints(trainer *t) {
     t->good_step = -1;
     t->config_text = config_toml(tc);
     if (!t->config_text) return wf_error(WF_ERR_NOMEM, "out of memory");
+    if (t->tp.size > 1) {
+        /* Each tp rank holds slices under the global names: saving them
+         * needs pieces of global shapes, not written yet. */
+        if (t->job_rank == 0)
+            WF_WARN("dist.tp = %d: checkpoints are not written yet with tensor parallelism (the final model "
+                    "file is); a stopped run starts over",
+                    t->tp.size);
+        return WF_OK;
+    }
     WF_TRY(build_state(t));
     if (t->rank == 0) {
         /* Rank 0 alone tidies the folder; the caller's barrier follows. */
@@ -350,13 +362,14 @@ wf_status wf__train_setup_checkpoints(trainer *t) {
 
 wf_status wf__train_write_final_model(trainer *t, int64_t steps) {
     int pieces = t->strat->params == WF__KEEP_PIECES;
-    if (t->rank != 0 && !pieces) return WF_OK; /* pieces: every rank gathers */
+    if (t->rank != 0 && !pieces) return WF_OK; /* pieces: every rank gathers; tp: dp rank 0's tp group */
     char path[WF_PATH_MAX];
     WF_TRY(wf_rundir_path(path, sizeof path, t->tc->run_dir, WF_RUN_MODEL));
     char steps_s[32];
     snprintf(steps_s, sizeof steps_s, "%lld", (long long)steps);
     wf_kv meta[2] = {{.key = "weft.step", .value = steps_s},
                      {.key = "weft.tokenizer", .value = t->tokenizer_path ? t->tokenizer_path : ""}};
+    if (t->tp.size > 1) return wf__train_tp_write_model(t, path, meta, t->tokenizer_path ? 2 : 1);
     if (!pieces) {
         WF_TRY(wf_safetensors_save(t->model, path, meta, t->tokenizer_path ? 2 : 1));
         WF_INFO("wrote %s", path);

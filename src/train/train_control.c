@@ -101,7 +101,7 @@ static void dump_on_request(const trainer *t, int64_t done) {
     if (wf_stackdump_running() && wf_stackdump_request(reason, 60, NULL, 0) != WF_OK)
         WF_WARN("%s", wf_error_msg());
     wf_error_clear();
-    if (t->rank == 0 && unlink(path) != 0 && errno != ENOENT) WF_WARN("%s: cannot remove it: %s", path, strerror(errno));
+    if (t->job_rank == 0 && unlink(path) != 0 && errno != ENOENT) WF_WARN("%s: cannot remove it: %s", path, strerror(errno));
 }
 
 /* WEFT_TEST_STALL_READ=RANK:STEPS:PATH (a test hook, tests/py/test_hang_dump.py):
@@ -134,7 +134,7 @@ __attribute__((noinline)) static void stall_in_read_for_test(const trainer *t, i
  * captures the same steps. Returns 1 when rank 0 found one. */
 static int claim_trace_request(trainer *t, wf_trace_request *req) {
     memset(req, 0, sizeof *req);
-    if (t->rank != 0 || !t->tracing || !t->tc->trace_requests) return 0;
+    if (t->job_rank != 0 || !t->tracing || !t->tc->trace_requests) return 0;
     int found = 0;
     if (wf_trace_request_poll(t->tc->run_dir, req, &found) != WF_OK) {
         WF_WARN("trace: %s", wf_error_msg());
@@ -151,15 +151,15 @@ static wf_status agree(trainer *t, int64_t done, run_control *rc) {
                      (rc->dump_file ? WF__TRAIN_AGREE_DUMP : 0u) |
                      (rc->sig ? WF__TRAIN_AGREE_SIGNAL : 0u) | (rc->mem_trip ? WF__TRAIN_AGREE_MEMORY : 0u) |
                      (rc->sig == SIGUSR1 ? WF__TRAIN_AGREE_USR1 : 0u) |
-                     (wf_ckpt_writer_busy(t->writer) ? WF__TRAIN_AGREE_CKPT_BUSY : 0u);
+                     (t->writer && wf_ckpt_writer_busy(t->writer) ? WF__TRAIN_AGREE_CKPT_BUSY : 0u);
     wf_trace_request req;
     if (claim_trace_request(t, &req)) flags |= WF__TRAIN_AGREE_TRACE;
-    WF_TRY(wf_comm_agree(t->comm, &flags, "agree"));
+    WF_TRY(wf_comm_agree(t->job, &flags, "agree"));
     if (flags & WF__TRAIN_AGREE_TRACE) {
-        WF_TRY(wf_comm_broadcast(t->comm, &req, sizeof req, 0, "trace request"));
+        WF_TRY(wf_comm_broadcast(t->job, &req, sizeof req, 0, "trace request"));
         req.id[sizeof req.id - 1] = '\0';
         WF_TRY(wf_trace_capture_request(&req));
-        if (t->rank == 0)
+        if (t->job_rank == 0)
             WF_INFO("trace: request %s: every rank captures %lld steps from step %lld", req.id, (long long)req.steps,
                     (long long)done + 1);
     }
@@ -167,7 +167,7 @@ static wf_status agree(trainer *t, int64_t done, run_control *rc) {
      * now, by every rank (a no-op when none is pending). Its failure (the
      * same on every rank) is in its figures: the step's report of saves
      * warns, and training goes on. */
-    if (!(flags & WF__TRAIN_AGREE_CKPT_BUSY)) (void)wf_ckpt_writer_commit(t->writer, NULL);
+    if (t->writer && !(flags & WF__TRAIN_AGREE_CKPT_BUSY)) (void)wf_ckpt_writer_commit(t->writer, NULL);
     rc->save_file = (flags & WF__TRAIN_AGREE_SAVE) != 0;
     rc->stop_file = (flags & WF__TRAIN_AGREE_STOP) != 0;
     rc->dump_file = (flags & WF__TRAIN_AGREE_DUMP) != 0;
@@ -197,7 +197,7 @@ wf_status wf__train_control(trainer *t, int64_t done, int roll, run_control *rc)
         rc->sig = g_stop_signal;
         rc->stop_at = t->tc->ckpt_stop_at > 0 && done == t->tc->ckpt_stop_at;
     }
-    if (t->world > 1) WF_TRY(agree(t, done, rc));
+    if (t->job_world > 1) WF_TRY(agree(t, done, rc)); /* the whole job: every tp rank too */
     if (rc->dump_file) dump_on_request(t, done);
     return WF_OK;
 }
@@ -208,7 +208,11 @@ int wf__train_stopping(const trainer *t, const run_control *rc, int64_t done) {
 
 void wf__train_stopped(const trainer *t, const run_control *rc, int64_t done, wf_train_result *res) {
     const wf_train_config *tc = t->tc;
-    if (t->good_step != done && t->rank == 0) {
+    if (t->tp.size > 1 && t->job_rank == 0)
+        WF_WARN("dist.tp = %d: the state of step %lld was not saved (no checkpoints with tensor parallelism yet): "
+                "a rerun starts over",
+                t->tp.size, (long long)done);
+    else if (t->tp.size <= 1 && t->good_step != done && t->job_rank == 0) {
         char good[4200];
         WF_WARN("the state of step %lld was not saved (%s): a rerun resumes from the last good checkpoint, %s",
                 (long long)done, t->save_error, wf__train_last_good(t, good, sizeof good));
@@ -233,7 +237,7 @@ void wf__train_stopped(const trainer *t, const run_control *rc, int64_t done, wf
 
 wf_status wf__train_agree_setup(trainer *t, wf_status s, int *setup_failed) {
     *setup_failed = 0;
-    if (t->world == 1) return s;
+    if (t->job_world <= 1) return s;
     /* Every rank gets here, failed or not: the ranks agree, so that a
      * config error (usually the same on all) ends every rank normally,
      * with its message, and no rank waits for one that left. Also orders
@@ -242,7 +246,7 @@ wf_status wf__train_agree_setup(trainer *t, wf_status s, int *setup_failed) {
     wf_error_keep mine = WF_ERROR_KEEP_INIT;
     wf_error_keep_note(&mine, s);
     uint32_t flags = s != WF_OK ? WF__TRAIN_AGREE_ERROR : 0u;
-    wf_status a = wf_comm_agree(t->comm, &flags, "setup");
+    wf_status a = wf_comm_agree(t->job, &flags, "setup");
     if (s != WF_OK) s = wf_error_keep_restore(&mine);
     else if (a != WF_OK) s = a;
     else if (flags & WF__TRAIN_AGREE_ERROR)

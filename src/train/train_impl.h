@@ -175,9 +175,16 @@ struct trainer {
     wf_lr_schedule sched;      /* the learning rate, in steps or tokens (optim.schedule_unit) */
     int sched_tokens;          /* 1: sched counts tokens trained */
     FILE *data_dump;           /* WEFT_TEST_DATA_DUMP: this rank's token ids, a line per micro-batch */
-    /* data parallelism */
+    /* data parallelism: comm, rank and world are the dp axis (the whole
+       job without tensor parallelism) */
     wf_comm *comm;
     int rank, world;
+    /* tensor parallelism (dist.tp): the job's communicator, this process's
+       rank in it, the {dp, tp} mesh and the model's collectives over tp */
+    wf_comm *job;
+    int job_rank, job_world;
+    wf_mesh *mesh;             /* NULL without tensor parallelism */
+    wf_model_tp tp;            /* tp.size 1 without */
     wf_reducer *reducer;       /* world > 1: DDP's buckets, or ZeRO-1's (reduce-scattered into gshard) */
     const train_strategy *strat; /* dist.shard (zero1 with one process: ddp) */
     train_units *units;        /* reduce by units (zero2, fsdp): the unit engine; NULL otherwise */
@@ -369,6 +376,19 @@ wf_status wf__train_eval_loader(trainer *t, wf_loader *l, double *loss);
 void wf__train_arena_mark(trainer *t, const char *name);
 /* The global L2 norm of the summed gradient (collective when it is sliced). */
 wf_status wf__train_grad_norm(trainer *t, double *norm);
+
+/* dist.tp (train_tp.c): the {dp, tp} mesh over the job (comm, rank and
+ * world become the dp axis's; refusals: world not a multiple of tp, a
+ * sharding mode other than ddp, Muon, eval tasks), the model's split
+ * checked, the global gradient norm and the parameters' check over tp. */
+wf_status wf__train_tp_mesh(trainer *t, wf_comm *job);
+wf_status wf__train_tp_check(trainer *t);
+wf_status wf__train_tp_grad_norm(trainer *t, double *norm);
+wf_status wf__train_tp_param_sumsq(trainer *t, double *ss);
+void wf__train_tp_free(trainer *t);
+/* The final model file of a tensor-parallel run: collective over the tp
+ * ranks of dp rank 0, the job's rank 0 writes (a no-op on other dp ranks). */
+wf_status wf__train_tp_write_model(trainer *t, const char *path, const wf_kv *meta, size_t n_meta);
 /* The sum of squares of every parameter (collective when they are in pieces). */
 wf_status wf__train_param_sumsq(trainer *t, double *ss);
 /* What this rank holds of the parameters (grads 0) or of the summed

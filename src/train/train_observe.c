@@ -63,7 +63,7 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
                          .model_source = t->model_source,
                          .dist = &dist,
                          .arena = &t->arena_use};
-    if (t->rank == 0) WF_TRY(wf_run_record_write(tc->run_dir, &rec));
+    if (t->job_rank == 0) WF_TRY(wf_run_record_write(tc->run_dir, &rec));
 
     /* Rank 0 records into the run directory; with metrics.all_ranks every
      * other rank too, into RUN_DIR/ranks/rank-NNNNN (its own times and
@@ -73,13 +73,13 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
                              .jsonl = tc->metrics_jsonl,
                              .tensorboard = tc->metrics_tensorboard,
                              .flush_every_s = tc->metrics_flush_every_s};
-    if (t->rank > 0) {
+    if (t->job_rank > 0) {
         WF_TRY(wf_rundir_path(rank_dir, sizeof rank_dir, tc->run_dir, WF_RUN_RANKS));
-        WF_TRY(wf_path_joinf(rank_dir, sizeof rank_dir, rank_dir, "rank-%05d", t->rank));
+        WF_TRY(wf_path_joinf(rank_dir, sizeof rank_dir, rank_dir, "rank-%05d", t->job_rank));
         mo.dir = rank_dir;
     }
-    if ((t->rank == 0 || tc->metrics_all_ranks) && (mo.jsonl || mo.tensorboard)) {
-        if (t->rank > 0) WF_TRY(wf_mkdirs(rank_dir));
+    if ((t->job_rank == 0 || tc->metrics_all_ranks) && (mo.jsonl || mo.tensorboard)) {
+        if (t->job_rank > 0) WF_TRY(wf_mkdirs(rank_dir));
         WF_TRY(wf_metrics_open(&t->metrics, &mo));
         if (start > 0) WF_TRY(wf_metrics_restart(t->metrics, start + 1));
         const char *tb = wf_metrics_tb_path(t->metrics);
@@ -96,9 +96,9 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
             .request_dir = tc->trace_requests ? tc->run_dir : NULL,
             /* With several ranks rank 0 polls in run control and every rank
              * captures the same steps. */
-            .poll_requests = tc->trace_requests && t->world == 1,
-            .rank = t->rank,
-            .world_size = t->world,
+            .poll_requests = tc->trace_requests && t->job_world == 1,
+            .rank = t->job_rank,
+            .world_size = t->job_world,
             .backend = t->comm ? wf_comm_backend(t->comm) : "single",
             .schedule = {.skip_first = tc->trace_skip_first,
                          .wait = tc->trace_wait,
@@ -107,13 +107,13 @@ wf_status wf__train_setup_obs(trainer *t, int64_t start) {
                          .repeat = tc->trace_repeat},
             .buffer_events = tc->trace_buffer_events,
         };
-        if (t->world > 1) {
+        if (t->job_world > 1) {
             /* One time base for every rank's trace (cross-rank analyses):
              * rank 0's, rounded down to a second. */
             struct timespec now;
             clock_gettime(CLOCK_REALTIME, &now);
             cfg.base_unix_ns = (uint64_t)now.tv_sec * 1000000000u;
-            WF_TRY(wf_comm_broadcast(t->comm, &cfg.base_unix_ns, sizeof cfg.base_unix_ns, 0, "trace time base"));
+            WF_TRY(wf_comm_broadcast(t->job, &cfg.base_unix_ns, sizeof cfg.base_unix_ns, 0, "trace time base"));
         }
         WF_TRY(wf_trace_init(&cfg));
         t->tracing = 1;
@@ -188,11 +188,14 @@ static void log_ramp(const trainer *t, int64_t start) {
 
 void wf__train_log_plan(const trainer *t, int64_t start) {
     const wf_train_config *tc = t->tc;
-    size_t np = wf_model_num_params(t->model);
+    size_t np = wf_model_config_num_params(&t->mc); /* the whole model's, with tensor parallelism too */
     wf_model_memory mem = wf_model_get_memory(t->model);
-    WF_INFO("model: %zu parameters (%.2fM), dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d, %s",
+    char held[64] = "";
+    if (t->tp.size > 1)
+        snprintf(held, sizeof held, "; this tp rank holds %zu of them", wf_model_num_params(t->model));
+    WF_INFO("model: %zu parameters (%.2fM), dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d, %s%s",
             np, (double)np / 1e6, t->mc.dim, t->mc.n_layers, t->mc.n_heads, t->mc.n_kv_heads,
-            wf_model_config_hidden_dim(&t->mc), t->mc.vocab_size, t->mc.tied_embeddings ? "tied" : "untied");
+            wf_model_config_hidden_dim(&t->mc), t->mc.vocab_size, t->mc.tied_embeddings ? "tied" : "untied", held);
     WF_INFO("batch: %d x %d tokens, %d micro-batch%s per step (%lld tokens)%s; %lld steps on %d threads",
             t->B, t->T, t->accum, t->accum == 1 ? "" : "es", (long long)t->accum * t->B * t->T,
             wf_batch_ramp_active(&t->ramp) ? " after the ramp" : "", (long long)tc->steps, wf_kern_threads());
@@ -282,15 +285,15 @@ wf_status wf__train_observe(trainer *t, int64_t done, const step_outcome *o, con
     r.data_pos = o->data_pos;
     r.comm_s = o->comm_s;
     wf__train_mix_record(t, o, eval, &r);
-    wf_metrics_step_derive(&r, t->flops_per_token, t->world, t->peak.tflops);
+    wf_metrics_step_derive(&r, t->flops_per_token, t->job_world, t->peak.tflops);
     if (r.mfu_pct > 100 && t->peak.source != WF_PEAK_CONFIG && !t->peak_rechecked) {
         recheck_peak(t, done, r.tflops);
-        wf_metrics_step_derive(&r, t->flops_per_token, t->world, t->peak.tflops);
+        wf_metrics_step_derive(&r, t->flops_per_token, t->job_world, t->peak.tflops);
     }
     wf_metrics_step_memory(&r, t->arena);
     if (t->metrics) WF_TRY(wf_metrics_log(t->metrics, &r));
 
-    if (t->rank == 0 && (done % tc->log_every == 0 || done == tc->steps || eval || tasks || o->spike.spike)) {
+    if (t->job_rank == 0 && (done % tc->log_every == 0 || done == tc->steps || eval || tasks || o->spike.spike)) {
         char rate[32], vbuf[48] = "", mbuf[32] = "", bbuf[64] = "", tbuf[96] = "";
         int step_width = (int)snprintf(NULL, 0, "%lld", (long long)tc->steps);
         fmt_rate(rate, sizeof rate, r.tokens_per_s);

@@ -274,6 +274,20 @@ wf_status wf__train_resume_or_init(trainer *t, int64_t *start) {
     const wf_train_config *tc = t->tc;
     *start = 0;
     wf_ckpt *c = NULL;
+    if (t->tp.size > 1) {
+        /* Slices cannot be read from a checkpoint yet (train_ckpt.c). */
+        uint64_t *steps;
+        size_t n;
+        WF_TRY(wf_ckpt_list(t->root, &steps, &n));
+        free(steps);
+        if (n || is_set(tc->ckpt_resume_from) || is_set(tc->ckpt_init_from))
+            return wf_error(WF_ERR_UNSUPPORTED,
+                            "dist.tp = %d: resuming or initialising from a checkpoint or model file is not "
+                            "implemented for tensor parallelism yet (%s%s); use a new run directory, or dist.tp = 1",
+                            t->tp.size, n ? "checkpoints in " : "ckpt.resume_from or ckpt.init_from is set",
+                            n ? t->root : "");
+        return WF_OK;
+    }
     if (is_set(tc->ckpt_resume_from)) {
         WF_TRY(wf_ckpt_open(&c, tc->ckpt_resume_from));
         wf_status s = wf_ckpt_verify(c, NULL, NULL);

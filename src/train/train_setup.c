@@ -161,7 +161,7 @@ static wf_status open_data_dump(trainer *t) {
     if (!dir || !*dir) return WF_OK;
     WF_TRY(wf_mkdirs(dir));
     char path[WF_PATH_MAX];
-    WF_TRY(wf_path_joinf(path, sizeof path, dir, "rank-%05d.txt", t->rank));
+    WF_TRY(wf_path_joinf(path, sizeof path, dir, "rank-%05d.txt", t->job_rank)); /* the job's: tp ranks too */
     t->data_dump = fopen(path, "a");
     if (!t->data_dump) return wf_error(WF_ERR_IO, "WEFT_TEST_DATA_DUMP: cannot open %s", path);
     WF_WARN("WEFT_TEST_DATA_DUMP: writing the token ids of every micro-batch to %s", path);
@@ -221,8 +221,9 @@ void wf__train_arena_part(trainer *t, int cat) {
 wf_status wf__train_allocate(trainer *t, const wf_adamw_config *ac, int recompute) {
     /* What the strategy keeps whole is the model's; the rest is its slices. */
     int has_p = t->strat->params == WF__KEEP_WHOLE, has_g = t->strat->full_grad;
-    WF_TRY(wf_model_create_ex(&t->model, &t->mc, t->arena, (has_g ? 0 : WF_MODEL_NO_GRADS) |
-                                                           (has_p ? 0 : WF_MODEL_NO_PARAMS)));
+    WF_TRY(wf_model_create_tp(&t->model, &t->mc, t->arena,
+                              (has_g ? 0 : WF_MODEL_NO_GRADS) | (has_p ? 0 : WF_MODEL_NO_PARAMS),
+                              t->tp.size > 1 ? &t->tp : NULL)); /* plan.c leaves tp zero: none */
     wf__train_arena_mark(t, "model");
     /* two blocks of one size, the parameters first */
     size_t model = wf_arena_get_stats(t->arena).in_use - t->part_at;
@@ -317,6 +318,7 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     train_batch tb;
     WF_TRY(wf__train_batch_shape(tc, t->world, t->mc.max_seq_len, &tb));
     t->B = tb.B, t->Bl = tb.Bl, t->T = tb.T, t->accum = tb.accum, t->ramp = tb.ramp;
+    WF_TRY(wf__train_tp_check(t)); /* dist.tp: the model splits, before anything is allocated */
 
     int threads = tc->threads ? (int)tc->threads : wf_default_threads();
     wf_kern_set_threads(threads);

@@ -83,7 +83,7 @@ static wf_status finish(trainer *t, int64_t start, wf_train_result *res) {
                 res->skipped == 1 ? "" : "s", res->rollbacks, res->rollbacks == 1 ? "" : "s");
     res->finished = 1;
     WF_TRY(wf__train_write_final_model(t, tc->steps));
-    if (t->good_step != tc->steps) {
+    if (t->good_step != tc->steps && t->writer) { /* no writer: dist.tp > 1, said at setup */
         /* Training is over, but its end is not in a checkpoint: a rerun
          * would redo the steps since the last good one. */
         char good[4200];
@@ -112,7 +112,7 @@ static wf_status train_loop(trainer *t, int64_t start, wf_train_result *res) {
         return wf__train_write_final_model(t, start);
     }
     wf_progress_init(&t->bar, "train", "steps", (uint64_t)tc->steps);
-    if (t->rank != 0) t->bar.tty = 0; /* one bar: rank 0's */
+    if (t->job_rank != 0) t->bar.tty = 0; /* one bar: rank 0's */
     wf_progress_update(&t->bar, (uint64_t)start);
     t->t_run = wf_time_now();
     t->val_loss = NAN;
@@ -229,12 +229,13 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_comm *comm, wf_train_re
     int64_t start = 0;
     /* The caller made the communicator first (wf_train_comm_create),
      * before the loader's and the checkpoint writer's threads start. */
-    t.comm = comm;
-    t.rank = wf_comm_rank(comm);
-    t.world = wf_comm_size(comm);
+    t.tc = tc;
     int setup_failed = 0;
-    wf_status s = WF_OK;
-    if (t.rank == 0 && tc->run_dir) {
+    /* dist.tp: the {dp, tp} mesh; comm, rank and world become dp's. Its
+     * refusals are the config's, the same on every rank. */
+    wf_status s = wf__train_tp_mesh(&t, comm);
+    if (s != WF_OK && !t.mesh) setup_failed = 1;
+    if (s == WF_OK && t.job_rank == 0 && tc->run_dir) {
         /* One job per run directory (a requeued job whose predecessor is
          * still alive must not write beside it): rank 0 holds the lock. */
         wf_dirlock_opts lo = {.command = "weft train", .what = "run directory", .stale_seconds = tc->lock_stale_s};
@@ -242,9 +243,9 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_comm *comm, wf_train_re
         if (s == WF_OK) s = wf_dirlock_acquire(&t.lock, tc->run_dir, &lo);
     }
     if (s == WF_OK) s = wf__train_setup(&t, tc);
-    if (s == WF_OK && t.rank == 0) s = wf__train_write_run_config(tc);
+    if (s == WF_OK && t.job_rank == 0) s = wf__train_write_run_config(tc);
     if (s == WF_OK) s = wf__train_setup_checkpoints(&t);
-    s = wf__train_agree_setup(&t, s, &setup_failed);
+    if (!setup_failed) s = wf__train_agree_setup(&t, s, &setup_failed);
     if (s == WF_OK) s = wf__train_resume_or_init(&t, &start);
     /* The replicas must start equal (same seed, or the same checkpoint);
      * from here identical averaged gradients keep them so. */
@@ -268,9 +269,10 @@ wf_status wf_train_execute(const wf_train_config *tc, wf_comm *comm, wf_train_re
         /* The other ranks may be blocked in a collective this rank will
          * never join: the caller ends the whole job (main(), with
          * wf_comm_abort). */
-        result->abort_job = t.world > 1 && !setup_failed && !t.agreed_error;
+        result->abort_job = t.job_world > 1 && !setup_failed && !t.agreed_error;
     }
     wf__train_free(&t); /* closes the metrics (writing what is buffered), stops the threads */
+    wf__train_tp_free(&t); /* after the model, whose collectives it served */
     if (t.tracing && wf_trace_shutdown() != WF_OK) /* after the threads that record spans have stopped */
         WF_WARN("trace: %s", wf_error_msg());
     wf__train_signals_restore();
