@@ -139,3 +139,16 @@ def test_ddp_at_two_ranks_equals_one_rank(dataset, emu_run, tmp_path):
 def test_what_the_engine_does_not_cover_yet_is_refused(dataset, tmp_path, extra, words):
     p = run_weft_cmd(train_args(dataset, tmp_path / "run", "cudaemu", *extra), check=False)
     assert p.returncode == 1 and words in p.stderr, p.stderr[-3000:]
+
+
+def test_a_resume_with_a_fresh_optimizer_zeroes_the_device_moments(dataset, tmp_path):
+    """optim.reset_state = true loads the parameters only and zeroes AdamW's
+    moments, which are the backend's memory: through the backend's fill."""
+    runs = {}
+    for device in ("cpu", "cudaemu"):
+        run = tmp_path / device
+        train(dataset, run, device, "--ckpt.stop_at=2", code=75)
+        p = train(dataset, run, device, "--optim.reset_state=true")
+        assert "optim.reset_state = true: loading the parameters of" in p.stderr, p.stderr[-2000:]
+        runs[device] = metrics(run)
+    close(runs["cudaemu"], runs["cpu"])
