@@ -285,10 +285,13 @@ static wf_status check_device(const wf_train_config *tc, wf_backend **out) {
                                             "the model on it yet",
                         tc->device, name);
     }
+    if (strcmp(tc->dtype, "bf16") == 0 && be == wf_backend_cpu())
+        return wf_error(WF_ERR_CONFIG, "train.dtype = bf16: the cpu backend computes in fp32 only; use train.dtype = "
+                                       "fp32 on the cpu (bf16 is for train.device = cuda)");
     if (strcmp(tc->dtype, "bf16") == 0) {
         wf_backend_close(be);
-        return wf_error(WF_ERR_CONFIG, "train.dtype = bf16: the trainer computes in fp32 only on the %s backend; use "
-                                       "train.dtype = fp32 (bf16 is for train.device = cuda)",
+        return wf_error(WF_ERR_CONFIG, "train.dtype = bf16: the trainer computes in fp32 only on the %s backend (no "
+                                       "bf16 weight copies yet); use train.dtype = fp32",
                         name);
     }
     if (tc->tf32) WF_INFO("train.tf32 = true has no effect on the %s backend, whose fp32 is exact fp32", name);
