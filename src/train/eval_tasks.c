@@ -542,8 +542,9 @@ static int by_length(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Scores requests idx[0..n) of task k, B at a time. */
-static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size_t n, int32_t *inputs,
+/* Scores requests idx[0..n) of task k, B at a time; z: a host row of
+ * vocab_size floats. */
+static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size_t n, int32_t *inputs, float *z,
                             wf_progress *prog, uint64_t *done, size_t *cut) {
     const wf_model_config *mc = wf_model_get_config(m);
     const int V = mc->vocab_size, B = t->o.batch_size;
@@ -573,7 +574,6 @@ static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size
                                     ids[i], V);
         }
         WF_TRY(wf_model_forward(m, inputs, NULL, b, T, NULL));
-        const float *logits = wf_model_logits(m);
         for (int r = 0; r < b; r++) {
             request *q = &k->rq[idx[first + (size_t)r]];
             int L = eff_len(q, max_seq);
@@ -582,7 +582,8 @@ static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size
             int greedy = 1;
             int cont = q->cont < L - 1 ? q->cont : L - 1; /* a continuation longer than max_seq: its end */
             for (int pos = L - 1 - cont; pos < L - 1; pos++) {
-                const float *z = logits + ((size_t)r * (size_t)T + (size_t)pos) * (size_t)V;
+                /* the logits are the model's backend's memory: a row at a time to the host */
+                WF_TRY(wf_model_read_logits(m, ((size_t)r * (size_t)T + (size_t)pos) * (size_t)V, (size_t)V, z));
                 int arg = 0;
                 float mx = z[0];
                 for (int v = 1; v < V; v++)
@@ -685,9 +686,11 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         if (r > most) most = r;
     }
     size_t *idx = malloc((most ? most : 1) * sizeof *idx);
-    if (!inputs || !idx) {
+    float *z = malloc((size_t)mc->vocab_size * sizeof *z);
+    if (!inputs || !idx || !z) {
         free(inputs);
         free(idx);
+        free(z);
         return wf_error(WF_ERR_NOMEM, "out of memory");
     }
     wf_progress prog;
@@ -706,7 +709,7 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         for (size_t x = (size_t)t->o.rank; x < k->n_use; x += (size_t)t->o.world)
             for (int c = 0; c < k->ex[x].n_choices; c++) idx[n++] = k->ex[x].first + (size_t)c;
         size_t cut = 0;
-        s = score_task(t, k, m, idx, n, inputs, t->o.progress ? &prog : NULL, &done, &cut);
+        s = score_task(t, k, m, idx, n, inputs, z, t->o.progress ? &prog : NULL, &done, &cut);
         if (s == WF_OK && cut) {
             if (t->o.progress) wf_progress_clear(&prog);
             WF_WARN("task %s: %zu of %zu requests have a continuation longer than the model's %d-token sequences: "
@@ -729,6 +732,7 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
     }
     free(inputs);
     free(idx);
+    free(z);
     if (s == WF_OK && t->examples_path) s = write_examples(t);
     return s;
 }

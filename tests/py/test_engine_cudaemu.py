@@ -152,3 +152,23 @@ def test_a_resume_with_a_fresh_optimizer_zeroes_the_device_moments(dataset, tmp_
         assert "optim.reset_state = true: loading the parameters of" in p.stderr, p.stderr[-2000:]
         runs[device] = metrics(run)
     close(runs["cudaemu"], runs["cpu"])
+
+
+def test_in_loop_tasks_read_the_logits_through_the_seam(dataset, tmp_path):
+    """train.eval_tasks scores from the logits, which are the backend's
+    memory: read row by row through wf_model_read_logits. One step, then
+    lambada's first 8 examples scored on each device: the same accuracy,
+    and bits per byte within the loss tolerance."""
+    from conftest import ROOT
+    tasks = ["--train.eval_tasks=lambada", "--train.eval_tasks_limit=8",
+             f"--train.eval_task_dir={ROOT / 'data' / 'oe_eval_tasks'}", "--steps", 1]
+    got = {}
+    for device in ("cpu", "cudaemu"):
+        run = tmp_path / device
+        train(dataset, run, device, *tasks)
+        recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        got[device] = [r["tasks"]["lambada"] for r in recs if "tasks" in r][-1]
+    cpu, emu = got["cpu"], got["cudaemu"]
+    assert cpu["examples"] == emu["examples"] == 8
+    assert emu["acc"] == cpu["acc"]
+    assert abs(emu["bpb"] - cpu["bpb"]) <= LOSS_REL * cpu["bpb"], (emu, cpu)
