@@ -12,9 +12,16 @@ through the CUDA kernels under the emulator, and
 - a cudaemu checkpoint resumes on the cpu and back, the losses still
   within the tolerance of the cpu run;
 - DDP at 2 ranks under mpirun equals one cudaemu rank within the
-  tolerance of tests/py/test_train_dist.py.
-Each run is 5 steps of batch 4 x 32 tokens (the emulator is slow)."""
+  tolerance of tests/py/test_train_dist.py;
+- optim.reset_state and the in-loop task scores work on device memory.
+Single-process runs have the emulator's host fence on: a host access to
+device memory outside the backend faults (the two seam fixes for those
+were found so). Each run is 5 steps of batch 4 x 32 tokens (the emulator
+is slow)."""
 import json
+import os
+import signal
+import subprocess
 
 import pytest
 
@@ -38,8 +45,15 @@ def train_args(dataset, run, device, *extra):
             "--device", device] + [str(a) for a in extra]
 
 
+# The emulator's host fence (docs/gpu.md): device memory is PROT_NONE
+# outside the backend's own calls, so trainer code that reads or writes it
+# directly on the host (as a GPU would not allow) dies here. Not for DDP,
+# whose MPI collectives work on the model's memory on the host.
+FENCE = {"WF_CUDAEMU_FENCE": "1"}
+
+
 def train(dataset, run, device, *extra, code=0):
-    p = run_weft_cmd(train_args(dataset, run, device, *extra), check=False)
+    p = run_weft_cmd(train_args(dataset, run, device, *extra), check=False, env=FENCE)
     assert p.returncode == code, p.stderr[-3000:]
     return p
 
@@ -137,7 +151,7 @@ def test_ddp_at_two_ranks_equals_one_rank(dataset, emu_run, tmp_path):
     (["--train.dtype=bf16"], "train.dtype = bf16: the trainer computes in fp32 only on the cudaemu backend"),
 ])
 def test_what_the_engine_does_not_cover_yet_is_refused(dataset, tmp_path, extra, words):
-    p = run_weft_cmd(train_args(dataset, tmp_path / "run", "cudaemu", *extra), check=False)
+    p = run_weft_cmd(train_args(dataset, tmp_path / "run", "cudaemu", *extra), check=False, env=FENCE)
     assert p.returncode == 1 and words in p.stderr, p.stderr[-3000:]
 
 
@@ -172,3 +186,16 @@ def test_in_loop_tasks_read_the_logits_through_the_seam(dataset, tmp_path):
     assert cpu["examples"] == emu["examples"] == 8
     assert emu["acc"] == cpu["acc"]
     assert abs(emu["bpb"] - cpu["bpb"]) <= LOSS_REL * cpu["bpb"], (emu, cpu)
+
+
+def test_the_fence_faults_a_host_access_to_device_memory():
+    """The fence itself (tests/cuda/test_cuda_emu.cc, `fence`): kernels and
+    copies reach a block; the host's direct read of it faults, and does not
+    without the fence."""
+    exe = BUILD / "tests" / "cuda_emu"
+    r = subprocess.run([str(exe), "fence"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **FENCE})
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stdout, r.stderr)
+    assert "ok kernels and copies reach the block" in r.stdout and "read" not in r.stdout, r.stdout
+    r = subprocess.run([str(exe), "fence"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "read 1" in r.stdout, (r.returncode, r.stdout)
