@@ -302,7 +302,7 @@ static wf_status check_device(const wf_train_config *tc, wf_backend **out) {
 }
 
 /* What the engine on a device backend covers so far (docs/gpu.md, "The
- * engine on cudaemu"): DDP with AdamW, without tensor parallelism. */
+ * engine on cudaemu"): DDP with AdamW. */
 static wf_status check_device_engine(const trainer *t) {
     const wf_train_config *tc = t->tc;
     if (t->be == wf_backend_cpu()) return WF_OK;
