@@ -91,14 +91,16 @@ wf_backend *wf_backend_cpu(void);
  * What `train.device` and the commands' `--device` choose (docs/gpu.md,
  * "Running on GPUs: options, NCCL"). */
 
-/* The devices a run may ask for: "cpu", "cuda", "auto"; NULL-terminated. */
+/* The devices a run may ask for: "cpu", "cuda", "auto", and "cudaemu" (the
+ * CUDA kernels under the emulator: a test instrument, docs/gpu.md "The
+ * engine on cudaemu"); NULL-terminated. */
 extern const char *const wf_backend_device_names[];
 
 /* Opens the compute backend of `device`: "cpu" is wf_backend_cpu() (closing
  * it is a no-op); "cuda" is wf_backend_open("cuda"), whose error says why
- * it cannot start; "auto" is cuda when it opens, else cpu, and then writes
+ * it cannot start ("cudaemu" likewise); "auto" is cuda when it opens, else cpu, and then writes
  * into note (cap bytes; may be NULL) why cuda was not taken, for the log
- * (note is "" otherwise). Any other name: WF_ERR_CONFIG naming the three. */
+ * (note is "" otherwise). Any other name: WF_ERR_CONFIG naming them. */
 wf_status wf_backend_open_device(wf_backend **out, const char *device, char *note, size_t cap);
 
 /* The device index this process should use among n_devices (> 0): its local

@@ -305,6 +305,11 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
  * same buffer holds their gradient. With tensor parallelism, this rank's
  * columns only: (B, T, vocab / tp), vocabulary ids from rank * vocab / tp. */
 const float *wf_model_logits(const wf_model *m);
+/* Copies floats [offset, offset + count) of those logits (the layout
+ * above) into host memory `dst` through the model's backend: the way to
+ * read them on a device backend, where the pointer is device memory.
+ * WF_ERR_RANGE outside the planned buffer. */
+wf_status wf_model_read_logits(wf_model *m, size_t offset, size_t count, float *dst);
 
 /* Backward of the last forward (which must have had targets): ADDS
  * loss_scale * d(mean loss)/d(parameter) to every gradient, so gradients of

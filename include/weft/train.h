@@ -174,7 +174,8 @@
       "recompute norms and SwiGLU); the same results bit for bit (docs/model.md)") \
     X(device, WF_OPT_STR, "train.device", "device", "cpu", (WF_CHOICES(wf_backend_device_names)), \
       "the compute backend: cpu, cuda (one NVIDIA GPU per rank, picked by LOCAL_RANK, SLURM_LOCALID or " \
-      "OMPI_COMM_WORLD_LOCAL_RANK) or auto (cuda when it opens, else cpu, logged); docs/gpu.md") \
+      "OMPI_COMM_WORLD_LOCAL_RANK) or auto (cuda when it opens, else cpu, logged); cudaemu is the CUDA kernels " \
+      "under the emulator on the CPU, a test instrument (slow); docs/gpu.md") \
     X(dtype, WF_OPT_STR, "train.dtype", NULL, "fp32", (WF_CHOICES(wf_train_dtype_names)), \
       "compute precision: fp32, or bf16 (bf16 weight copies and activations for the matmuls and attention; " \
       "fp32 accumulation, norms, loss, master weights and AdamW moments); the cpu backend is fp32 only") \

@@ -386,11 +386,11 @@ static float *emu_widen_(const void *x, wf_dtype dt, int rows, int cols, int64_t
 }
 #endif
 
-static int gemm_cm_(cuda_state_ *st, int ta, int tb, int m, int n, int k, float alpha, const void *A, wf_dtype adt,
+#if WF_CUDA_EMU
+/* gemm_cm_ under the emulator: sgemm on the host (inside the host fence). */
+static int gemm_emu_(cuda_state_ *st, int ta, int tb, int m, int n, int k, float alpha, const void *A, wf_dtype adt,
                     int64_t lda, int64_t sa, const void *B, wf_dtype bdt, int64_t ldb, int64_t sb, float beta, void *C,
                     wf_dtype cdt, int64_t ldc, int64_t sc, int batch) {
-#if WF_CUDA_EMU
-    CK_(st, cudaStreamSynchronize(st->stream), "matmul: the work before it");
     if (adt == WF_DTYPE_F32 && bdt == WF_DTYPE_F32 && cdt == WF_DTYPE_F32) {
         for (int i = 0; i < batch; i++)
             cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha,
@@ -417,6 +417,18 @@ static int gemm_cm_(cuda_state_ *st, int ta, int tb, int m, int n, int k, float 
     int ok = a && b && c;
     free(a), free(b), free(c);
     return ok ? 0 : fail_(st, "matmul: no host memory for the emulated bf16 product");
+}
+#endif
+
+static int gemm_cm_(cuda_state_ *st, int ta, int tb, int m, int n, int k, float alpha, const void *A, wf_dtype adt,
+                    int64_t lda, int64_t sa, const void *B, wf_dtype bdt, int64_t ldb, int64_t sb, float beta, void *C,
+                    wf_dtype cdt, int64_t ldc, int64_t sc, int batch) {
+#if WF_CUDA_EMU
+    CK_(st, cudaStreamSynchronize(st->stream), "matmul: the work before it");
+    wf_emu_fence_open(); /* sgemm reads and writes device memory from the host */
+    int rc = gemm_emu_(st, ta, tb, m, n, k, alpha, A, adt, lda, sa, B, bdt, ldb, sb, beta, C, cdt, ldc, sc, batch);
+    wf_emu_fence_close();
+    return rc;
 #else
     lt_api_ &lt = st->lt;
     cublasLtMatmulDesc_t desc = NULL;

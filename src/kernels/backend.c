@@ -51,9 +51,10 @@ static const struct {
 };
 #undef ENTRY_
 
-/* The first entry `ops` leaves NULL, or NULL. */
+/* The first entry `ops` leaves NULL, or NULL (init and fini may be NULL:
+ * a backend without a state, as the host ones). */
 static const char *missing_entry_(const wf_backend_ops *ops) {
-    for (size_t i = 0; i < sizeof entries_ / sizeof entries_[0]; i++) {
+    for (size_t i = 2; i < sizeof entries_ / sizeof entries_[0]; i++) {
         void *fn;
         memcpy(&fn, (const char *)ops + entries_[i].off, sizeof fn);
         if (!fn) return entries_[i].name;
@@ -202,7 +203,7 @@ const char *wf_backend_name(const wf_backend *be) { return be->ops->name; }
 
 /* ------------------------------------------------------------- devices */
 
-const char *const wf_backend_device_names[] = {"cpu", "cuda", "auto", NULL};
+const char *const wf_backend_device_names[] = {"cpu", "cuda", "auto", "cudaemu", NULL};
 
 wf_status wf_backend_open_device(wf_backend **out, const char *device, char *note, size_t cap) {
     *out = NULL;
@@ -211,7 +212,7 @@ wf_status wf_backend_open_device(wf_backend **out, const char *device, char *not
         *out = wf_backend_cpu();
         return WF_OK;
     }
-    if (strcmp(device, "cuda") == 0) return wf_backend_open(out, "cuda");
+    if (strcmp(device, "cuda") == 0 || strcmp(device, "cudaemu") == 0) return wf_backend_open(out, device);
     if (strcmp(device, "auto") == 0) {
         if (wf_backend_open(out, "cuda") == WF_OK) return WF_OK;
         if (note && cap) snprintf(note, cap, "device auto: cuda did not open (%s): computing on the cpu", wf_error_msg());
@@ -219,7 +220,7 @@ wf_status wf_backend_open_device(wf_backend **out, const char *device, char *not
         *out = wf_backend_cpu();
         return WF_OK;
     }
-    return wf_error(WF_ERR_CONFIG, "device '%s' is not known: use cpu, cuda or auto", device);
+    return wf_error(WF_ERR_CONFIG, "device '%s' is not known: use cpu, cuda or auto (or cudaemu, the CUDA emulator: a test instrument)", device);
 }
 
 int wf_backend_local_device(int n_devices, const char **from) {

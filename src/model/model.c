@@ -615,6 +615,13 @@ wf_status wf_model_forward(wf_model *m, const int32_t *tokens, const int32_t *ta
 
 const float *wf_model_logits(const wf_model *m) { return m->logits; }
 
+wf_status wf_model_read_logits(wf_model *m, size_t offset, size_t count, float *dst) {
+    size_t n = m->logits ? logits_numel(m) : 0;
+    if (offset > n || count > n - offset)
+        return wf_error(WF_ERR_RANGE, "model: logits [%zu, %zu) are outside the %zu planned", offset, offset + count, n);
+    return wf_backend_download(m->be, dst, m->logits + offset, count * sizeof *dst);
+}
+
 void wf_model_set_grad_hook(wf_model *m, wf_model_grad_hook fn, void *ctx) {
     m->grad_hook = fn;
     m->grad_hook_ctx = ctx;

@@ -634,8 +634,9 @@ static wf_status check_ids(const int32_t *ids, int n, int V) {
     return WF_OK;
 }
 
-/* Scores requests idx[0..n) of task k, B at a time. */
-static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size_t n, int32_t *inputs,
+/* Scores requests idx[0..n) of task k, B at a time; z: a host row of
+ * vocab_size floats. */
+static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size_t n, int32_t *inputs, float *z,
                             wf_progress *prog, uint64_t *done, size_t *cut) {
     const wf_model_config *mc = wf_model_get_config(m);
     const int V = mc->vocab_size, B = t->o.batch_size;
@@ -660,7 +661,6 @@ static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size
             WF_TRY(check_ids(ids, L, V));
         }
         WF_TRY(wf_model_forward(m, inputs, NULL, b, T, NULL));
-        const float *logits = wf_model_logits(m);
         for (int r = 0; r < b; r++) {
             request *q = &k->rq[idx[first + (size_t)r]];
             int L = eff_len(q, max_seq);
@@ -668,9 +668,11 @@ static wf_status score_task(wf_tasks *t, task *k, wf_model *m, size_t *idx, size
             double lp = 0;
             int greedy = 1;
             int cont = q->cont < L - 1 ? q->cont : L - 1; /* a continuation longer than max_seq: its end */
-            for (int pos = L - 1 - cont; pos < L - 1; pos++)
-                lp += score_position(logits + ((size_t)r * (size_t)T + (size_t)pos) * (size_t)V, V, ids[pos + 1],
-                                     &greedy);
+            for (int pos = L - 1 - cont; pos < L - 1; pos++) {
+                /* the logits are the model's backend's memory: a row at a time to the host */
+                WF_TRY(wf_model_read_logits(m, ((size_t)r * (size_t)T + (size_t)pos) * (size_t)V, (size_t)V, z));
+                lp += score_position(z, V, ids[pos + 1], &greedy);
+            }
             q->logprob = lp;
             q->greedy = greedy;
         }
@@ -851,17 +853,21 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         if (r > most) most = r;
     }
     size_t *idx = malloc((most ? most : 1) * sizeof *idx);
-    if (!inputs || !idx) {
+    float *z = malloc((size_t)mc->vocab_size * sizeof *z);
+    if (!inputs || !idx || !z) {
         free(inputs);
         free(idx);
+        free(z);
         return wf_error(WF_ERR_NOMEM, "out of memory");
     }
     /* The shared prefix once per example, when the generator can read the
      * model's parameters in place (not a model whose units are bound
-     * elsewhere, as in a sharded trainer). */
+     * elsewhere, as in a sharded trainer) and the model is on the cpu (the
+     * generator's cache and logits are host memory; a device backend, such
+     * as the trainer's on cudaemu, scores by full forwards). */
     prefix_state ps = {.max_seq = max_seq, .V = mc->vocab_size};
     wf_status s = WF_OK;
-    if (!t->o.full_forward && wf_model_params(m)) {
+    if (!t->o.full_forward && wf_model_params(m) && wf_model_backend(m) == wf_backend_cpu()) {
         s = wf_generator_create(&ps.g, m, max_seq);
         ps.cached = s == WF_OK ? malloc((size_t)max_seq * sizeof *ps.cached) : NULL;
         ps.branch = ps.cached ? malloc((size_t)max_seq * sizeof *ps.branch) : NULL;
@@ -888,9 +894,9 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
         if (ps.g) {
             size_t n_rest = 0;
             s = score_task_prefix(t, k, &ps, progress ? &prog : NULL, &done, &cut, idx, &n_rest);
-            if (s == WF_OK && n_rest) s = score_task(t, k, m, idx, n_rest, inputs, progress ? &prog : NULL, &done, &cut);
+            if (s == WF_OK && n_rest) s = score_task(t, k, m, idx, n_rest, inputs, z, progress ? &prog : NULL, &done, &cut);
         } else
-            s = score_task(t, k, m, idx, n, inputs, progress ? &prog : NULL, &done, &cut);
+            s = score_task(t, k, m, idx, n, inputs, z, progress ? &prog : NULL, &done, &cut);
         if (s == WF_OK && cut) {
             if (progress) wf_progress_clear(&prog);
             WF_WARN("task %s: %zu of %zu requests have a continuation longer than the model's %d-token sequences: "
@@ -918,6 +924,7 @@ wf_status wf_tasks_run(wf_tasks *t, wf_model *m, wf_task_result *results) {
     free(ps.logits);
     free(inputs);
     free(idx);
+    free(z);
     if (s == WF_OK && t->examples_path) s = write_examples(t);
     return s;
 }

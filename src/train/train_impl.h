@@ -195,6 +195,7 @@ struct trainer {
     wf_dirlock *lock;          /* rank 0: RUN_DIR/.weft.lock for the job's life */
     char *tokenizer_path;
     char model_source[4200];   /* where the architecture came from (run.json's model_source) */
+    wf_backend *be;            /* the compute backend (train.device): the arena's memory is its blocks; NULL in `weft plan` */
     wf_arena *arena;
     wf_run_arena arena_use;    /* the arena's blocks after setup, measured (run.json's "arena") */
     size_t part[WF__PART_N];   /* the same bytes by what they hold (WF__PART_*: `weft plan`'s categories) */
@@ -207,7 +208,8 @@ struct trainer {
     double adamw_lr_ratio;     /* the AdamW group's lr over the schedule's (optim.adamw_lr / optim.lr; 1 for adamw) */
     wf_loader *train, *val;
     train_mix mix;             /* data.sources: the mixture (mix.n 0: data.dir alone) */
-    int32_t *inputs, *targets; /* (Bl, T) each */
+    int32_t *inputs, *targets; /* (Bl, T) each, host memory (the model uploads them) */
+    int32_t *host_batch;       /* a device backend's run: inputs and targets, malloc'ed (the arena is the device's) */
     /* checkpoints */
     char root[WF_PATH_MAX];    /* RUN_DIR/checkpoints, or ckpt.dir */
     char save_path[WF_PATH_MAX], stop_path[WF_PATH_MAX];

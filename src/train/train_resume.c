@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "train/train_impl.h"
+#include "weft/backend.h"
 #include "weft/log.h"
 
 static int is_set(const char *s) { return s && *s; }
@@ -236,7 +237,10 @@ static wf_status restore(trainer *t, wf_ckpt *c, int64_t *start, int resume) {
         for (size_t i = nt; i < t->n_state; i++) {
             int64_t b = 0, e = 0;
             wf_ckpt_tensor_range(&t->state[i], t->rank, &b, &e);
-            if (t->state[i].data && e > b) memset(t->state[i].data, 0, (size_t)(e - b) * sizeof(float));
+            /* the backend's memory: zeroed through it */
+            if (t->state[i].data && e > b)
+                WF_TRY(wf_backend_fill(t->state[i].be ? t->state[i].be : wf_backend_cpu(), t->state[i].data, 0,
+                                       (size_t)(e - b) * sizeof(float)));
         }
         opt_steps = 0;
     } else {

@@ -37,7 +37,9 @@ void wf__train_free(trainer *t) {
     wf_muon_destroy(t->muon);
     wf__train_muon_free(t);
     wf_model_destroy(t->model);
-    wf_arena_destroy(t->arena);
+    wf_arena_destroy(t->arena); /* its chunks are the backend's blocks: before the backend closes */
+    free(t->host_batch);
+    wf_backend_close(t->be);    /* a no-op for the cpu */
     free(t->tokenizer_path);
     wf_dirlock_release(t->lock); /* last: the job's files are closed by now */
 }
@@ -224,6 +226,10 @@ wf_status wf__train_allocate(trainer *t, const wf_adamw_config *ac, int recomput
     WF_TRY(wf_model_create_tp(&t->model, &t->mc, t->arena,
                               (has_g ? 0 : WF_MODEL_NO_GRADS) | (has_p ? 0 : WF_MODEL_NO_PARAMS),
                               t->tp.size > 1 ? &t->tp : NULL)); /* plan.c leaves tp zero: none */
+    /* The arena's chunks are the backend's blocks (wf__train_setup), so the
+     * model's memory is already that backend's: every op goes through it
+     * from here (attention's scratch is sized by it in wf_model_plan). */
+    if (t->be) wf_model_set_backend(t->model, t->be);
     wf__train_arena_mark(t, "model");
     /* two blocks of one size, the parameters first */
     size_t model = wf_arena_get_stats(t->arena).in_use - t->part_at;
@@ -236,8 +242,16 @@ wf_status wf__train_allocate(trainer *t, const wf_adamw_config *ac, int recomput
     wf__train_arena_part(t, WF__PART_ACTIVATIONS);
     WF_TRY(t->strat->setup(t, ac));
     size_t local = (size_t)t->Bl * (size_t)t->T;
-    t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
-    t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
+    if (t->be && t->be != wf_backend_cpu()) {
+        /* The batch is written and checked on the host and uploaded by
+         * wf_model_forward: host memory, not the device arena's. */
+        t->host_batch = calloc(2 * local, sizeof(int32_t));
+        if (!t->host_batch) return wf_error(WF_ERR_NOMEM, "out of memory for the batch (2 x %zu token ids)", local);
+        t->inputs = t->host_batch, t->targets = t->host_batch + local;
+    } else {
+        t->inputs = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
+        t->targets = wf_arena_alloc(t->arena, local * sizeof(int32_t), 64);
+    }
     if (!t->inputs || !t->targets) return WF_ERR_NOMEM;
     wf__train_arena_mark(t, "batch");
     wf__train_arena_part(t, WF__PART_BATCH);
@@ -247,29 +261,61 @@ wf_status wf__train_allocate(trainer *t, const wf_adamw_config *ac, int recomput
 const char *const wf_train_dtype_names[] = {"fp32", "bf16", NULL};
 
 /* train.device, train.dtype and train.tf32 (docs/gpu.md, "Running on GPUs:
- * options, NCCL"): the compute backend opened by name through the seam.
- * Only the cpu backend trains today; a device backend that opens is
- * refused until the trainer places the model on it. */
-static wf_status check_device(const wf_train_config *tc) {
+ * options, NCCL"): the compute backend opened by name through the seam,
+ * kept in *out. The cpu trains, and cudaemu (the CUDA kernels under the
+ * emulator: docs/gpu.md, "The engine on cudaemu"); cuda opens the same
+ * engine but is refused until a GPU run has proven it. fp32 only. */
+static wf_status check_device(const wf_train_config *tc, wf_backend **out) {
     wf_backend *be = NULL;
     char note[768];
+    *out = NULL;
     if (wf_backend_open_device(&be, tc->device, note, sizeof note) != WF_OK) {
         char why[1024];
         snprintf(why, sizeof why, "%s", wf_error_msg());
         return wf_error(WF_ERR_UNSUPPORTED, "train.device = %s: %s", tc->device, why);
     }
     if (note[0]) WF_INFO("train.%s", note);
-    if (be != wf_backend_cpu()) {
-        const char *name = wf_backend_name(be);
+    const char *name = wf_backend_name(be);
+    if (be != wf_backend_cpu() && strcmp(name, "cudaemu") != 0) {
         wf_backend_close(be);
         return wf_error(WF_ERR_UNSUPPORTED, "train.device = %s: the %s backend opened, but the trainer cannot place "
                                             "the model on it yet",
                         tc->device, name);
     }
-    if (strcmp(tc->dtype, "bf16") == 0)
+    if (strcmp(tc->dtype, "bf16") == 0 && be == wf_backend_cpu())
         return wf_error(WF_ERR_CONFIG, "train.dtype = bf16: the cpu backend computes in fp32 only; use train.dtype = "
                                        "fp32 on the cpu (bf16 is for train.device = cuda)");
-    if (tc->tf32) WF_INFO("train.tf32 = true has no effect on the cpu, whose fp32 is exact fp32");
+    if (strcmp(tc->dtype, "bf16") == 0) {
+        wf_backend_close(be);
+        return wf_error(WF_ERR_CONFIG, "train.dtype = bf16: the trainer computes in fp32 only on the %s backend (no "
+                                       "bf16 weight copies yet); use train.dtype = fp32",
+                        name);
+    }
+    if (tc->tf32) WF_INFO("train.tf32 = true has no effect on the %s backend, whose fp32 is exact fp32", name);
+    if (be != wf_backend_cpu()) WF_WARN("train.device = %s: the CUDA kernels under the emulator, a test instrument "
+                                        "(slow; docs/gpu.md)", name);
+    *out = be;
+    return WF_OK;
+}
+
+/* What the engine on a device backend covers so far (docs/gpu.md, "The
+ * engine on cudaemu"): DDP with AdamW. */
+static wf_status check_device_engine(const trainer *t) {
+    const wf_train_config *tc = t->tc;
+    if (t->be == wf_backend_cpu()) return WF_OK;
+    const char *name = wf_backend_name(t->be);
+    if (strcmp(t->strat->name, "ddp") != 0)
+        return wf_error(WF_ERR_UNSUPPORTED, "train.device = %s with dist.shard = %s: on a device backend the trainer "
+                                            "runs dist.shard = ddp only so far (docs/gpu.md)",
+                        tc->device, t->strat->name);
+    if (tc->optim_name && strcmp(tc->optim_name, "adamw") != 0)
+        return wf_error(WF_ERR_UNSUPPORTED, "train.device = %s with optim.name = %s: on the %s backend the trainer "
+                                            "runs AdamW only so far (docs/gpu.md)",
+                        tc->device, tc->optim_name, name);
+    if (tc->dist_tp > 1)
+        return wf_error(WF_ERR_UNSUPPORTED, "train.device = %s with dist.tp = %lld: on the %s backend the trainer "
+                                            "runs without tensor parallelism so far (docs/gpu.md)",
+                        tc->device, (long long)tc->dist_tp, name);
     return WF_OK;
 }
 
@@ -284,7 +330,7 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
         return wf_error(WF_ERR_CONFIG, "data.dir is not set: give the dataset directory (--data DIR), or a mixture "
                                        "of datasets in data.sources");
     WF_TRY(wf__train_check_keys(tc, &t->spike));
-    WF_TRY(check_device(tc));
+    WF_TRY(check_device(tc, &t->be));
     t->sched_tokens = strcmp(tc->schedule_unit, "tokens") == 0;
     t->spike_action = (wf_spike_action)wf_spike_action_parse(tc->spike_action);
     t->nonfinite_stop = strcmp(tc->guard_nonfinite, "stop") == 0;
@@ -326,7 +372,14 @@ wf_status wf__train_setup(trainer *t, const wf_train_config *tc) {
     if (wf_kern_blas_check(blas_msg, sizeof blas_msg)) WF_WARN("%s", blas_msg);
 
     WF_TRY(wf__train_strategy_of(tc, t->world, 1, &t->strat));
-    WF_TRY(wf_arena_create(&t->arena, 0));
+    WF_TRY(check_device_engine(t));
+    if (t->be != wf_backend_cpu()) {
+        /* every block of the run's memory is the backend's */
+        wf_arena_mem mem = wf_backend_arena_mem(t->be);
+        WF_TRY(wf_arena_create_mem(&t->arena, 0, &mem));
+    } else {
+        WF_TRY(wf_arena_create(&t->arena, 0));
+    }
     wf_adamw_config ac = {.beta1 = tc->beta1,
                           .beta2 = tc->beta2,
                           .eps = tc->eps,

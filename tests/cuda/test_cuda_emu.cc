@@ -85,8 +85,25 @@ static int bf16_mode(void) {
     return 0;
 }
 
+/* `cuda_emu fence`: with WF_CUDAEMU_FENCE=1 a kernel and a copy reach a
+ * block, and the host's own read of it then faults (SIGSEGV): the line
+ * "read ..." never prints. Without the fence it prints and exits 1. */
+static int fence_mode(void) {
+    float *p = NULL, h = 0.0f;
+    cudaMalloc((void **)&p, 64 * sizeof(float));
+    WF_LAUNCH(poke_k, 1, 32, 0, (cudaStream_t)0, p, 3L);
+    int ok = cudaGetLastError() == cudaSuccess &&
+             cudaMemcpyAsync(&h, p + 3, sizeof h, cudaMemcpyDeviceToHost, (cudaStream_t)0) == cudaSuccess && h == 1.0f;
+    printf("%s kernels and copies reach the block\n", ok ? "ok" : "FAIL");
+    fflush(stdout);
+    volatile float *q = p;
+    printf("read %g\n", (double)q[3]);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "bf16") == 0) return bf16_mode();
+    if (argc > 1 && strcmp(argv[1], "fence") == 0) return fence_mode();
     static const char *const schedules[] = {"rr", "fwd", "rev", "shuffle:9"};
     float *f = NULL;
     unsigned *u = NULL;

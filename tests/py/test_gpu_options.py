@@ -56,7 +56,7 @@ def test_commands_take_device(cmd):
     assert r.returncode == 1
     assert f"weft {cmd[0]}: error: --device cuda: backend cuda: " in r.stderr, r.stderr
     r = run_weft_cmd(cmd + ["--device", "gpu"], check=False)
-    assert r.returncode == 1 and "device = 'gpu' (did you mean 'cpu'?): use cpu, cuda or auto" in r.stderr, r.stderr
+    assert r.returncode == 1 and "device = 'gpu' (did you mean 'cpu'?): use cpu, cuda, auto or cudaemu" in r.stderr, r.stderr
 
 
 def test_ops_check_device_auto_checks_the_cpu():

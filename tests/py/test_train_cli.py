@@ -162,7 +162,7 @@ ENUMS = [
     ("guard.nonfinite", "skipp", "skip", "stop or skip"),
     ("spike.action", "rollbak", "rollback", "warn, skip or rollback"),
     ("dist.shard", "fsd", "fsdp", "ddp, zero1, zero2 or fsdp"),
-    ("train.device", "cud", "cuda", "cpu, cuda or auto"),
+    ("train.device", "cud", "cuda", "cpu, cuda, auto or cudaemu"),
     ("train.dtype", "bf15", "bf16", "fp32 or bf16"),
 ]
 

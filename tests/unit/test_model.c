@@ -258,6 +258,25 @@ WF_TEST(initial_loss_is_near_log_vocab) {
     wf_test_model_free(&f);
 }
 
+/* wf_model_read_logits: the logits through the backend (device memory on
+ * a device backend), the same floats as the buffer on the cpu; a range
+ * past the planned (B, T, vocab) is refused. */
+WF_TEST(logits_are_read_through_the_backend) {
+    wf_model_config c = wf_test_tiny_config();
+    wf_test_model f = wf_test_model_make(&c, 3, WF_RECOMPUTE_NONE, 2, 16);
+    int32_t tok[32], tgt[32];
+    wf_test_random_batch(tok, tgt, 32, c.vocab_size, 4, 3, 0);
+    WF_CHECK_OK(wf_model_forward(f.m, tok, NULL, 2, 16, NULL));
+    float row[512];
+    size_t at = (size_t)17 * 512; /* row 1 of sequence 1 */
+    WF_CHECK_OK(wf_model_read_logits(f.m, at, 512, row));
+    WF_CHECK_TRUE(memcmp(row, wf_model_logits(f.m) + at, sizeof row) == 0);
+    WF_CHECK_TRUE(row[0] != 0.0f || row[1] != 0.0f);
+    WF_CHECK_ERR(wf_model_read_logits(f.m, 2 * 16 * 512 - 10, 20, row), WF_ERR_RANGE,
+                 "model: logits [16374, 16394) are outside the 16384 planned");
+    wf_test_model_free(&f);
+}
+
 WF_TEST(gradients_accumulate_and_scale) {
     wf_model_config c = wf_test_tiny_config();
     c.tied_embeddings = 0;

@@ -313,6 +313,40 @@ static int check_allocs_(const char *when) {
     return 0;
 }
 
+/* The host fence (WF_CUDAEMU_FENCE=1, a test mode): outside the emulator's
+ * own calls (launches, copies, fills, the emulated gemm) every block's
+ * pages are PROT_NONE, so host code that reads or writes device memory
+ * directly, which a GPU would not allow, dies at that access instead of
+ * working because emulated device memory is host memory. */
+static int fence_on_ = -1; /* -1: not read yet */
+static int fence_depth_;
+
+static size_t fence_span_(const alloc_ &a) { return (a.bytes + 4095) / 4096 * 4096; }
+
+static int fence_enabled_(void) {
+    if (fence_on_ < 0) {
+        const char *v = getenv("WF_CUDAEMU_FENCE");
+        fence_on_ = v && *v && strcmp(v, "0") != 0;
+    }
+    return fence_on_;
+}
+
+static void fence_set_(const alloc_ &a, int prot) {
+    if (a.bytes) mprotect(a.base + RZ_BYTES_, fence_span_(a), prot);
+}
+
+void wf_emu_fence_open(void) {
+    if (!fence_enabled_()) return;
+    if (fence_depth_++ == 0)
+        for (const alloc_ &a : allocs_) fence_set_(a, PROT_READ | PROT_WRITE);
+}
+
+void wf_emu_fence_close(void) {
+    if (!fence_enabled_()) return;
+    if (--fence_depth_ == 0)
+        for (const alloc_ &a : allocs_) fence_set_(a, PROT_NONE);
+}
+
 cudaError_t cudaMalloc(void **p, size_t bytes) {
     *p = NULL;
     size_t total = RZ_BYTES_ + bytes + tail_rz_(bytes);
@@ -332,6 +366,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     allocs_.push_back(alloc_{base, bytes, ++serial_});
     in_use_ += bytes;
     *p = base + RZ_BYTES_;
+    if (fence_enabled_() && fence_depth_ == 0) fence_set_(allocs_.back(), PROT_NONE);
     return cudaSuccess;
 }
 
@@ -340,6 +375,7 @@ cudaError_t cudaFree(void *p) {
     for (size_t i = 0; i < allocs_.size(); i++) {
         if (allocs_[i].base + RZ_BYTES_ != p) continue;
         alloc_ a = allocs_[i];
+        if (fence_enabled_()) fence_set_(a, PROT_READ | PROT_WRITE); /* back to the heap as it was given */
         long long off = 0;
         cudaError_t r = cudaSuccess;
         if (rz_broken_(a, &off)) {
@@ -376,7 +412,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
               bytes, "from", src, dst);
         return cudaErrorInvalidValue;
     }
+    wf_emu_fence_open();
     if (bytes) memmove(dst, src, bytes);
+    wf_emu_fence_close();
     return cudaSuccess;
 }
 
@@ -387,7 +425,9 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s) 
               dst);
         return cudaErrorInvalidValue;
     }
+    wf_emu_fence_open();
     if (bytes) memset(dst, value, bytes);
+    wf_emu_fence_close();
     return cudaSuccess;
 }
 
@@ -577,6 +617,7 @@ void wf_emu_launch_raw(const char *kernel, dim3 grid, dim3 block, size_t shared_
     wf_emu_thread_view *saved_cur = wf_emu_cur;
     blk_ = b;
     uint64_t seed = sched_seed_;
+    wf_emu_fence_open();
     int rc = b->shared ? 0 : -1;
     if (rc) fail_(cudaErrorMemoryAllocation, "kernel %s: no memory for its shared memory", kernel);
     for (unsigned z = 0; z < grid.z && !rc; z++)
@@ -591,4 +632,5 @@ void wf_emu_launch_raw(const char *kernel, dim3 grid, dim3 block, size_t shared_
         snprintf(when, sizeof when, "kernel %s", kernel);
         check_allocs_(when);
     }
+    wf_emu_fence_close();
 }

@@ -33,6 +33,13 @@
  * memory (WF_DYN_SHARED), poisoned at each block's start and checked for
  * writes past its size at the block's end.
  *
+ * The host fence (WF_CUDAEMU_FENCE=1 in the environment, read once; a test
+ * mode): device blocks are PROT_NONE outside the emulator's own calls, so a
+ * host access to device memory (which a GPU would not allow) faults at
+ * once. Code of the emulated backend that touches device memory on the
+ * host (the emulated gemm) opens it around that with wf_emu_fence_open /
+ * wf_emu_fence_close (nested calls count).
+ *
  * Errors. As in CUDA, a failed launch is reported by the next
  * cudaGetLastError (cudaErrorLaunchFailure); wf_emu_last_message() has the
  * emulator's explanation.
@@ -106,6 +113,9 @@ int wf_emu_set_schedule(const char *name);
 const char *wf_emu_schedule(void);
 /* Why the last failed call failed, in the emulator's words. */
 const char *wf_emu_last_message(void);
+/* The host fence (above): open for host code that touches device memory. */
+void wf_emu_fence_open(void);
+void wf_emu_fence_close(void);
 
 /* ------------------------------------------------- the runtime subset */
 
