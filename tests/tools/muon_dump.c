@@ -39,17 +39,6 @@ typedef struct {
     unsigned long long seed, grad_seed;
 } run_cfg;
 
-static int put_tensors(FILE *f, wf_model *m, const float *buf, const char *prefix) {
-    int bad = 0;
-    for (int i = 0; i < wf_model_num_tensors(m); i++) {
-        const wf_tensor_info *t = wf_model_tensor(m, i);
-        char name[WF_TENSOR_NAME_MAX + 32];
-        snprintf(name, sizeof name, "%s%s", prefix, t->name);
-        bad |= dump_put_record(f, name, 0, t->ndim, t->shape, buf + t->offset, 4);
-    }
-    return bad;
-}
-
 static int parse_kv(const char *arg, run_cfg *r) {
     const char *eq = strchr(arg, '=');
     if (!eq) return -1;
@@ -157,7 +146,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     int bad = fwrite("WFTD\1\0\0\0", 1, 8, f) != 8;
-    bad |= put_tensors(f, m, wf_model_params(m), "init.");
+    bad |= tool_model_put_tensors(f, m, wf_model_params(m), "init.");
     size_t P = wf_model_num_params(m);
     float *g = wf_model_grads(m);
     wf_rng rng = wf_rng_make(r.grad_seed, 11);
@@ -166,7 +155,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < P; i++) g[i] = wf_rng_normal(&rng) * k;
         char prefix[64];
         snprintf(prefix, sizeof prefix, "step%lld.grad.", s);
-        bad |= put_tensors(f, m, g, prefix);
+        bad |= tool_model_put_tensors(f, m, g, prefix);
         norms[s] = wf_grad_norm(m);
         /* Muon first: AdamW's step leaves the gradient alone, but the order
          * must not matter (disjoint tensors); the trainer runs AdamW first. */
@@ -176,7 +165,7 @@ int main(int argc, char **argv) {
             goto done;
         }
     }
-    bad |= put_tensors(f, m, wf_model_params(m), "final.");
+    bad |= tool_model_put_tensors(f, m, wf_model_params(m), "final.");
     bad |= put_config(f, &r, m, norms, rms);
     bad |= fclose(f) != 0;
     f = NULL;

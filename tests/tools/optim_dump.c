@@ -46,18 +46,6 @@ typedef struct {
     double ignore;
 } run_cfg;
 
-/* Every tensor of `buf` (the parameter layout), named prefix + name. */
-static int put_tensors(FILE *f, wf_model *m, const float *buf, const char *prefix) {
-    int bad = 0;
-    for (int i = 0; i < wf_model_num_tensors(m); i++) {
-        const wf_tensor_info *t = wf_model_tensor(m, i);
-        char name[WF_TENSOR_NAME_MAX + 16];
-        snprintf(name, sizeof name, "%s%s", prefix, t->name);
-        bad |= dump_put_record(f, name, 0, t->ndim, t->shape, buf + t->offset, 4);
-    }
-    return bad;
-}
-
 static int parse_kv(const char *arg, run_cfg *r) {
     const char *eq = strchr(arg, '=');
     if (!eq) return -1;
@@ -190,7 +178,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     int bad = fwrite("WFTD\1\0\0\0", 1, 8, f) != 8;
-    bad |= put_tensors(f, m, init, "init.");
+    bad |= tool_model_put_tensors(f, m, init, "init.");
     int64_t shape[3] = {(int64_t)S, r.B, r.T};
     bad |= dump_put_record(f, "tokens", 1, 3, shape, tokens, 4);
     bad |= dump_put_record(f, "targets", 1, 3, shape, targets, 4);
@@ -206,13 +194,13 @@ int main(int argc, char **argv) {
         if (r.per_step) {
             char prefix[64];
             snprintf(prefix, sizeof prefix, "step%zu.grad.", s);
-            bad |= put_tensors(f, m, wf_model_grads(m), prefix);
+            bad |= tool_model_put_tensors(f, m, wf_model_grads(m), prefix);
             snprintf(prefix, sizeof prefix, "step%zu.param.", s);
-            bad |= put_tensors(f, m, wf_model_params(m), prefix);
+            bad |= tool_model_put_tensors(f, m, wf_model_params(m), prefix);
         }
     }
     bad |= dump_put_record(f, "loss", 0, 1, shape, losses, 4);
-    bad |= put_tensors(f, m, wf_model_params(m), "final.");
+    bad |= tool_model_put_tensors(f, m, wf_model_params(m), "final.");
     bad |= put_config(f, &r, lrs, norms);
     bad |= fclose(f) != 0;
     f = NULL;

@@ -1,6 +1,8 @@
 /* The model's options of the dump drivers (tool_model.h). */
 #include "tool_model.h"
 
+#include "dump_record.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,4 +50,15 @@ int tool_model_key(wf_model_config *c, const char *key, size_t klen, const char 
             return 1;
         }
     return 0;
+}
+
+int tool_model_put_tensors(FILE *f, wf_model *m, const float *buf, const char *prefix) {
+    int bad = 0;
+    for (int i = 0; i < wf_model_num_tensors(m); i++) {
+        const wf_tensor_info *t = wf_model_tensor(m, i);
+        char name[WF_TENSOR_NAME_MAX + 32];
+        snprintf(name, sizeof name, "%s%s", prefix, t->name);
+        bad |= dump_put_record(f, name, 0, t->ndim, t->shape, buf + t->offset, 4);
+    }
+    return bad;
 }

@@ -6,6 +6,7 @@
 #define WEFT_TESTS_TOOL_MODEL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "weft/model.h"
 
@@ -15,5 +16,10 @@
  * when the key is one of these and was applied, 0 when it is none of them
  * (c unchanged: the driver's own keys), -1 when the value is bad. */
 int tool_model_key(wf_model_config *c, const char *key, size_t klen, const char *v);
+
+/* Writes every tensor of `buf` (a buffer in m's parameter layout: the
+ * parameters, gradients or a moment) as a dump record named prefix + the
+ * tensor's name (lib/dump_record.h). Nonzero if a write failed. */
+int tool_model_put_tensors(FILE *f, wf_model *m, const float *buf, const char *prefix);
 
 #endif
