@@ -32,6 +32,23 @@ MAX_SEQ = 160    # short enough that some contexts are cut from the left
 TASKS = "arc_easy,hellaswag,lambada"
 
 
+
+def byte_level_tokenizer(symbols, path):
+    """A byte-level BPE tokenizer.json (the `tokenizers` library's own) that
+    knows only `symbols`, the space and <|endoftext|>: in the GPT-2
+    byte-to-unicode map printable bytes stand for themselves, the space for
+    U+0120. Text with any other byte cannot be encoded. Returns path."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    vocab = {c: i for i, c in enumerate(symbols)}
+    vocab["\u0120"] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    t = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    t.add_special_tokens(["<|endoftext|>"])
+    t.save(str(path))
+    return path
+
 def hf_env():
     if not (HF_SITE / "transformers").is_dir():
         pytest.fail(f"{HF_SITE} has no transformers: run scripts/setup.sh")
@@ -289,16 +306,8 @@ def test_tokenizing_on_threads_gives_the_ids_of_one_thread(hf_random, task_dir, 
     assert [(q["task"], q["example"], q["choice"], q["ids"], q["cont"], q["cont_bytes"]) for q in out[1]] == \
         [(q["task"], q["example"], q["choice"], q["ids"], q["cont"], q["cont_bytes"]) for q in out[3]]
     # a tokenizer that cannot encode some examples: the same (first) one is named
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    vocab = {chr(b): i for i, b in enumerate(range(0x21, 0x7f))}  # printable ASCII but the space
-    vocab["\u0120"] = len(vocab)
-    vocab["<|endoftext|>"] = len(vocab)
-    t = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    t.decoder = decoders.ByteLevel()
-    t.add_special_tokens(["<|endoftext|>"])
-    path = tmp_path / "ascii.json"
-    t.save(str(path))
+    # printable ASCII but the space
+    path = byte_level_tokenizer([chr(b) for b in range(0x21, 0x7f)], tmp_path / "ascii.json")
     errs = []
     for n in (1, 4):  # hellaswag's first such example is doc_id 201: on thread 1 of 4
         p = run_weft_cmd(["eval", "--tasks", "hellaswag", "--task-dir", task_dir, "--model", hf_random,
@@ -393,17 +402,7 @@ def test_vocabulary_that_cannot_encode_the_text_is_refused(hf_random, task_dir, 
     """A byte-level BPE tokenizer whose vocabulary has only lowercase
     letters, the space and end of text: arc_easy's questions have capitals
     and punctuation."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    # in the GPT-2 byte-to-unicode map printable bytes stand for themselves, the space for U+0120
-    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")}
-    vocab["\u0120"] = len(vocab)
-    vocab["<|endoftext|>"] = len(vocab)
-    t = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    t.decoder = decoders.ByteLevel()
-    t.add_special_tokens(["<|endoftext|>"])
-    path = tmp_path / "letters.json"
-    t.save(str(path))
+    path = byte_level_tokenizer("abcdefghijklmnopqrstuvwxyz", tmp_path / "letters.json")
     p = run_weft_cmd(["eval", "--tasks", "arc_easy", "--task-dir", task_dir, "--model", hf_random, "--tokenizer",
                       path], check=False)
     assert p.returncode == 1

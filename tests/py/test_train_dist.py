@@ -184,15 +184,14 @@ def _rank_pid(session, rank):
     return None
 
 
-def test_signal_to_one_rank_stops_every_rank_at_the_same_step(dataset, tmp_path):
-    # Only rank 1 gets SIGUSR1: without the agreement rank 1 alone would
-    # stop and rank 0 would wait for it in the next all-reduce.
-    run = tmp_path / "run"
-    cmd = mpi_launch.command(WEFT, "openmpi", 2, args(dataset, run, "--train.log_every=1", "--train.eval_every=0",
-                                  "--ckpt.every=0", "--dist.timeout_s=20", steps=5000))
+def sigusr1_rank1_after_step3(cmd):
+    """Runs the 2-rank job `cmd`, sends SIGUSR1 to rank 1 alone once step 3
+    is logged, and checks that both ranks stopped after the same step with
+    exit status 75. Returns (that step, stderr)."""
     with mpi_launch.started(cmd) as p:
         for line in p.stdout:
-            if line.startswith("step") and int(STEP.match(line).group(1)) >= 3:
+            m = STEP.match(line)
+            if m and int(m.group(1)) >= 3:
                 pid = _rank_pid(p.pid, 1)
                 assert pid, "rank 1's process not found"
                 os.kill(pid, signal.SIGUSR1)
@@ -202,7 +201,17 @@ def test_signal_to_one_rank_stops_every_rank_at_the_same_step(dataset, tmp_path)
     stopped = re.findall(r"\[weft r(\d) [^\]]*\] SIGUSR1: stopped after step (\d+) of 5000", err)
     assert sorted(r for r, _ in stopped) == ["0", "1"], err[-3000:]
     assert stopped[0][1] == stopped[1][1]
-    assert (run / "checkpoints" / f"step-{int(stopped[0][1]):07d}").is_dir()
+    return int(stopped[0][1]), err
+
+
+def test_signal_to_one_rank_stops_every_rank_at_the_same_step(dataset, tmp_path):
+    # Only rank 1 gets SIGUSR1: without the agreement rank 1 alone would
+    # stop and rank 0 would wait for it in the next all-reduce.
+    run = tmp_path / "run"
+    cmd = mpi_launch.command(WEFT, "openmpi", 2, args(dataset, run, "--train.log_every=1", "--train.eval_every=0",
+                                  "--ckpt.every=0", "--dist.timeout_s=20", steps=5000))
+    step, _ = sigusr1_rank1_after_step3(cmd)
+    assert (run / "checkpoints" / f"step-{step:07d}").is_dir()
 
 
 @pytest.mark.parametrize("impl", ["openmpi", "mpich"])

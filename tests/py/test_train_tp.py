@@ -157,26 +157,12 @@ def test_signal_to_one_tp_rank_stops_both_at_the_same_step(dataset, tmp_path):
     dp = 1 the dp axis has one rank, and the tp rank that got the signal
     would stop alone, leaving the other blocked in the model's next
     collective (the watchdog's dist.timeout_s then ends the job)."""
-    import os
-    import signal
-    from test_train_dist import _rank_pid
+    from test_train_dist import sigusr1_rank1_after_step3
     run = tmp_path / "run"
     cmd = mpi_launch.command(WEFT, "openmpi", 2, args(dataset, run, "--dist.tp=2", "--train.log_every=1",
                                                       "--train.eval_every=0", "--dist.timeout_s=20", "--steps", 5000))
-    with mpi_launch.started(cmd) as p:
-        for line in p.stdout:
-            m = STEP.match(line)
-            if m and int(m.group(1)) >= 3:
-                pid = _rank_pid(p.pid, 1)
-                assert pid, "rank 1's process not found"
-                os.kill(pid, signal.SIGUSR1)
-                break
-        out, err = mpi_launch.finish(p, 60, "the job after SIGUSR1 to rank 1")
-    assert p.returncode == 75, err[-3000:]
-    stopped = re.findall(r"\[weft r(\d) [^\]]*\] SIGUSR1: stopped after step (\d+) of 5000", err)
-    assert sorted(r for r, _ in stopped) == ["0", "1"], err[-3000:]
-    assert stopped[0][1] == stopped[1][1]
-    assert "dist.tp = 2: the state of step %s was not saved" % stopped[0][1] in err
+    step, err = sigusr1_rank1_after_step3(cmd)
+    assert "dist.tp = 2: the state of step %s was not saved" % step in err
 
 
 @pytest.mark.parametrize("sp", ["true", "false"])
