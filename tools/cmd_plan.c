@@ -7,9 +7,11 @@
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
+#include "weft/pipeline.h"
 #include "weft/plan.h"
 #include "weft/train.h"
 #include "weft/weft.h"
@@ -21,8 +23,13 @@ typedef struct {
     int64_t world;
     char *budget;
     int json;
-    unsigned char given[WF_TRAIN_N_KEYS + 3];
+    int64_t pp, pp_virtual;
+    char *pp_schedule;
+    int print_schedule;
+    unsigned char given[WF_TRAIN_N_KEYS + 7]; /* train's keys after plan's own 7 */
 } plan_opts;
+
+static const char *const pp_schedules[] = {"gpipe", "1f1b", "interleaved", NULL};
 
 static const wf_opt plan_own_opts[] = {
     {"world_size", "world-size", WF_OPT_INT, offsetof(plan_opts, world), "1", 1, 1 << 24,
@@ -31,6 +38,15 @@ static const wf_opt plan_own_opts[] = {
      "memory per rank (8GiB, 512MiB, 1.5GB, bytes): print the largest micro-batch whose arena fits it in each mode"},
     {"json", NULL, WF_OPT_BOOL, offsetof(plan_opts, json), "false", WF_NO_RANGE,
      "print one JSON object instead of the tables"},
+    {"pp", NULL, WF_OPT_INT, offsetof(plan_opts, pp), "1", 1, 4096,
+     "pipeline stages' ranks: the schedule's bubble and the activations each rank holds, over the step's "
+     "micro-batches (docs/distributed.md, \"Pipeline schedules\"; the trainer has no pipeline executor yet)"},
+    {"pp_schedule", "pp-schedule", WF_OPT_STR, offsetof(plan_opts, pp_schedule), "1f1b", WF_CHOICES(pp_schedules),
+     .help = "the pipeline schedule planned with --pp"},
+    {"pp_virtual", "pp-virtual", WF_OPT_INT, offsetof(plan_opts, pp_virtual), "1", 1, 256,
+     "stages a rank with --pp-schedule interleaved (2 or more)"},
+    {"print_schedule", "print-schedule", WF_OPT_BOOL, offsetof(plan_opts, print_schedule), "false", WF_NO_RANGE,
+     "with --pp: print every rank's actions (F/B stage.micro-batch, </> receive/send of an Activation or a Gradient)"},
 };
 
 static wf_opt plan_table[WF_TRAIN_N_KEYS + sizeof plan_own_opts / sizeof *plan_own_opts];
@@ -191,6 +207,37 @@ static void print_tables(const wf_plan_input *in, int64_t batch_size, int own_sh
     }
 }
 
+/* --pp: the schedule of weft/pipeline.h over the step's micro-batches,
+ * checked by simulation (equal stages, forward 1, backward 2): its bubble
+ * against the formula and the activations each rank holds. */
+static int print_pipeline(const plan_opts *o, const wf_plan_input *in) {
+    wf_pp_kind kind;
+    wf_pp_schedule sc;
+    wf_pp_sim sim;
+    int pp = (int)o->pp, *held = calloc((size_t)pp, sizeof *held);
+    if (!held) return wf_tool_fail(plan_spec.name);
+    if (wf_pp_kind_parse(o->pp_schedule, &kind) != WF_OK ||
+        wf_pp_schedule_build(&sc, kind, pp, (int)o->pp_virtual, in->accum) != WF_OK) {
+        free(held);
+        return wf_tool_fail(plan_spec.name);
+    }
+    wf_status s = wf_pp_schedule_check(&sc, 1.0, 2.0, &sim, held);
+    if (s == WF_OK) {
+        printf("\npipeline: %s over %d rank%s, %d stage%s a rank, %d micro-batch%s a step\n", wf_pp_kind_name(kind), pp,
+               pp == 1 ? "" : "s", (int)o->pp_virtual, o->pp_virtual == 1 ? "" : "s", in->accum,
+               in->accum == 1 ? "" : "es");
+        printf("  bubble (idle share of each rank, equal stages, backward = 2 forwards): %.1f%%; formula %.1f%%\n",
+               100 * sim.bubble, 100 * sim.bubble_formula);
+        printf("  micro-batch stages whose activations each rank holds at most:");
+        for (int r = 0; r < pp; r++) printf(" %d", held[r]);
+        printf("\n  (memory per stage is planned once the trainer runs pipelines: issue 28)\n");
+        if (o->print_schedule) wf_pp_schedule_print(&sc, stdout);
+    }
+    wf_pp_schedule_free(&sc);
+    free(held);
+    return s == WF_OK ? 0 : wf_tool_fail(plan_spec.name);
+}
+
 static int plan_main(void *opts, const wf_strs *pos) {
     (void)pos;
     plan_opts *o = opts;
@@ -216,7 +263,7 @@ static int plan_main(void *opts, const wf_strs *pos) {
     }
     if (o->json) print_json(o, &in, own_shard, own_rec, has_budget, budget, &r);
     else print_tables(&in, o->tc.batch_size, own_shard, own_rec, has_budget, budget, &r);
-    return 0;
+    return o->pp > 1 || o->print_schedule ? print_pipeline(o, &in) : 0;
 }
 
 int wf_cmd_plan(int argc, char **argv) {

@@ -371,8 +371,8 @@ done:
 }
 
 void wf_pp_schedule_print(const wf_pp_schedule *s, FILE *f) {
-    fprintf(f, "schedule %s: pp %d, %d stage%s a rank, %d micro-batches\n", wf_pp_kind_name(s->kind), s->pp, s->virt,
-            s->virt == 1 ? "" : "s", s->micro);
+    fprintf(f, "schedule %s: pp %d, %d stage%s a rank, %d micro-batch%s\n", wf_pp_kind_name(s->kind), s->pp, s->virt,
+            s->virt == 1 ? "" : "s", s->micro, s->micro == 1 ? "" : "es");
     for (int r = 0; r < s->pp; r++) {
         fprintf(f, "rank %d:", r);
         for (int i = 0; i < s->n_actions[r]; i++) {
