@@ -26,7 +26,7 @@ static const wf_opt report_opt_table[] = {
 
 static const wf_cmd_spec report_spec = {
     "report",
-    "weft report RUN_DIR [--output FILE]",
+    "weft report RUN_DIR [OTHER_RUN_DIR ...] [--output FILE]",
     "Writes one self-contained HTML page (inline SVG, no scripts, no external files) with the plots of a "
     "training run: loss and validation loss with the loss spikes marked, learning rate, gradient norm, "
     "tokens/s, MFU, memory, and the step time split into data, forward+backward, optimizer and "
@@ -35,11 +35,13 @@ static const wf_cmd_spec report_spec = {
     "each rank's median step, data, forward+backward and communication times, peak RSS and distance from the "
     "fastest rank (the straggler flagged), and plots with a line per rank. With RUN_DIR/eval.jsonl (weft eval "
     "--watch), each dataset's evaluation loss on the loss plot and an Evaluation section (loss and bits per byte "
-    "per dataset).",
+    "per dataset). Other run directories after RUN_DIR (up to 7) add a Comparison section: every run's training "
+    "and validation loss by step on one plot each, and a table of each run's final losses and the first step at "
+    "which its validation loss reached RUN_DIR's final one (an optimizer or schedule against another).",
     report_opt_table,
     sizeof report_opt_table / sizeof *report_opt_table,
     1,
-    1,
+    8,
     0,
 };
 
@@ -58,7 +60,7 @@ static int report_main(void *opts, const wf_strs *pos) {
     if (!out) {
         wf_error(WF_ERR_NOMEM, "out of memory");
         rc = wf_tool_fail(report_spec.name);
-    } else if (wf_report_write(dir, out) != WF_OK) {
+    } else if (wf_report_write_compare(dir, (const char *const *)pos->items + 1, (int)pos->n - 1, out) != WF_OK) {
         rc = wf_tool_fail(report_spec.name);
     } else {
         printf("wrote %s\n", out);

@@ -20,4 +20,11 @@
  * per byte per dataset. */
 wf_status wf_report_write(const char *dir, const char *out_path);
 
+/* wf_report_write with other runs beside DIR (`weft report DIR OTHER ...`,
+ * at most 7): a Comparison section plots every run's training and
+ * validation loss by step and tabulates each run's final losses and the
+ * first step at which its validation loss reached DIR's final one. Only
+ * the others' metrics.jsonl is read. */
+wf_status wf_report_write_compare(const char *dir, const char *const *others, int n_others, const char *out_path);
+
 #endif

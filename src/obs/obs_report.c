@@ -1392,8 +1392,104 @@ static wf_status tasks_section(wf_buf *b, const char *dir) {
     return WF_OK;
 }
 
+/* ------------------------------------------------------ the comparison */
+
+/* Other runs beside this one (`weft report DIR OTHER ...`): their loss and
+ * validation loss on this run's plots' axes, step against step, and a
+ * table of when each reached the first run's final validation loss (the
+ * question an optimizer or schedule comparison asks). */
+typedef struct {
+    const char *dir;
+    run_data d;
+} compare_run;
+
+static const char *const cmp_color[MAX_SERIES] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
+                                                  "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+
+/* The last finite value of field f in d, and its step (NaN if none). */
+static double last_of(const run_data *d, int f, double *step) {
+    *step = NAN;
+    for (size_t i = d->n; i-- > 0;)
+        if (isfinite(d->rows[i * ROW + f])) {
+            *step = d->rows[i * ROW + F_step];
+            return d->rows[i * ROW + f];
+        }
+    return NAN;
+}
+
+/* The first step at which d's validation loss is at or below `target`. */
+static double first_reaching(const run_data *d, double target) {
+    for (size_t i = 0; i < d->n; i++)
+        if (d->rows[i * ROW + F_val_loss] <= target) return d->rows[i * ROW + F_step];
+    return NAN;
+}
+
+static wf_status compare_section(wf_buf *b, const compare_run *runs, int n_runs) {
+    if (n_runs < 2) return WF_OK;
+    /* x: every step any run logged, in order, without repeats */
+    size_t total = 0;
+    for (int r = 0; r < n_runs; r++) total += runs[r].d.n;
+    double *x = malloc((total ? total : 1) * sizeof *x);
+    double *ys = malloc((size_t)n_runs * 2 * (total ? total : 1) * sizeof *ys);
+    if (!x || !ys) {
+        free(x), free(ys);
+        return wf_error(WF_ERR_NOMEM, "out of memory drawing the comparison");
+    }
+    size_t n = 0;
+    for (int r = 0; r < n_runs; r++)
+        for (size_t i = 0; i < runs[r].d.n; i++) x[n++] = runs[r].d.rows[i * ROW + F_step];
+    qsort(x, n, sizeof *x, cmp_double);
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!u || x[i] != x[u - 1]) x[u++] = x[i];
+    n = u;
+    for (int r = 0; r < n_runs; r++) {
+        double *yl = ys + (size_t)r * 2 * (n ? n : 1), *yv = yl + (n ? n : 1);
+        size_t j = 0;
+        for (size_t i = 0; i < n; i++) {
+            while (j < runs[r].d.n && runs[r].d.rows[j * ROW + F_step] < x[i]) j++;
+            int at = j < runs[r].d.n && runs[r].d.rows[j * ROW + F_step] == x[i];
+            yl[i] = at ? runs[r].d.rows[j * ROW + F_loss] : NAN;
+            yv[i] = at ? runs[r].d.rows[j * ROW + F_val_loss] : NAN;
+        }
+    }
+    PUT(b, "<section id=\"compare\"><h2>Comparison</h2><p class=\"sub\">These runs' losses by step; the first run is "
+           "this report's.</p><div class=\"grid\">");
+    plot pl = {.id = "compare-loss", .title = "training loss", .unit = "", .x = x, .n = n};
+    plot pv = {.id = "compare-val", .title = "validation loss", .unit = "", .x = x, .n = n};
+    for (int r = 0; r < n_runs && r < MAX_SERIES; r++) {
+        double *yl = ys + (size_t)r * 2 * (n ? n : 1);
+        pl.s[pl.ns++] = (series){runs[r].dir, cmp_color[r], yl, 0};
+        pv.s[pv.ns++] = (series){runs[r].dir, cmp_color[r], yl + (n ? n : 1), 1};
+    }
+    svg_plot(b, &pl);
+    svg_plot(b, &pv);
+    PUT(b, "</div>");
+    double s0, target = last_of(&runs[0].d, F_val_loss, &s0);
+    PUT(b, "<table><tr><th>run</th><th>steps</th><th>final loss</th><th>final validation loss</th><th>at step</th>"
+           "<th>first step at or below the first run's final validation loss</th></tr>");
+    for (int r = 0; r < n_runs; r++) {
+        double st, sv, fl = last_of(&runs[r].d, F_loss, &st), fv = last_of(&runs[r].d, F_val_loss, &sv);
+        double reach = isfinite(target) ? first_reaching(&runs[r].d, target) : NAN;
+        char c[5][32];
+        snprintf(c[0], 32, "%.0f", st);
+        snprintf(c[1], 32, isfinite(fl) ? "%.4f" : "-", fl);
+        snprintf(c[2], 32, isfinite(fv) ? "%.4f" : "-", fv);
+        snprintf(c[3], 32, isfinite(sv) ? "%.0f" : "-", sv);
+        snprintf(c[4], 32, isfinite(reach) ? "%.0f" : "not reached", reach);
+        PUT(b, "<tr><td>");
+        html_esc(b, runs[r].dir);
+        wf_buf_printf(b, "</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>", c[0], c[1], c[2], c[3],
+                      c[4]);
+    }
+    PUT(b, "</table></section>\n");
+    free(x);
+    free(ys);
+    return WF_OK;
+}
+
 static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ranks_data *rd,
-                        const eval_data *ev) {
+                        const eval_data *ev, const compare_run *cmp, int n_cmp) {
     PUT(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
            "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">");
     PUT(b, "<meta name=\"generator\" content=\"weft " WF_VERSION "\"><title>weft report: ");
@@ -1528,6 +1624,8 @@ static wf_status render(wf_buf *b, const char *dir, const run_data *d, const ran
                    5, 1, 0, NULL, NULL, 0, "Stacked: waiting for data, forward+backward, optimizer, blocked on checkpoints, the rest."};
     svg_plot(b, &p_time);
     PUT(b, "</div></section>\n");
+    s = compare_section(b, cmp, n_cmp);
+    if (s != WF_OK) goto done;
     s = eval_section(b, ev);
     if (s != WF_OK) goto done;
     s = tasks_section(b, dir);
@@ -1545,6 +1643,12 @@ done:
 }
 
 wf_status wf_report_write(const char *dir, const char *out_path) {
+    return wf_report_write_compare(dir, NULL, 0, out_path);
+}
+
+wf_status wf_report_write_compare(const char *dir, const char *const *others, int n_others, const char *out_path) {
+    if (n_others < 0 || n_others > MAX_SERIES - 1)
+        return wf_error(WF_ERR_INVALID, "report: %d runs to compare with: at most %d", n_others, MAX_SERIES - 1);
     run_data d;
     memset(&d, 0, sizeof d);
     ranks_data rd;
@@ -1571,13 +1675,30 @@ wf_status wf_report_write(const char *dir, const char *out_path) {
         if (s == WF_OK) s = read_eval(&ev, epath);
         free(epath);
     }
+    /* the other runs: their metrics only */
+    compare_run cmp[MAX_SERIES];
+    memset(cmp, 0, sizeof cmp);
+    int n_cmp = 0;
+    if (s == WF_OK && n_others) {
+        cmp[n_cmp++] = (compare_run){.dir = dir, .d = d};
+        char *cpath = malloc(WF_PATH_MAX);
+        if (!cpath) s = wf_error(WF_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < n_others && s == WF_OK; i++) {
+            cmp[n_cmp].dir = others[i];
+            s = wf_rundir_path(cpath, WF_PATH_MAX, others[i], WF_RUN_METRICS);
+            if (s == WF_OK) s = read_metrics(&cmp[n_cmp].d, cpath);
+            n_cmp++;
+        }
+        free(cpath);
+    }
     wf_buf b = {0};
-    if (s == WF_OK) s = render(&b, dir, &d, &rd, &ev);
+    if (s == WF_OK) s = render(&b, dir, &d, &rd, &ev, cmp, n_cmp);
     if (s == WF_OK && b.failed) s = wf_error(WF_ERR_NOMEM, "out of memory writing the report");
     if (s == WF_OK) s = wf_file_write_atomic(out_path, b.data, b.len);
     wf_buf_free(&b);
     eval_data_free(&ev);
     ranks_free(&rd);
+    for (int i = 1; i < n_cmp; i++) run_data_free(&cmp[i].d); /* cmp[0].d is d */
     run_data_free(&d);
     return s;
 }

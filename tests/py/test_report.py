@@ -438,3 +438,38 @@ def test_report_evaluation_section(report, run_weft, tmp_path):
     # on the loss plot: the validation dots of the run and the evaluations' (at the logged steps)
     assert plots["loss"]["dots"] == 300 // 20 + 9
     assert ">eval austen</text>" in html and ">eval web_b_</text>" in html  # the loss plot's legend
+
+
+def test_report_compares_runs(report, run_weft, tmp_path):
+    """`weft report A B C`: the Comparison section plots each run's training
+    and validation loss, and its table says when each run's validation
+    loss first reached A's final one (computed here from the records)."""
+    def write(d, vals):
+        d.mkdir()
+        with open(d / "metrics.jsonl", "w") as f:
+            for step in range(1, 61):
+                rec = {"step": step, "loss": 6.0 - step * 0.01 * vals["rate"]}
+                if step % 10 == 0:
+                    rec["val_loss"] = round(6.2 - step * 0.012 * vals["rate"], 6)
+                f.write(json.dumps(rec) + "\n")
+    a, b, c = tmp_path / "adamw", tmp_path / "muon", tmp_path / "slow"
+    write(a, {"rate": 1.0})
+    write(b, {"rate": 2.0})
+    write(c, {"rate": 0.5})
+    out = tmp_path / "cmp.html"
+    run_weft(["report", a, b, c, "--output", out])
+    html = out.read_text()
+    assert 'id="compare"' in html and 'data-plot="compare-loss"' in html and 'data-plot="compare-val"' in html
+    rows = re.findall(r"<tr><td>([^<]*)</td><td>(\d+)</td><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td>"
+                      r"<td>([^<]*)</td></tr>", html)
+    by = {os.path.basename(r[0]): r for r in rows}
+    target = 6.2 - 60 * 0.012  # a's final validation loss
+    for name, rate in (("adamw", 1.0), ("muon", 2.0), ("slow", 0.5)):
+        reach = next((s for s in range(10, 61, 10) if round(6.2 - s * 0.012 * rate, 6) <= target + 1e-12), None)
+        assert by[name][5] == (str(reach) if reach else "not reached"), (name, by[name])
+        assert by[name][3] == f"{6.2 - 60 * 0.012 * rate:.4f}"
+    # the first run's own page is whole: its plots and no comparison without others
+    run_weft(["report", a, "--output", tmp_path / "one.html"])
+    assert 'id="compare"' not in (tmp_path / "one.html").read_text()
+    p = run_weft(["report", a, tmp_path / "missing"], check=False)
+    assert p.returncode == 1 and "missing" in p.stderr and "metrics.jsonl" in p.stderr
